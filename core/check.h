@@ -30,7 +30,7 @@ std::string FormatCheckFailure(const char* file, int line, const char* what,
 template <typename A, typename B>
 std::string FormatOperands(const A& a, const B& b) {
   std::ostringstream out;
-  out << " (" << a << " vs " << b << ")";
+  out << "(" << a << " vs " << b << ") ";
   return out.str();
 }
 
@@ -47,8 +47,7 @@ std::string FormatOperands(const A& a, const B& b) {
   } else /* NOLINT */                                                                  \
     ::kelvin::internal::CheckFailure(__FILE__, __LINE__, #a " " #op " " #b).stream()   \
         << ::kelvin::internal::FormatOperands(kelvin_check_operands_.first,            \
-                                              kelvin_check_operands_.second)           \
-        << " "
+                                              kelvin_check_operands_.second)
 
 #define KELVIN_CHECK_EQ(a, b) KELVIN_CHECK_OP_(a, b, ==)
 #define KELVIN_CHECK_NE(a, b) KELVIN_CHECK_OP_(a, b, !=)

@@ -4,6 +4,13 @@
 namespace kelvin::internal {
 
 std::string DescribeMpiError(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) {
+    // MPI may not decode codes outside an initialised session (OpenMPI aborts instead).
+    return "MPI error " + std::to_string(code) + " (MPI not initialised; code not decoded)";
+  }
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   int error_class = code;
