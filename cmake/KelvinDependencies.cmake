@@ -23,5 +23,7 @@ if(KELVIN_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
 
-# MPI (OpenMPI): the check macros in core/ decode MPI errors; parallel/ builds its backend on it.
-find_package(MPI REQUIRED COMPONENTS C)
+# MPI (OpenMPI): KELVIN_MPI_CHECK decodes MPI errors; parallel/ builds its backend on it.
+if(KELVIN_MPI)
+  find_package(MPI REQUIRED COMPONENTS C)
+endif()

@@ -1,5 +1,6 @@
 // Check macros and logging: each macro's failure message names file:line, the rank, the failed
-// call or condition and the decoded error; user-facing Status propagation helpers.
+// call or condition and the decoded error; user-facing Status propagation helpers. (The MPI
+// check macro is tested in mpi_check_test.cc, a program of its own that links MPI.)
 #include "core/check.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,6 @@
 #include <cstdlib>
 
 #include "core/logging.h"
-#include "core/mpi_check.h"
 #include "core/status.h"
 #if KELVIN_WITH_CUDA
 #include "core/cuda/cuda_check.h"
@@ -50,20 +50,6 @@ TEST(Check, FormatCheckFailureWithUnknownRank) {
   EXPECT_NE(text.find("Kelvin check failed on rank ? at a/b.cc:7: x > 0 x is -1"),
             std::string::npos)
       << text;
-}
-
-TEST(MpiCheckDeathTest, PrintsTheCallAndMpisOwnErrorText) {
-  EXPECT_DEATH(
-      {
-        MPI_Init(nullptr, nullptr);  // in the death-test child only: a singleton MPI process
-        KELVIN_MPI_CHECK(MPI_ERR_COMM);
-      },
-      "MPI_ERR_COMM returned MPI error [0-9]+: .*communicator");
-}
-
-TEST(MpiCheckDeathTest, SaysWhenMpiIsNotInitialised) {
-  EXPECT_DEATH(KELVIN_MPI_CHECK(MPI_ERR_COMM),
-               "MPI_ERR_COMM returned MPI error [0-9]+ \\(MPI not initialised; code not decoded\\)");
 }
 
 #if KELVIN_WITH_CUDA
