@@ -23,7 +23,10 @@ if(KELVIN_BUILD_BENCH)
   find_package(benchmark REQUIRED)
 endif()
 
-# MPI (OpenMPI): KELVIN_MPI_CHECK decodes MPI errors; parallel/ builds its backend on it.
-if(KELVIN_MPI)
+find_package(nlohmann_json REQUIRED)  # safetensors headers, Hugging Face config.json
+
+if(NOT KELVIN_CORE_ONLY)
+  # MPI (OpenMPI): KELVIN_MPI_CHECK decodes MPI errors; parallel/ builds its backend on it.
   find_package(MPI REQUIRED COMPONENTS C)
+  find_package(Protobuf REQUIRED)  # job configs (configs/kelvin.proto)
 endif()

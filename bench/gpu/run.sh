@@ -17,10 +17,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu
 nvcc --version | tail -n 2 >> "$out/gpu.txt"
 
 build="$root/build/gpu"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKELVIN_CUDA=ON -DKELVIN_MPI=OFF \
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKELVIN_CUDA=ON -DKELVIN_CORE_ONLY=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$kit" \
   -Dabsl_DIR="$kit/lib/$arch/cmake/absl" -DGTest_DIR="$kit/lib/$arch/cmake/GTest" \
   -Dbenchmark_DIR="$kit/lib/$arch/cmake/benchmark" \
+  -Dnlohmann_json_DIR="$kit/share/cmake/nlohmann_json" \
   -DBLAS_openblas_LIBRARY="$kit/lib/$arch/libopenblas.so" \
   -DKELVIN_CBLAS_INCLUDE_DIR="$kit/include/$arch/openblas-pthread" > "$out/build.txt" 2>&1 &&
 cmake --build "$build" -j "$(nproc)" --target core_test ops_test gemm_gpu_tflops >> "$out/build.txt" 2>&1
