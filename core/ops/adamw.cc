@@ -13,12 +13,12 @@ AdamWScalars ComputeAdamWScalars(const AdamWHyperParams& hp, int64_t step) {
   KELVIN_CHECK_GE(step, 1) << "AdamWStep: step counts optimizer steps from 1";
   KELVIN_CHECK(hp.lr >= 0) << "AdamWStep: lr must be >= 0, got " << hp.lr;
   KELVIN_CHECK(hp.eps >= 0) << "AdamWStep: eps must be >= 0, got " << hp.eps;
-  KELVIN_CHECK(hp.beta1 >= 0 && hp.beta1 < 1) << "AdamWStep: beta1 must be in [0, 1), got "
-                                              << hp.beta1;
-  KELVIN_CHECK(hp.beta2 >= 0 && hp.beta2 < 1) << "AdamWStep: beta2 must be in [0, 1), got "
-                                              << hp.beta2;
-  KELVIN_CHECK(hp.weight_decay >= 0) << "AdamWStep: weight_decay must be >= 0, got "
-                                     << hp.weight_decay;
+  KELVIN_CHECK(hp.beta1 >= 0 && hp.beta1 < 1)
+      << "AdamWStep: beta1 must be in [0, 1), got " << hp.beta1;
+  KELVIN_CHECK(hp.beta2 >= 0 && hp.beta2 < 1)
+      << "AdamWStep: beta2 must be in [0, 1), got " << hp.beta2;
+  KELVIN_CHECK(hp.weight_decay >= 0)
+      << "AdamWStep: weight_decay must be >= 0, got " << hp.weight_decay;
   const double steps = static_cast<double>(step);
   const double bias_correction1 = 1 - std::pow(hp.beta1, steps);
   const double bias_correction2 = 1 - std::pow(hp.beta2, steps);
@@ -46,8 +46,8 @@ void AdamWStep(const Context& ctx, Tensor& master, const Tensor& grad, Tensor& m
   }
   CheckDevice(ctx, {&master, &grad, &m, &v}, "AdamWStep");
   if (model.defined()) {
-    KELVIN_CHECK_EQ(model.numel(), n) << "adamw.model is " << model.ToString() << ", expected "
-                                      << n << " elements like adamw.master";
+    KELVIN_CHECK_EQ(model.numel(), n) << "adamw.model is " << model.ToString() << ", expected " << n
+                                      << " elements like adamw.master";
     KELVIN_CHECK(model.dtype() == DType::kF32 || model.dtype() == DType::kBF16 ||
                  model.dtype() == master.dtype())
         << "adamw.model must be f32, bf16 or the master's dtype, got " << model.ToString();

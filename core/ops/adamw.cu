@@ -37,8 +37,8 @@ void AdamWStep(const Context& ctx, Tensor& master, const Tensor& grad, Tensor& m
   const internal::AdamWCoefficients<float> c(s);
   const auto launch = [&]<typename M>(M* model_data) {
     StepKernel<M><<<cuda_utils::GridFor(n, kThreads), kThreads, 0, StreamOf(ctx)>>>(
-        master.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), model_data,
-        n, c);
+        master.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), model_data, n,
+        c);
     KELVIN_CUDA_CHECK_LAUNCH();
   };
   if (!model.defined()) return launch(static_cast<float*>(nullptr));

@@ -25,7 +25,7 @@ struct AdamWScalars {
   double beta2;                  // exp_avg_sq's decay
   double one_minus_beta2;        // 1 - beta2
   double bias_correction2_sqrt;  // sqrt(1 - beta2^step)
-  double eps;
+  double eps;                    // added to the denominator
   double neg_step_size;          // -lr / (1 - beta1^step)
 };
 AdamWScalars ComputeAdamWScalars(const AdamWHyperParams& hp, int64_t step);

@@ -39,9 +39,12 @@ void AdamWStep(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor&
     };
     if (!model.defined()) return run(static_cast<T*>(nullptr));
     switch (model.dtype()) {
-      case DType::kBF16: return run(model.data<bf16>());
-      case DType::kF32: return run(model.data<float>());
-      default: return run(model.data<T>());  // the master's dtype (checked by the dispatcher)
+      case DType::kBF16:
+        return run(model.data<bf16>());
+      case DType::kF32:
+        return run(model.data<float>());
+      default:
+        return run(model.data<T>());  // the master's dtype (checked by the dispatcher)
     }
   });
 }

@@ -13,8 +13,8 @@ void CheckCommon(const Context& ctx, const Tensor& logits, const Tensor& targets
                  const Tensor& per_row, std::string_view per_row_name, std::string_view op) {
   KELVIN_CHECK_EQ(logits.ndim(), 2)
       << "cross_entropy.logits must be [N, V], got " << logits.ToString();
-  KELVIN_CHECK_GE(logits.dim(1), 1) << "cross_entropy.logits needs a vocabulary, got "
-                                     << logits.ToString();
+  KELVIN_CHECK_GE(logits.dim(1), 1)
+      << "cross_entropy.logits needs a vocabulary, got " << logits.ToString();
   const int64_t n = logits.dim(0);
   CheckShape(targets, {n}, "cross_entropy.targets");
   CheckDType(targets, DType::kI32, "cross_entropy.targets");

@@ -1,8 +1,9 @@
 // Fused softmax cross-entropy over the vocabulary (the LM loss): per-token loss, its gradient with
 // respect to the logits written in place, and the Hugging Face mean over non-ignored tokens.
-// N tokens, V vocabulary. Each row streams through cache in chunks of kVocabChunk with an online
-// max / sum-exp, so probabilities are never stored. Statistics are f32 (f64 for f64 logits) for
-// every logits dtype, as Hugging Face upcasts logits to f32. CPU: f32, f64. CUDA: f32, bf16.
+// N tokens, V vocabulary. Rows stream through cache with an online max / sum-exp (the CPU in chunks
+// of kVocabChunk, each CUDA thread over its strided share), so probabilities are never stored.
+// Statistics are f32 (f64 for f64 logits) whatever the logits dtype, as Hugging Face upcasts logits
+// to f32. CPU: f32, f64. CUDA: f32, bf16.
 #pragma once
 
 #include <cstdint>

@@ -16,25 +16,27 @@ void CheckLike(const Tensor& t, const Tensor& like, std::string_view name) {
 }
 
 void CheckFloating(const Tensor& t, std::string_view name) {
-  KELVIN_CHECK(IsFloating(t.dtype())) << name << " is " << t.ToString()
-                                      << ", expected a floating dtype (f32, bf16, f64)";
+  KELVIN_CHECK(IsFloating(t.dtype()))
+      << name << " is " << t.ToString() << ", expected a floating dtype (f32, bf16, f64)";
 }
 
-void DispatchAdd(const Context& ctx, const Tensor& a, const Tensor& b, Tensor& out) {
+void DispatchAdd([[maybe_unused]] const Context& ctx, const Tensor& a, const Tensor& b,
+                 Tensor& out) {
 #if KELVIN_WITH_CUDA
   if (ctx.is_cuda()) return cuda::Add(ctx, a, b, out);
 #endif
   cpu::Add(a, b, out);
 }
 
-void DispatchScale(const Context& ctx, const Tensor& x, double alpha, Tensor& out) {
+void DispatchScale([[maybe_unused]] const Context& ctx, const Tensor& x, double alpha,
+                   Tensor& out) {
 #if KELVIN_WITH_CUDA
   if (ctx.is_cuda()) return cuda::Scale(ctx, x, alpha, out);
 #endif
   cpu::Scale(x, alpha, out);
 }
 
-void DispatchCast(const Context& ctx, const Tensor& x, Tensor& out) {
+void DispatchCast([[maybe_unused]] const Context& ctx, const Tensor& x, Tensor& out) {
 #if KELVIN_WITH_CUDA
   if (ctx.is_cuda()) return cuda::Cast(ctx, x, out);
 #endif

@@ -52,8 +52,9 @@ void LaunchMap(const Context& ctx, int64_t n, Op op, Out* out, const In*... in) 
   constexpr int kWidth = static_cast<int>(16 / std::max({sizeof(Out), sizeof(In)...}));
   const cudaStream_t stream = StreamOf(ctx);
   if (Aligned16(out) && (Aligned16(in) && ...)) {
-    MapKernel<kWidth><<<cuda_utils::GridFor(cuda_utils::CeilDiv(n, kWidth), kThreads), kThreads,
-                        0, stream>>>(n, op, out, in...);
+    MapKernel<kWidth>
+        <<<cuda_utils::GridFor(cuda_utils::CeilDiv(n, kWidth), kThreads), kThreads, 0, stream>>>(
+            n, op, out, in...);
   } else {
     MapKernel<1><<<cuda_utils::GridFor(n, kThreads), kThreads, 0, stream>>>(n, op, out, in...);
   }
@@ -127,11 +128,16 @@ void Cast(const Context& ctx, const Tensor& x, Tensor& out) {
 
 void Fill(const Context& ctx, Tensor& t, double value) {
   switch (t.dtype()) {
-    case DType::kF32: return LaunchFill(ctx, static_cast<float>(value), t);
-    case DType::kBF16: return LaunchFill(ctx, Bf16FromDouble(value), t);
-    case DType::kF64: return LaunchFill(ctx, value, t);
-    case DType::kI32: return LaunchFill(ctx, static_cast<int32_t>(value), t);
-    case DType::kI64: return LaunchFill(ctx, static_cast<int64_t>(value), t);
+    case DType::kF32:
+      return LaunchFill(ctx, static_cast<float>(value), t);
+    case DType::kBF16:
+      return LaunchFill(ctx, Bf16FromDouble(value), t);
+    case DType::kF64:
+      return LaunchFill(ctx, value, t);
+    case DType::kI32:
+      return LaunchFill(ctx, static_cast<int32_t>(value), t);
+    case DType::kI64:
+      return LaunchFill(ctx, static_cast<int64_t>(value), t);
   }
 }
 

@@ -4,6 +4,8 @@
 // Outputs may alias inputs wherever noted: every element is read before it is written.
 #pragma once
 
+#include <cstdint>
+
 #include "core/bf16.h"
 #include "core/context.h"
 #include "core/tensor.h"
@@ -38,6 +40,20 @@ bf16 Bf16FromDouble(double value);
 // Backends behind the dispatchers above (arguments already checked; every tensor contiguous, of
 // `numel` elements).
 namespace cpu {
+#ifndef __CUDACC__  // OpenMP host code; nvcc compiles the .cu files without -fopenmp
+// Every i in [0, n) through fn(i), threaded (above kParallelElements, where threads pay for
+// themselves) and vectorised: the loop of the CPU elementwise kernels. Each thread takes its own
+// copy of fn, so the pointers it captured stay in registers and the loop vectorises. The if clause
+// names `parallel`: unqualified it would also switch off simd for small n.
+inline constexpr int64_t kParallelElements = int64_t{1} << 15;
+template <typename Fn>
+void ForEachIndex(int64_t n, Fn fn) {
+  const bool threaded = n >= kParallelElements;
+#pragma omp parallel for simd schedule(static) firstprivate(fn) if (parallel : threaded)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+#endif
+
 void Add(const Tensor& a, const Tensor& b, Tensor& out);
 void Scale(const Tensor& x, double alpha, Tensor& out);
 void Axpy(double alpha, const Tensor& x, Tensor& y);

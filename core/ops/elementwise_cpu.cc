@@ -1,6 +1,5 @@
-// Elementwise CPU kernels: one OpenMP + simd loop over the flat elements per op, threaded only
-// above kParallelElements (where the threads pay for themselves). Index i reads its inputs before
-// writing out[i], so outputs may alias inputs.
+// Elementwise CPU kernels: one ForEachIndex loop (OpenMP + simd) over the flat elements per op.
+// Index i reads its inputs before writing out[i], so outputs may alias inputs.
 #include <cstdint>
 #include <type_traits>
 
@@ -10,23 +9,21 @@
 namespace kelvin::ops::cpu {
 namespace {
 
-constexpr int64_t kParallelElements = int64_t{1} << 15;
-
-// Calls fn(i) for every i in [0, n): threaded and vectorised.
-template <typename Fn>
-void ForEachIndex(int64_t n, Fn&& fn) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
-  for (int64_t i = 0; i < n; ++i) fn(i);
-}
-
 // Calls fn.template operator()<T>() with the storage type of a floating dtype (f32, bf16, f64).
 template <typename Fn>
 void DispatchCpuStorage(DType dtype, std::string_view op, Fn&& fn) {
   switch (dtype) {
-    case DType::kF32: fn.template operator()<float>(); return;
-    case DType::kBF16: fn.template operator()<bf16>(); return;
-    case DType::kF64: fn.template operator()<double>(); return;
-    default: KELVIN_FATAL() << op << " on CPU supports f32, bf16 and f64, got " << DTypeName(dtype);
+    case DType::kF32:
+      fn.template operator()<float>();
+      return;
+    case DType::kBF16:
+      fn.template operator()<bf16>();
+      return;
+    case DType::kF64:
+      fn.template operator()<double>();
+      return;
+    default:
+      KELVIN_FATAL() << op << " on CPU supports f32, bf16 and f64, got " << DTypeName(dtype);
   }
 }
 
@@ -99,12 +96,13 @@ void Cast(const Tensor& x, Tensor& out) {
 void Fill(Tensor& t, double value) {
   const int64_t n = t.numel();
   switch (t.dtype()) {
-    case DType::kI32: return FillKernel(static_cast<int32_t>(value), n, t.data<int32_t>());
-    case DType::kI64: return FillKernel(static_cast<int64_t>(value), n, t.data<int64_t>());
+    case DType::kI32:
+      return FillKernel(static_cast<int32_t>(value), n, t.data<int32_t>());
+    case DType::kI64:
+      return FillKernel(static_cast<int64_t>(value), n, t.data<int64_t>());
     default:
-      DispatchCpuStorage(t.dtype(), "Fill", [&]<typename T>() {
-        FillKernel(Convert<T>(value), n, t.data<T>());
-      });
+      DispatchCpuStorage(t.dtype(), "Fill",
+                         [&]<typename T>() { FillKernel(Convert<T>(value), n, t.data<T>()); });
   }
 }
 

@@ -11,14 +11,9 @@ namespace kelvin::ops::cuda {
 namespace {
 
 using cuda_utils::ToFloat;
+using internal::ShardRow;
 
 constexpr int kThreads = 256;
-
-// The table row of token id `id` in a shard of rows [vocab_begin, vocab_begin + V), or -1.
-__device__ __forceinline__ int64_t ShardRow(int32_t id, int64_t vocab_begin, int64_t v) {
-  const int64_t row = static_cast<int64_t>(id) - vocab_begin;
-  return row >= 0 && row < v ? row : -1;
-}
 
 // grid: N blocks.
 template <typename T>
@@ -39,9 +34,10 @@ __global__ void BackwardKernel(const int32_t* ids, const T* dout, int64_t vocab_
   const int64_t t = blockIdx.x;
   const int64_t row = ShardRow(ids[t], vocab_begin, v);
   if (row < 0) return;
-  const T* dout_row = dout + t * d;  // [D]
+  const T* dout_row = dout + t * d;      // [D]
   float* dtable_row = dtable + row * d;  // [D]
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) atomicAdd(dtable_row + i, ToFloat(dout_row[i]));
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    atomicAdd(dtable_row + i, ToFloat(dout_row[i]));
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
-// Token embedding lookup and its backward (scatter-add into the table gradient), with Megatron-style
-// vocab-parallel shards: a rank holds table rows [vocab_begin, vocab_begin + V) and rows of tokens
-// outside its shard are zero. N tokens, V vocabulary rows held here, D hidden.
+// Token embedding lookup and its backward (scatter-add into the table gradient), with
+// Megatron-style vocab-parallel shards: a rank holds table rows [vocab_begin, vocab_begin + V) and
+// rows of tokens outside its shard are zero. N tokens, V vocabulary rows held here, D hidden.
 // CPU: f32, f64 tables. CUDA: f32, bf16 tables.
 #pragma once
 
 #include <cstdint>
 
+#include "core/bf16.h"
 #include "core/context.h"
 #include "core/tensor.h"
 
@@ -25,11 +26,19 @@ void EmbeddingForward(const Context& ctx, const Tensor& ids, const Tensor& table
 void EmbeddingBackward(const Context& ctx, const Tensor& ids, const Tensor& dout,
                        int64_t vocab_begin, Tensor& dtable);
 
+namespace internal {
+// The table row of token id `id` in a shard of rows [vocab_begin, vocab_begin + V), or -1 when the
+// id is outside the shard (shared by the CPU and CUDA kernels).
+KELVIN_HOST_DEVICE inline int64_t ShardRow(int32_t id, int64_t vocab_begin, int64_t v) {
+  const int64_t row = static_cast<int64_t>(id) - vocab_begin;
+  return row >= 0 && row < v ? row : -1;
+}
+}  // namespace internal
+
 // Backends behind the dispatchers above (arguments already checked).
 namespace cpu {
 void EmbeddingForward(const Tensor& ids, const Tensor& table, int64_t vocab_begin, Tensor& out);
-void EmbeddingBackward(const Tensor& ids, const Tensor& dout, int64_t vocab_begin,
-                       Tensor& dtable);
+void EmbeddingBackward(const Tensor& ids, const Tensor& dout, int64_t vocab_begin, Tensor& dtable);
 }  // namespace cpu
 namespace cuda {
 void EmbeddingForward(const Context& ctx, const Tensor& ids, const Tensor& table,

@@ -9,13 +9,9 @@
 namespace kelvin::ops::cpu {
 namespace {
 
-constexpr int64_t kColumnBlock = 64;
+using internal::ShardRow;
 
-// The table row of token id `id` in a shard of rows [vocab_begin, vocab_begin + V), or -1.
-inline int64_t ShardRow(int32_t id, int64_t vocab_begin, int64_t v) {
-  const int64_t row = static_cast<int64_t>(id) - vocab_begin;
-  return row >= 0 && row < v ? row : -1;
-}
+constexpr int64_t kColumnBlock = 64;
 
 template <typename T>
 void Forward(const int32_t* ids, const T* table, int64_t vocab_begin, int64_t n, int64_t v,
@@ -59,8 +55,7 @@ void EmbeddingForward(const Tensor& ids, const Tensor& table, int64_t vocab_begi
   });
 }
 
-void EmbeddingBackward(const Tensor& ids, const Tensor& dout, int64_t vocab_begin,
-                       Tensor& dtable) {
+void EmbeddingBackward(const Tensor& ids, const Tensor& dout, int64_t vocab_begin, Tensor& dtable) {
   DispatchCpuFloat(dout.dtype(), "EmbeddingBackward", [&]<typename T>() {
     Backward<T>(ids.data<int32_t>(), dout.data<T>(), vocab_begin, ids.dim(0), dtable.dim(0),
                 dtable.dim(1), dtable.data<T>());

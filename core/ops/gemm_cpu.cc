@@ -10,6 +10,10 @@
 namespace kelvin::ops::cpu {
 namespace {
 
+// Conversions below this many elements stay on one thread: waking OpenMP's team costs more, and
+// its workers then spin on the cores OpenBLAS's own threads are about to need.
+constexpr int64_t kParallelElements = int64_t{1} << 16;
+
 // The arguments cblas_?gemm takes besides pointers and scalars, for row-major tensors.
 struct BlasShape {
   CBLAS_TRANSPOSE transpose_a, transpose_b;
@@ -53,7 +57,7 @@ Tensor WidenToF32(const Tensor& x) {
   const bf16* src = x.data<bf16>();
   float* dst = out.data<float>();
   const int64_t count = x.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count >= kParallelElements)
   for (int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(src[i]);
   return out;
 }
@@ -72,7 +76,7 @@ void GemmBf16Inputs(const BlasShape& s, const Tensor& a, const Tensor& b, Tensor
   const float* src = c32.data<float>();
   bf16* dst = c.data<bf16>();
   const int64_t count = c.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (count >= kParallelElements)
   for (int64_t i = 0; i < count; ++i) dst[i] = bf16(src[i]);
 }
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"

@@ -40,10 +40,17 @@ double SumOfSquares(const std::vector<Tensor>& tensors) {
   double total = 0;
   for (const Tensor& t : tensors) {
     switch (t.dtype()) {
-      case DType::kF32: total += SumOfSquares(t.data<float>(), t.numel()); break;
-      case DType::kBF16: total += SumOfSquares(t.data<bf16>(), t.numel()); break;
-      case DType::kF64: total += SumOfSquares(t.data<double>(), t.numel()); break;
-      default: KELVIN_FATAL() << "SumOfSquares on CPU supports f32, bf16, f64, got " << t.ToString();
+      case DType::kF32:
+        total += SumOfSquares(t.data<float>(), t.numel());
+        break;
+      case DType::kBF16:
+        total += SumOfSquares(t.data<bf16>(), t.numel());
+        break;
+      case DType::kF64:
+        total += SumOfSquares(t.data<double>(), t.numel());
+        break;
+      default:
+        KELVIN_FATAL() << "SumOfSquares on CPU supports f32, bf16, f64, got " << t.ToString();
     }
   }
   return total;

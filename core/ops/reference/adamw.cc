@@ -9,8 +9,7 @@ namespace kelvin::reference {
 
 void AdamWStep(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor& model,
                const ops::AdamWHyperParams& hp, int64_t step) {
-  std::vector<double> param = ToDoubles(master), exp_avg = ToDoubles(m),
-                      exp_avg_sq = ToDoubles(v);
+  std::vector<double> param = ToDoubles(master), exp_avg = ToDoubles(m), exp_avg_sq = ToDoubles(v);
   const std::vector<double> g = ToDoubles(grad);
   const double bias_correction1 = 1 - std::pow(hp.beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(hp.beta2, static_cast<double>(step));

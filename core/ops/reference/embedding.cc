@@ -18,8 +18,7 @@ void EmbeddingForward(const Tensor& ids, const Tensor& table, int64_t vocab_begi
   FromDoubles(ov, out);
 }
 
-void EmbeddingBackward(const Tensor& ids, const Tensor& dout, int64_t vocab_begin,
-                       Tensor& dtable) {
+void EmbeddingBackward(const Tensor& ids, const Tensor& dout, int64_t vocab_begin, Tensor& dtable) {
   const int64_t n = ids.dim(0), v = dtable.dim(0), d = dtable.dim(1);
   const std::vector<double> idv = ToDoubles(ids), dov = ToDoubles(dout);
   std::vector<double> dtv = ToDoubles(dtable);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ std::vector<GemmBackend> GemmBackends() {
   all.push_back({{Device::Cuda(0), DType::kBF16}, DType::kF32});
   return all;
 }
+
+// gtest prints parameters of failing cases with this.
+void PrintTo(const GemmBackend& backend, std::ostream* out) { *out << backend.Name(); }
 
 struct GemmBackendName {
   std::string operator()(const ::testing::TestParamInfo<GemmBackend>& info) const {
