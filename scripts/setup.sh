@@ -27,6 +27,7 @@ done
 
 packages=(build-essential cmake git libopenmpi-dev openmpi-bin libprotobuf-dev protobuf-compiler
           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+          libopenblas-openmp-dev
           nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -13,12 +13,12 @@ mkdir -p "$kit"
 # copy PATH...: each absolute path lands at $kit/PATH (symlinks kept as they are).
 copy() { tar -C / -cf - "${@#/}" | tar -C "$kit" -xf -; }
 copy /usr/include/absl /usr/include/nlohmann /usr/share/cmake/nlohmann_json /usr/include/gtest /usr/include/gmock /usr/include/benchmark \
-     /usr/include/$arch/openblas-pthread \
+     /usr/include/$arch/openblas-openmp \
      /usr/lib/$arch/cmake/absl /usr/lib/$arch/cmake/GTest /usr/lib/$arch/cmake/benchmark
 copy /usr/lib/$arch/libabsl_*.so* /usr/lib/$arch/libgtest*.a /usr/lib/$arch/libgmock*.a \
      /usr/lib/$arch/libbenchmark*
-# OpenBLAS sits behind Debian's alternatives symlinks: copy the real file under the plain names.
-openblas="$(readlink -f /usr/lib/$arch/libopenblas.so.0)"
+# OpenBLAS (OpenMP build), the real file under its plain names.
+openblas="$(readlink -f /usr/lib/$arch/openblas-openmp/libopenblas.so.0)"
 install -m 644 "$openblas" "$kit/usr/lib/$arch/libopenblas.so.0"
 ln -sf libopenblas.so.0 "$kit/usr/lib/$arch/libopenblas.so"
 for lib in libgfortran.so.5 libquadmath.so.0; do

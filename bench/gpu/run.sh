@@ -22,8 +22,8 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKELVIN_CUDA=ON -DKELVI
   -Dabsl_DIR="$kit/lib/$arch/cmake/absl" -DGTest_DIR="$kit/lib/$arch/cmake/GTest" \
   -Dbenchmark_DIR="$kit/lib/$arch/cmake/benchmark" \
   -Dnlohmann_json_DIR="$kit/share/cmake/nlohmann_json" \
-  -DBLAS_openblas_LIBRARY="$kit/lib/$arch/libopenblas.so" \
-  -DKELVIN_CBLAS_INCLUDE_DIR="$kit/include/$arch/openblas-pthread" > "$out/build.txt" 2>&1 &&
+  -DKELVIN_OPENBLAS_LIBRARY="$kit/lib/$arch/libopenblas.so" \
+  -DKELVIN_CBLAS_INCLUDE_DIR="$kit/include/$arch/openblas-openmp" > "$out/build.txt" 2>&1 &&
 cmake --build "$build" -j "$(nproc)" --target core_test ops_test gemm_gpu_tflops >> "$out/build.txt" 2>&1
 if [[ $? -ne 0 ]]; then
   tail -n 40 "$out/build.txt"; echo "run.sh: build failed (see build.txt)" | tee "$out/summary.txt"; exit 1

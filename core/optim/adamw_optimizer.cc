@@ -1,0 +1,31 @@
+// AdamW over parameter groups.
+#include "core/optim/adamw_optimizer.h"
+
+namespace kelvin {
+
+AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings)
+    : params_(params), settings_(settings) {
+  KELVIN_CHECK(params.allocated()) << "AdamWOptimizer needs allocated parameters";
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    const Tensor& values = params.values(static_cast<ParamGroup>(g));
+    if (!values.defined()) continue;
+    m_[g] = Tensor::ZerosCpu(values.shape(), values.dtype());
+    v_[g] = Tensor::ZerosCpu(values.shape(), values.dtype());
+  }
+}
+
+void AdamWOptimizer::Step(const Context& ctx, double lr) {
+  ++steps_;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    const auto group = static_cast<ParamGroup>(g);
+    if (!params_.values(group).defined()) continue;
+    ops::AdamWHyperParams hp{lr, settings_.beta1, settings_.beta2, settings_.eps,
+                             group == ParamGroup::kDecay ? settings_.weight_decay : 0.0};
+    if (group == ParamGroup::kTemperature) hp.lr *= settings_.temperature_lr_scale;
+    Tensor no_model_copy;
+    ops::AdamWStep(ctx, params_.values(group), params_.grads(group), m_[g], v_[g], no_model_copy,
+                   hp, steps_);
+  }
+}
+
+}  // namespace kelvin

@@ -1,0 +1,31 @@
+// AdamWOptimizer: AdamW over a ParameterSet's flat groups, with the moments it owns. Weight decay
+// applies to the kDecay group only (norms and SSA temperature parameters get none); the
+// kTemperature group's learning rate is scaled by temperature_lr_scale.
+#pragma once
+
+#include "core/context.h"
+#include "core/ops/adamw.h"
+#include "core/optim/parameter_set.h"
+
+namespace kelvin {
+
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double temperature_lr_scale = 1.0;
+};
+
+class AdamWOptimizer {
+ public:
+  AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings);
+  // One step at learning rate `lr` from the accumulated gradients (the caller zeroes them after).
+  void Step(const Context& ctx, double lr);
+  int64_t steps_taken() const { return steps_; }
+
+ private:
+  ParameterSet& params_;
+  AdamWSettings settings_;
+  Tensor m_[kNumParamGroups], v_[kNumParamGroups];  // [group elements] moments
+  int64_t steps_ = 0;
+};
+
+}  // namespace kelvin

@@ -1,0 +1,269 @@
+// Llama configs: Hugging Face config.json parsing (transformers 4.x and 5.x), presets, validation.
+#include "models/llama/llama_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kelvin::models {
+namespace {
+
+using nlohmann::json;
+
+// Reads an integer/number/bool field; absent fields keep `fallback` unless `required`.
+class JsonFields {
+ public:
+  JsonFields(const json& object, const std::string& source) : object_(object), source_(source) {}
+
+  absl::StatusOr<int64_t> Int(const std::string& key, std::optional<int64_t> fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return Missing<int64_t>(key, fallback);
+    if (!it->is_number_integer()) return WrongType(key, "an integer", *it);
+    return it->get<int64_t>();
+  }
+  absl::StatusOr<double> Number(const std::string& key, std::optional<double> fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return Missing<double>(key, fallback);
+    if (!it->is_number()) return WrongType(key, "a number", *it);
+    return it->get<double>();
+  }
+  absl::StatusOr<bool> Bool(const std::string& key, bool fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) return WrongType(key, "true or false", *it);
+    return it->get<bool>();
+  }
+  absl::StatusOr<std::string> String(const std::string& key, std::string fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return fallback;
+    if (!it->is_string()) return WrongType(key, "a string", *it);
+    return it->get<std::string>();
+  }
+
+ private:
+  template <typename T>
+  absl::StatusOr<T> Missing(const std::string& key, std::optional<T> fallback) const {
+    if (fallback.has_value()) return *fallback;
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ": required field \"", key, "\" is missing"));
+  }
+  absl::Status WrongType(const std::string& key, const std::string& expected,
+                         const json& value) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": field \"", key, "\" is ",
+                                                   value.dump(), ", expected ", expected));
+  }
+
+  const json& object_;
+  std::string source_;
+};
+
+absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig& config) {
+  // transformers 5 nests everything in rope_parameters; 4.x has rope_theta + rope_scaling.
+  const bool v5 = root.contains("rope_parameters") && root["rope_parameters"].is_object();
+  const json& scaling = v5 ? root["rope_parameters"]
+                           : (root.contains("rope_scaling") && root["rope_scaling"].is_object()
+                                  ? root["rope_scaling"]
+                                  : json::object());
+  const std::string where = absl::StrCat(source, v5 ? " rope_parameters" : " rope_scaling");
+  KELVIN_ASSIGN_OR_RETURN(config.rope.theta,
+                          JsonFields(v5 ? scaling : root, source).Number("rope_theta", 10000.0));
+  const JsonFields fields(scaling, where);
+  KELVIN_ASSIGN_OR_RETURN(std::string type, fields.String("rope_type", ""));
+  if (type.empty()) {
+    KELVIN_ASSIGN_OR_RETURN(type, fields.String("type", "default"));  // transformers < 4.45
+  }
+  if (type == "default") return absl::OkStatus();
+  if (type != "llama3") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": rope_type \"", type, "\" is not supported (Kelvin supports default and llama3)"));
+  }
+  config.rope.llama3_scaling = true;
+  KELVIN_ASSIGN_OR_RETURN(config.rope.factor, fields.Number("factor", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(config.rope.low_freq_factor, fields.Number("low_freq_factor", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(config.rope.high_freq_factor,
+                          fields.Number("high_freq_factor", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(config.rope.original_max_position,
+                          fields.Int("original_max_position_embeddings", std::nullopt));
+  return absl::OkStatus();
+}
+
+absl::Status Unsupported(const std::string& source, const std::string& field,
+                         const std::string& value, const std::string& supported) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, " = ", value,
+                                                 " is not supported (Kelvin needs ", supported, ")"));
+}
+
+}  // namespace
+
+int64_t LlamaConfig::NumParameters() const {
+  const int64_t d = hidden_size;
+  const int64_t attention = d * q_size() * 2 + d * kv_size() * 2;
+  const int64_t mlp = 3 * d * intermediate_size;
+  const int64_t per_layer = attention + mlp + 2 * d;
+  return num_layers * per_layer + vocab_size * d * (tie_word_embeddings ? 1 : 2) + d;
+}
+
+absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
+                                                  std::string_view source_name) {
+  const std::string source(source_name);
+  const json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a JSON object (is this a Hugging Face config.json?)"));
+  }
+  const JsonFields f(root, source);
+  KELVIN_ASSIGN_OR_RETURN(const std::string model_type, f.String("model_type", "llama"));
+  if (model_type != "llama") return Unsupported(source, "model_type", model_type, "\"llama\"");
+  KELVIN_ASSIGN_OR_RETURN(const std::string act, f.String("hidden_act", "silu"));
+  if (act != "silu") return Unsupported(source, "hidden_act", act, "\"silu\"");
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    KELVIN_ASSIGN_OR_RETURN(const bool has_bias, f.Bool(bias, false));
+    if (has_bias) return Unsupported(source, bias, "true", "false");
+  }
+  LlamaConfig c;
+  KELVIN_ASSIGN_OR_RETURN(c.hidden_size, f.Int("hidden_size", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(c.intermediate_size, f.Int("intermediate_size", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(c.num_layers, f.Int("num_hidden_layers", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("num_attention_heads", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(c.num_key_value_heads,
+                          f.Int("num_key_value_heads", c.num_attention_heads));
+  KELVIN_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(c.max_position_embeddings, f.Int("max_position_embeddings", 2048));
+  KELVIN_ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1e-6));
+  KELVIN_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
+  const int64_t default_head_dim =
+      c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  KELVIN_ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", default_head_dim));
+  KELVIN_RETURN_IF_ERROR(ParseRope(root, source, c));
+  return c;
+}
+
+absl::StatusOr<LlamaConfig> LlamaConfigFromHfDirectory(const std::string& directory) {
+  const std::string path = directory + "/config.json";
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(
+        "cannot read ", path, ": model.hf_dir must be a Hugging Face model directory with a "
+        "config.json (as save_pretrained writes it)"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return LlamaConfigFromHfJson(text.str(), path);
+}
+
+std::string LlamaConfigToHfJson(const LlamaConfig& c) {
+  json root = {{"architectures", {"LlamaForCausalLM"}},
+               {"model_type", "llama"},
+               {"hidden_act", "silu"},
+               {"attention_bias", false},
+               {"mlp_bias", false},
+               {"hidden_size", c.hidden_size},
+               {"intermediate_size", c.intermediate_size},
+               {"num_hidden_layers", c.num_layers},
+               {"num_attention_heads", c.num_attention_heads},
+               {"num_key_value_heads", c.num_key_value_heads},
+               {"head_dim", c.head_dim},
+               {"vocab_size", c.vocab_size},
+               {"max_position_embeddings", c.max_position_embeddings},
+               {"rms_norm_eps", c.rms_norm_eps},
+               {"tie_word_embeddings", c.tie_word_embeddings},
+               {"rope_theta", c.rope.theta},
+               {"torch_dtype", "float32"}};
+  if (c.rope.llama3_scaling) {
+    root["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", c.rope.factor},
+                            {"low_freq_factor", c.rope.low_freq_factor},
+                            {"high_freq_factor", c.rope.high_freq_factor},
+                            {"original_max_position_embeddings", c.rope.original_max_position}};
+  }
+  return root.dump(2) + "\n";
+}
+
+absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name) {
+  LlamaConfig c;
+  c.rms_norm_eps = 1e-5;
+  if (name == "llama3-8b" || name == "llama3.1-8b") {
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_layers = 32;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 8192;
+    c.rope.theta = 500000.0;
+    if (name == "llama3.1-8b") {
+      c.max_position_embeddings = 131072;
+      c.rope.llama3_scaling = true;  // factor 8, low 1, high 4, original 8192: RopeConfig defaults
+    }
+  } else if (name == "small-25m") {
+    c.hidden_size = 512;
+    c.intermediate_size = 1536;
+    c.num_layers = 8;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 4;
+    c.vocab_size = 8192;
+    c.max_position_embeddings = 4096;
+    c.rope.theta = 10000.0;
+  } else if (name == "tiny") {
+    c.hidden_size = 128;
+    c.intermediate_size = 384;
+    c.num_layers = 4;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.vocab_size = 260;  // the passkey task's byte vocabulary (core/data/passkey_task.h)
+    c.max_position_embeddings = 4096;
+    c.rope.theta = 10000.0;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("model.preset=\"", std::string(name),
+                                                   "\" is not a preset; "
+                                                   "known presets: ",
+                                                   absl::StrJoin(LlamaPresetNames(), ", ")));
+  }
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  return c;
+}
+
+std::vector<std::string> LlamaPresetNames() {
+  return {"llama3-8b", "llama3.1-8b", "small-25m", "tiny"};
+}
+
+absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
+  std::vector<std::string> problems;
+  auto positive = [&](const std::string& field, int64_t value) {
+    if (value < 1) problems.push_back(absl::StrCat("model.", field, "=", value, ": must be >= 1"));
+  };
+  positive("hidden_size", c.hidden_size);
+  positive("intermediate_size", c.intermediate_size);
+  positive("num_layers", c.num_layers);
+  positive("num_attention_heads", c.num_attention_heads);
+  positive("num_key_value_heads", c.num_key_value_heads);
+  positive("head_dim", c.head_dim);
+  positive("vocab_size", c.vocab_size);
+  positive("max_position_embeddings", c.max_position_embeddings);
+  if (c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0) {
+    problems.push_back(absl::StrCat("model.num_key_value_heads=", c.num_key_value_heads,
+                                    " does not divide num_attention_heads=",
+                                    c.num_attention_heads));
+  }
+  if (c.head_dim % 2 != 0) {
+    problems.push_back(absl::StrCat("model.head_dim=", c.head_dim, ": must be even (RoPE pairs)"));
+  }
+  if (!(c.rms_norm_eps > 0)) {
+    problems.push_back(absl::StrCat("model.rms_norm_eps=", c.rms_norm_eps, ": must be > 0"));
+  }
+  if (!(c.rope.theta > 0)) {
+    problems.push_back(absl::StrCat("model.rope_theta=", c.rope.theta, ": must be > 0"));
+  }
+  if (c.rope.llama3_scaling && !(c.rope.high_freq_factor > c.rope.low_freq_factor)) {
+    problems.push_back(absl::StrCat("model.rope_scaling: high_freq_factor=",
+                                    c.rope.high_freq_factor, " must be > low_freq_factor=",
+                                    c.rope.low_freq_factor));
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
+
+}  // namespace kelvin::models

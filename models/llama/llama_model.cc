@@ -1,0 +1,270 @@
+// Llama-3 forward and explicit backward on the op library, HF checkpoint import and export.
+#include "models/llama/llama_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "core/copy.h"
+#include "core/logging.h"
+#include "core/ops/attention.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
+#include "core/ops/gemm.h"
+#include "core/ops/reference/values.h"
+#include "core/ops/rmsnorm.h"
+#include "core/ops/rope.h"
+#include "core/ops/swiglu.h"
+
+namespace kelvin::models {
+namespace {
+
+constexpr const char* kEmbed = "model.embed_tokens.weight";
+constexpr const char* kFinalNorm = "model.norm.weight";
+constexpr const char* kLmHead = "lm_head.weight";
+
+// y [N, out] = x [N, in] W^T, W [out, in] as Hugging Face stores Linear weights.
+void Linear(const Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
+  ops::Gemm(ctx, x, false, w, true, y);
+}
+
+// For y = x W^T: dx (= or +=) dy W, dW += dy^T x.
+void LinearBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& w,
+                    Tensor& dx, bool accumulate_dx, Tensor& dw) {
+  ops::GemmBackward(ctx, dy, x, false, w, true, &dx, &dw, accumulate_dx, true);
+}
+
+}  // namespace
+
+std::string LlamaModel::LayerParam(int64_t layer, std::string_view suffix) {
+  return absl::StrCat("model.layers.", layer, ".", std::string(suffix));
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype) : config_(config), dtype_(dtype) {
+  const int64_t d_model = config.hidden_size, f = config.intermediate_size;
+  params_.Declare(kEmbed, {config.vocab_size, d_model}, ParamGroup::kDecay);
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    params_.Declare(LayerParam(l, "input_layernorm.weight"), {d_model}, ParamGroup::kNoDecay);
+    params_.Declare(LayerParam(l, "self_attn.q_proj.weight"), {config.q_size(), d_model},
+                    ParamGroup::kDecay);
+    params_.Declare(LayerParam(l, "self_attn.k_proj.weight"), {config.kv_size(), d_model},
+                    ParamGroup::kDecay);
+    params_.Declare(LayerParam(l, "self_attn.v_proj.weight"), {config.kv_size(), d_model},
+                    ParamGroup::kDecay);
+    params_.Declare(LayerParam(l, "self_attn.o_proj.weight"), {d_model, config.q_size()},
+                    ParamGroup::kDecay);
+    params_.Declare(LayerParam(l, "post_attention_layernorm.weight"), {d_model},
+                    ParamGroup::kNoDecay);
+    params_.Declare(LayerParam(l, "mlp.gate_proj.weight"), {f, d_model}, ParamGroup::kDecay);
+    params_.Declare(LayerParam(l, "mlp.up_proj.weight"), {f, d_model}, ParamGroup::kDecay);
+    params_.Declare(LayerParam(l, "mlp.down_proj.weight"), {d_model, f}, ParamGroup::kDecay);
+  }
+  params_.Declare(kFinalNorm, {d_model}, ParamGroup::kNoDecay);
+  if (!config.tie_word_embeddings) {
+    params_.Declare(kLmHead, {config.vocab_size, d_model}, ParamGroup::kDecay);
+  }
+  params_.Allocate(dtype);
+  inv_freq_ = ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype));
+}
+
+void LlamaModel::InitRandom(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 0.02);
+  for (const ParameterSet::Entry& e : params_.entries()) {
+    std::vector<double> values(static_cast<size_t>(e.value.numel()));
+    for (double& v : values) v = e.group == ParamGroup::kNoDecay ? 1.0 : normal(rng);
+    Tensor value = e.value;
+    reference::FromDoubles(values, value);
+  }
+}
+
+absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
+  const Context ctx = Context::Cpu();
+  for (const ParameterSet::Entry& e : params_.entries()) {
+    const io::SafetensorsEntry* found = checkpoint.Find(e.name);
+    if (found == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          checkpoint.path(), " has no tensor \"", e.name, "\", which a Llama with ",
+          config_.num_layers, " layers needs (is config.json from the same model?)"));
+    }
+    if (found->shape != e.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint.path(), ": tensor \"", e.name, "\" has shape ",
+                       ShapeToString(found->shape), " but the config implies ",
+                       ShapeToString(e.shape)));
+    }
+    KELVIN_ASSIGN_OR_RETURN(const Tensor loaded, checkpoint.Read(e.name, dtype_));
+    Tensor value = e.value;
+    CopyTensor(ctx, loaded, value);
+  }
+  for (const std::string& name : checkpoint.TensorNames()) {
+    if (!(name == kLmHead && config_.tie_word_embeddings) &&
+        std::none_of(params_.entries().begin(), params_.entries().end(),
+                     [&](const ParameterSet::Entry& e) { return e.name == name; })) {
+      KLOG(WARNING) << checkpoint.path() << ": ignoring tensor \"" << name
+                    << "\", which Kelvin's Llama does not use";
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::ExportHf(const std::string& directory) const {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create export directory ", directory, ": ", error.message()));
+  }
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const ParameterSet::Entry& e : params_.entries()) {
+    Tensor f32 = Tensor::Empty(e.shape, DType::kF32);
+    ops::Cast(Context::Cpu(), e.value, f32);
+    tensors.emplace_back(e.name, f32);
+  }
+  KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors));
+  const std::string config_path = directory + "/config.json";
+  std::ofstream out(config_path);
+  out << LlamaConfigToHfJson(config_);
+  if (!out) return absl::DataLossError(absl::StrCat("cannot write ", config_path));
+  return absl::OkStatus();
+}
+
+void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
+  if (batch == batch_ && seq == seq_) return;
+  batch_ = batch;
+  seq_ = seq;
+  const int64_t n = batch * seq, d_model = config_.hidden_size, f = config_.intermediate_size;
+  const int64_t h = config_.num_attention_heads, g = config_.num_key_value_heads,
+                d = config_.head_dim;
+  const DType acc = AccumDType(dtype_);
+  auto act = [&](const Shape& shape, DType dtype) { return Tensor::Empty(shape, dtype); };
+  tokens_ = act({n}, DType::kI32);
+  positions_ = act({n}, DType::kI32);
+  layers_.assign(static_cast<size_t>(config_.num_layers), {});
+  for (LlamaLayerActivations& a : layers_) {
+    a = {act({n, d_model}, dtype_), act({n, d_model}, dtype_), act({n}, acc),
+         act({n, h, d}, dtype_),    act({n, g, d}, dtype_),    act({n, g, d}, dtype_),
+         act({n, h, d}, dtype_),    act({n, h}, acc),           act({n, d_model}, dtype_),
+         act({n, d_model}, dtype_), act({n}, acc),              act({n, f}, dtype_),
+         act({n, f}, dtype_),       act({n, f}, dtype_)};
+  }
+  x_final_ = act({n, d_model}, dtype_);
+  h_final_ = act({n, d_model}, dtype_);
+  rstd_final_ = act({n}, acc);
+  logits_ = act({n, config_.vocab_size}, dtype_);
+  dx_ = act({n, d_model}, dtype_);
+  dh_ = act({n, d_model}, dtype_);
+  d_proj_ = act({n, d_model}, dtype_);
+  dq_ = act({n, h, d}, dtype_);
+  dattn_ = act({n, h, d}, dtype_);
+  dk_ = act({n, g, d}, dtype_);
+  dv_ = act({n, g, d}, dtype_);
+  dgate_ = act({n, f}, dtype_);
+  dup_ = act({n, f}, dtype_);
+  dact_ = act({n, f}, dtype_);
+}
+
+const Tensor& LlamaModel::LmHead() {
+  return params_.value(config_.tie_word_embeddings ? kEmbed : kLmHead);
+}
+
+Tensor& LlamaModel::LmHeadGrad() {
+  return params_.grad(config_.tie_word_embeddings ? kEmbed : kLmHead);
+}
+
+Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions) {
+  KELVIN_CHECK(tokens.ndim() == 2 && positions.shape() == tokens.shape())
+      << "Forward takes tokens and positions [B, T], got " << tokens.ToString() << " and "
+      << positions.ToString();
+  AllocateActivations(tokens.dim(0), tokens.dim(1));
+  CopyTensor(ctx, tokens.View({-1}), tokens_);
+  CopyTensor(ctx, positions.View({-1}), positions_);
+  ops::EmbeddingForward(ctx, tokens_, params_.value(kEmbed), 0, layers_[0].x);
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    Tensor& out = l + 1 < config_.num_layers ? layers_[l + 1].x : x_final_;
+    LayerForward(ctx, l, layers_[l].x, out);
+  }
+  ops::RmsNormForward(ctx, x_final_, params_.value(kFinalNorm), config_.rms_norm_eps, h_final_,
+                      rstd_final_);
+  Linear(ctx, h_final_, LmHead(), logits_);
+  return logits_;
+}
+
+void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x_in,
+                              Tensor& x_out) {
+  LlamaLayerActivations& a = layers_[layer];
+  auto w = [&](std::string_view suffix) -> const Tensor& {
+    return params_.value(LayerParam(layer, suffix));
+  };
+  const int64_t n = x_in.dim(0);
+  ops::RmsNormForward(ctx, x_in, w("input_layernorm.weight"), config_.rms_norm_eps, a.h_attn,
+                      a.rstd_attn);
+  Tensor q = a.q.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
+  Linear(ctx, a.h_attn, w("self_attn.q_proj.weight"), q);
+  Linear(ctx, a.h_attn, w("self_attn.k_proj.weight"), k);
+  Linear(ctx, a.h_attn, w("self_attn.v_proj.weight"), v);
+  ops::RopeForward(ctx, a.q, positions_, inv_freq_, a.q);
+  ops::RopeForward(ctx, a.k, positions_, inv_freq_, a.k);
+  ops::AttentionForward(ctx, {batch_, seq_}, a.q, a.k, a.v, positions_, a.attn, a.lse);
+  Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), d_proj_);
+  ops::Add(ctx, x_in, d_proj_, a.x_mid);
+  ops::RmsNormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), config_.rms_norm_eps,
+                      a.h_mlp, a.rstd_mlp);
+  Linear(ctx, a.h_mlp, w("mlp.gate_proj.weight"), a.gate);
+  Linear(ctx, a.h_mlp, w("mlp.up_proj.weight"), a.up);
+  ops::SwiGluForward(ctx, a.gate, a.up, a.act);
+  Linear(ctx, a.act, w("mlp.down_proj.weight"), d_proj_);
+  ops::Add(ctx, a.x_mid, d_proj_, x_out);
+}
+
+void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
+  KELVIN_CHECK(dlogits.shape() == logits_.shape())
+      << "Backward needs dlogits " << ShapeToString(logits_.shape()) << ", got "
+      << dlogits.ToString();
+  LinearBackward(ctx, dlogits, h_final_, LmHead(), dh_, false, LmHeadGrad());
+  ops::RmsNormBackward(ctx, dh_, x_final_, params_.value(kFinalNorm), rstd_final_, dx_,
+                       params_.grad(kFinalNorm));
+  for (int64_t l = config_.num_layers - 1; l >= 0; --l) LayerBackward(ctx, l, dx_);
+  ops::EmbeddingBackward(ctx, tokens_, dx_, 0, params_.grad(kEmbed));
+}
+
+void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
+  LlamaLayerActivations& a = layers_[layer];
+  auto w = [&](std::string_view suffix) -> const Tensor& {
+    return params_.value(LayerParam(layer, suffix));
+  };
+  auto dw = [&](std::string_view suffix) -> Tensor& {
+    return params_.grad(LayerParam(layer, suffix));
+  };
+  const int64_t n = dx.dim(0);
+  // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
+  LinearBackward(ctx, dx, a.act, w("mlp.down_proj.weight"), dact_, false,
+                 dw("mlp.down_proj.weight"));
+  ops::SwiGluBackward(ctx, dact_, a.gate, a.up, dgate_, dup_);
+  LinearBackward(ctx, dgate_, a.h_mlp, w("mlp.gate_proj.weight"), dh_, false,
+                 dw("mlp.gate_proj.weight"));
+  LinearBackward(ctx, dup_, a.h_mlp, w("mlp.up_proj.weight"), dh_, true, dw("mlp.up_proj.weight"));
+  ops::RmsNormBackward(ctx, dh_, a.x_mid, w("post_attention_layernorm.weight"), a.rstd_mlp,
+                       d_proj_, dw("post_attention_layernorm.weight"));
+  ops::Add(ctx, dx, d_proj_, dx);  // dx now holds d x_mid
+  // Attention: x_mid = x + o_proj(Attention(RoPE(q(h)), RoPE(k(h)), v(h))), h = RMSNorm(x).
+  Tensor dattn = dattn_.View({n, -1});
+  LinearBackward(ctx, dx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), dattn, false,
+                 dw("self_attn.o_proj.weight"));
+  ops::AttentionBackward(ctx, {batch_, seq_}, dattn_, a.q, a.k, a.v, positions_, a.attn, a.lse,
+                         dq_, dk_, dv_);
+  ops::RopeBackward(ctx, dq_, positions_, inv_freq_, dq_);
+  ops::RopeBackward(ctx, dk_, positions_, inv_freq_, dk_);
+  LinearBackward(ctx, dq_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
+                 dw("self_attn.q_proj.weight"));
+  LinearBackward(ctx, dk_.View({n, -1}), a.h_attn, w("self_attn.k_proj.weight"), dh_, true,
+                 dw("self_attn.k_proj.weight"));
+  LinearBackward(ctx, dv_.View({n, -1}), a.h_attn, w("self_attn.v_proj.weight"), dh_, true,
+                 dw("self_attn.v_proj.weight"));
+  ops::RmsNormBackward(ctx, dh_, a.x, w("input_layernorm.weight"), a.rstd_attn, d_proj_,
+                       dw("input_layernorm.weight"));
+  ops::Add(ctx, dx, d_proj_, dx);  // dx now holds d x (the layer input)
+}
+
+}  // namespace kelvin::models
