@@ -1,0 +1,166 @@
+// Llama model properties beyond HF parity: gradient accumulation equals the big batch (f64),
+// export then import is bit-identical, and config/checkpoint errors are clear.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/io/hf_checkpoint.h"
+#include "core/ops/cross_entropy.h"
+#include "core/optim/adamw_optimizer.h"
+#include "models/llama/llama_model.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
+
+namespace kelvin {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+models::LlamaConfig TinyConfig() {
+  models::LlamaConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 50;
+  c.max_position_embeddings = 64;
+  c.rope.theta = 10000.0;
+  c.rope.llama3_scaling = true;
+  c.rope.original_max_position = 8;
+  return c;
+}
+
+// Positions 0..T-1 for every row.
+Tensor Arange(int64_t rows, int64_t t) {
+  Tensor p = Tensor::Empty({rows, t}, DType::kI32);
+  for (int64_t i = 0; i < rows * t; ++i) p.data<int32_t>()[i] = static_cast<int32_t>(i % t);
+  return p;
+}
+
+// Runs forward/backward on rows [begin, end) with the loss normalised by the whole batch's
+// number of labelled tokens, as the trainer does for each micro-batch.
+void AccumulateRows(models::LlamaModel& model, const Tensor& tokens, const Tensor& labels,
+                    int64_t begin, int64_t end, int64_t labelled) {
+  const Context ctx = Context::Cpu();
+  const Tensor rows = tokens.Slice(begin, end);
+  Tensor& logits = model.Forward(ctx, rows, Arange(end - begin, tokens.dim(1)));
+  Tensor loss = Tensor::Empty({logits.dim(0)}, DType::kF64);
+  ops::SoftmaxCrossEntropy(ctx, logits, labels.Slice(begin, end).View({-1}),
+                           1.0 / static_cast<double>(labelled), loss);
+  model.Backward(ctx, logits);
+}
+
+TEST(LlamaModel, FourMicroBatchesOfTwoEqualOneBatchOfEight) {
+  const int64_t b = 8, t = 6;
+  const Tensor tokens = testing::RandomInts({b, t}, DType::kI32, 1, 0, 49);
+  Tensor labels = testing::RandomInts({b, t}, DType::kI32, 2, 0, 49);
+  for (int64_t i = 0; i < b * t; i += 5) labels.data<int32_t>()[i] = ops::kIgnoreIndex;
+  const int64_t labelled = ops::CountNonIgnored(Context::Cpu(), labels.View({-1}));
+
+  models::LlamaModel whole(TinyConfig(), DType::kF64), split(TinyConfig(), DType::kF64);
+  whole.InitRandom(7);
+  split.InitRandom(7);
+  AccumulateRows(whole, tokens, labels, 0, b, labelled);
+  for (int64_t m = 0; m < 4; ++m) AccumulateRows(split, tokens, labels, 2 * m, 2 * m + 2, labelled);
+  for (size_t i = 0; i < whole.parameters().entries().size(); ++i) {
+    const auto& e = whole.parameters().entries()[i];
+    EXPECT_TRUE(testing::AllClose(split.parameters().entries()[i].grad, e.grad, 1e-12,
+                                  "accumulated grad of " + e.name));
+  }
+  const Context ctx = Context::Cpu();
+  AdamWOptimizer opt_whole(whole.parameters(), {}), opt_split(split.parameters(), {});
+  opt_whole.Step(ctx, 1e-2);
+  opt_split.Step(ctx, 1e-2);
+  for (ParamGroup g : {ParamGroup::kDecay, ParamGroup::kNoDecay}) {
+    EXPECT_TRUE(testing::AllClose(split.parameters().values(g), whole.parameters().values(g),
+                                  1e-12, "parameters after the update"));
+  }
+}
+
+TEST(LlamaModel, ExportThenImportIsBitIdentical) {
+  models::LlamaModel model(TinyConfig(), DType::kF32);
+  model.InitRandom(3);
+  const std::string dir = ::testing::TempDir() + "/kelvin_export_roundtrip";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(model.ExportHf(dir).ok());
+  absl::StatusOr<models::LlamaConfig> config = models::LlamaConfigFromHfDirectory(dir);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->num_key_value_heads, 2);
+  EXPECT_TRUE(config->rope.llama3_scaling);
+  models::LlamaModel imported(*config, DType::kF32);
+  absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
+  ASSERT_TRUE(imported.LoadHfCheckpoint(*checkpoint).ok());
+  for (size_t i = 0; i < model.parameters().entries().size(); ++i) {
+    const auto& e = model.parameters().entries()[i];
+    EXPECT_TRUE(testing::BitIdentical(imported.parameters().entries()[i].value, e.value, e.name));
+  }
+}
+
+TEST(LlamaConfig, HfJsonErrorsNameTheFieldAndValue) {
+  auto parse = [](const std::string& text) {
+    return models::LlamaConfigFromHfJson(text, "m/config.json").status();
+  };
+  EXPECT_THAT(Message(parse("{")), HasSubstr("m/config.json: not a JSON object"));
+  EXPECT_THAT(Message(parse(R"({"hidden_size": 64})")),
+              HasSubstr("m/config.json: required field \"intermediate_size\" is missing"));
+  EXPECT_THAT(Message(parse(R"({"hidden_size": "64"})")),
+              HasSubstr("field \"hidden_size\" is \"64\", expected an integer"));
+  EXPECT_THAT(Message(parse(R"({"model_type": "mistral"})")),
+              HasSubstr("model_type = mistral is not supported"));
+  EXPECT_THAT(Message(parse(R"({"attention_bias": true})")),
+              HasSubstr("attention_bias = true is not supported"));
+}
+
+TEST(LlamaConfig, ValidationListsEveryProblem) {
+  models::LlamaConfig c = TinyConfig();
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 6;
+  c.head_dim = 7;
+  const absl::Status status = models::ValidateLlamaConfig(c);
+  EXPECT_THAT(Message(status),
+              HasSubstr("model.num_key_value_heads=6 does not divide num_attention_heads=32"));
+  EXPECT_THAT(Message(status), HasSubstr("model.head_dim=7: must be even"));
+  EXPECT_TRUE(models::ValidateLlamaConfig(TinyConfig()).ok());
+  for (const std::string& preset : models::LlamaPresetNames()) {
+    absl::StatusOr<models::LlamaConfig> p = models::LlamaPreset(preset);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(models::ValidateLlamaConfig(*p).ok()) << preset;
+  }
+  EXPECT_THAT(Message(models::LlamaPreset("llama2").status()),
+              HasSubstr("model.preset=\"llama2\" is not a preset; known presets: llama3-8b"));
+  // The 8B preset's parameter count is Llama-3-8B's: 8,030,261,248.
+  EXPECT_EQ(models::LlamaPreset("llama3-8b")->NumParameters(), 8030261248);
+}
+
+TEST(LlamaModel, MissingOrMisshapenCheckpointTensorsAreClearErrors) {
+  models::LlamaModel model(TinyConfig(), DType::kF32);
+  model.InitRandom(1);
+  const std::string dir = ::testing::TempDir() + "/kelvin_bad_checkpoint";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(model.ExportHf(dir).ok());
+  models::LlamaConfig bigger = TinyConfig();
+  bigger.num_layers = 3;
+  models::LlamaModel three_layers(bigger, DType::kF32);
+  absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok());
+  EXPECT_THAT(Message(three_layers.LoadHfCheckpoint(*checkpoint)),
+              HasSubstr("has no tensor \"model.layers.2.input_layernorm.weight\""));
+  models::LlamaConfig wider = TinyConfig();
+  wider.intermediate_size = 64;
+  models::LlamaModel wide(wider, DType::kF32);
+  EXPECT_THAT(Message(wide.LoadHfCheckpoint(*checkpoint)),
+              HasSubstr("tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [48, 32] but "
+                        "the config implies [64, 32]"));
+  EXPECT_THAT(Message(models::LlamaConfigFromHfDirectory(dir + "/nowhere").status()),
+              HasSubstr("cannot read " + dir + "/nowhere/config.json"));
+}
+
+}  // namespace
+}  // namespace kelvin
