@@ -1,0 +1,82 @@
+// The flat token file: raw little-endian token ids (see token_file.h).
+#include "core/data/token_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "core/data/file_mapping.h"
+
+namespace kelvin::data {
+
+absl::StatusOr<TokenType> FlatTokenTypeFromPath(const std::string& path) {
+  for (const char* suffix : {".i32", ".int32"}) {
+    if (absl::EndsWith(path, suffix)) return TokenType::kInt32;
+  }
+  for (const char* suffix : {".u16", ".uint16"}) {
+    if (absl::EndsWith(path, suffix)) return TokenType::kUInt16;
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "token file '%s': cannot tell the token type from the name; end it in .i32 (int32 tokens) "
+      "or .u16 (uint16 tokens), or give the type explicitly",
+      path));
+}
+
+absl::StatusOr<TokenCorpus> OpenTokenFile(const std::string& path, TokenType type) {
+  KELVIN_ASSIGN_OR_RETURN(FileMapping file, FileMapping::Open(path, "token file"));
+  const size_t token_bytes = TokenTypeSize(type);
+  if (file.size() % token_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "token file '%s' is %d bytes, not a whole number of %d-byte %s tokens: truncated, or "
+        "written with another token type",
+        path, file.size(), token_bytes, TokenTypeName(type)));
+  }
+  const auto num_tokens = static_cast<int64_t>(file.size() / token_bytes);
+  return TokenCorpus(std::move(file), type, {0, num_tokens});
+}
+
+absl::StatusOr<TokenCorpus> OpenTokenFile(const std::string& path) {
+  KELVIN_ASSIGN_OR_RETURN(const TokenType type, FlatTokenTypeFromPath(path));
+  return OpenTokenFile(path, type);
+}
+
+absl::Status WriteTokenFile(const std::string& path, std::span<const int32_t> tokens,
+                            TokenType type) {
+  std::vector<uint8_t> bytes;  // [N * token bytes]
+  if (type == TokenType::kInt32) {
+    bytes.resize(tokens.size() * sizeof(int32_t));
+    if (!tokens.empty()) std::memcpy(bytes.data(), tokens.data(), bytes.size());
+  } else if (type == TokenType::kUInt16) {
+    bytes.resize(tokens.size() * sizeof(uint16_t));
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0 || tokens[i] > std::numeric_limits<uint16_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "token file '%s': token %d at position %d does not fit uint16; write int32 (.i32)",
+            path, tokens[i], i));
+      }
+      const auto value = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(bytes.data() + 2 * i, &value, 2);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "token file '%s': flat token files are int32 or uint16, not %s", path,
+        TokenTypeName(type)));
+  }
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"),
+                                                             &std::fclose);
+  if (file == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size() ||
+      std::fflush(file.get()) != 0) {
+    return absl::InternalError(absl::StrFormat("cannot write token file '%s': %s", path,
+                                               std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::data

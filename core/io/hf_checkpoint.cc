@@ -1,0 +1,251 @@
+// HfCheckpoint: resolves a checkpoint directory to its shards (single file or index), checks that
+// the index and the shards agree, and routes reads; WriteHfCheckpoint shards as huggingface_hub's
+// split_state_dict_into_shards_factory does.
+#include "core/io/hf_checkpoint.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status.h"
+
+namespace kelvin::io {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr absl::string_view kRedownload =
+    "; the checkpoint is incomplete or inconsistent: download or save it again";
+
+bool IsShardFileName(const std::string& name) {
+  static const std::regex kShard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  return std::regex_match(name, kShard);
+}
+
+// The shard file names of the index's weight_map, validated: tensor name -> shard file.
+absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const std::string& index_path) {
+  KELVIN_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::Open(index_path));
+  const std::string_view text(file.data(), file.size());
+  KELVIN_ASSIGN_OR_RETURN(const Json index,
+                          internal::ParseJsonRejectingDuplicates(text, index_path, "key"));
+  const auto invalid = [&index_path](absl::string_view detail) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        index_path, ": ", detail,
+        "; expected {\"metadata\": {\"total_size\": N}, \"weight_map\": {tensor name: shard "
+        "file}}: save the checkpoint again"));
+  };
+  if (!index.is_object()) return invalid(absl::StrCat("the index is a JSON ", index.type_name()));
+  const auto weight_map = index.find("weight_map");
+  if (weight_map == index.end()) return invalid("missing \"weight_map\"");
+  if (!weight_map->is_object() || weight_map->empty()) {
+    return invalid("\"weight_map\" must be a non-empty object");
+  }
+  if (const auto metadata = index.find("metadata");
+      metadata != index.end() && !metadata->is_object()) {
+    return invalid("\"metadata\" must be an object");
+  }
+  std::map<std::string, std::string> shard_of;
+  for (const auto& [name, shard] : weight_map->items()) {
+    if (!shard.is_string()) {
+      return invalid(absl::StrCat("\"weight_map\" value of \"", name, "\" must be a file name, "
+                                  "found ",
+                                  shard.dump(-1, ' ', false, Json::error_handler_t::replace)));
+    }
+    const fs::path relative(shard.get<std::string>());
+    bool escapes = relative.empty() || relative.is_absolute();
+    for (const fs::path& part : relative) escapes = escapes || part == "..";
+    if (escapes) {
+      return invalid(absl::StrCat("tensor \"", name, "\" is mapped to \"", relative.string(),
+                                  "\", which is not a file inside the checkpoint directory"));
+    }
+    shard_of[name] = relative.string();
+  }
+  return shard_of;
+}
+
+}  // namespace
+
+absl::StatusOr<HfCheckpoint> HfCheckpoint::Open(const std::string& path) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!fs::exists(status)) {
+    return absl::NotFoundError(absl::StrCat(
+        path, ": no such checkpoint directory; pass the folder of a Hugging Face checkpoint (the "
+              "one with config.json and model*.safetensors)"));
+  }
+  const auto open_single_file = [&path](const std::string& file_path)
+      -> absl::StatusOr<HfCheckpoint> {
+    KELVIN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(file_path));
+    std::map<std::string, size_t, std::less<>> shard_of;
+    for (const SafetensorsEntry& entry : file.entries()) shard_of[entry.name] = 0;
+    std::vector<SafetensorsFile> shards;
+    shards.push_back(std::move(file));
+    return HfCheckpoint(path, std::move(shards), std::move(shard_of));
+  };
+  if (!fs::is_directory(status)) return open_single_file(path);
+
+  const fs::path directory(path);
+  const fs::path single = directory / kHfSingleFileName;
+  if (fs::exists(single, error)) return open_single_file(single.string());
+  const std::string index_path = (directory / kHfIndexFileName).string();
+  if (!fs::exists(index_path, error)) {
+    return absl::NotFoundError(absl::StrCat(
+        path, ": has neither ", std::string(kHfSingleFileName), " nor ", std::string(kHfIndexFileName),
+        "; pass a Hugging Face checkpoint saved as safetensors (re-save .bin checkpoints with "
+        "save_pretrained(..., safe_serialization=True))"));
+  }
+
+  KELVIN_ASSIGN_OR_RETURN(const auto shard_file_of, ReadWeightMap(index_path));
+  std::map<std::string, size_t> shard_index;  // shard file -> index in `shards`
+  std::vector<SafetensorsFile> shards;
+  std::map<std::string, size_t, std::less<>> shard_of;
+  for (const auto& [name, shard_file] : shard_file_of) {
+    auto [it, inserted] = shard_index.try_emplace(shard_file, shards.size());
+    if (inserted) {
+      const std::string shard_path = (directory / shard_file).string();
+      absl::StatusOr<SafetensorsFile> shard = SafetensorsFile::Open(shard_path);
+      if (absl::IsNotFound(shard.status())) {
+        return absl::NotFoundError(absl::StrCat(index_path, ": tensor \"", name,
+                                                "\" is in shard ", shard_file, ", but ",
+                                                shard_path, " does not exist", kRedownload));
+      }
+      if (!shard.ok()) return shard.status();
+      shards.push_back(std::move(*shard));
+    }
+    const SafetensorsFile& shard = shards[it->second];
+    if (shard.Find(name) == nullptr) {
+      return absl::DataLossError(absl::StrCat(index_path, ": tensor \"", name, "\" is in shard ",
+                                              shard_file, " by the index, but ", shard.path(),
+                                              " does not hold it", kRedownload));
+    }
+    shard_of.emplace(name, it->second);
+  }
+  for (const SafetensorsFile& shard : shards) {
+    for (const SafetensorsEntry& entry : shard.entries()) {
+      const auto it = shard_of.find(entry.name);
+      if (it == shard_of.end() || &shards[it->second] != &shard) {
+        return absl::DataLossError(absl::StrCat(shard.path(), ": holds tensor \"", entry.name,
+                                                "\", which the index ", index_path,
+                                                " does not place in this shard", kRedownload));
+      }
+    }
+  }
+  return HfCheckpoint(path, std::move(shards), std::move(shard_of));
+}
+
+std::vector<std::string> HfCheckpoint::TensorNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, shard] : shard_of_) names.push_back(name);
+  return names;
+}
+
+absl::StatusOr<const SafetensorsFile*> HfCheckpoint::ShardOf(std::string_view name) const {
+  const auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) return internal::TensorNotFound(path_, name, TensorNames());
+  return &shards_[it->second];
+}
+
+const SafetensorsEntry* HfCheckpoint::Find(std::string_view name) const {
+  const absl::StatusOr<const SafetensorsFile*> shard = ShardOf(name);
+  return shard.ok() ? (*shard)->Find(name) : nullptr;
+}
+
+absl::StatusOr<Tensor> HfCheckpoint::Read(std::string_view name, std::optional<DType> as) const {
+  KELVIN_ASSIGN_OR_RETURN(const SafetensorsFile* shard, ShardOf(name));
+  return shard->Read(name, as);
+}
+
+absl::StatusOr<Tensor> HfCheckpoint::ReadSlice(std::string_view name, int axis, int64_t begin,
+                                               int64_t end, std::optional<DType> as) const {
+  KELVIN_ASSIGN_OR_RETURN(const SafetensorsFile* shard, ShardOf(name));
+  return shard->ReadSlice(name, axis, begin, end, as);
+}
+
+absl::Status WriteHfCheckpoint(const std::string& directory,
+                               const std::vector<std::pair<std::string, Tensor>>& tensors,
+                               size_t max_shard_bytes) {
+  const auto invalid = [&directory](absl::string_view detail) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write checkpoint ", directory, ": ", detail));
+  };
+  if (max_shard_bytes == 0) return invalid("max_shard_bytes is 0; pass a positive shard size");
+  std::set<std::string_view> names;
+  for (const auto& [name, tensor] : tensors) {
+    if (!names.insert(name).second) {
+      return invalid(absl::StrCat("tensor name \"", name, "\" appears twice"));
+    }
+  }
+
+  // Greedy filling in order, as huggingface_hub: a tensor that would overflow the current shard
+  // starts a new one; a tensor larger than the limit gets a shard of its own.
+  using Shard = std::vector<std::pair<std::string, Tensor>>;
+  std::vector<Shard> shards;
+  Shard current;
+  size_t current_bytes = 0;
+  size_t total_bytes = 0;
+  for (const auto& named : tensors) {
+    const size_t bytes = named.second.defined() ? named.second.nbytes() : 0;
+    total_bytes += bytes;
+    if (bytes > max_shard_bytes) {
+      shards.push_back({named});
+      continue;
+    }
+    if (current_bytes + bytes > max_shard_bytes && !current.empty()) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(named);
+    current_bytes += bytes;
+  }
+  if (!current.empty() || shards.empty()) shards.push_back(std::move(current));
+
+  std::error_code error;
+  fs::create_directories(directory, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create checkpoint directory ",
+                                                    directory, " (", error.message(), ")"));
+  }
+  const std::map<std::string, std::string> shard_metadata = {{"format", "pt"}};
+  std::set<std::string> written;
+  if (shards.size() == 1) {
+    const std::string file_name(kHfSingleFileName);
+    KELVIN_RETURN_IF_ERROR(
+        WriteSafetensors((fs::path(directory) / file_name).string(), shards[0], shard_metadata));
+    written.insert(file_name);
+  } else {
+    Json weight_map = Json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string file_name =
+          absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+      KELVIN_RETURN_IF_ERROR(
+          WriteSafetensors((fs::path(directory) / file_name).string(), shards[i], shard_metadata));
+      for (const auto& [name, tensor] : shards[i]) weight_map[name] = file_name;
+      written.insert(file_name);
+    }
+    const Json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    const std::string text = index.dump(2) + "\n";  // as transformers: indent 2, sorted keys
+    const std::string file_name(kHfIndexFileName);
+    KELVIN_RETURN_IF_ERROR(internal::WriteFileAtomically(
+        (fs::path(directory) / file_name).string(), {text}));
+    written.insert(file_name);
+  }
+
+  // Files of an earlier layout would shadow or contradict the new one (model.safetensors wins
+  // over an index when loading).
+  for (fs::directory_iterator it(directory, error); !error && it != fs::directory_iterator();
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const bool checkpoint_file =
+        name == kHfSingleFileName || name == kHfIndexFileName || IsShardFileName(name);
+    std::error_code ignored;  // a stale file that cannot be removed is no reason to fail
+    if (checkpoint_file && !written.contains(name)) fs::remove(it->path(), ignored);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::io

@@ -1,0 +1,62 @@
+// Hugging Face checkpoint directories: model.safetensors, or model.safetensors.index.json
+// ({"metadata": {"total_size": N}, "weight_map": {tensor name: shard file}}) with its shards
+// model-00001-of-0000N.safetensors ..., read as one set of tensors and written as save_pretrained
+// does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/io/safetensors.h"
+
+namespace kelvin::io {
+
+inline constexpr std::string_view kHfSingleFileName = "model.safetensors";
+inline constexpr std::string_view kHfIndexFileName = "model.safetensors.index.json";
+
+class HfCheckpoint {  // movable, not copyable
+ public:
+  // Opens (and validates) every shard once. `path` is the checkpoint directory or one
+  // .safetensors file. With both a single file and an index present, the single file wins, as in
+  // transformers. The index must list exactly the tensors its shards hold.
+  static absl::StatusOr<HfCheckpoint> Open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> TensorNames() const;  // sorted
+  const SafetensorsEntry* Find(std::string_view name) const;  // nullptr if absent
+  // As SafetensorsFile::Read / ReadSlice, from the shard holding `name`.
+  absl::StatusOr<Tensor> Read(std::string_view name, std::optional<DType> as = std::nullopt) const;
+  absl::StatusOr<Tensor> ReadSlice(std::string_view name, int axis, int64_t begin, int64_t end,
+                                   std::optional<DType> as = std::nullopt) const;
+
+ private:
+  HfCheckpoint(std::string path, std::vector<SafetensorsFile> shards,
+               std::map<std::string, size_t, std::less<>> shard_of)
+      : path_(std::move(path)), shards_(std::move(shards)), shard_of_(std::move(shard_of)) {}
+  absl::StatusOr<const SafetensorsFile*> ShardOf(std::string_view name) const;
+
+  std::string path_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, size_t, std::less<>> shard_of_;  // tensor name -> index in shards_
+};
+
+// Writes `tensors` into `directory` (created if missing) as save_pretrained does: model.safetensors
+// when their bytes fit in max_shard_bytes, else shards of at most max_shard_bytes of tensor data
+// (a larger tensor gets a shard of its own), filled in the given order and named
+// model-00001-of-0000N.safetensors, plus model.safetensors.index.json. Each file is written
+// atomically with {"format": "pt"} metadata; files of an earlier checkpoint layout in the
+// directory (other shards, index or single file) are removed afterwards.
+absl::Status WriteHfCheckpoint(const std::string& directory,
+                               const std::vector<std::pair<std::string, Tensor>>& tensors,
+                               size_t max_shard_bytes = size_t{5} << 30);
+
+}  // namespace kelvin::io
