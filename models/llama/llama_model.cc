@@ -12,7 +12,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
-#include "core/ops/reference/values.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
@@ -72,10 +72,12 @@ void LlamaModel::InitRandom(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 0.02);
   for (const ParameterSet::Entry& e : params_.entries()) {
-    std::vector<double> values(static_cast<size_t>(e.value.numel()));
-    for (double& v : values) v = e.group == ParamGroup::kNoDecay ? 1.0 : normal(rng);
-    Tensor value = e.value;
-    reference::FromDoubles(values, value);
+    ops::DispatchCpuFloat(e.value.dtype(), "InitRandom", [&]<typename T>() {
+      T* value = e.value.data<T>();
+      for (int64_t i = 0; i < e.value.numel(); ++i) {
+        value[i] = static_cast<T>(e.group == ParamGroup::kNoDecay ? 1.0 : normal(rng));
+      }
+    });
   }
 }
 

@@ -1,0 +1,118 @@
+// Model and data construction from the job config.
+#include "launcher/job_setup.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/data/mmap_indexed_dataset.h"
+#include "core/data/passkey_task.h"
+#include "core/data/sampler.h"
+#include "core/data/token_file.h"
+#include "core/io/hf_checkpoint.h"
+
+namespace kelvin::launcher {
+namespace {
+
+// Evaluation samples come from another seed, so they are never trained on.
+constexpr uint64_t kEvalSeedOffset = 0x5eed5eed5eedULL;
+
+void ApplyArchitectureOverrides(const config::Architecture& a, models::LlamaConfig& c) {
+  if (a.has_hidden_size()) c.hidden_size = a.hidden_size();
+  if (a.has_intermediate_size()) c.intermediate_size = a.intermediate_size();
+  if (a.has_num_layers()) c.num_layers = a.num_layers();
+  if (a.has_num_attention_heads()) c.num_attention_heads = a.num_attention_heads();
+  if (a.has_num_key_value_heads()) c.num_key_value_heads = a.num_key_value_heads();
+  if (a.has_vocab_size()) c.vocab_size = a.vocab_size();
+  if (a.has_max_position_embeddings()) c.max_position_embeddings = a.max_position_embeddings();
+  if (a.has_rope_theta()) c.rope.theta = a.rope_theta();
+  if (a.has_rms_norm_eps()) c.rms_norm_eps = a.rms_norm_eps();
+  if (a.has_tie_word_embeddings()) c.tie_word_embeddings = a.tie_word_embeddings();
+  if (a.has_hidden_size() || a.has_num_attention_heads()) {
+    c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  }
+  if (a.has_rope_scaling()) {
+    const config::RopeScaling& s = a.rope_scaling();
+    c.rope.llama3_scaling = s.rope_type() == "llama3";
+    if (s.has_factor()) c.rope.factor = s.factor();
+    if (s.has_low_freq_factor()) c.rope.low_freq_factor = s.low_freq_factor();
+    if (s.has_high_freq_factor()) c.rope.high_freq_factor = s.high_freq_factor();
+    if (s.has_original_max_position_embeddings()) {
+      c.rope.original_max_position = s.original_max_position_embeddings();
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::ModelConfig& model) {
+  models::LlamaConfig arch;
+  if (model.has_hf_dir()) {
+    KELVIN_ASSIGN_OR_RETURN(arch, models::LlamaConfigFromHfDirectory(model.hf_dir()));
+  } else {
+    KELVIN_ASSIGN_OR_RETURN(arch, models::LlamaPreset(model.preset()));
+  }
+  ApplyArchitectureOverrides(model.architecture(), arch);
+  KELVIN_RETURN_IF_ERROR(models::ValidateLlamaConfig(arch));
+  return arch;
+}
+
+absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(const config::JobConfig& job,
+                                                               const models::LlamaConfig& arch) {
+  if (job.model().precision() == config::ModelConfig::BF16) {
+    return absl::UnimplementedError(
+        "model.precision=BF16 needs the CUDA training path, which Kelvin does not have yet; use "
+        "AUTO or FP32 (CPU training runs in f32)");
+  }
+  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32);
+  if (job.model().has_hf_dir()) {
+    KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
+                            io::HfCheckpoint::Open(job.model().hf_dir()));
+    KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(checkpoint));
+  } else {
+    model->InitRandom(job.training().seed());
+  }
+  return model;
+}
+
+absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
+                                             const models::LlamaConfig& arch) {
+  const config::DataConfig& data = job.data();
+  const config::TrainingConfig& training = job.training();
+  DataSources sources;
+  if (data.has_passkey()) {
+    if (arch.vocab_size < data::kByteVocabSize) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.passkey uses a byte vocabulary of ", data::kByteVocabSize,
+          " tokens, but the model's vocab_size is ", arch.vocab_size,
+          ": use model.preset=\"tiny\" or set model.architecture.vocab_size >= ",
+          data::kByteVocabSize));
+    }
+    data::PasskeyOptions options{training.seq_length(), training.micro_batch_size(),
+                                 training.seed()};
+    KELVIN_ASSIGN_OR_RETURN(sources.train, data::PasskeyTask::Create(options));
+    if (training.eval_interval() > 0) {
+      options.seed += kEvalSeedOffset;
+      KELVIN_ASSIGN_OR_RETURN(sources.eval, data::PasskeyTask::Create(options));
+    }
+    sources.passkey = true;
+    return sources;
+  }
+  if (training.eval_interval() > 0) {
+    return absl::UnimplementedError(
+        "training.eval_interval > 0 needs a held-out split, which Kelvin has only for "
+        "data.passkey so far; set training.eval_interval: 0 for corpus data");
+  }
+  absl::StatusOr<data::TokenCorpus> opened =
+      data.has_megatron()
+          ? data::OpenMegatronDataset(data.megatron().path_prefix())
+          : data::OpenTokenFile(data.token_file().path(),
+                                data.token_file().dtype() == config::TokenFile::UINT16
+                                    ? data::TokenType::kUInt16
+                                    : data::TokenType::kInt32);
+  if (!opened.ok()) return opened.status();
+  auto corpus = std::make_shared<const data::TokenCorpus>(std::move(opened).value());
+  const data::SamplerOptions options{training.seq_length(), training.micro_batch_size(),
+                                     arch.vocab_size, training.seed(), data.document_masking()};
+  KELVIN_ASSIGN_OR_RETURN(sources.train, data::CorpusSampler::Create(corpus, options));
+  return sources;
+}
+
+}  // namespace kelvin::launcher

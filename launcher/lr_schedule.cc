@@ -1,0 +1,22 @@
+// Warmup + constant/cosine learning-rate schedule.
+#include "launcher/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace kelvin::launcher {
+
+double LearningRateAt(const config::LrScheduleConfig& schedule, double base_lr,
+                      int64_t total_steps, int64_t step) {
+  const int64_t warmup = schedule.warmup_steps();
+  if (step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (schedule.type() == config::LrScheduleConfig::CONSTANT) return base_lr;
+  const int64_t decay_end = schedule.has_decay_steps() ? schedule.decay_steps() : total_steps;
+  const double min_lr = base_lr * schedule.min_lr_ratio();
+  const double span = static_cast<double>(std::max<int64_t>(decay_end - warmup, 1));
+  const double progress = std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
+  return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace kelvin::launcher

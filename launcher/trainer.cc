@@ -1,0 +1,224 @@
+// The single-process training loop.
+#include "launcher/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/data/passkey_task.h"
+#include "core/logging.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/grad_norm.h"
+#include "launcher/lr_schedule.h"
+
+namespace kelvin::launcher {
+namespace {
+
+// Features the schema describes that this build does not run yet: refuse them up front rather
+// than train without them.
+absl::Status CheckSupported(const config::JobConfig& job) {
+  const config::ParallelConfig& p = job.parallel();
+  if (p.tensor_parallel() > 1 || p.pipeline_parallel() > 1 || p.context_parallel() > 1 ||
+      p.data_parallel() > 1 || p.sequence_parallel() || p.distributed_optimizer()) {
+    return absl::UnimplementedError(
+        "parallel: this build trains on one process only; set tensor_parallel, "
+        "pipeline_parallel, context_parallel and data_parallel to 1");
+  }
+  if (job.model().ssa().enabled()) {
+    return absl::UnimplementedError(
+        "model.ssa.enabled=true: the SSA operator is not in this build yet; set it to false");
+  }
+  if (job.training().device() == config::TrainingConfig::CUDA) {
+    return absl::UnimplementedError(
+        "training.device=CUDA: Kelvin trains on the CPU only so far; use AUTO or CPU");
+  }
+  if (!job.checkpoint().dir().empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "checkpoint.dir=\"", job.checkpoint().dir(),
+        "\": checkpoint saving and resume are not in this build yet; remove the checkpoint "
+        "section (use training.export_hf_dir to keep the final weights)"));
+  }
+  if (!job.logging().tensorboard_dir().empty()) {
+    return absl::UnimplementedError(
+        "logging.tensorboard_dir: TensorBoard output is not in this build yet; remove it");
+  }
+  if (job.model().recompute_attention() || job.model().recompute_mlp()) {
+    return absl::UnimplementedError(
+        "model.recompute_attention/recompute_mlp: activation recompute is not in this build yet");
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatDuration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+// Argmax over the vocabulary of every row: logits [N, V] -> predictions [N] i32.
+Tensor ArgmaxRows(const Tensor& logits) {
+  const int64_t n = logits.dim(0), v = logits.dim(1);
+  Tensor predictions = Tensor::Empty({n}, DType::kI32);
+  const float* x = logits.data<float>();
+  for (int64_t row = 0; row < n; ++row) {
+    const float* r = x + row * v;
+    predictions.data<int32_t>()[row] = static_cast<int32_t>(std::max_element(r, r + v) - r);
+  }
+  return predictions;
+}
+
+double Sum(const Tensor& values) {
+  double sum = 0;
+  for (int64_t i = 0; i < values.numel(); ++i) sum += values.data<float>()[i];
+  return sum;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job) {
+  KELVIN_RETURN_IF_ERROR(CheckSupported(job));
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                          ResolveModelArchitecture(job.model()));
+  if (job.training().seq_length() > arch.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.seq_length=", job.training().seq_length(),
+        " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
+  }
+  std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
+  KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch));
+  KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
+  const config::OptimizerConfig& opt = job.optimizer();
+  trainer->optimizer_ = std::make_unique<AdamWOptimizer>(
+      trainer->model_->parameters(),
+      AdamWSettings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
+                    job.model().ssa().temperature_lr_scale()});
+  return trainer;
+}
+
+Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
+    : job_(job), arch_(arch) {
+  const config::TrainingConfig& t = job.training();
+  micro_batches_ = t.gradient_accumulation_steps() > 0
+                       ? t.gradient_accumulation_steps()
+                       : std::max<int64_t>(t.global_batch_size() / t.micro_batch_size(), 1);
+  if (t.threads() > 0) omp_set_num_threads(t.threads());
+}
+
+absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
+  const Context ctx = Context::Cpu();
+  // The whole global batch first: its labelled-token count normalises every micro-batch's loss,
+  // so accumulating M micro-batches gives exactly the gradient of the one big batch.
+  std::vector<data::Batch> batches;
+  int64_t labelled = 0;
+  for (int64_t m = 0; m < micro_batches_; ++m) {
+    KELVIN_ASSIGN_OR_RETURN(data::Batch batch, data_.train->BatchAt({step, m, micro_batches_, 0, 1}));
+    labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
+    batches.push_back(std::move(batch));
+  }
+  StepStats stats{step, 0, 0, 0, 0};
+  ParameterSet& params = model_->parameters();
+  params.ZeroGrads();
+  if (labelled == 0) {
+    KLOG_RANK0(WARNING) << "step " << step << " has no labelled token; no update";
+    return stats;
+  }
+  for (const data::Batch& batch : batches) {
+    Tensor& logits = model_->Forward(ctx, batch.tokens, batch.positions);
+    Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
+    ops::SoftmaxCrossEntropy(ctx, logits, batch.labels.View({-1}),
+                             1.0 / static_cast<double>(labelled), token_loss);
+    stats.loss += Sum(token_loss);
+    stats.tokens += batch.tokens.numel();
+    model_->Backward(ctx, logits);
+  }
+  stats.loss /= static_cast<double>(labelled);
+  if (!std::isfinite(stats.loss)) {
+    return absl::InternalError(absl::StrCat(
+        "the loss became ", stats.loss, " at step ", step,
+        ": training diverged; lower optimizer.lr (now ", job_.optimizer().lr(),
+        ") or raise lr_schedule.warmup_steps"));
+  }
+  std::vector<Tensor> grads;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    if (params.grads(static_cast<ParamGroup>(g)).defined()) {
+      grads.push_back(params.grads(static_cast<ParamGroup>(g)));
+    }
+  }
+  const double clip = job_.optimizer().grad_clip_norm();
+  stats.grad_norm = clip > 0 ? ops::ClipByGlobalNorm(ctx, grads, clip)
+                             : ops::GlobalL2Norm(ctx, grads);
+  stats.lr = LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(),
+                            step);
+  optimizer_->Step(ctx, stats.lr);
+  return stats;
+}
+
+absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
+  const Context ctx = Context::Cpu();
+  EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
+  int64_t labelled = 0, rows = 0, retrieved = 0;
+  for (int64_t i = 0; i < job_.training().eval_steps(); ++i) {
+    KELVIN_ASSIGN_OR_RETURN(const data::Batch batch, data_.eval->BatchAt({i, 0, 1, 0, 1}));
+    const Tensor& logits = model_->Forward(ctx, batch.tokens, batch.positions);
+    Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
+    Tensor lse = Tensor::Empty({logits.dim(0)}, DType::kF32);         // [N]
+    ops::CrossEntropyForward(ctx, logits, batch.labels.View({-1}), token_loss, lse);
+    stats.loss += Sum(token_loss);
+    labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
+    if (data_.passkey) {
+      retrieved += data::CountRetrieved(batch, ArgmaxRows(logits).View(batch.tokens.shape()));
+      rows += batch.rows();
+    }
+  }
+  stats.loss /= static_cast<double>(std::max<int64_t>(labelled, 1));
+  if (data_.passkey) stats.retrieval_accuracy = static_cast<double>(retrieved) / rows;
+  return stats;
+}
+
+absl::Status Trainer::Run() {
+  const config::TrainingConfig& t = job_.training();
+  KLOG_RANK0(INFO) << "model: " << arch_.num_layers << " layers, hidden " << arch_.hidden_size
+                   << ", " << arch_.num_attention_heads << "/" << arch_.num_key_value_heads
+                   << " heads, vocab " << arch_.vocab_size << ", "
+                   << model_->parameters().NumElements() << " parameters (f32, CPU, "
+                   << omp_get_max_threads() << " threads)";
+  KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of "
+                   << t.micro_batch_size() << " x " << t.seq_length() << " tokens per step";
+  const auto start = std::chrono::steady_clock::now();
+  int64_t tokens = 0;
+  for (int64_t step = 0; step < t.steps(); ++step) {
+    KELVIN_ASSIGN_OR_RETURN(const StepStats stats, TrainStep(step));
+    history_.push_back(stats);
+    tokens += stats.tokens;
+    const bool last = step + 1 == t.steps();
+    if ((step + 1) % job_.logging().log_interval() == 0 || last) {
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double eta = elapsed / static_cast<double>(step + 1) * (t.steps() - step - 1);
+      KLOG_RANK0(INFO) << absl::StrFormat(
+          "step %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | ETA %s", step + 1,
+          t.steps(), stats.loss, stats.lr, stats.grad_norm, tokens / elapsed, FormatDuration(eta));
+    }
+    if (data_.eval != nullptr && ((step + 1) % t.eval_interval() == 0 || last)) {
+      KELVIN_ASSIGN_OR_RETURN(const EvalStats eval, Evaluate(step + 1));
+      evaluations_.push_back(eval);
+      KLOG_RANK0(INFO) << absl::StrFormat("eval at step %d | loss %.4f", step + 1, eval.loss)
+                       << (eval.retrieval_accuracy >= 0
+                               ? absl::StrFormat(" | passkey retrieval %.1f%%",
+                                                 100 * eval.retrieval_accuracy)
+                               : "");
+    }
+  }
+  if (!t.export_hf_dir().empty()) {
+    KELVIN_RETURN_IF_ERROR(model_->ExportHf(t.export_hf_dir()));
+    KLOG_RANK0(INFO) << "exported the trained model to " << t.export_hf_dir()
+                     << " (Hugging Face format)";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::launcher

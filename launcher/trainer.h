@@ -1,0 +1,56 @@
+// Trainer: the training loop of `kelvin train`, one process on the CPU. Read top to bottom in
+// trainer.cc: per step, the micro-batches of the global batch run forward and backward with the
+// loss normalised by the step's labelled tokens, gradients are clipped, the learning rate comes
+// from the schedule, AdamW steps; progress lines, periodic evaluation, export at the end.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "configs/kelvin.pb.h"
+#include "core/optim/adamw_optimizer.h"
+#include "launcher/job_setup.h"
+
+namespace kelvin::launcher {
+
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0;       // mean over the step's labelled tokens
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  int64_t tokens = 0;    // tokens processed (all positions, labelled or not)
+};
+
+struct EvalStats {
+  int64_t step = 0;
+  double loss = 0;
+  double retrieval_accuracy = -1;  // passkey rows with all digits right; -1 when not passkey
+};
+
+class Trainer {
+ public:
+  // Resolves the model and data; fails with a clear message on anything this build cannot run.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::JobConfig& job);
+
+  absl::Status Run();
+  absl::StatusOr<StepStats> TrainStep(int64_t step);
+  absl::StatusOr<EvalStats> Evaluate(int64_t step);
+
+  const std::vector<StepStats>& history() const { return history_; }
+  const std::vector<EvalStats>& evaluations() const { return evaluations_; }
+  models::LlamaModel& model() { return *model_; }
+
+ private:
+  Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);
+
+  config::JobConfig job_;
+  models::LlamaConfig arch_;
+  std::unique_ptr<models::LlamaModel> model_;
+  DataSources data_;
+  std::unique_ptr<AdamWOptimizer> optimizer_;
+  int64_t micro_batches_ = 1;  // per step (gradient accumulation)
+  std::vector<StepStats> history_;
+  std::vector<EvalStats> evaluations_;
+};
+
+}  // namespace kelvin::launcher
