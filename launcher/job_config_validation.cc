@@ -1,0 +1,507 @@
+// Semantic checks of a JobConfig, one function per section, every problem collected so that the
+// user fixes a job in one pass. Non-finite numbers and unknown enum numbers are caught generically
+// by walking the message; the per-section rules then skip non-finite values.
+#include "launcher/job_config_validation.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "launcher/job_config.h"
+
+namespace kelvin::launcher {
+namespace {
+
+namespace pb = ::google::protobuf;
+
+class Problems {
+ public:
+  template <typename... Parts>
+  void Add(const Parts&... parts) {
+    lines_.push_back(absl::StrCat(parts...));
+  }
+
+  absl::Status ToStatus() const {
+    if (lines_.empty()) return absl::OkStatus();
+    if (lines_.size() == 1) return absl::InvalidArgumentError("invalid job config: " + lines_[0]);
+    return absl::InvalidArgumentError(absl::StrCat("invalid job config (", lines_.size(),
+                                                   " problems):\n  ",
+                                                   absl::StrJoin(lines_, "\n  ")));
+  }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+// Rules shared by many fields. Non-finite doubles were reported by CheckNumbersAndEnums.
+void AtLeast(Problems& problems, const std::string& path, int64_t value, int64_t minimum) {
+  if (value < minimum) problems.Add(path, "=", value, ": must be >= ", minimum);
+}
+
+void Positive(Problems& problems, const std::string& path, double value) {
+  if (std::isfinite(value) && !(value > 0)) problems.Add(path, "=", value, ": must be > 0");
+}
+
+void NonNegative(Problems& problems, const std::string& path, double value) {
+  if (std::isfinite(value) && value < 0) problems.Add(path, "=", value, ": must be >= 0");
+}
+
+// lo <= value < hi (or <= hi when `hi_inclusive`).
+void InRange(Problems& problems, const std::string& path, double value, double lo, double hi,
+             bool hi_inclusive) {
+  if (!std::isfinite(value)) return;
+  if (value < lo || value > hi || (!hi_inclusive && value == hi)) {
+    problems.Add(path, "=", value, ": must be in [", lo, ", ", hi, hi_inclusive ? "]" : ")");
+  }
+}
+
+std::optional<int64_t> CheckedProduct(int64_t a, int64_t b) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) return std::nullopt;
+  return product;
+}
+
+// Every double of the job is finite, every enum holds a named value (proto3 enums accept any
+// number in text format).
+void CheckNumbersAndEnums(const pb::Message& message, const std::string& path,
+                          Problems& problems) {
+  const pb::Reflection& reflection = *message.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);
+  for (const pb::FieldDescriptor* field : fields) {
+    if (field->is_repeated()) continue;  // the schema has none
+    const std::string field_path = path.empty() ? field->name() : path + "." + field->name();
+    switch (field->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        CheckNumbersAndEnums(reflection.GetMessage(message, field), field_path, problems);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: {
+        const double value = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE
+                                 ? reflection.GetDouble(message, field)
+                                 : reflection.GetFloat(message, field);
+        if (!std::isfinite(value)) problems.Add(field_path, "=", value, ": must be a finite number");
+        break;
+      }
+      case pb::FieldDescriptor::CPPTYPE_ENUM: {
+        const int number = reflection.GetEnumValue(message, field);
+        if (field->enum_type()->FindValueByNumber(number) == nullptr) {
+          std::vector<std::string> names;
+          for (int i = 0; i < field->enum_type()->value_count(); ++i) {
+            names.push_back(field->enum_type()->value(i)->name());
+          }
+          problems.Add(field_path, "=", number, ": not a value of ", field->enum_type()->name(),
+                       "; use one of ", absl::StrJoin(names, ", "));
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+void CheckName(const config::JobConfig& job, Problems& problems) {
+  if (job.name().empty()) {
+    problems.Add("name is empty: set name (letters, digits, '.', '_', '-')");
+    return;
+  }
+  const bool plain = std::all_of(job.name().begin(), job.name().end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+  if (!plain) {
+    problems.Add("name=\"", job.name(),
+                 "\": use only letters, digits, '.', '_' and '-' (it names files and SLURM jobs)");
+  }
+}
+
+void CheckRopeScaling(const config::RopeScaling& rope, Problems& problems) {
+  const std::string path = "model.architecture.rope_scaling";
+  if (rope.rope_type() == "default") {
+    if (rope.has_factor() || rope.has_low_freq_factor() || rope.has_high_freq_factor() ||
+        rope.has_original_max_position_embeddings()) {
+      problems.Add(path, ": factor, low_freq_factor, high_freq_factor and "
+                         "original_max_position_embeddings apply to rope_type \"llama3\" only");
+    }
+    return;
+  }
+  if (rope.rope_type() != "llama3") {
+    problems.Add(path, ".rope_type=\"", rope.rope_type(), "\": must be \"default\" or \"llama3\"");
+    return;
+  }
+  if (!rope.has_factor() || !rope.has_low_freq_factor() || !rope.has_high_freq_factor() ||
+      !rope.has_original_max_position_embeddings()) {
+    problems.Add(path, ": rope_type \"llama3\" needs factor, low_freq_factor, high_freq_factor "
+                       "and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)");
+    return;
+  }
+  if (std::isfinite(rope.factor()) && rope.factor() < 1) {
+    problems.Add(path, ".factor=", rope.factor(), ": must be >= 1");
+  }
+  Positive(problems, path + ".low_freq_factor", rope.low_freq_factor());
+  if (std::isfinite(rope.low_freq_factor()) && std::isfinite(rope.high_freq_factor()) &&
+      !(rope.high_freq_factor() > rope.low_freq_factor())) {
+    problems.Add(path, ": high_freq_factor=", rope.high_freq_factor(),
+                 " must be > low_freq_factor=", rope.low_freq_factor());
+  }
+  AtLeast(problems, path + ".original_max_position_embeddings",
+          rope.original_max_position_embeddings(), 1);
+}
+
+void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
+  const std::string path = "model.architecture.";
+  const auto at_least_one = [&](bool set, std::string_view name, int64_t value) {
+    if (set) AtLeast(problems, path + std::string(name), value, 1);
+  };
+  at_least_one(arch.has_hidden_size(), "hidden_size", arch.hidden_size());
+  at_least_one(arch.has_intermediate_size(), "intermediate_size", arch.intermediate_size());
+  at_least_one(arch.has_num_layers(), "num_layers", arch.num_layers());
+  at_least_one(arch.has_num_attention_heads(), "num_attention_heads", arch.num_attention_heads());
+  at_least_one(arch.has_num_key_value_heads(), "num_key_value_heads", arch.num_key_value_heads());
+  at_least_one(arch.has_vocab_size(), "vocab_size", arch.vocab_size());
+  at_least_one(arch.has_max_position_embeddings(), "max_position_embeddings",
+               arch.max_position_embeddings());
+  if (arch.has_rope_theta()) Positive(problems, path + "rope_theta", arch.rope_theta());
+  if (arch.has_rms_norm_eps()) Positive(problems, path + "rms_norm_eps", arch.rms_norm_eps());
+
+  const int64_t heads = arch.num_attention_heads();
+  if (arch.has_num_key_value_heads() && arch.has_num_attention_heads() && heads >= 1 &&
+      arch.num_key_value_heads() >= 1 && heads % arch.num_key_value_heads() != 0) {
+    problems.Add(path, "num_key_value_heads=", arch.num_key_value_heads(),
+                 " does not divide num_attention_heads=", heads);
+  }
+  if (arch.has_hidden_size() && arch.has_num_attention_heads() && heads >= 1 &&
+      arch.hidden_size() >= 1) {
+    if (arch.hidden_size() % heads != 0) {
+      problems.Add(path, "num_attention_heads=", heads, " does not divide hidden_size=",
+                   arch.hidden_size());
+    } else if ((arch.hidden_size() / heads) % 2 != 0) {
+      problems.Add(path, "hidden_size=", arch.hidden_size(), " / num_attention_heads=", heads,
+                   " gives head dim ", arch.hidden_size() / heads, ": RoPE needs an even one");
+    }
+  }
+  if (arch.has_rope_scaling()) CheckRopeScaling(arch.rope_scaling(), problems);
+}
+
+void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
+  if (ssa.has_temperature_clamp()) {
+    const config::TemperatureClamp& clamp = ssa.temperature_clamp();
+    const std::string path = "model.ssa.temperature_clamp";
+    if (!clamp.has_lo() || !clamp.has_hi()) {
+      problems.Add(path, ": set both lo and hi (e.g. lo: 0.9 hi: 1.1), or remove it for no clamp");
+    } else {
+      Positive(problems, path + ".lo", clamp.lo());
+      if (std::isfinite(clamp.lo()) && std::isfinite(clamp.hi()) && !(clamp.lo() < clamp.hi())) {
+        problems.Add(path, ": lo=", clamp.lo(), " must be < hi=", clamp.hi());
+      }
+    }
+  }
+  NonNegative(problems, "model.ssa.temperature_lr_scale", ssa.temperature_lr_scale());
+  if (!ssa.enabled()) return;
+  const bool query_varies =
+      ssa.query_temperature() && (ssa.token_aware() || ssa.position_aware());
+  const bool value_varies = ssa.value_temperature() && ssa.token_aware();
+  if (!query_varies && !value_varies) {
+    const auto flag = [](bool on) { return on ? "true" : "false"; };
+    problems.Add("model.ssa.enabled=true, but query_temperature=", flag(ssa.query_temperature()),
+                 " value_temperature=", flag(ssa.value_temperature()),
+                 " token_aware=", flag(ssa.token_aware()),
+                 " position_aware=", flag(ssa.position_aware()),
+                 " keep every temperature at 1 (vanilla attention): turn a temperature on, or set "
+                 "model.ssa.enabled=false");
+  }
+}
+
+void CheckModel(const config::JobConfig& job, Problems& problems) {
+  const config::ModelConfig& model = job.model();
+  const std::vector<std::string>& presets = KnownModelPresets();
+  switch (model.source_case()) {
+    case config::ModelConfig::SOURCE_NOT_SET:
+      problems.Add("model: no model source: set model.preset (one of ",
+                   absl::StrJoin(presets, ", "),
+                   ") or model.hf_dir (a Hugging Face model directory)");
+      break;
+    case config::ModelConfig::kPreset:
+      if (std::find(presets.begin(), presets.end(), model.preset()) == presets.end()) {
+        const std::string closest = ClosestName(model.preset(), presets);
+        problems.Add("model.preset=\"", model.preset(), "\": unknown preset",
+                     closest.empty() ? "" : absl::StrCat(" (did you mean \"", closest, "\"?)"),
+                     "; known presets: ", absl::StrJoin(presets, ", "));
+      }
+      break;
+    case config::ModelConfig::kHfDir:
+      if (model.hf_dir().empty()) {
+        problems.Add("model.hf_dir is empty: give a Hugging Face model directory "
+                     "(config.json + *.safetensors)");
+      }
+      break;
+  }
+  if (model.has_architecture()) CheckArchitecture(model.architecture(), problems);
+  CheckSsa(model.ssa(), problems);
+}
+
+void CheckData(const config::JobConfig& job, Problems& problems) {
+  const config::DataConfig& data = job.data();
+  switch (data.source_case()) {
+    case config::DataConfig::SOURCE_NOT_SET:
+      problems.Add("data: no data source: set one of data.megatron, data.token_file, "
+                   "data.passkey");
+      break;
+    case config::DataConfig::kMegatron: {
+      const std::string& prefix = data.megatron().path_prefix();
+      if (prefix.empty()) {
+        problems.Add("data.megatron.path_prefix is empty: give the dataset path without "
+                     ".bin/.idx");
+      } else if (absl::EndsWith(prefix, ".bin") || absl::EndsWith(prefix, ".idx")) {
+        problems.Add("data.megatron.path_prefix=\"", prefix, "\": drop the extension (\"",
+                     prefix.substr(0, prefix.size() - 4), "\"): the prefix names both .bin and "
+                     ".idx");
+      }
+      break;
+    }
+    case config::DataConfig::kTokenFile: {
+      const config::TokenFile& file = data.token_file();
+      if (file.path().empty()) problems.Add("data.token_file.path is empty: give the token file");
+      if (file.has_document_separator_token()) {
+        AtLeast(problems, "data.token_file.document_separator_token",
+                file.document_separator_token(), 0);
+      } else if (data.document_masking()) {
+        problems.Add("data.document_masking needs data.token_file.document_separator_token "
+                     "(the token id that ends each document)");
+      }
+      break;
+    }
+    case config::DataConfig::kPasskey: {
+      const config::PasskeyTask& passkey = data.passkey();
+      InRange(problems, "data.passkey.min_depth", passkey.min_depth(), 0, 1, true);
+      InRange(problems, "data.passkey.max_depth", passkey.max_depth(), 0, 1, true);
+      if (passkey.min_depth() > passkey.max_depth()) {
+        problems.Add("data.passkey: min_depth=", passkey.min_depth(),
+                     " must be <= max_depth=", passkey.max_depth());
+      }
+      AtLeast(problems, "data.passkey.passkey_digits", passkey.passkey_digits(), 1);
+      if (data.eval_fraction() != 0) {
+        problems.Add("data.eval_fraction=", data.eval_fraction(),
+                     ": the passkey task evaluates on fresh samples; remove eval_fraction");
+      }
+      break;
+    }
+  }
+  InRange(problems, "data.eval_fraction", data.eval_fraction(), 0, 1, false);
+  const bool has_held_out_source = data.has_megatron() || data.has_token_file();
+  if (job.training().eval_interval() > 0 && has_held_out_source && data.eval_fraction() == 0) {
+    problems.Add("training.eval_interval=", job.training().eval_interval(),
+                 " needs held-out data: set data.eval_fraction (e.g. 0.01)");
+  }
+}
+
+void CheckOptimizer(const config::OptimizerConfig& optimizer, Problems& problems) {
+  Positive(problems, "optimizer.lr", optimizer.lr());
+  InRange(problems, "optimizer.beta1", optimizer.beta1(), 0, 1, false);
+  InRange(problems, "optimizer.beta2", optimizer.beta2(), 0, 1, false);
+  Positive(problems, "optimizer.eps", optimizer.eps());
+  NonNegative(problems, "optimizer.weight_decay", optimizer.weight_decay());
+  NonNegative(problems, "optimizer.grad_clip_norm", optimizer.grad_clip_norm());
+}
+
+void CheckLrSchedule(const config::JobConfig& job, Problems& problems) {
+  const config::LrScheduleConfig& schedule = job.lr_schedule();
+  const int64_t steps = job.training().steps();
+  AtLeast(problems, "lr_schedule.warmup_steps", schedule.warmup_steps(), 0);
+  InRange(problems, "lr_schedule.min_lr_ratio", schedule.min_lr_ratio(), 0, 1, true);
+  const bool warmup_fits = steps < 1 || schedule.warmup_steps() <= steps;
+  if (!warmup_fits) {
+    problems.Add("lr_schedule.warmup_steps=", schedule.warmup_steps(),
+                 " exceeds training.steps=", steps);
+  }
+  if (schedule.type() == config::LrScheduleConfig::COSINE && warmup_fits &&
+      schedule.decay_steps() <= schedule.warmup_steps()) {
+    problems.Add("lr_schedule.decay_steps=", schedule.decay_steps(),
+                 " must be > warmup_steps=", schedule.warmup_steps(), " for COSINE");
+  }
+}
+
+void CheckTraining(const config::JobConfig& job, Problems& problems) {
+  const config::TrainingConfig& training = job.training();
+  AtLeast(problems, "training.steps", training.steps(), 1);
+  AtLeast(problems, "training.micro_batch_size", training.micro_batch_size(), 1);
+  AtLeast(problems, "training.global_batch_size", training.global_batch_size(), 1);
+  AtLeast(problems, "training.gradient_accumulation_steps",
+          training.gradient_accumulation_steps(), 0);
+  AtLeast(problems, "training.seq_length", training.seq_length(), 1);
+  AtLeast(problems, "training.eval_interval", training.eval_interval(), 0);
+  AtLeast(problems, "training.eval_steps", training.eval_steps(), 1);
+  AtLeast(problems, "training.threads", training.threads(), 0);
+  const config::Architecture& arch = job.model().architecture();
+  if (arch.has_max_position_embeddings() && training.seq_length() > arch.max_position_embeddings()) {
+    problems.Add("training.seq_length=", training.seq_length(),
+                 " exceeds model.architecture.max_position_embeddings=",
+                 arch.max_position_embeddings());
+  }
+
+  const int64_t micro = training.micro_batch_size();
+  const int64_t global = training.global_batch_size();
+  const int64_t accumulation = training.gradient_accumulation_steps();
+  const int64_t data_parallel = job.parallel().data_parallel();
+  if (micro < 1 || global < 1 || accumulation < 0 || data_parallel < 0) return;
+  if (global % micro != 0) {
+    problems.Add("training.global_batch_size=", global, " is not a multiple of micro_batch_size=",
+                 micro);
+    return;
+  }
+  const std::optional<int64_t> per_rank =
+      CheckedProduct(micro, accumulation > 0 ? accumulation : 1);
+  if (accumulation > 0 && (!per_rank || global % *per_rank != 0)) {
+    problems.Add("training.global_batch_size=", global,
+                 " is not a multiple of micro_batch_size * gradient_accumulation_steps = ", micro,
+                 " * ", accumulation);
+    return;
+  }
+  if (data_parallel == 0 || !per_rank) return;
+  const std::optional<int64_t> per_step = CheckedProduct(*per_rank, data_parallel);
+  if (accumulation > 0 && per_step != global) {
+    problems.Add("training.global_batch_size=", global,
+                 " must equal micro_batch_size * gradient_accumulation_steps * "
+                 "parallel.data_parallel = ",
+                 micro, " * ", accumulation, " * ", data_parallel);
+  } else if (accumulation == 0 && (!per_step || global % *per_step != 0)) {
+    problems.Add("training.global_batch_size=", global,
+                 " is not a multiple of micro_batch_size * parallel.data_parallel = ", micro,
+                 " * ", data_parallel);
+  }
+}
+
+void CheckCheckpoint(const config::CheckpointConfig& checkpoint, Problems& problems) {
+  AtLeast(problems, "checkpoint.interval_steps", checkpoint.interval_steps(), 0);
+  AtLeast(problems, "checkpoint.keep_last", checkpoint.keep_last(), 0);
+  if (!checkpoint.dir().empty()) return;
+  if (checkpoint.interval_steps() > 0) {
+    problems.Add("checkpoint.interval_steps=", checkpoint.interval_steps(),
+                 " needs checkpoint.dir (where to write them)");
+  }
+  if (checkpoint.keep_last() > 0) {
+    problems.Add("checkpoint.keep_last=", checkpoint.keep_last(), " needs checkpoint.dir");
+  }
+  if (checkpoint.resume() == config::CheckpointConfig::REQUIRED) {
+    problems.Add("checkpoint.resume=REQUIRED needs checkpoint.dir (where to resume from)");
+  }
+}
+
+void CheckParallel(const config::JobConfig& job, Problems& problems) {
+  const config::ParallelConfig& parallel = job.parallel();
+  AtLeast(problems, "parallel.tensor_parallel", parallel.tensor_parallel(), 1);
+  AtLeast(problems, "parallel.pipeline_parallel", parallel.pipeline_parallel(), 1);
+  AtLeast(problems, "parallel.virtual_pipeline_stages", parallel.virtual_pipeline_stages(), 1);
+  AtLeast(problems, "parallel.context_parallel", parallel.context_parallel(), 1);
+  AtLeast(problems, "parallel.data_parallel", parallel.data_parallel(), 0);
+  AtLeast(problems, "parallel.collective_timeout_seconds", parallel.collective_timeout_seconds(),
+          1);
+
+  const bool interleaved = parallel.pipeline_schedule() == config::ParallelConfig::INTERLEAVED_1F1B;
+  if (parallel.virtual_pipeline_stages() > 1 && !interleaved) {
+    problems.Add("parallel.virtual_pipeline_stages=", parallel.virtual_pipeline_stages(),
+                 " needs pipeline_schedule INTERLEAVED_1F1B");
+  }
+  if (interleaved) {
+    if (parallel.virtual_pipeline_stages() < 2) {
+      problems.Add("parallel.pipeline_schedule=INTERLEAVED_1F1B needs virtual_pipeline_stages "
+                   ">= 2 (it is ",
+                   parallel.virtual_pipeline_stages(), ")");
+    }
+    if (parallel.pipeline_parallel() < 2) {
+      problems.Add("parallel.pipeline_schedule=INTERLEAVED_1F1B needs pipeline_parallel >= 2 (it "
+                   "is ",
+                   parallel.pipeline_parallel(), ")");
+    }
+    const int64_t accumulation = job.training().gradient_accumulation_steps();
+    if (parallel.pipeline_parallel() >= 2 && accumulation > 0 &&
+        accumulation % parallel.pipeline_parallel() != 0) {
+      problems.Add("training.gradient_accumulation_steps=", accumulation,
+                   " (micro-batches per step) must be a multiple of parallel.pipeline_parallel=",
+                   parallel.pipeline_parallel(), " for INTERLEAVED_1F1B");
+    }
+  }
+  if (parallel.sequence_parallel() && parallel.tensor_parallel() < 2) {
+    problems.Add("parallel.sequence_parallel needs tensor_parallel >= 2 (it is ",
+                 parallel.tensor_parallel(), "): set parallel.sequence_parallel=false");
+  }
+  const int64_t seq_length = job.training().seq_length();
+  const int64_t context = parallel.context_parallel();
+  if (seq_length < 1 || context < 1 || parallel.tensor_parallel() < 1) return;
+  if (context > 1 && seq_length % (2 * context) != 0) {
+    problems.Add("training.seq_length=", seq_length,
+                 " must be a multiple of 2 * parallel.context_parallel = ", 2 * context,
+                 " (ring attention splits each sequence into 2 * context_parallel chunks)");
+  } else if (parallel.sequence_parallel() &&
+             (seq_length / context) % parallel.tensor_parallel() != 0) {
+    problems.Add("training.seq_length=", seq_length, " / context_parallel=", context,
+                 " must be a multiple of parallel.tensor_parallel=", parallel.tensor_parallel(),
+                 " for sequence_parallel");
+  }
+}
+
+int EditDistance(std::string_view a, std::string_view b) {
+  std::vector<int> previous(b.size() + 1), current(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const bool same = absl::ascii_tolower(a[i - 1]) == absl::ascii_tolower(b[j - 1]);
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (same ? 0 : 1)});
+    }
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
+
+}  // namespace
+
+const std::vector<std::string>& KnownModelPresets() {
+  static const std::vector<std::string> presets = {"tiny", "small-25m", "llama3-8b",
+                                                   "llama3.1-8b"};
+  return presets;
+}
+
+std::string ClosestName(std::string_view name, const std::vector<std::string>& candidates) {
+  const int typo_budget = std::max<int>(2, static_cast<int>(name.size()) / 3);
+  std::string best;
+  int best_distance = 0;
+  for (const std::string& candidate : candidates) {
+    const int distance = EditDistance(name, candidate);
+    const absl::string_view typed(name.data(), name.size());
+    const bool prefix = name.size() >= 3 && (absl::StartsWithIgnoreCase(candidate, typed) ||
+                                             absl::StartsWithIgnoreCase(typed, candidate));
+    if ((distance <= typo_budget || prefix) && (best.empty() || distance < best_distance)) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+absl::Status ValidateJobConfig(const config::JobConfig& config) {
+  config::JobConfig job = config;
+  ResolveDefaults(job);
+  Problems problems;
+  CheckNumbersAndEnums(job, "", problems);
+  CheckName(job, problems);
+  CheckModel(job, problems);
+  CheckData(job, problems);
+  CheckOptimizer(job.optimizer(), problems);
+  CheckLrSchedule(job, problems);
+  CheckTraining(job, problems);
+  CheckCheckpoint(job.checkpoint(), problems);
+  AtLeast(problems, "logging.log_interval", job.logging().log_interval(), 1);
+  CheckParallel(job, problems);
+  return problems.ToStatus();
+}
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,243 @@
+// Job-config validation: each semantic rule's message (field path, value, rule) as the only
+// problem of an otherwise valid job, every problem reported at once, and the did-you-mean helper.
+#include "launcher/job_config_validation.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "launcher/job_config.h"
+
+namespace kelvin::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr char kMinimalJob[] = R"pb(
+  name: "minimal"
+  model { preset: "tiny" }
+  data { passkey {} }
+  optimizer { lr: 1e-3 }
+  training { steps: 10 global_batch_size: 4 seq_length: 64 }
+)pb";
+
+// The validation message of the minimal job changed by `overrides` ("" when it is valid).
+std::string ProblemsWith(const std::vector<std::string>& overrides) {
+  absl::StatusOr<config::JobConfig> job = ParseJobConfigText(kMinimalJob, "job.textproto");
+  EXPECT_TRUE(job.ok()) << job.status();
+  for (const std::string& assignment : overrides) {
+    const absl::Status applied = ApplyOverride(assignment, *job);
+    EXPECT_TRUE(applied.ok()) << applied;
+  }
+  return std::string(ValidateJobConfig(*job).message());
+}
+
+TEST(JobConfigValidation, MinimalJobIsValid) { EXPECT_EQ(ProblemsWith({}), ""); }
+
+struct Rule {
+  std::vector<std::string> overrides;
+  std::string message;
+};
+
+TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
+  const std::vector<Rule> rules = {
+      {{"training.micro_batch_size=0"}, "training.micro_batch_size=0: must be >= 1"},
+      {{"training.steps=0"}, "training.steps=0: must be >= 1"},
+      {{"training.seq_length=-5"}, "training.seq_length=-5: must be >= 1"},
+      {{"training.eval_steps=0"}, "training.eval_steps=0: must be >= 1"},
+      {{"training.threads=-1"}, "training.threads=-1: must be >= 0"},
+      {{"optimizer.lr=-0.001"}, "optimizer.lr=-0.001: must be > 0"},
+      {{"optimizer.beta1=-0.1"}, "optimizer.beta1=-0.1: must be in [0, 1)"},
+      {{"optimizer.beta2=1"}, "optimizer.beta2=1: must be in [0, 1)"},
+      {{"optimizer.eps=0"}, "optimizer.eps=0: must be > 0"},
+      {{"optimizer.weight_decay=-1"}, "optimizer.weight_decay=-1: must be >= 0"},
+      {{"optimizer.grad_clip_norm=-2"}, "optimizer.grad_clip_norm=-2: must be >= 0"},
+      {{"training.global_batch_size=10", "training.micro_batch_size=4"},
+       "training.global_batch_size=10 is not a multiple of micro_batch_size=4"},
+      {{"training.gradient_accumulation_steps=3"},
+       "training.global_batch_size=4 is not a multiple of micro_batch_size * "
+       "gradient_accumulation_steps = 1 * 3"},
+      {{"parallel.data_parallel=3"},
+       "training.global_batch_size=4 is not a multiple of micro_batch_size * "
+       "parallel.data_parallel = 1 * 3"},
+      {{"training.gradient_accumulation_steps=2", "parallel.data_parallel=4"},
+       "training.global_batch_size=4 must equal micro_batch_size * gradient_accumulation_steps "
+       "* parallel.data_parallel = 1 * 2 * 4"},
+      {{"model.ssa.temperature_clamp.lo=1.2", "model.ssa.temperature_clamp.hi=1.1"},
+       "model.ssa.temperature_clamp: lo=1.2 must be < hi=1.1"},
+      {{"model.ssa.temperature_clamp.lo=0", "model.ssa.temperature_clamp.hi=1.1"},
+       "model.ssa.temperature_clamp.lo=0: must be > 0"},
+      {{"model.ssa.temperature_clamp.hi=1.1"},
+       "model.ssa.temperature_clamp: set both lo and hi (e.g. lo: 0.9 hi: 1.1)"},
+      {{"model.ssa.temperature_lr_scale=-1"}, "model.ssa.temperature_lr_scale=-1: must be >= 0"},
+      {{"model.ssa.enabled=true", "model.ssa.query_temperature=false",
+        "model.ssa.value_temperature=false"},
+       "model.ssa.enabled=true, but query_temperature=false value_temperature=false "
+       "token_aware=true position_aware=true keep every temperature at 1 (vanilla attention): "
+       "turn a temperature on, or set model.ssa.enabled=false"},
+      {{"model.ssa.enabled=true", "model.ssa.token_aware=false",
+        "model.ssa.position_aware=false"},
+       "model.ssa.enabled=true, but query_temperature=true value_temperature=true "
+       "token_aware=false position_aware=false keep every temperature at 1"},
+      {{"model.architecture.num_attention_heads=32", "model.architecture.num_key_value_heads=6"},
+       "model.architecture.num_key_value_heads=6 does not divide num_attention_heads=32"},
+      {{"model.architecture.hidden_size=100", "model.architecture.num_attention_heads=3"},
+       "model.architecture.num_attention_heads=3 does not divide hidden_size=100"},
+      {{"model.architecture.hidden_size=96", "model.architecture.num_attention_heads=32"},
+       "model.architecture.hidden_size=96 / num_attention_heads=32 gives head dim 3: RoPE needs "
+       "an even one"},
+      {{"model.architecture.num_layers=0"}, "model.architecture.num_layers=0: must be >= 1"},
+      {{"model.architecture.rms_norm_eps=0"}, "model.architecture.rms_norm_eps=0: must be > 0"},
+      {{"model.architecture.max_position_embeddings=32"},
+       "training.seq_length=64 exceeds model.architecture.max_position_embeddings=32"},
+      {{"model.architecture.rope_scaling.rope_type=yarn"},
+       "model.architecture.rope_scaling.rope_type=\"yarn\": must be \"default\" or \"llama3\""},
+      {{"model.architecture.rope_scaling.rope_type=llama3",
+        "model.architecture.rope_scaling.factor=8"},
+       "model.architecture.rope_scaling: rope_type \"llama3\" needs factor, low_freq_factor, "
+       "high_freq_factor and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)"},
+      {{"model.architecture.rope_scaling.factor=8"},
+       "model.architecture.rope_scaling: factor, low_freq_factor, high_freq_factor and "
+       "original_max_position_embeddings apply to rope_type \"llama3\" only"},
+      {{"model.architecture.rope_scaling.rope_type=llama3",
+        "model.architecture.rope_scaling.factor=8",
+        "model.architecture.rope_scaling.low_freq_factor=4",
+        "model.architecture.rope_scaling.high_freq_factor=1",
+        "model.architecture.rope_scaling.original_max_position_embeddings=8192"},
+       "model.architecture.rope_scaling: high_freq_factor=1 must be > low_freq_factor=4"},
+      {{"model.preset=tiney"},
+       "model.preset=\"tiney\": unknown preset (did you mean \"tiny\"?); known presets: tiny, "
+       "small-25m, llama3-8b, llama3.1-8b"},
+      {{"model.hf_dir="}, "model.hf_dir is empty"},
+      {{"data.passkey.min_depth=0.8", "data.passkey.max_depth=0.2"},
+       "data.passkey: min_depth=0.8 must be <= max_depth=0.2"},
+      {{"data.passkey.max_depth=1.5"}, "data.passkey.max_depth=1.5: must be in [0, 1]"},
+      {{"data.passkey.passkey_digits=0"}, "data.passkey.passkey_digits=0: must be >= 1"},
+      {{"data.eval_fraction=0.1"},
+       "data.eval_fraction=0.1: the passkey task evaluates on fresh samples"},
+      {{"data.megatron.path_prefix=/d/corpus.bin"},
+       "data.megatron.path_prefix=\"/d/corpus.bin\": drop the extension (\"/d/corpus\")"},
+      {{"data.megatron.path_prefix="}, "data.megatron.path_prefix is empty"},
+      {{"data.megatron.path_prefix=/d/c", "training.eval_interval=100"},
+       "training.eval_interval=100 needs held-out data: set data.eval_fraction (e.g. 0.01)"},
+      {{"data.megatron.path_prefix=/d/c", "data.eval_fraction=1"},
+       "data.eval_fraction=1: must be in [0, 1)"},
+      {{"data.token_file.path=/d/t.bin", "data.document_masking=true"},
+       "data.document_masking needs data.token_file.document_separator_token"},
+      {{"data.token_file.path="}, "data.token_file.path is empty"},
+      {{"lr_schedule.warmup_steps=20"}, "lr_schedule.warmup_steps=20 exceeds training.steps=10"},
+      {{"lr_schedule.type=COSINE", "lr_schedule.warmup_steps=5", "lr_schedule.decay_steps=5"},
+       "lr_schedule.decay_steps=5 must be > warmup_steps=5 for COSINE"},
+      {{"lr_schedule.min_lr_ratio=2"}, "lr_schedule.min_lr_ratio=2: must be in [0, 1]"},
+      {{"checkpoint.interval_steps=100"}, "checkpoint.interval_steps=100 needs checkpoint.dir"},
+      {{"checkpoint.keep_last=2"}, "checkpoint.keep_last=2 needs checkpoint.dir"},
+      {{"checkpoint.resume=REQUIRED"}, "checkpoint.resume=REQUIRED needs checkpoint.dir"},
+      {{"checkpoint.dir=/c", "checkpoint.keep_last=-1"}, "checkpoint.keep_last=-1: must be >= 0"},
+      {{"logging.log_interval=0"}, "logging.log_interval=0: must be >= 1"},
+      {{"parallel.tensor_parallel=0"}, "parallel.tensor_parallel=0: must be >= 1"},
+      {{"parallel.data_parallel=-2"}, "parallel.data_parallel=-2: must be >= 0"},
+      {{"parallel.collective_timeout_seconds=0"},
+       "parallel.collective_timeout_seconds=0: must be >= 1"},
+      {{"parallel.virtual_pipeline_stages=2"},
+       "parallel.virtual_pipeline_stages=2 needs pipeline_schedule INTERLEAVED_1F1B"},
+      {{"parallel.pipeline_schedule=INTERLEAVED_1F1B", "parallel.pipeline_parallel=2"},
+       "parallel.pipeline_schedule=INTERLEAVED_1F1B needs virtual_pipeline_stages >= 2 (it is 1)"},
+      {{"parallel.pipeline_schedule=INTERLEAVED_1F1B", "parallel.virtual_pipeline_stages=2"},
+       "parallel.pipeline_schedule=INTERLEAVED_1F1B needs pipeline_parallel >= 2 (it is 1)"},
+      {{"parallel.pipeline_schedule=INTERLEAVED_1F1B", "parallel.virtual_pipeline_stages=2",
+        "parallel.pipeline_parallel=4", "training.gradient_accumulation_steps=2",
+        "training.global_batch_size=2"},
+       "training.gradient_accumulation_steps=2 (micro-batches per step) must be a multiple of "
+       "parallel.pipeline_parallel=4 for INTERLEAVED_1F1B"},
+      {{"parallel.sequence_parallel=true"},
+       "parallel.sequence_parallel needs tensor_parallel >= 2 (it is 1): set "
+       "parallel.sequence_parallel=false"},
+      {{"parallel.context_parallel=3"},
+       "training.seq_length=64 must be a multiple of 2 * parallel.context_parallel = 6"},
+      {{"parallel.sequence_parallel=true", "parallel.tensor_parallel=3"},
+       "training.seq_length=64 / context_parallel=1 must be a multiple of "
+       "parallel.tensor_parallel=3 for sequence_parallel"},
+      {{"name=my job"}, "name=\"my job\": use only letters, digits, '.', '_' and '-'"},
+      {{"optimizer.lr=nan"}, "optimizer.lr=nan: must be a finite number"},
+      {{"model.ssa.alpha_init=-inf"}, "model.ssa.alpha_init=-inf: must be a finite number"},
+      {{"training.device=7"}, "training.device=7: not a value of Device; use one of AUTO, CPU, CUDA"},
+  };
+  for (const Rule& rule : rules) {
+    SCOPED_TRACE(testing::PrintToString(rule.overrides));
+    // Exactly one problem: several would read "invalid job config (N problems):".
+    EXPECT_THAT(ProblemsWith(rule.overrides), StartsWith("invalid job config: " + rule.message));
+  }
+}
+
+TEST(JobConfigValidation, NonFiniteNumbersAreReportedOnce) {
+  const std::string message = ProblemsWith({"optimizer.lr=nan"});
+  EXPECT_THAT(message, Not(HasSubstr("must be > 0")));
+}
+
+TEST(JobConfigValidation, MissingSourcesAndRequiredFieldsAllReportedAtOnce) {
+  const std::string message = std::string(ValidateJobConfig(config::JobConfig()).message());
+  EXPECT_THAT(message, HasSubstr("invalid job config (7 problems):\n  "));
+  for (const char* line : {
+           "\n  name is empty",
+           "\n  model: no model source: set model.preset (one of tiny, small-25m, llama3-8b, "
+           "llama3.1-8b) or model.hf_dir (a Hugging Face model directory)",
+           "\n  data: no data source: set one of data.megatron, data.token_file, data.passkey",
+           "\n  optimizer.lr=0: must be > 0",
+           "\n  training.steps=0: must be >= 1",
+           "\n  training.global_batch_size=0: must be >= 1",
+           "\n  training.seq_length=0: must be >= 1",
+       }) {
+    EXPECT_THAT(message, HasSubstr(line));
+  }
+}
+
+TEST(JobConfigValidation, UnrelatedProblemsAllReportedAtOnce) {
+  const std::string message =
+      ProblemsWith({"training.micro_batch_size=0", "optimizer.lr=-0.001",
+                    "checkpoint.interval_steps=5", "parallel.virtual_pipeline_stages=2"});
+  EXPECT_EQ(message,
+            "invalid job config (4 problems):\n"
+            "  optimizer.lr=-0.001: must be > 0\n"
+            "  training.micro_batch_size=0: must be >= 1\n"
+            "  checkpoint.interval_steps=5 needs checkpoint.dir (where to write them)\n"
+            "  parallel.virtual_pipeline_stages=2 needs pipeline_schedule INTERLEAVED_1F1B");
+}
+
+TEST(JobConfigValidation, DisabledSsaIgnoresItsFlags) {
+  EXPECT_EQ(ProblemsWith({"model.ssa.query_temperature=false",
+                          "model.ssa.value_temperature=false"}),
+            "");
+  EXPECT_EQ(ProblemsWith({"model.ssa.enabled=true", "model.ssa.token_aware=false",
+                          "model.ssa.value_temperature=false"}),
+            "");  // position-only query temperature (the paper's ablation)
+}
+
+TEST(JobConfigValidation, ValidLayoutsPass) {
+  EXPECT_EQ(ProblemsWith({"parallel.tensor_parallel=8", "parallel.sequence_parallel=true",
+                          "parallel.context_parallel=4", "training.seq_length=8192",
+                          "parallel.pipeline_parallel=2", "parallel.virtual_pipeline_stages=2",
+                          "parallel.pipeline_schedule=INTERLEAVED_1F1B",
+                          "training.global_batch_size=16", "parallel.data_parallel=2"}),
+            "");
+  EXPECT_EQ(ProblemsWith({"data.token_file.path=/t", "data.token_file.dtype=UINT16",
+                          "data.document_masking=true",
+                          "data.token_file.document_separator_token=0"}),
+            "");
+}
+
+TEST(ClosestName, SuggestsTyposAndPrefixesOnly) {
+  const std::vector<std::string> fields = {"steps", "micro_batch_size", "seq_length", "device"};
+  EXPECT_EQ(ClosestName("step", fields), "steps");
+  EXPECT_EQ(ClosestName("micro_batch", fields), "micro_batch_size");
+  EXPECT_EQ(ClosestName("seqlength", fields), "seq_length");
+  EXPECT_EQ(ClosestName("DEVICE", fields), "device");
+  EXPECT_EQ(ClosestName("learning_rate", fields), "");
+  EXPECT_EQ(ClosestName("x", fields), "");
+}
+
+}  // namespace
+}  // namespace kelvin::launcher
