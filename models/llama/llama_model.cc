@@ -167,6 +167,24 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
   dact_ = act({n, f}, dtype_);
 }
 
+LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
+  auto bytes = [](std::initializer_list<const Tensor*> tensors) {
+    int64_t sum = 0;
+    for (const Tensor* t : tensors) sum += t->defined() ? static_cast<int64_t>(t->nbytes()) : 0;
+    return sum;
+  };
+  BufferBytes b;
+  for (const LlamaLayerActivations& a : layers_) {
+    b.activations += bytes({&a.x, &a.h_attn, &a.rstd_attn, &a.q, &a.k, &a.v, &a.attn, &a.lse,
+                            &a.x_mid, &a.h_mlp, &a.rstd_mlp, &a.gate, &a.up, &a.act});
+  }
+  b.activations += bytes({&x_final_, &h_final_, &rstd_final_, &tokens_, &positions_});
+  b.logits = bytes({&logits_});
+  b.backward_scratch = bytes({&dx_, &dh_, &d_proj_, &dq_, &dattn_, &dk_, &dv_, &dgate_, &dup_,
+                              &dact_});
+  return b;
+}
+
 const Tensor& LlamaModel::LmHead() {
   return params_.value(config_.tie_word_embeddings ? kEmbed : kLmHead);
 }

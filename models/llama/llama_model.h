@@ -53,6 +53,13 @@ class LlamaModel {
   // dlogits [B*T, V] (usually the logits buffer itself) -> parameter gradients (+=).
   void Backward(const Context& ctx, const Tensor& dlogits);
 
+  // Bytes of the buffers allocated for the current micro-batch shape, by the memory plan's
+  // categories (what PlanLlamaMemory predicts): activations, logits, backward scratch.
+  struct BufferBytes {
+    int64_t activations = 0, logits = 0, backward_scratch = 0;
+  };
+  BufferBytes AllocatedBufferBytes() const;
+
   // HF names of the parameters of layer `layer` (for tests and sharding).
   static std::string LayerParam(int64_t layer, std::string_view suffix);
 
