@@ -13,6 +13,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/grad_norm.h"
 #include "launcher/lr_schedule.h"
+#include "models/llama/memory_plan.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -188,6 +189,9 @@ absl::Status Trainer::Run() {
                    << omp_get_max_threads() << " threads)";
   KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of "
                    << t.micro_batch_size() << " x " << t.seq_length() << " tokens per step";
+  KLOG_RANK0(INFO) << "memory plan: "
+                   << models::PlanLlamaMemory(arch_, {t.micro_batch_size(), t.seq_length()})
+                          .ToString();
   const auto start = std::chrono::steady_clock::now();
   int64_t tokens = 0;
   for (int64_t step = 0; step < t.steps(); ++step) {
