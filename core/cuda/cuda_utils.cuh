@@ -60,6 +60,12 @@ __device__ __forceinline__ float BlockReduceMax(float v) {
   return WarpReduceMax(v);
 }
 
+// kWidth consecutive elements moved by one 16-byte (or narrower) load or store.
+template <typename T, int kWidth>
+struct alignas(sizeof(T) * kWidth) Pack {
+  T v[kWidth];
+};
+
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Grid size for a grid-stride loop over n elements.

@@ -15,15 +15,10 @@ namespace kelvin::ops::cuda {
 namespace {
 
 using cuda_utils::FromFloat;
+using cuda_utils::Pack;
 using cuda_utils::ToFloat;
 
 constexpr int kThreads = 256;
-
-// kWidth consecutive elements moved by one load or store.
-template <typename T, int kWidth>
-struct alignas(sizeof(T) * kWidth) Pack {
-  T v[kWidth];
-};
 
 // out[i] = op(in[i]...) for i in [0, n): each thread handles kWidth consecutive elements per step
 // of a grid-stride loop, then the last n % kWidth elements one at a time.

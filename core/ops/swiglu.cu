@@ -15,16 +15,11 @@ namespace kelvin::ops::cuda {
 namespace {
 
 using cuda_utils::FromFloat;
+using cuda_utils::Pack;
 using cuda_utils::RoundTo;
 using cuda_utils::ToFloat;
 
 constexpr int kThreads = 256;
-
-// kWidth consecutive elements moved by one load or store.
-template <typename T, int kWidth>
-struct alignas(sizeof(T) * kWidth) Pack {
-  T v[kWidth];
-};
 
 template <int kWidth, typename T>
 __device__ __forceinline__ Pack<T, kWidth> LoadPack(const T* base, int64_t pack) {
