@@ -1,0 +1,38 @@
+// The flags of Selective Self-Attention (shared/SSA.md section 4) as the SSA code sees them, and
+// their validation. The job config's model.ssa section maps onto SsaOptions one field to one field.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace kelvin::ssa {
+
+// A closed interval every active temperature is clamped to (the falsification ablation).
+struct TemperatureClamp {
+  double lo = 0.9;
+  double hi = 1.1;
+};
+
+struct SsaOptions {
+  bool query_temperature = true;  // tau^q on/off (off: tau^q = 1)
+  bool value_temperature = true;  // tau^v on/off (off: tau^v = 1)
+  bool token_aware = true;        // the tanh(z) terms of tau^q and tau^v
+  bool position_aware = true;     // the sigma(alpha) ln n term of tau^q
+  // true: z reads the pre-RoPE query u / the value v itself; false: z reads a separate per-head
+  // projection (W_tmp x), which the caller computes and passes as the temperature source.
+  bool weight_sharing = true;
+  double alpha_init = -8.0;  // initial alpha of every head (sigma(-8) = 3.35e-4)
+  // When set, each active temperature is clamped to [lo, hi] after it is computed.
+  std::optional<TemperatureClamp> temperature_clamp;
+  double temperature_lr_scale = 1.0;  // learning-rate multiplier of a^q, a^v, alpha (0 freezes)
+};
+
+// OK, or InvalidArgument naming the first offending field as `<where>.<field>` (e.g.
+// "model.ssa.temperature_clamp"), its value and what to do: non-finite alpha_init; clamp bounds
+// not finite, lo <= 0 or lo >= hi; temperature_lr_scale negative or not finite; and flags that keep
+// every temperature at exactly 1 (vanilla attention under the cost of SSA).
+absl::Status ValidateSsaOptions(const SsaOptions& options, const std::string& where = "ssa");
+
+}  // namespace kelvin::ssa

@@ -1,0 +1,269 @@
+// The SSA temperature module: values against hand-computed ones, every flag's effect, f32 against
+// f64, the backward (source, read-out, alpha) against f64 finite differences under every flag and
+// the clamp, accumulation into existing gradients, and the statistics.
+#include "ssa/temperature.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "tests/testing/backends.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/gradcheck.h"
+#include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
+
+namespace kelvin::ssa {
+namespace {
+
+const Context& Cpu() { return testing::ContextFor(Device::Cpu()); }
+
+// Positions [N] i32 of B rows of T tokens, each row two documents (restart at T/2).
+Tensor PackedPositions(int64_t batch, int64_t seq) {
+  Tensor p = Tensor::Empty({batch * seq}, DType::kI32);
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    const int64_t t = i % seq;
+    p.data<int32_t>()[i] = static_cast<int32_t>(t < seq / 2 ? t : t - seq / 2);
+  }
+  return p;
+}
+
+// One token, one head, d = 2: source (1, -0.75), read-out (1, -0.5), alpha -2, position 3.
+// z = GeLU(1) - 0.5 GeLU(-0.75) = 0.92633000320986850 (exact erf GeLU).
+TEST(SsaTemperature, MatchesHandComputedValues) {
+  const Tensor source = testing::Full({1, 1, 2}, DType::kF64, 1.0);
+  source.data<double>()[1] = -0.75;
+  const Tensor readout = testing::Full({1, 2}, DType::kF64, 1.0);
+  readout.data<double>()[1] = -0.5;
+  const Tensor alpha = testing::Full({1}, DType::kF64, -2.0);
+  const Tensor positions = testing::Full({1}, DType::kI32, 3);
+  Tensor tau = Tensor::ZerosCpu({1, 1}, DType::kF64),
+         tanh_z = Tensor::ZerosCpu({1, 1}, DType::kF64);
+  const SsaOptions options;
+  QueryTemperatureForward(Cpu(), options, source, readout, alpha, positions, tau, tanh_z);
+  // tanh(z) + 1 + sigma(-2) ln 4
+  EXPECT_NEAR(tau.data<double>()[0], 1.8941285702598618, 1e-15);
+  EXPECT_NEAR(tanh_z.data<double>()[0], std::tanh(0.9263300032098685), 1e-15);
+  ValueTemperatureForward(Cpu(), options, source, readout, tau, tanh_z);
+  EXPECT_NEAR(tau.data<double>()[0], 1.7288782316315863, 1e-15);  // tanh(z) + 1
+}
+
+struct Problem {
+  int64_t n = 10, h = 3, d = 5;
+  Tensor source = testing::Random({n, h, d}, DType::kF64, 11, -2, 2);
+  Tensor readout = testing::Random({h, d}, DType::kF64, 12, -0.8, 0.8);
+  Tensor alpha = testing::Random({h}, DType::kF64, 13, -3, 1);
+  Tensor positions = PackedPositions(2, 5);
+  Tensor weights = testing::Random({n, h}, DType::kF64, 14);  // probe loss sum(w * tau)
+
+  Tensor Tau(const SsaOptions& options, bool query, Tensor* tanh_z = nullptr) const {
+    Tensor tau = Tensor::ZerosCpu({n, h}, DType::kF64), t = Tensor::ZerosCpu({n, h}, DType::kF64);
+    if (query) {
+      QueryTemperatureForward(Cpu(), options, source, readout, alpha, positions, tau, t);
+    } else {
+      ValueTemperatureForward(Cpu(), options, source, readout, tau, t);
+    }
+    if (tanh_z != nullptr) *tanh_z = t;
+    return tau;
+  }
+};
+
+TEST(SsaTemperature, FlagsSelectTheTerms) {
+  const Problem pr;
+  SsaOptions all;
+  const Tensor tau_all = pr.Tau(all, true);
+  SsaOptions no_token = all, no_position = all;
+  no_token.token_aware = false;
+  no_position.position_aware = false;
+  const Tensor tau_no_token = pr.Tau(no_token, true), tau_no_position = pr.Tau(no_position, true);
+  for (int64_t t = 0; t < pr.n; ++t) {
+    for (int64_t k = 0; k < pr.h; ++k) {
+      const int64_t i = t * pr.h + k;
+      const double position_term = 1.0 / (1.0 + std::exp(-pr.alpha.data<double>()[k])) *
+                                   std::log(pr.positions.data<int32_t>()[t] + 1.0);
+      EXPECT_DOUBLE_EQ(tau_no_token.data<double>()[i], 1.0 + position_term);
+      EXPECT_NEAR(tau_all.data<double>()[i], tau_no_position.data<double>()[i] + position_term,
+                  1e-15);
+    }
+  }
+  // The value temperature has no position term: it equals the query one without it.
+  EXPECT_TRUE(testing::BitIdentical(pr.Tau(all, false), tau_no_position, "tau^v"));
+  // Off: exactly 1, whatever the clamp.
+  SsaOptions off = all;
+  off.query_temperature = off.value_temperature = false;
+  off.temperature_clamp = TemperatureClamp{1.2, 1.5};
+  EXPECT_TRUE(testing::BitIdentical(pr.Tau(off, true), testing::Full({pr.n, pr.h}, DType::kF64, 1),
+                                    "tau^q off"));
+  EXPECT_TRUE(testing::BitIdentical(pr.Tau(off, false), testing::Full({pr.n, pr.h}, DType::kF64, 1),
+                                    "tau^v off"));
+  // Zero read-outs: the token term is exactly 1 (SSA.md section 3).
+  Problem zero;
+  zero.readout = Tensor::ZerosCpu({zero.h, zero.d}, DType::kF64);
+  EXPECT_TRUE(testing::BitIdentical(zero.Tau(all, false),
+                                    testing::Full({zero.n, zero.h}, DType::kF64, 1), "tau^v"));
+  EXPECT_TRUE(testing::BitIdentical(zero.Tau(all, true), pr.Tau(no_token, true), "tau^q"));
+}
+
+TEST(SsaTemperature, ClampBoundsTheValuesAndStopsTheirGradient) {
+  const Problem pr;
+  SsaOptions free_options, clamped = free_options;
+  clamped.temperature_clamp = TemperatureClamp{0.8, 1.5};
+  const Tensor raw = pr.Tau(free_options, true);
+  Tensor tanh_z;
+  const Tensor tau = pr.Tau(clamped, true, &tanh_z);
+  Tensor dsource = Tensor::ZerosCpu(pr.source.shape(), DType::kF64);
+  Tensor dreadout = Tensor::ZerosCpu(pr.readout.shape(), DType::kF64);
+  Tensor dalpha = Tensor::ZerosCpu(pr.alpha.shape(), DType::kF64);
+  const Tensor ones = testing::Full({pr.n, pr.h}, DType::kF64, 1);
+  QueryTemperatureBackward(Cpu(), clamped, ones, pr.source, pr.readout, pr.alpha, pr.positions,
+                           tanh_z, dsource, dreadout, dalpha);
+  int clamped_count = 0;
+  for (int64_t i = 0; i < pr.n * pr.h; ++i) {
+    const double r = raw.data<double>()[i];
+    EXPECT_DOUBLE_EQ(tau.data<double>()[i], std::clamp(r, 0.8, 1.5));
+    if (r >= 0.8 && r <= 1.5) continue;
+    ++clamped_count;
+    for (int64_t e = 0; e < pr.d; ++e) EXPECT_EQ(dsource.data<double>()[i * pr.d + e], 0.0);
+  }
+  EXPECT_GT(clamped_count, 0);
+  EXPECT_LT(clamped_count, pr.n * pr.h);
+}
+
+struct Variant {
+  std::string name;
+  SsaOptions options;
+};
+
+std::vector<Variant> Variants() {
+  std::vector<Variant> variants{{"default", {}}};
+  SsaOptions o;
+  o.token_aware = false;
+  variants.push_back({"token_aware off", o});
+  o = {};
+  o.position_aware = false;
+  variants.push_back({"position_aware off", o});
+  o = {};
+  o.temperature_clamp = TemperatureClamp{0.8, 1.5};
+  variants.push_back({"clamp", o});
+  o = {};
+  o.query_temperature = o.value_temperature = false;
+  variants.push_back({"off", o});
+  return variants;
+}
+
+TEST(SsaTemperature, BackwardMatchesFiniteDifferences) {
+  for (const Variant& variant : Variants()) {
+    for (const bool query : {true, false}) {
+      SCOPED_TRACE(variant.name + (query ? ", query" : ", value"));
+      Problem pr;
+      auto loss = [&] { return testing::Dot(pr.weights, pr.Tau(variant.options, query)); };
+      Tensor tanh_z;
+      pr.Tau(variant.options, query, &tanh_z);
+      Tensor dsource = Tensor::ZerosCpu(pr.source.shape(), DType::kF64);
+      Tensor dreadout = Tensor::ZerosCpu(pr.readout.shape(), DType::kF64);
+      Tensor dalpha = Tensor::ZerosCpu(pr.alpha.shape(), DType::kF64);
+      if (query) {
+        QueryTemperatureBackward(Cpu(), variant.options, pr.weights, pr.source, pr.readout,
+                                 pr.alpha, pr.positions, tanh_z, dsource, dreadout, dalpha);
+        EXPECT_TRUE(testing::GradientMatches(loss, pr.alpha, dalpha, "dalpha"));
+      } else {
+        ValueTemperatureBackward(Cpu(), variant.options, pr.weights, pr.source, pr.readout, tanh_z,
+                                 dsource, dreadout);
+      }
+      EXPECT_TRUE(testing::GradientMatches(loss, pr.source, dsource, "dsource"));
+      EXPECT_TRUE(testing::GradientMatches(loss, pr.readout, dreadout, "dreadout"));
+    }
+  }
+}
+
+TEST(SsaTemperature, BackwardAccumulatesIntoItsOutputs) {
+  const Problem pr;
+  const SsaOptions options;
+  Tensor tanh_z;
+  pr.Tau(options, true, &tanh_z);
+  auto run = [&](double start) {
+    Tensor dsource = testing::Full(pr.source.shape(), DType::kF64, start);
+    Tensor dreadout = testing::Full(pr.readout.shape(), DType::kF64, start);
+    Tensor dalpha = testing::Full(pr.alpha.shape(), DType::kF64, start);
+    QueryTemperatureBackward(Cpu(), options, pr.weights, pr.source, pr.readout, pr.alpha,
+                             pr.positions, tanh_z, dsource, dreadout, dalpha);
+    return std::vector<Tensor>{dsource, dreadout, dalpha};
+  };
+  const std::vector<Tensor> from_zero = run(0.0), from_one = run(1.0);
+  for (size_t i = 0; i < from_zero.size(); ++i) {
+    for (int64_t j = 0; j < from_zero[i].numel(); ++j) {
+      EXPECT_DOUBLE_EQ(from_one[i].data<double>()[j], from_zero[i].data<double>()[j] + 1.0);
+    }
+  }
+}
+
+TEST(SsaTemperature, FloatMatchesDouble) {
+  const Problem pr;
+  SsaOptions options;
+  options.temperature_clamp = TemperatureClamp{0.5, 2.5};
+  for (const bool query : {true, false}) {
+    SCOPED_TRACE(query ? "query" : "value");
+    auto run = [&](DType dtype) {
+      const Tensor source = testing::Cast(pr.source, dtype),
+                   readout = testing::Cast(pr.readout, dtype),
+                   alpha = testing::Cast(pr.alpha, dtype), w = testing::Cast(pr.weights, dtype);
+      Tensor tau = Tensor::ZerosCpu({pr.n, pr.h}, dtype),
+             tanh_z = Tensor::ZerosCpu({pr.n, pr.h}, dtype);
+      Tensor dsource = Tensor::ZerosCpu(source.shape(), dtype);
+      Tensor dreadout = Tensor::ZerosCpu(readout.shape(), dtype);
+      Tensor dalpha = Tensor::ZerosCpu(alpha.shape(), dtype);
+      if (query) {
+        QueryTemperatureForward(Cpu(), options, source, readout, alpha, pr.positions, tau, tanh_z);
+        QueryTemperatureBackward(Cpu(), options, w, source, readout, alpha, pr.positions, tanh_z,
+                                 dsource, dreadout, dalpha);
+      } else {
+        ValueTemperatureForward(Cpu(), options, source, readout, tau, tanh_z);
+        ValueTemperatureBackward(Cpu(), options, w, source, readout, tanh_z, dsource, dreadout);
+      }
+      return std::vector<Tensor>{tau, dsource, dreadout, dalpha};
+    };
+    const std::vector<Tensor> f32 = run(DType::kF32), f64 = run(DType::kF64);
+    const char* names[] = {"tau", "dsource", "dreadout", "dalpha"};
+    for (size_t i = 0; i < (query ? 4u : 3u); ++i) {
+      EXPECT_TRUE(testing::AllClose(f32[i], f64[i], testing::kF32RelTol, names[i]));
+    }
+  }
+}
+
+TEST(SsaTemperature, StatisticsSummariseEachTemperature) {
+  Tensor tau_q = Tensor::Empty({2, 2}, DType::kF32);
+  const float q_values[] = {0.5f, 1.5f, 1.0f, 2.0f};
+  std::copy(q_values, q_values + 4, tau_q.data<float>());
+  const Tensor tau_v = testing::Full({3, 1}, DType::kF64, 1.25);
+  Tensor alpha = Tensor::Empty({2}, DType::kF64);
+  alpha.data<double>()[0] = 0.0;
+  alpha.data<double>()[1] = -8.0;
+  const TemperatureStatistics stats = ComputeTemperatureStatistics(tau_q, tau_v, alpha);
+  EXPECT_EQ(stats.query.count, 4);
+  EXPECT_DOUBLE_EQ(stats.query.mean, 1.25);
+  EXPECT_DOUBLE_EQ(stats.query.std, std::sqrt(0.3125));  // population std
+  EXPECT_DOUBLE_EQ(stats.query.min, 0.5);
+  EXPECT_DOUBLE_EQ(stats.query.max, 2.0);
+  EXPECT_EQ(stats.value.count, 3);
+  EXPECT_DOUBLE_EQ(stats.value.mean, 1.25);
+  EXPECT_DOUBLE_EQ(stats.value.std, 0.0);
+  ASSERT_EQ(stats.sigma_alpha.size(), 2u);
+  EXPECT_DOUBLE_EQ(stats.sigma_alpha[0], 0.5);
+  EXPECT_NEAR(stats.sigma_alpha[1], 3.3535013046647811e-4, 1e-18);
+  const TemperatureStatistics empty = ComputeTemperatureStatistics(
+      Tensor::ZerosCpu({0, 2}, DType::kF32), Tensor::ZerosCpu({0, 1}, DType::kF32), alpha);
+  EXPECT_EQ(empty.query.count, 0);
+  EXPECT_EQ(empty.query.mean, 0.0);
+}
+
+TEST(SsaTemperatureDeathTest, WrongReadoutShapeIsRefused) {
+  const Problem pr;
+  Tensor tau = Tensor::ZerosCpu({pr.n, pr.h}, DType::kF64), tanh_z = tau;
+  const Tensor bad_readout = Tensor::ZerosCpu({pr.h, pr.d + 1}, DType::kF64);
+  EXPECT_DEATH(ValueTemperatureForward(Cpu(), SsaOptions{}, pr.source, bad_readout, tau, tanh_z),
+               "ssa.value_temperature.readout is f64\\[3, 6\\]@cpu, expected shape \\[3, 5\\]");
+}
+
+}  // namespace
+}  // namespace kelvin::ssa
