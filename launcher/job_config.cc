@@ -12,8 +12,11 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -58,7 +61,7 @@ std::vector<std::string> EnumValueNames(const pb::EnumDescriptor& enum_type) {
   return names;
 }
 
-// Every message type of the schema with the dotted path where it sits in a JobConfig
+// Every message type of the schema with the first dotted path where it sits in a JobConfig
 // ("" for JobConfig itself, "model.ssa" for SsaConfig).
 std::vector<std::pair<const pb::Descriptor*, std::string>> SchemaMessagePaths() {
   std::vector<std::pair<const pb::Descriptor*, std::string>> paths = {
@@ -67,7 +70,10 @@ std::vector<std::pair<const pb::Descriptor*, std::string>> SchemaMessagePaths() 
     const auto [message, path] = paths[i];
     for (int f = 0; f < message->field_count(); ++f) {
       const pb::FieldDescriptor* field = message->field(f);
-      if (field->message_type() == nullptr) continue;
+      const bool seen = std::any_of(paths.begin(), paths.end(), [&](const auto& known) {
+        return known.first == field->message_type();
+      });
+      if (field->message_type() == nullptr || seen) continue;
       paths.emplace_back(field->message_type(),
                          path.empty() ? field->name() : absl::StrCat(path, ".", field->name()));
     }
@@ -104,17 +110,16 @@ Diagnosis Diagnose(std::string_view message) {
       message.find("has no field named") != std::string_view::npos) {
     const std::string type_name = ReadQuoted(message, pos);
     const std::string field_name = ReadQuoted(message, pos);
-    const pb::Descriptor* type = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(
-        type_name);
+    const pb::Descriptor* type =
+        pb::DescriptorPool::generated_pool()->FindMessageTypeByName(type_name);
     if (type == nullptr) return {};
     std::string hint = DidYouMean(field_name, FieldNames(*type));
     if (hint.empty()) {
       for (const auto& [other, path] : SchemaMessagePaths()) {
         if (other != type && other->FindFieldByName(field_name) != nullptr) {
-          hint = absl::StrCat(" \"", field_name, "\" is a field of ",
-                              path.empty() ? "the job" : path, " (",
-                              path.empty() ? field_name : absl::StrCat(path, ".", field_name),
-                              ").");
+          hint = absl::StrCat(
+              " \"", field_name, "\" is a field of ", path.empty() ? "the job" : path, " (",
+              path.empty() ? field_name : absl::StrCat(path, ".", field_name), ").");
           break;
         }
       }
@@ -135,8 +140,8 @@ Diagnosis Diagnose(std::string_view message) {
     }
     if (enum_types.size() != 1) return {value, ""};
     const std::vector<std::string> names = EnumValueNames(*enum_types.front());
-    return {value, absl::StrCat(DidYouMean(value, names), " Valid values: ",
-                                absl::StrJoin(names, ", "), ".")};
+    return {value, absl::StrCat(DidYouMean(value, names),
+                                " Valid values: ", absl::StrJoin(names, ", "), ".")};
   }
   return {};
 }
@@ -205,30 +210,66 @@ std::string TypeName(const pb::FieldDescriptor& field) {
   return field.type_name();
 }
 
+// The singular scalar field that the dotted path `components` names, walked through descriptors
+// only (so that a bad path changes nothing). Errors name the bad component and the valid fields.
+absl::StatusOr<const pb::FieldDescriptor*> ScalarFieldAt(
+    const std::vector<std::string>& components) {
+  const pb::Descriptor* type = config::JobConfig::descriptor();
+  const pb::FieldDescriptor* field = nullptr;
+  std::string walked;  // the path up to the current component
+  for (size_t i = 0; i < components.size(); ++i) {
+    const std::string& name = components[i];
+    if (field != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(walked, " is a ", TypeName(*field),
+                                                     ", not a message: \"", name,
+                                                     "\" cannot be below it"));
+    }
+    field = type->FindFieldByName(name);
+    if (field == nullptr) {
+      const std::string closest = ClosestName(name, FieldNames(*type));
+      return absl::InvalidArgumentError(absl::StrCat(
+          walked.empty() ? "the job" : walked, " (", type->full_name(), ") has no field \"", name,
+          "\"", closest.empty() ? "" : absl::StrCat(" (did you mean \"", closest, "\"?)"),
+          "; valid fields: ", absl::StrJoin(FieldNames(*type), ", ")));
+    }
+    walked = walked.empty() ? name : absl::StrCat(walked, ".", name);
+    if (field->is_repeated()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(walked, " is a repeated field; overrides set single values"));
+    }
+    if (field->message_type() != nullptr) {
+      type = field->message_type();
+      if (i + 1 == components.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            walked, " is a message (", type->full_name(),
+            "), not a value: set its fields one at a time, e.g. ", walked, ".",
+            type->field(0)->name(), "=...; its fields: ", absl::StrJoin(FieldNames(*type), ", ")));
+      }
+      field = nullptr;
+    }
+  }
+  return field;
+}
+
+// The schema has singular fields only (KELVIN_CHECKed so that a new repeated field is noticed).
 void PrintMessage(const pb::Message& message, int depth, std::string& out) {
   const pb::Reflection& reflection = *message.GetReflection();
   const pb::Descriptor& type = *message.GetDescriptor();
   const std::string indent(2 * depth, ' ');
   for (int i = 0; i < type.field_count(); ++i) {
     const pb::FieldDescriptor& field = *type.field(i);
-    const int count = field.is_repeated() ? reflection.FieldSize(message, &field) : 1;
-    if (!field.is_repeated() && field.has_presence() && !reflection.HasField(message, &field)) {
+    KELVIN_CHECK(!field.is_repeated()) << "print repeated field " << field.full_name();
+    if (field.has_presence() && !reflection.HasField(message, &field)) {
       continue;  // unset oneof member, message or optional scalar
     }
-    for (int index = 0; index < count; ++index) {
-      const int value_index = field.is_repeated() ? index : -1;
-      if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-        const pb::Message& child = field.is_repeated()
-                                       ? reflection.GetRepeatedMessage(message, &field, index)
-                                       : reflection.GetMessage(message, &field);
-        absl::StrAppend(&out, indent, field.name(), " {\n");
-        PrintMessage(child, depth + 1, out);
-        absl::StrAppend(&out, indent, "}\n");
-      } else {
-        std::string value;
-        pb::TextFormat::PrintFieldValueToString(message, &field, value_index, &value);
-        absl::StrAppend(&out, indent, field.name(), ": ", value, "\n");
-      }
+    if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      absl::StrAppend(&out, indent, field.name(), " {\n");
+      PrintMessage(reflection.GetMessage(message, &field), depth + 1, out);
+      absl::StrAppend(&out, indent, "}\n");
+    } else {
+      std::string value;
+      pb::TextFormat::PrintFieldValueToString(message, &field, -1, &value);
+      absl::StrAppend(&out, indent, field.name(), ": ", value, "\n");
     }
   }
 }
@@ -243,8 +284,8 @@ absl::StatusOr<config::JobConfig> ParseJobConfigText(std::string_view text,
   config::JobConfig config;
   if (!parser.ParseFromString(std::string(text), &config)) {
     if (errors.errors.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(std::string(source_name), ": not a valid text-format kelvin.config.JobConfig"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          std::string(source_name), ": not a valid text-format kelvin.config.JobConfig"));
     }
     return absl::InvalidArgumentError(FormatTextError(text, source_name, errors.errors.front()));
   }
@@ -252,9 +293,9 @@ absl::StatusOr<config::JobConfig> ParseJobConfigText(std::string_view text,
 }
 
 absl::Status ApplyOverride(std::string_view assignment, config::JobConfig& config) {
-  const auto fail = [&](std::string_view why) {
+  const auto fail = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("override \"", std::string(assignment), "\": ", std::string(why)));
+        absl::StrCat("override \"", std::string(assignment), "\": ", why));
   };
   const size_t equals = assignment.find('=');
   if (equals == std::string_view::npos) {
@@ -263,41 +304,9 @@ absl::Status ApplyOverride(std::string_view assignment, config::JobConfig& confi
   const std::string path = StripWhitespace(assignment.substr(0, equals));
   const std::string value = StripWhitespace(assignment.substr(equals + 1));
   const std::vector<std::string> components = absl::StrSplit(path, '.');
-
-  // Walk the path through descriptors only, so that a bad path changes nothing.
-  const pb::Descriptor* type = config::JobConfig::descriptor();
-  const pb::FieldDescriptor* field = nullptr;
-  std::string walked;  // the path up to the current component
-  for (size_t i = 0; i < components.size(); ++i) {
-    const std::string& name = components[i];
-    if (field != nullptr) {
-      return fail(absl::StrCat(walked, " is a ", TypeName(*field), ", not a message: \"", name,
-                               "\" cannot be below it"));
-    }
-    field = type->FindFieldByName(name);
-    if (field == nullptr) {
-      const std::string closest = ClosestName(name, FieldNames(*type));
-      return fail(absl::StrCat(walked.empty() ? "the job" : walked, " (", type->full_name(),
-                               ") has no field \"", name, "\"",
-                               closest.empty() ? "" : absl::StrCat(" (did you mean \"", closest,
-                                                                   "\"?)"),
-                               "; valid fields: ", absl::StrJoin(FieldNames(*type), ", ")));
-    }
-    walked = walked.empty() ? name : absl::StrCat(walked, ".", name);
-    if (field->is_repeated()) {
-      return fail(absl::StrCat(walked, " is a repeated field; overrides set single values"));
-    }
-    if (field->message_type() != nullptr) {
-      type = field->message_type();
-      if (i + 1 == components.size()) {
-        return fail(absl::StrCat(walked, " is a message (", type->full_name(),
-                                 "), not a value: set its fields one at a time, e.g. ", walked,
-                                 ".", type->field(0)->name(), "=...; its fields: ",
-                                 absl::StrJoin(FieldNames(*type), ", ")));
-      }
-      field = nullptr;
-    }
-  }
+  const absl::StatusOr<const pb::FieldDescriptor*> found = ScalarFieldAt(components);
+  if (!found.ok()) return fail(found.status().message());
+  const pb::FieldDescriptor* field = *found;
 
   // Text-format value; a string field also takes bare text.
   std::string text(value);
@@ -311,15 +320,15 @@ absl::Status ApplyOverride(std::string_view assignment, config::JobConfig& confi
   std::unique_ptr<pb::Message> scratch(
       pb::MessageFactory::generated_factory()->GetPrototype(field->containing_type())->New());
   if (!parser.ParseFieldValueFromString(text, field, scratch.get())) {
-    std::string why = errors.errors.empty() ? "unexpected text after the value"
-                                            : errors.errors.front().message;
+    std::string why =
+        errors.errors.empty() ? "unexpected text after the value" : errors.errors.front().message;
     if (field->enum_type() != nullptr) {
       const std::vector<std::string> names = EnumValueNames(*field->enum_type());
-      absl::StrAppend(&why, DidYouMean(value, names), " Valid values: ",
-                      absl::StrJoin(names, ", "), ".");
+      absl::StrAppend(&why, DidYouMean(value, names), " Valid values: ", absl::StrJoin(names, ", "),
+                      ".");
     }
-    return fail(absl::StrCat("bad value \"", value, "\" for ", walked, " (", TypeName(*field),
-                             "): ", why));
+    return fail(
+        absl::StrCat("bad value \"", value, "\" for ", path, " (", TypeName(*field), "): ", why));
   }
   pb::Message* target = &config;
   for (size_t i = 0; i + 1 < components.size(); ++i) {
@@ -348,11 +357,8 @@ void ResolveDefaults(config::JobConfig& config) {
   }
 
   config::DataConfig& data = *config.mutable_data();
-  if (data.has_passkey()) {
-    config::PasskeyTask& passkey = *data.mutable_passkey();
-    if (!passkey.has_max_depth()) passkey.set_max_depth(1.0);
-    if (!passkey.has_passkey_digits()) passkey.set_passkey_digits(5);
-    if (!passkey.has_answer_only_loss()) passkey.set_answer_only_loss(true);
+  if (data.has_passkey() && !data.passkey().has_max_depth()) {
+    data.mutable_passkey()->set_max_depth(1.0);
   }
 
   config::OptimizerConfig& optimizer = *config.mutable_optimizer();
@@ -391,9 +397,8 @@ void ResolveDefaults(config::JobConfig& config) {
   // Gradient accumulation from an explicit data-parallel size, when it divides evenly (otherwise
   // validation reports the batch sizes).
   int64_t sequences_per_pass = 0;
-  const bool overflow = __builtin_mul_overflow(training.micro_batch_size(),
-                                               int64_t{parallel.data_parallel()},
-                                               &sequences_per_pass);
+  const bool overflow = __builtin_mul_overflow(
+      training.micro_batch_size(), int64_t{parallel.data_parallel()}, &sequences_per_pass);
   if (!overflow && training.gradient_accumulation_steps() == 0 && sequences_per_pass > 0 &&
       training.global_batch_size() > 0 && training.global_batch_size() % sequences_per_pass == 0) {
     training.set_gradient_accumulation_steps(training.global_batch_size() / sequences_per_pass);
@@ -417,7 +422,8 @@ absl::StatusOr<config::JobConfig> ParseJobConfig(std::string_view text,
   ResolveDefaults(config);
   const absl::Status valid = ValidateJobConfig(config);
   if (!valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(std::string(source_name), ": ", valid.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(source_name), ": ", valid.message()));
   }
   return config;
 }

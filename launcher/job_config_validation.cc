@@ -4,7 +4,6 @@
 #include "launcher/job_config_validation.h"
 
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/text_format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +14,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/check.h"
+#include "core/data/passkey_task.h"
 #include "launcher/job_config.h"
+#include "models/llama/llama_config.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -32,9 +34,8 @@ class Problems {
   absl::Status ToStatus() const {
     if (lines_.empty()) return absl::OkStatus();
     if (lines_.size() == 1) return absl::InvalidArgumentError("invalid job config: " + lines_[0]);
-    return absl::InvalidArgumentError(absl::StrCat("invalid job config (", lines_.size(),
-                                                   " problems):\n  ",
-                                                   absl::StrJoin(lines_, "\n  ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid job config (", lines_.size(), " problems):\n  ", absl::StrJoin(lines_, "\n  ")));
   }
 
  private:
@@ -70,14 +71,13 @@ std::optional<int64_t> CheckedProduct(int64_t a, int64_t b) {
 }
 
 // Every double of the job is finite, every enum holds a named value (proto3 enums accept any
-// number in text format).
-void CheckNumbersAndEnums(const pb::Message& message, const std::string& path,
-                          Problems& problems) {
+// number in text format). The schema has singular fields only.
+void CheckNumbersAndEnums(const pb::Message& message, const std::string& path, Problems& problems) {
   const pb::Reflection& reflection = *message.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
   reflection.ListFields(message, &fields);
   for (const pb::FieldDescriptor* field : fields) {
-    if (field->is_repeated()) continue;  // the schema has none
+    KELVIN_CHECK(!field->is_repeated()) << "check repeated field " << field->full_name();
     const std::string field_path = path.empty() ? field->name() : path + "." + field->name();
     switch (field->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_MESSAGE:
@@ -88,7 +88,8 @@ void CheckNumbersAndEnums(const pb::Message& message, const std::string& path,
         const double value = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE
                                  ? reflection.GetDouble(message, field)
                                  : reflection.GetFloat(message, field);
-        if (!std::isfinite(value)) problems.Add(field_path, "=", value, ": must be a finite number");
+        if (!std::isfinite(value))
+          problems.Add(field_path, "=", value, ": must be a finite number");
         break;
       }
       case pb::FieldDescriptor::CPPTYPE_ENUM: {
@@ -128,8 +129,9 @@ void CheckRopeScaling(const config::RopeScaling& rope, Problems& problems) {
   if (rope.rope_type() == "default") {
     if (rope.has_factor() || rope.has_low_freq_factor() || rope.has_high_freq_factor() ||
         rope.has_original_max_position_embeddings()) {
-      problems.Add(path, ": factor, low_freq_factor, high_freq_factor and "
-                         "original_max_position_embeddings apply to rope_type \"llama3\" only");
+      problems.Add(path,
+                   ": factor, low_freq_factor, high_freq_factor and "
+                   "original_max_position_embeddings apply to rope_type \"llama3\" only");
     }
     return;
   }
@@ -139,8 +141,9 @@ void CheckRopeScaling(const config::RopeScaling& rope, Problems& problems) {
   }
   if (!rope.has_factor() || !rope.has_low_freq_factor() || !rope.has_high_freq_factor() ||
       !rope.has_original_max_position_embeddings()) {
-    problems.Add(path, ": rope_type \"llama3\" needs factor, low_freq_factor, high_freq_factor "
-                       "and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)");
+    problems.Add(path,
+                 ": rope_type \"llama3\" needs factor, low_freq_factor, high_freq_factor "
+                 "and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)");
     return;
   }
   if (std::isfinite(rope.factor()) && rope.factor() < 1) {
@@ -181,8 +184,8 @@ void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
   if (arch.has_hidden_size() && arch.has_num_attention_heads() && heads >= 1 &&
       arch.hidden_size() >= 1) {
     if (arch.hidden_size() % heads != 0) {
-      problems.Add(path, "num_attention_heads=", heads, " does not divide hidden_size=",
-                   arch.hidden_size());
+      problems.Add(path, "num_attention_heads=", heads,
+                   " does not divide hidden_size=", arch.hidden_size());
     } else if ((arch.hidden_size() / heads) % 2 != 0) {
       problems.Add(path, "hidden_size=", arch.hidden_size(), " / num_attention_heads=", heads,
                    " gives head dim ", arch.hidden_size() / heads, ": RoPE needs an even one");
@@ -206,8 +209,7 @@ void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
   }
   NonNegative(problems, "model.ssa.temperature_lr_scale", ssa.temperature_lr_scale());
   if (!ssa.enabled()) return;
-  const bool query_varies =
-      ssa.query_temperature() && (ssa.token_aware() || ssa.position_aware());
+  const bool query_varies = ssa.query_temperature() && (ssa.token_aware() || ssa.position_aware());
   const bool value_varies = ssa.value_temperature() && ssa.token_aware();
   if (!query_varies && !value_varies) {
     const auto flag = [](bool on) { return on ? "true" : "false"; };
@@ -222,7 +224,7 @@ void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
 
 void CheckModel(const config::JobConfig& job, Problems& problems) {
   const config::ModelConfig& model = job.model();
-  const std::vector<std::string>& presets = KnownModelPresets();
+  const std::vector<std::string> presets = models::LlamaPresetNames();
   switch (model.source_case()) {
     case config::ModelConfig::SOURCE_NOT_SET:
       problems.Add("model: no model source: set model.preset (one of ",
@@ -239,8 +241,9 @@ void CheckModel(const config::JobConfig& job, Problems& problems) {
       break;
     case config::ModelConfig::kHfDir:
       if (model.hf_dir().empty()) {
-        problems.Add("model.hf_dir is empty: give a Hugging Face model directory "
-                     "(config.json + *.safetensors)");
+        problems.Add(
+            "model.hf_dir is empty: give a Hugging Face model directory "
+            "(config.json + *.safetensors)");
       }
       break;
   }
@@ -252,17 +255,20 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
   const config::DataConfig& data = job.data();
   switch (data.source_case()) {
     case config::DataConfig::SOURCE_NOT_SET:
-      problems.Add("data: no data source: set one of data.megatron, data.token_file, "
-                   "data.passkey");
+      problems.Add(
+          "data: no data source: set one of data.megatron, data.token_file, "
+          "data.passkey");
       break;
     case config::DataConfig::kMegatron: {
       const std::string& prefix = data.megatron().path_prefix();
       if (prefix.empty()) {
-        problems.Add("data.megatron.path_prefix is empty: give the dataset path without "
-                     ".bin/.idx");
+        problems.Add(
+            "data.megatron.path_prefix is empty: give the dataset path without "
+            ".bin/.idx");
       } else if (absl::EndsWith(prefix, ".bin") || absl::EndsWith(prefix, ".idx")) {
         problems.Add("data.megatron.path_prefix=\"", prefix, "\": drop the extension (\"",
-                     prefix.substr(0, prefix.size() - 4), "\"): the prefix names both .bin and "
+                     prefix.substr(0, prefix.size() - 4),
+                     "\"): the prefix names both .bin and "
                      ".idx");
       }
       break;
@@ -274,8 +280,9 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
         AtLeast(problems, "data.token_file.document_separator_token",
                 file.document_separator_token(), 0);
       } else if (data.document_masking()) {
-        problems.Add("data.document_masking needs data.token_file.document_separator_token "
-                     "(the token id that ends each document)");
+        problems.Add(
+            "data.document_masking needs data.token_file.document_separator_token "
+            "(the token id that ends each document)");
       }
       break;
     }
@@ -287,7 +294,11 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
         problems.Add("data.passkey: min_depth=", passkey.min_depth(),
                      " must be <= max_depth=", passkey.max_depth());
       }
-      AtLeast(problems, "data.passkey.passkey_digits", passkey.passkey_digits(), 1);
+      if (job.training().seq_length() < data::MinPasskeySequenceLength()) {
+        problems.Add("training.seq_length=", job.training().seq_length(),
+                     " is too short for data.passkey: the key sentence, question and answer need ",
+                     data::MinPasskeySequenceLength(), " tokens (use 256 or more for filler)");
+      }
       if (data.eval_fraction() != 0) {
         problems.Add("data.eval_fraction=", data.eval_fraction(),
                      ": the passkey task evaluates on fresh samples; remove eval_fraction");
@@ -334,17 +345,18 @@ void CheckTraining(const config::JobConfig& job, Problems& problems) {
   AtLeast(problems, "training.steps", training.steps(), 1);
   AtLeast(problems, "training.micro_batch_size", training.micro_batch_size(), 1);
   AtLeast(problems, "training.global_batch_size", training.global_batch_size(), 1);
-  AtLeast(problems, "training.gradient_accumulation_steps",
-          training.gradient_accumulation_steps(), 0);
+  AtLeast(problems, "training.gradient_accumulation_steps", training.gradient_accumulation_steps(),
+          0);
   AtLeast(problems, "training.seq_length", training.seq_length(), 1);
   AtLeast(problems, "training.eval_interval", training.eval_interval(), 0);
   AtLeast(problems, "training.eval_steps", training.eval_steps(), 1);
   AtLeast(problems, "training.threads", training.threads(), 0);
   const config::Architecture& arch = job.model().architecture();
-  if (arch.has_max_position_embeddings() && training.seq_length() > arch.max_position_embeddings()) {
-    problems.Add("training.seq_length=", training.seq_length(),
-                 " exceeds model.architecture.max_position_embeddings=",
-                 arch.max_position_embeddings());
+  if (arch.has_max_position_embeddings() &&
+      training.seq_length() > arch.max_position_embeddings()) {
+    problems.Add(
+        "training.seq_length=", training.seq_length(),
+        " exceeds model.architecture.max_position_embeddings=", arch.max_position_embeddings());
   }
 
   const int64_t micro = training.micro_batch_size();
@@ -353,29 +365,29 @@ void CheckTraining(const config::JobConfig& job, Problems& problems) {
   const int64_t data_parallel = job.parallel().data_parallel();
   if (micro < 1 || global < 1 || accumulation < 0 || data_parallel < 0) return;
   if (global % micro != 0) {
-    problems.Add("training.global_batch_size=", global, " is not a multiple of micro_batch_size=",
-                 micro);
+    problems.Add("training.global_batch_size=", global,
+                 " is not a multiple of micro_batch_size=", micro);
     return;
   }
-  const std::optional<int64_t> per_rank =
-      CheckedProduct(micro, accumulation > 0 ? accumulation : 1);
-  if (accumulation > 0 && (!per_rank || global % *per_rank != 0)) {
-    problems.Add("training.global_batch_size=", global,
-                 " is not a multiple of micro_batch_size * gradient_accumulation_steps = ", micro,
-                 " * ", accumulation);
-    return;
-  }
-  if (data_parallel == 0 || !per_rank) return;
-  const std::optional<int64_t> per_step = CheckedProduct(*per_rank, data_parallel);
-  if (accumulation > 0 && per_step != global) {
-    problems.Add("training.global_batch_size=", global,
-                 " must equal micro_batch_size * gradient_accumulation_steps * "
-                 "parallel.data_parallel = ",
-                 micro, " * ", accumulation, " * ", data_parallel);
-  } else if (accumulation == 0 && (!per_step || global % *per_step != 0)) {
-    problems.Add("training.global_batch_size=", global,
-                 " is not a multiple of micro_batch_size * parallel.data_parallel = ", micro,
-                 " * ", data_parallel);
+  if (accumulation > 0) {
+    const std::optional<int64_t> per_rank = CheckedProduct(micro, accumulation);
+    if (!per_rank || global % *per_rank != 0) {
+      problems.Add("training.global_batch_size=", global,
+                   " is not a multiple of micro_batch_size * gradient_accumulation_steps = ", micro,
+                   " * ", accumulation);
+    } else if (data_parallel > 0 && CheckedProduct(*per_rank, data_parallel) != global) {
+      problems.Add("training.global_batch_size=", global,
+                   " must equal micro_batch_size * gradient_accumulation_steps * "
+                   "parallel.data_parallel = ",
+                   micro, " * ", accumulation, " * ", data_parallel);
+    }
+  } else if (data_parallel > 0) {
+    const std::optional<int64_t> per_pass = CheckedProduct(micro, data_parallel);
+    if (!per_pass || global % *per_pass != 0) {
+      problems.Add("training.global_batch_size=", global,
+                   " is not a multiple of micro_batch_size * parallel.data_parallel = ", micro,
+                   " * ", data_parallel);
+    }
   }
 }
 
@@ -412,14 +424,16 @@ void CheckParallel(const config::JobConfig& job, Problems& problems) {
   }
   if (interleaved) {
     if (parallel.virtual_pipeline_stages() < 2) {
-      problems.Add("parallel.pipeline_schedule=INTERLEAVED_1F1B needs virtual_pipeline_stages "
-                   ">= 2 (it is ",
-                   parallel.virtual_pipeline_stages(), ")");
+      problems.Add(
+          "parallel.pipeline_schedule=INTERLEAVED_1F1B needs virtual_pipeline_stages "
+          ">= 2 (it is ",
+          parallel.virtual_pipeline_stages(), ")");
     }
     if (parallel.pipeline_parallel() < 2) {
-      problems.Add("parallel.pipeline_schedule=INTERLEAVED_1F1B needs pipeline_parallel >= 2 (it "
-                   "is ",
-                   parallel.pipeline_parallel(), ")");
+      problems.Add(
+          "parallel.pipeline_schedule=INTERLEAVED_1F1B needs pipeline_parallel >= 2 (it "
+          "is ",
+          parallel.pipeline_parallel(), ")");
     }
     const int64_t accumulation = job.training().gradient_accumulation_steps();
     if (parallel.pipeline_parallel() >= 2 && accumulation > 0 &&
@@ -455,7 +469,8 @@ int EditDistance(std::string_view a, std::string_view b) {
     current[0] = static_cast<int>(i);
     for (size_t j = 1; j <= b.size(); ++j) {
       const bool same = absl::ascii_tolower(a[i - 1]) == absl::ascii_tolower(b[j - 1]);
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (same ? 0 : 1)});
+      current[j] =
+          std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (same ? 0 : 1)});
     }
     std::swap(previous, current);
   }
@@ -463,12 +478,6 @@ int EditDistance(std::string_view a, std::string_view b) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& KnownModelPresets() {
-  static const std::vector<std::string> presets = {"tiny", "small-25m", "llama3-8b",
-                                                   "llama3.1-8b"};
-  return presets;
-}
 
 std::string ClosestName(std::string_view name, const std::vector<std::string>& candidates) {
   const int typo_budget = std::max<int>(2, static_cast<int>(name.size()) / 3);

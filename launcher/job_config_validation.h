@@ -1,6 +1,7 @@
-// Semantic checks of a JobConfig: every rule knowable from the job file alone (ranges, divisibility,
-// settings that need one another). Layout checks that need the world size or the resolved model
-// (tensor parallel divides heads, world = product of the sizes) come later, in the launcher.
+// Semantic checks of a JobConfig: every rule knowable from the job file alone (ranges,
+// divisibility, settings that need one another). Layout checks that need the world size or the
+// resolved model (tensor parallel divides heads, world = product of the sizes) come later, in the
+// launcher.
 #pragma once
 
 #include <string>
@@ -17,9 +18,6 @@ namespace kelvin::launcher {
 // "invalid job config: <problem>" or "invalid job config (N problems):" followed by one
 // "  <problem>" line each, a problem reading like "training.micro_batch_size=0: must be >= 1".
 absl::Status ValidateJobConfig(const config::JobConfig& config);
-
-// The names model.preset accepts ("tiny", "small-25m", "llama3-8b", "llama3.1-8b").
-const std::vector<std::string>& KnownModelPresets();
 
 // The candidate closest to `name` by case-insensitive edit distance when it is close enough to be
 // a plausible typo (or one is a prefix of the other); empty when none is.

@@ -22,7 +22,7 @@ constexpr char kMinimalJob[] = R"pb(
   model { preset: "tiny" }
   data { passkey {} }
   optimizer { lr: 1e-3 }
-  training { steps: 10 global_batch_size: 4 seq_length: 64 }
+  training { steps: 10 global_batch_size: 4 seq_length: 128 }
 )pb";
 
 // The validation message of the minimal job changed by `overrides` ("" when it is valid).
@@ -47,7 +47,8 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
   const std::vector<Rule> rules = {
       {{"training.micro_batch_size=0"}, "training.micro_batch_size=0: must be >= 1"},
       {{"training.steps=0"}, "training.steps=0: must be >= 1"},
-      {{"training.seq_length=-5"}, "training.seq_length=-5: must be >= 1"},
+      {{"data.megatron.path_prefix=/d/c", "training.seq_length=-5"},
+       "training.seq_length=-5: must be >= 1"},
       {{"training.eval_steps=0"}, "training.eval_steps=0: must be >= 1"},
       {{"training.threads=-1"}, "training.threads=-1: must be >= 0"},
       {{"optimizer.lr=-0.001"}, "optimizer.lr=-0.001: must be > 0"},
@@ -79,8 +80,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "model.ssa.enabled=true, but query_temperature=false value_temperature=false "
        "token_aware=true position_aware=true keep every temperature at 1 (vanilla attention): "
        "turn a temperature on, or set model.ssa.enabled=false"},
-      {{"model.ssa.enabled=true", "model.ssa.token_aware=false",
-        "model.ssa.position_aware=false"},
+      {{"model.ssa.enabled=true", "model.ssa.token_aware=false", "model.ssa.position_aware=false"},
        "model.ssa.enabled=true, but query_temperature=true value_temperature=true "
        "token_aware=false position_aware=false keep every temperature at 1"},
       {{"model.architecture.num_attention_heads=32", "model.architecture.num_key_value_heads=6"},
@@ -93,7 +93,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"model.architecture.num_layers=0"}, "model.architecture.num_layers=0: must be >= 1"},
       {{"model.architecture.rms_norm_eps=0"}, "model.architecture.rms_norm_eps=0: must be > 0"},
       {{"model.architecture.max_position_embeddings=32"},
-       "training.seq_length=64 exceeds model.architecture.max_position_embeddings=32"},
+       "training.seq_length=128 exceeds model.architecture.max_position_embeddings=32"},
       {{"model.architecture.rope_scaling.rope_type=yarn"},
        "model.architecture.rope_scaling.rope_type=\"yarn\": must be \"default\" or \"llama3\""},
       {{"model.architecture.rope_scaling.rope_type=llama3",
@@ -110,13 +110,15 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
         "model.architecture.rope_scaling.original_max_position_embeddings=8192"},
        "model.architecture.rope_scaling: high_freq_factor=1 must be > low_freq_factor=4"},
       {{"model.preset=tiney"},
-       "model.preset=\"tiney\": unknown preset (did you mean \"tiny\"?); known presets: tiny, "
-       "small-25m, llama3-8b, llama3.1-8b"},
+       "model.preset=\"tiney\": unknown preset (did you mean \"tiny\"?); known presets: "
+       "llama3-8b, llama3.1-8b, small-25m, tiny"},
       {{"model.hf_dir="}, "model.hf_dir is empty"},
       {{"data.passkey.min_depth=0.8", "data.passkey.max_depth=0.2"},
        "data.passkey: min_depth=0.8 must be <= max_depth=0.2"},
       {{"data.passkey.max_depth=1.5"}, "data.passkey.max_depth=1.5: must be in [0, 1]"},
-      {{"data.passkey.passkey_digits=0"}, "data.passkey.passkey_digits=0: must be >= 1"},
+      {{"training.seq_length=20"},
+       "training.seq_length=20 is too short for data.passkey: the key sentence, question and "
+       "answer need "},
       {{"data.eval_fraction=0.1"},
        "data.eval_fraction=0.1: the passkey task evaluates on fresh samples"},
       {{"data.megatron.path_prefix=/d/corpus.bin"},
@@ -157,14 +159,15 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "parallel.sequence_parallel needs tensor_parallel >= 2 (it is 1): set "
        "parallel.sequence_parallel=false"},
       {{"parallel.context_parallel=3"},
-       "training.seq_length=64 must be a multiple of 2 * parallel.context_parallel = 6"},
+       "training.seq_length=128 must be a multiple of 2 * parallel.context_parallel = 6"},
       {{"parallel.sequence_parallel=true", "parallel.tensor_parallel=3"},
-       "training.seq_length=64 / context_parallel=1 must be a multiple of "
+       "training.seq_length=128 / context_parallel=1 must be a multiple of "
        "parallel.tensor_parallel=3 for sequence_parallel"},
       {{"name=my job"}, "name=\"my job\": use only letters, digits, '.', '_' and '-'"},
       {{"optimizer.lr=nan"}, "optimizer.lr=nan: must be a finite number"},
       {{"model.ssa.alpha_init=-inf"}, "model.ssa.alpha_init=-inf: must be a finite number"},
-      {{"training.device=7"}, "training.device=7: not a value of Device; use one of AUTO, CPU, CUDA"},
+      {{"training.device=7"},
+       "training.device=7: not a value of Device; use one of AUTO, CPU, CUDA"},
   };
   for (const Rule& rule : rules) {
     SCOPED_TRACE(testing::PrintToString(rule.overrides));
@@ -183,8 +186,8 @@ TEST(JobConfigValidation, MissingSourcesAndRequiredFieldsAllReportedAtOnce) {
   EXPECT_THAT(message, HasSubstr("invalid job config (7 problems):\n  "));
   for (const char* line : {
            "\n  name is empty",
-           "\n  model: no model source: set model.preset (one of tiny, small-25m, llama3-8b, "
-           "llama3.1-8b) or model.hf_dir (a Hugging Face model directory)",
+           "\n  model: no model source: set model.preset (one of llama3-8b, llama3.1-8b, "
+           "small-25m, tiny) or model.hf_dir (a Hugging Face model directory)",
            "\n  data: no data source: set one of data.megatron, data.token_file, data.passkey",
            "\n  optimizer.lr=0: must be > 0",
            "\n  training.steps=0: must be >= 1",
@@ -208,9 +211,8 @@ TEST(JobConfigValidation, UnrelatedProblemsAllReportedAtOnce) {
 }
 
 TEST(JobConfigValidation, DisabledSsaIgnoresItsFlags) {
-  EXPECT_EQ(ProblemsWith({"model.ssa.query_temperature=false",
-                          "model.ssa.value_temperature=false"}),
-            "");
+  EXPECT_EQ(
+      ProblemsWith({"model.ssa.query_temperature=false", "model.ssa.value_temperature=false"}), "");
   EXPECT_EQ(ProblemsWith({"model.ssa.enabled=true", "model.ssa.token_aware=false",
                           "model.ssa.value_temperature=false"}),
             "");  // position-only query temperature (the paper's ablation)
@@ -223,10 +225,10 @@ TEST(JobConfigValidation, ValidLayoutsPass) {
                           "parallel.pipeline_schedule=INTERLEAVED_1F1B",
                           "training.global_batch_size=16", "parallel.data_parallel=2"}),
             "");
-  EXPECT_EQ(ProblemsWith({"data.token_file.path=/t", "data.token_file.dtype=UINT16",
-                          "data.document_masking=true",
-                          "data.token_file.document_separator_token=0"}),
-            "");
+  EXPECT_EQ(
+      ProblemsWith({"data.token_file.path=/t", "data.token_file.dtype=UINT16",
+                    "data.document_masking=true", "data.token_file.document_separator_token=0"}),
+      "");
 }
 
 TEST(ClosestName, SuggestsTyposAndPrefixesOnly) {
