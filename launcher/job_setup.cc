@@ -78,6 +78,12 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
   const config::TrainingConfig& training = job.training();
   DataSources sources;
   if (data.has_passkey()) {
+    if (data.passkey().min_depth() != 0.0 || data.passkey().max_depth() != 1.0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "data.passkey.min_depth=", data.passkey().min_depth(), " / max_depth=",
+          data.passkey().max_depth(),
+          ": the passkey generator draws depths over the whole filler; leave them at 0 and 1"));
+    }
     if (arch.vocab_size < data::kByteVocabSize) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data.passkey uses a byte vocabulary of ", data::kByteVocabSize,
@@ -94,6 +100,11 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
     }
     sources.passkey = true;
     return sources;
+  }
+  if (data.eval_fraction() > 0 || data.token_file().has_document_separator_token()) {
+    return absl::UnimplementedError(
+        "data.eval_fraction and data.token_file.document_separator_token are not in this build "
+        "yet; remove them");
   }
   if (training.eval_interval() > 0) {
     return absl::UnimplementedError(

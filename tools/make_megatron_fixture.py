@@ -7,7 +7,8 @@ Run: /work/venv-tools/bin/python tools/make_megatron_fixture.py
 Each corpus has 20 documents of 1 to 3 sequences ("sentences", as preprocess_data.py
 --split-sentences writes them) of random lengths. corpus_u16 stores uint16 tokens (dtype code 8),
 corpus_i32 int32 tokens (code 4). expected.json holds, per corpus, the dtype code, the sequence
-lengths and every document's tokens, read back through Megatron-Core's IndexedDataset.
+lengths, the document indices and every document's tokens, read back through Megatron-Core's
+IndexedDataset.
 """
 import json
 import os

@@ -10,8 +10,8 @@ int64_t FirstGlobalSample(const BatchCoordinates& where, int64_t micro_batch_siz
                where.micro_batch < where.micro_batches && where.dp_rank >= 0 &&
                where.dp_rank < where.dp_size && micro_batch_size > 0)
       << "step " << where.step << ", micro-batch " << where.micro_batch << " of "
-      << where.micro_batches << ", DP rank " << where.dp_rank << " of " << where.dp_size
-      << ", B " << micro_batch_size;
+      << where.micro_batches << ", DP rank " << where.dp_rank << " of " << where.dp_size << ", B "
+      << micro_batch_size;
   return ((where.step * where.micro_batches + where.micro_batch) * where.dp_size + where.dp_rank) *
          micro_batch_size;
 }

@@ -39,9 +39,8 @@ absl::StatusOr<FileMapping> FileMapping::Open(const std::string& path, const std
     if (mapped == MAP_FAILED) {
       const int error = errno;
       ::close(fd);
-      return absl::InternalError(
-          absl::StrFormat("cannot map %s '%s' (%d bytes): %s", what, path, size,
-                          std::strerror(error)));
+      return absl::InternalError(absl::StrFormat("cannot map %s '%s' (%d bytes): %s", what, path,
+                                                 size, std::strerror(error)));
     }
     data = static_cast<const uint8_t*>(mapped);
   }

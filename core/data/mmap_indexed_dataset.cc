@@ -50,8 +50,8 @@ std::optional<TokenType> TokenTypeOfCode(uint8_t code) {
 template <typename... Args>
 absl::Status IndexError(const std::string& path, const absl::FormatSpec<Args...>& format,
                         const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat("Megatron index file '", path,
-                                                 "': ", absl::StrFormat(format, args...)));
+  return absl::InvalidArgumentError(
+      absl::StrCat("Megatron index file '", path, "': ", absl::StrFormat(format, args...)));
 }
 
 // The .idx arrays, in place in the mapping (unaligned: read through LoadAt).
@@ -167,8 +167,8 @@ absl::Status CheckSequences(const std::string& idx_path, const IndexArrays& arra
 
 // document_indices: 0, non-decreasing, ending at S. Returns each document's first token [D].
 absl::StatusOr<std::vector<int64_t>> DocumentStarts(const std::string& idx_path,
-                                                   const IndexArrays& arrays, TokenType type,
-                                                   int64_t num_tokens) {
+                                                    const IndexArrays& arrays, TokenType type,
+                                                    int64_t num_tokens) {
   const auto s = static_cast<int64_t>(arrays.sequence_count);
   const auto token_bytes = static_cast<int64_t>(TokenTypeSize(type));
   std::vector<int64_t> starts(arrays.document_count);  // [D]

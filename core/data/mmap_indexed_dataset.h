@@ -1,11 +1,6 @@
 // Megatron-LM's indexed dataset (the MMIDIDX .idx/.bin pair that Megatron's
 // tools/preprocess_data.py writes), read in place and validated field by field, as a TokenCorpus
 // of Megatron's documents (each the concatenation of its sequences).
-// Layout (megatron/core/datasets/indexed_dataset.py, _IndexWriter), all little-endian:
-//   magic "MMIDIDX\0\0" (9 bytes), u64 version = 1, u8 dtype code, u64 sequence_count S,
-//   u64 document_count D, i32 sequence_lengths [S], i64 sequence_pointers [S] (byte offsets in
-//   the .bin), i64 document_indices [D] (0, then the sequence index ending each document), and for
-//   multimodal datasets i8 sequence_modes [S] (ignored).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +11,12 @@
 
 namespace kelvin::data {
 
+// The .idx layout (megatron/core/datasets/indexed_dataset.py, _IndexWriter), little-endian:
+//   magic "MMIDIDX\0\0" (9 bytes), u64 version = 1, u8 dtype code, u64 sequence_count S,
+//   u64 document_count D, i32 sequence_lengths [S], i64 sequence_pointers [S] (byte offsets in
+//   the .bin), i64 document_indices [D] (0, then the sequence index ending each document), and for
+//   multimodal datasets i8 sequence_modes [S] (ignored). The .bin holds the tokens of the
+//   sequences back to back.
 inline constexpr char kMegatronIndexMagic[] = "MMIDIDX\0\0";  // 9 bytes, without the final NUL
 inline constexpr size_t kMegatronIndexMagicBytes = 9;
 inline constexpr size_t kMegatronIndexHeaderBytes = 34;  // magic, version, dtype, S, D

@@ -17,8 +17,8 @@ absl::StatusOr<std::unique_ptr<CorpusSampler>> CorpusSampler::Create(
   KELVIN_CHECK(corpus != nullptr);
   constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
   if (options.sequence_length <= 0 || options.sequence_length >= kMaxInt32) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "sequence length %d must be in [1, 2^31 - 1)", options.sequence_length));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence length %d must be in [1, 2^31 - 1)", options.sequence_length));
   }
   if (options.micro_batch_size <= 0) {
     return absl::InvalidArgumentError(
@@ -71,7 +71,7 @@ absl::StatusOr<Batch> CorpusSampler::ReadRows(std::span<const int64_t> rows) con
 absl::Status CorpusSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const {
   KELVIN_CHECK(row >= 0 && row < num_rows_) << "row " << row << " of " << num_rows_;
   const int64_t t_len = options_.sequence_length;
-  const int64_t begin = row * t_len;  // stream offset of input position 0
+  const int64_t begin = row * t_len;       // stream offset of input position 0
   std::vector<int64_t> stored(t_len + 1);  // [T + 1]
   corpus_->Read(begin, stored);
   KELVIN_RETURN_IF_ERROR(corpus_->CheckVocab(begin, stored, options_.vocab_size));

@@ -35,7 +35,8 @@ class CorpusSampler : public BatchSource {
   int64_t sequence_length() const override { return options_.sequence_length; }
   int64_t num_rows() const { return num_rows_; }  // R, rows per epoch
 
-  // The row of global sample g (g / R is its epoch).
+  // The row of global sample g (g / R is its epoch). Not thread-safe: the order of the latest
+  // epoch asked for is cached (so is BatchAt).
   int64_t RowOfSample(int64_t global_sample);
   // The B rows of global samples FirstGlobalSample(where, B) + [0, B).
   absl::StatusOr<Batch> BatchAt(const BatchCoordinates& where) override;
@@ -50,8 +51,8 @@ class CorpusSampler : public BatchSource {
   std::shared_ptr<const TokenCorpus> corpus_;
   SamplerOptions options_;
   int64_t num_rows_;
-  int64_t permutation_epoch_ = -1;     // the epoch permutation_ belongs to
-  std::vector<int64_t> permutation_;   // [R]
+  int64_t permutation_epoch_ = -1;    // the epoch permutation_ belongs to
+  std::vector<int64_t> permutation_;  // [R]
 };
 
 }  // namespace kelvin::data

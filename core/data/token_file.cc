@@ -65,16 +65,16 @@ absl::Status WriteTokenFile(const std::string& path, std::span<const int32_t> to
       std::memcpy(bytes.data() + 2 * i, &value, 2);
     }
   } else {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "token file '%s': flat token files are int32 or uint16, not %s", path,
-        TokenTypeName(type)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("token file '%s': flat token files are int32 or uint16, not %s", path,
+                        TokenTypeName(type)));
   }
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"),
                                                              &std::fclose);
   if (file == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size() ||
       std::fflush(file.get()) != 0) {
-    return absl::InternalError(absl::StrFormat("cannot write token file '%s': %s", path,
-                                               std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrFormat("cannot write token file '%s': %s", path, std::strerror(errno)));
   }
   return absl::OkStatus();
 }

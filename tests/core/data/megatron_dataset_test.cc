@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,9 +31,12 @@ std::vector<uint8_t> ReadBytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// Into a new file: rewriting one in place makes ext4 flush it to disk (auto_da_alloc), slowly.
 void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  std::filesystem::remove(path);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << path;
 }
 
@@ -74,6 +80,16 @@ TEST(MegatronDataset, FixturesReadBackAsMegatronCoreWroteThem) {
     }
     EXPECT_EQ(corpus->num_tokens(), total);
     EXPECT_EQ(corpus->document_start(corpus->num_documents()), total);
+    // Documents start where their first sequence does.
+    const auto lengths = want["sequence_lengths"].get<std::vector<int64_t>>();
+    const auto document_indices = want["document_indices"].get<std::vector<int64_t>>();
+    ASSERT_EQ(static_cast<int64_t>(document_indices.size()), corpus->num_documents() + 1);
+    EXPECT_GT(lengths.size(), documents.size());  // some documents have several sequences
+    for (int64_t d = 0; d <= corpus->num_documents(); ++d) {
+      const int64_t sequence_start =
+          std::accumulate(lengths.begin(), lengths.begin() + document_indices[d], int64_t{0});
+      EXPECT_EQ(corpus->document_start(d), sequence_start) << d;
+    }
     EXPECT_TRUE(corpus->CheckVocab(expected["vocab_size"].get<int64_t>()).ok());
   }
 }
@@ -141,7 +157,7 @@ TEST_F(CorruptedIndex, UnchangedCopyOpens) { EXPECT_TRUE(Open().ok()); }
 TEST_F(CorruptedIndex, BadMagic) {
   idx_[1] = 'X';
   const absl::Status status = Open();
-  EXPECT_THAT(status.message(), HasSubstr("starts with \"MXIDIDX\\000\\000\""));
+  EXPECT_THAT(status.message(), HasSubstr("starts with \"MXIDIDX\\x00\\x00\", not the magic"));
   EXPECT_THAT(status.message(), HasSubstr("not a Megatron-LM indexed dataset"));
 }
 
@@ -209,8 +225,8 @@ TEST_F(CorruptedIndex, NegativeSequenceLength) {
 TEST_F(CorruptedIndex, PointerPastTheBin) {
   Store<int64_t>(idx_, PointerOffset(5), static_cast<int64_t>(bin_.size()) + 100);
   const absl::Status status = Open();
-  EXPECT_THAT(status.message(), HasSubstr("sequence_pointers[5] = " +
-                                          std::to_string(bin_.size() + 100)));
+  EXPECT_THAT(status.message(),
+              HasSubstr("sequence_pointers[5] = " + std::to_string(bin_.size() + 100)));
   EXPECT_THAT(status.message(), HasSubstr("reaches past the end of"));
 }
 
@@ -222,14 +238,13 @@ TEST_F(CorruptedIndex, NegativePointer) {
 TEST_F(CorruptedIndex, PointerOutOfPlace) {
   const auto pointer = Load<int64_t>(idx_, PointerOffset(3));
   Store<int64_t>(idx_, PointerOffset(3), pointer + 2);
-  EXPECT_THAT(Open().message(),
-              HasSubstr("sequence_pointers[3] is " + std::to_string(pointer + 2) +
-                        ", but the lengths before it place sequence 3 at byte " +
-                        std::to_string(pointer)));
+  EXPECT_THAT(Open().message(), HasSubstr("sequence_pointers[3] is " + std::to_string(pointer + 2) +
+                                          ", but the lengths before it place sequence 3 at byte " +
+                                          std::to_string(pointer)));
 }
 
 TEST_F(CorruptedIndex, TruncatedBin) {
-  bin_.resize(bin_.size() - 2);
+  bin_.erase(bin_.end() - 2, bin_.end());
   const absl::Status status = Open();
   EXPECT_THAT(status.message(),
               HasSubstr("sequence_pointers[" + std::to_string(sequence_count_ - 1) + "]"));
@@ -249,15 +264,14 @@ TEST_F(CorruptedIndex, FirstDocumentIndexNotZero) {
 TEST_F(CorruptedIndex, DecreasingDocumentIndex) {
   const auto previous = Load<int64_t>(idx_, DocumentIndexOffset(4));
   Store<int64_t>(idx_, DocumentIndexOffset(5), previous - 1);
-  EXPECT_THAT(Open().message(),
-              HasSubstr("document_indices[5] is " + std::to_string(previous - 1) + ", outside [" +
-                        std::to_string(previous) + ", "));
+  EXPECT_THAT(Open().message(), HasSubstr("document_indices[5] is " + std::to_string(previous - 1) +
+                                          ", outside [" + std::to_string(previous) + ", "));
 }
 
 TEST_F(CorruptedIndex, DocumentIndexPastTheSequences) {
   Store<int64_t>(idx_, DocumentIndexOffset(3), static_cast<int64_t>(sequence_count_) + 1);
-  EXPECT_THAT(Open().message(), HasSubstr("document_indices[3] is " +
-                                          std::to_string(sequence_count_ + 1)));
+  EXPECT_THAT(Open().message(),
+              HasSubstr("document_indices[3] is " + std::to_string(sequence_count_ + 1)));
 }
 
 TEST_F(CorruptedIndex, LastDocumentIndexShort) {
@@ -273,23 +287,58 @@ TEST_F(CorruptedIndex, LastDocumentIndexShort) {
 TEST_F(CorruptedIndex, FuzzedIndexNeverCrashes) {
   const std::vector<uint8_t> original = idx_;
   std::mt19937_64 rng(20240611);
-  const std::vector<int64_t> interesting = {0, 1, -1, 2, 34, int64_t{1} << 31, int64_t{1} << 62,
-                                            INT64_MAX, INT64_MIN,
+  const std::vector<int64_t> interesting = {0,
+                                            1,
+                                            -1,
+                                            2,
+                                            34,
+                                            int64_t{1} << 31,
+                                            int64_t{1} << 62,
+                                            INT64_MAX,
+                                            INT64_MIN,
                                             static_cast<int64_t>(bin_.size())};
+  // The mutations must reach every stage of the validation.
+  const std::vector<const char*> kChecks = {"header",
+                                            "magic",
+                                            "'version'",
+                                            "'dtype'",
+                                            "need",
+                                            "describe",
+                                            "sequence_lengths[",
+                                            "reaches past the end",
+                                            "the lengths before it place",
+                                            "document_indices[",
+                                            "the last document index"};
+  std::set<std::string> checks_hit;
+  // Where the fields start (a 4-byte sequence length is written with its neighbour).
+  std::vector<size_t> fields = {9, 18, 26};
+  for (uint64_t i = 0; i < sequence_count_; ++i) {
+    fields.push_back(LengthOffset(i));
+    fields.push_back(PointerOffset(i));
+  }
+  for (uint64_t i = 0; i < document_count_; ++i) fields.push_back(DocumentIndexOffset(i));
+
   int opened = 0;
   for (int iteration = 0; iteration < 1500; ++iteration) {
     idx_ = original;
     const int mutations = 1 + static_cast<int>(rng() % 3);
     for (int m = 0; m < mutations && !idx_.empty(); ++m) {
       const size_t at = rng() % idx_.size();
-      switch (rng() % 4) {
+      switch (rng() % 5) {
         case 0:  // one random byte
           idx_[at] = static_cast<uint8_t>(rng());
           break;
-        case 1:  // an interesting 8-byte value
-          if (at + 8 <= idx_.size()) Store<int64_t>(idx_, at, interesting[rng() % interesting.size()]);
+        case 1:  // a field set to an interesting value
+          if (const size_t field = fields[rng() % fields.size()]; field + 8 <= idx_.size()) {
+            Store<int64_t>(idx_, field, interesting[rng() % interesting.size()]);
+          }
           break;
-        case 2:  // truncated
+        case 2:  // a field off by one
+          if (const size_t field = fields[rng() % fields.size()]; field + 8 <= idx_.size()) {
+            Store<int64_t>(idx_, field, Load<int64_t>(idx_, field) + (rng() % 2 ? 1 : -1));
+          }
+          break;
+        case 3:  // truncated
           idx_.resize(at);
           break;
         default:  // garbage appended
@@ -302,7 +351,11 @@ TEST_F(CorruptedIndex, FuzzedIndexNeverCrashes) {
     if (iteration == 0) WriteBytes(prefix_ + ".bin", bin_);
     absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(prefix_);
     if (!corpus.ok()) {
-      EXPECT_THAT(corpus.status().message(), HasSubstr("Megatron index file")) << iteration;
+      const std::string message(corpus.status().message());
+      EXPECT_THAT(message, HasSubstr("Megatron index file")) << iteration;
+      for (const char* check : kChecks) {
+        if (message.find(check) != std::string::npos) checks_hit.insert(check);
+      }
       continue;
     }
     ++opened;
@@ -312,9 +365,11 @@ TEST_F(CorruptedIndex, FuzzedIndexNeverCrashes) {
       EXPECT_LE(corpus->document_start(d), corpus->document_start(d + 1));
     }
   }
-  // Mutations of the tail (garbage appended after truncation, modes) sometimes leave a valid
-  // file; most do not.
+  EXPECT_EQ(checks_hit, std::set<std::string>(kChecks.begin(), kChecks.end()));
+  // Some mutations leave a valid index (e.g. a document boundary moved between its neighbours);
+  // most do not.
   EXPECT_LT(opened, 1500);
+  EXPECT_GT(opened, 10) << "the reads after a valid mutation went untested";
 }
 
 }  // namespace

@@ -24,9 +24,9 @@ constexpr int64_t kSequenceLength = 1024;
 TEST(Passkey, MinimumLengthHoldsNoFiller) {
   EXPECT_EQ(MinPasskeySequenceLength(), 1 + 59 + 38 + 5 - 1);
   const PasskeySample sample = MakePasskeySample(1, 0, MinPasskeySequenceLength());
-  EXPECT_EQ(ByteTokensToText(sample.tokens),
-            "<s>" + PasskeySentence(sample.key) + std::string(kPasskeyQuestion) +
-                std::to_string(sample.key));
+  EXPECT_EQ(ByteTokensToText(sample.tokens), "<s>" + PasskeySentence(sample.key) +
+                                                 std::string(kPasskeyQuestion) +
+                                                 std::to_string(sample.key));
   EXPECT_EQ(sample.depth, 0.0);
 }
 
@@ -105,8 +105,8 @@ TEST(Passkey, BatchLabelsOnlyTheAnswerDigits) {
   absl::StatusOr<std::unique_ptr<PasskeyTask>> task =
       PasskeyTask::Create({.sequence_length = 256, .micro_batch_size = 3, .seed = 9});
   ASSERT_TRUE(task.ok()) << task.status();
-  const BatchCoordinates where = {.step = 4, .micro_batch = 1, .micro_batches = 2, .dp_rank = 1,
-                                  .dp_size = 2};
+  const BatchCoordinates where = {
+      .step = 4, .micro_batch = 1, .micro_batches = 2, .dp_rank = 1, .dp_size = 2};
   absl::StatusOr<Batch> batch = (*task)->BatchAt(where);
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(batch->tokens.shape(), (Shape{3, 256}));
@@ -130,6 +130,8 @@ TEST(Passkey, BatchLabelsOnlyTheAnswerDigits) {
       }
     }
     EXPECT_EQ(answer, std::to_string(sample.key));  // decoding the labels gives the key
+    EXPECT_EQ(std::vector<int32_t>(labels + 256 - kPasskeyDigits, labels + 256),
+              TextToByteTokens(std::to_string(sample.key)));
   }
 }
 
@@ -157,10 +159,9 @@ TEST(Passkey, TooShortSequenceIsAnError) {
       PasskeyTask::Create({.sequence_length = 64, .micro_batch_size = 1}).status();
   EXPECT_THAT(status.message(), HasSubstr("sequence length 64 is too short"));
   EXPECT_THAT(status.message(), HasSubstr("at least 102 tokens"));
-  EXPECT_THAT(PasskeyTask::Create({.sequence_length = 128, .micro_batch_size = 0})
-                  .status()
-                  .message(),
-              HasSubstr("passkey task: micro-batch size 0"));
+  EXPECT_THAT(
+      PasskeyTask::Create({.sequence_length = 128, .micro_batch_size = 0}).status().message(),
+      HasSubstr("passkey task: micro-batch size 0"));
 }
 
 }  // namespace

@@ -49,8 +49,8 @@ std::vector<int32_t> Values(const Tensor& t) {
   return {t.data<int32_t>(), t.data<int32_t>() + t.numel()};
 }
 
-const SamplerOptions kOptions = {.sequence_length = 10, .micro_batch_size = 4,
-                                 .vocab_size = 1001, .seed = 5};
+const SamplerOptions kOptions = {
+    .sequence_length = 10, .micro_batch_size = 4, .vocab_size = 1001, .seed = 5};
 
 TEST(Sampler, RowsAreGptStyle) {
   auto sampler = MakeSampler(OffsetCorpus("sampler_rows", 1001, {0, 1001}), kOptions);
@@ -99,7 +99,8 @@ TEST(Sampler, BatchesAreDeterministicForResume) {
   options.document_masking = true;
   auto uninterrupted = MakeSampler(corpus, options);
   std::vector<Batch> walked;
-  for (int64_t step = 0; step < 40; ++step) walked.push_back(*uninterrupted->BatchAt({.step = step}));
+  for (int64_t step = 0; step < 40; ++step)
+    walked.push_back(*uninterrupted->BatchAt({.step = step}));
   // A fresh sampler (a resumed job) asked for later steps directly, out of order.
   auto resumed = MakeSampler(corpus, options);
   for (int64_t step : {37, 12, 39, 26}) {
@@ -124,16 +125,18 @@ TEST(Sampler, DataParallelRanksGetDisjointRowsOfTheSameGlobalBatch) {
     std::set<int64_t> split_rows, single_rank_rows;
     for (int64_t rank = 0; rank < 4; ++rank) {
       for (int64_t micro = 0; micro < 2; ++micro) {
-        const Batch batch = *sampler->BatchAt(
-            {.step = step, .micro_batch = micro, .micro_batches = 2, .dp_rank = rank,
-             .dp_size = 4});
+        const Batch batch = *sampler->BatchAt({.step = step,
+                                               .micro_batch = micro,
+                                               .micro_batches = 2,
+                                               .dp_rank = rank,
+                                               .dp_size = 4});
         split_rows.insert(batch.sources.begin(), batch.sources.end());
       }
     }
     EXPECT_EQ(split_rows.size(), 24u) << "rows shared between ranks or micro-batches";
     for (int64_t micro = 0; micro < 8; ++micro) {
-      const Batch batch = *sampler->BatchAt({.step = step, .micro_batch = micro,
-                                             .micro_batches = 8});
+      const Batch batch =
+          *sampler->BatchAt({.step = step, .micro_batch = micro, .micro_batches = 8});
       single_rank_rows.insert(batch.sources.begin(), batch.sources.end());
     }
     EXPECT_EQ(split_rows, single_rank_rows) << "the global batch depends on the DP split";
@@ -163,9 +166,9 @@ TEST(Sampler, DocumentSpansAndMasking) {
   EXPECT_EQ(masked.documents, spans);
   EXPECT_EQ(Values(masked.tokens), Values(unmasked.tokens));
   EXPECT_EQ(Values(masked.positions),
-            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 0, 1, 2,    // row 0: documents 0, 2
-                                  0, 1, 2, 3, 4, 0, 1, 2, 3, 4,    // row 2: documents 2, 3
-                                  0, 1, 2, 3, 4, 5, 6, 7, 8, 9,    // row 3: document 3
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 0, 1, 2,     // row 0: documents 0, 2
+                                  0, 1, 2, 3, 4, 0, 1, 2, 3, 4,     // row 2: documents 2, 3
+                                  0, 1, 2, 3, 4, 5, 6, 7, 8, 9,     // row 3: document 3
                                   0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));  // row 5: document 4
   // No loss on a document's last token (its label is the next document's first), including
   // document 3's end at the last position of row 3.
@@ -192,8 +195,11 @@ TEST(Sampler, MegatronFixtureRowsFollowItsDocuments) {
       OpenMegatronDataset(std::string(KELVIN_FIXTURES_DIR) + "/megatron/corpus_u16");
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   auto sampler = MakeSampler(std::make_shared<const TokenCorpus>(std::move(*corpus)),
-                             {.sequence_length = 64, .micro_batch_size = 2, .vocab_size = 1000,
-                              .seed = 1, .document_masking = true});
+                             {.sequence_length = 64,
+                              .micro_batch_size = 2,
+                              .vocab_size = 1000,
+                              .seed = 1,
+                              .document_masking = true});
   for (int64_t step = 0; step < sampler->num_rows() / 2; ++step) {
     const Batch batch = *sampler->BatchAt({.step = step});
     for (int64_t b = 0; b < 2; ++b) {
@@ -227,7 +233,7 @@ TEST(Sampler, TokenOutsideTheVocabularyNamesWhereItIs) {
   SamplerOptions options = kOptions;
   options.vocab_size = 500;
   auto sampler = MakeSampler(corpus, options);
-  EXPECT_TRUE(sampler->ReadRows({{48}}).ok());  // tokens 480..490
+  EXPECT_TRUE(sampler->ReadRows({{48}}).ok());                     // tokens 480..490
   const absl::Status status = sampler->ReadRows({{49}}).status();  // 490..500: its last label
   EXPECT_THAT(status.message(),
               HasSubstr("sampler_vocab.i32': document 1, position 200 holds token id 500, "

@@ -61,7 +61,8 @@ TEST(TokenFile, TypeFromExtension) {
   EXPECT_EQ(*FlatTokenTypeFromPath("a/b.int32"), TokenType::kInt32);
   EXPECT_EQ(*FlatTokenTypeFromPath("a/b.uint16"), TokenType::kUInt16);
   const absl::Status status = FlatTokenTypeFromPath("corpus.tokens").status();
-  EXPECT_THAT(status.message(), HasSubstr("token file 'corpus.tokens': cannot tell the token type"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("token file 'corpus.tokens': cannot tell the token type"));
   EXPECT_THAT(status.message(), HasSubstr("end it in .i32"));
 }
 
