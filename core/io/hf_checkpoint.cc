@@ -3,9 +3,9 @@
 // split_state_dict_into_shards_factory does.
 #include "core/io/hf_checkpoint.h"
 
+#include <cctype>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -21,9 +21,16 @@ using Json = nlohmann::json;
 constexpr absl::string_view kRedownload =
     "; the checkpoint is incomplete or inconsistent: download or save it again";
 
-bool IsShardFileName(const std::string& name) {
-  static const std::regex kShard(R"(model-\d{5}-of-\d{5}\.safetensors)");
-  return std::regex_match(name, kShard);
+// "model-00001-of-00003.safetensors"
+bool IsShardFileName(std::string_view name) {
+  constexpr std::string_view kPattern = "model-#####-of-#####.safetensors";  // # is a digit
+  if (name.size() != kPattern.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const bool matches = kPattern[i] == '#' ? std::isdigit(static_cast<unsigned char>(name[i]))
+                                            : name[i] == kPattern[i];
+    if (!matches) return false;
+  }
+  return true;
 }
 
 // The shard file names of the index's weight_map, validated: tensor name -> shard file.
@@ -51,7 +58,8 @@ absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const std::stri
   std::map<std::string, std::string> shard_of;
   for (const auto& [name, shard] : weight_map->items()) {
     if (!shard.is_string()) {
-      return invalid(absl::StrCat("\"weight_map\" value of \"", name, "\" must be a file name, "
+      return invalid(absl::StrCat("\"weight_map\" value of \"", name,
+                                  "\" must be a file name, "
                                   "found ",
                                   shard.dump(-1, ' ', false, Json::error_handler_t::replace)));
     }
@@ -74,11 +82,12 @@ absl::StatusOr<HfCheckpoint> HfCheckpoint::Open(const std::string& path) {
   const fs::file_status status = fs::status(path, error);
   if (!fs::exists(status)) {
     return absl::NotFoundError(absl::StrCat(
-        path, ": no such checkpoint directory; pass the folder of a Hugging Face checkpoint (the "
-              "one with config.json and model*.safetensors)"));
+        path,
+        ": no such checkpoint directory; pass the folder of a Hugging Face checkpoint (the "
+        "one with config.json and model*.safetensors)"));
   }
-  const auto open_single_file = [&path](const std::string& file_path)
-      -> absl::StatusOr<HfCheckpoint> {
+  const auto open_single_file =
+      [&path](const std::string& file_path) -> absl::StatusOr<HfCheckpoint> {
     KELVIN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(file_path));
     std::map<std::string, size_t, std::less<>> shard_of;
     for (const SafetensorsEntry& entry : file.entries()) shard_of[entry.name] = 0;
@@ -94,7 +103,8 @@ absl::StatusOr<HfCheckpoint> HfCheckpoint::Open(const std::string& path) {
   const std::string index_path = (directory / kHfIndexFileName).string();
   if (!fs::exists(index_path, error)) {
     return absl::NotFoundError(absl::StrCat(
-        path, ": has neither ", std::string(kHfSingleFileName), " nor ", std::string(kHfIndexFileName),
+        path, ": has neither ", std::string(kHfSingleFileName), " nor ",
+        std::string(kHfIndexFileName),
         "; pass a Hugging Face checkpoint saved as safetensors (re-save .bin checkpoints with "
         "save_pretrained(..., safe_serialization=True))"));
   }
@@ -109,9 +119,9 @@ absl::StatusOr<HfCheckpoint> HfCheckpoint::Open(const std::string& path) {
       const std::string shard_path = (directory / shard_file).string();
       absl::StatusOr<SafetensorsFile> shard = SafetensorsFile::Open(shard_path);
       if (absl::IsNotFound(shard.status())) {
-        return absl::NotFoundError(absl::StrCat(index_path, ": tensor \"", name,
-                                                "\" is in shard ", shard_file, ", but ",
-                                                shard_path, " does not exist", kRedownload));
+        return absl::NotFoundError(absl::StrCat(index_path, ": tensor \"", name, "\" is in shard ",
+                                                shard_file, ", but ", shard_path, " does not exist",
+                                                kRedownload));
       }
       if (!shard.ok()) return shard.status();
       shards.push_back(std::move(*shard));
@@ -207,8 +217,8 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
   std::error_code error;
   fs::create_directories(directory, error);
   if (error) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create checkpoint directory ",
-                                                    directory, " (", error.message(), ")"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create checkpoint directory ", directory, " (", error.message(), ")"));
   }
   const std::map<std::string, std::string> shard_metadata = {{"format", "pt"}};
   std::set<std::string> written;
@@ -230,8 +240,8 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
     const Json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     const std::string text = index.dump(2) + "\n";  // as transformers: indent 2, sorted keys
     const std::string file_name(kHfIndexFileName);
-    KELVIN_RETURN_IF_ERROR(internal::WriteFileAtomically(
-        (fs::path(directory) / file_name).string(), {text}));
+    KELVIN_RETURN_IF_ERROR(
+        internal::WriteFileAtomically((fs::path(directory) / file_name).string(), {text}));
     written.insert(file_name);
   }
 

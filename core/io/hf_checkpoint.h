@@ -31,7 +31,7 @@ class HfCheckpoint {  // movable, not copyable
   static absl::StatusOr<HfCheckpoint> Open(const std::string& path);
 
   const std::string& path() const { return path_; }
-  std::vector<std::string> TensorNames() const;  // sorted
+  std::vector<std::string> TensorNames() const;               // sorted
   const SafetensorsEntry* Find(std::string_view name) const;  // nullptr if absent
   // As SafetensorsFile::Read / ReadSlice, from the shard holding `name`.
   absl::StatusOr<Tensor> Read(std::string_view name, std::optional<DType> as = std::nullopt) const;

@@ -40,7 +40,8 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   if (::fstat(fd, &info) != 0) {
     const int error = errno;
     ::close(fd);
-    return absl::UnavailableError(absl::StrCat(path, ": fstat failed (", std::strerror(error), ")"));
+    return absl::UnavailableError(
+        absl::StrCat(path, ": fstat failed (", std::strerror(error), ")"));
   }
   if (!S_ISREG(info.st_mode)) {
     ::close(fd);
@@ -57,8 +58,8 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   const int error = errno;
   ::close(fd);  // the mapping keeps its own reference to the file
   if (data == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat(path, ": mmap of ", size, " bytes failed (",
-                                                     std::strerror(error), ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": mmap of ", size, " bytes failed (", std::strerror(error), ")"));
   }
   return MappedFile(path, static_cast<const char*>(data), size);
 }

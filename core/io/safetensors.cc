@@ -1,6 +1,7 @@
 // Safetensors: header validation, dtype conversion on read, the atomic writer, and the strict JSON
 // parsing and "did you mean" errors shared with hf_checkpoint.cc.
-// File layout: u64 little-endian N | N bytes of JSON header | data section (byte ranges of tensors).
+// File layout: u64 little-endian N | N bytes of JSON header | data section (byte ranges of
+// tensors).
 #include "core/io/safetensors.h"
 
 #include <fcntl.h>
@@ -122,8 +123,8 @@ class HeaderValidator {
   absl::Status Metadata(const Json& value, std::map<std::string, std::string>* metadata) const {
     if (value.is_null()) return absl::OkStatus();
     if (!value.is_object()) {
-      return Invalid(absl::StrCat("\"__metadata__\" must be an object of strings, found ",
-                                  Excerpt(value)));
+      return Invalid(
+          absl::StrCat("\"__metadata__\" must be an object of strings, found ", Excerpt(value)));
     }
     for (const auto& [key, text] : value.items()) {
       if (!text.is_string()) {
@@ -145,7 +146,8 @@ class HeaderValidator {
     entry.name = name;
     KELVIN_ASSIGN_OR_RETURN(const Json* dtype, Field(name, value, "dtype"));
     if (!dtype->is_string()) {
-      return InvalidEntry(name, absl::StrCat("\"dtype\" must be a string, found ", Excerpt(*dtype)));
+      return InvalidEntry(name,
+                          absl::StrCat("\"dtype\" must be a string, found ", Excerpt(*dtype)));
     }
     entry.dtype_name = dtype->get<std::string>();
     const FileDType* type = FindFileDType(entry.dtype_name);
@@ -173,8 +175,8 @@ class HeaderValidator {
       }
       const uint64_t size = dim.get<uint64_t>();
       if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          (size > 0 && __builtin_mul_overflow(nonzero_product, static_cast<int64_t>(size),
-                                              &nonzero_product))) {
+          (size > 0 &&
+           __builtin_mul_overflow(nonzero_product, static_cast<int64_t>(size), &nonzero_product))) {
         return InvalidEntry(name, absl::StrCat("shape ", Excerpt(*shape), " is too large"));
       }
       has_zero = has_zero || size == 0;
@@ -192,8 +194,8 @@ class HeaderValidator {
     const uint64_t begin = (*offsets)[0].get<uint64_t>();
     const uint64_t end = (*offsets)[1].get<uint64_t>();
     if (begin > end) {
-      return InvalidEntry(name, absl::StrCat("data_offsets [", begin, ", ", end,
-                                             "] begin after end"));
+      return InvalidEntry(name,
+                          absl::StrCat("data_offsets [", begin, ", ", end, "] begin after end"));
     }
     if (end > data_size_) {
       return Corrupt(absl::StatusCode::kDataLoss,
@@ -202,12 +204,12 @@ class HeaderValidator {
                                   " bytes); the file may be truncated"));
     }
     uint64_t bits = 0;
-    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(type->bits), &bits) ||
-        bits % 8 != 0 || bits / 8 != end - begin) {
-      return InvalidEntry(name, absl::StrCat("data_offsets [", begin, ", ", end, "] hold ",
-                                             end - begin, " bytes, but ", entry.dtype_name, " ",
-                                             ShapeToString(entry.shape), " needs ", numel, " x ",
-                                             type->bits, " bits"));
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(type->bits), &bits) || bits % 8 != 0 ||
+        bits / 8 != end - begin) {
+      return InvalidEntry(
+          name, absl::StrCat("data_offsets [", begin, ", ", end, "] hold ", end - begin,
+                             " bytes, but ", entry.dtype_name, " ", ShapeToString(entry.shape),
+                             " needs ", numel, " x ", type->bits, " bits"));
     }
     entry.begin = static_cast<size_t>(begin);
     entry.end = static_cast<size_t>(end);
@@ -226,11 +228,11 @@ class HeaderValidator {
     const SafetensorsEntry* previous = nullptr;
     for (const SafetensorsEntry* entry : by_offset) {
       if (entry->begin > covered) {
-        return Invalid(absl::StrCat("bytes [", covered, ", ", entry->begin,
-                                    ") of the data section belong to no tensor (a gap ",
-                                    previous ? absl::StrCat("after \"", previous->name, "\" and ")
-                                             : "",
-                                    "before \"", entry->name, "\")"));
+        return Invalid(
+            absl::StrCat("bytes [", covered, ", ", entry->begin,
+                         ") of the data section belong to no tensor (a gap ",
+                         previous ? absl::StrCat("after \"", previous->name, "\" and ") : "",
+                         "before \"", entry->name, "\")"));
       }
       if (entry->begin < covered) {
         return Invalid(absl::StrCat("tensor \"", entry->name, "\": data_offsets [", entry->begin,
@@ -314,10 +316,14 @@ void ConvertFloats(const char* src, size_t stride, size_t count, Out* out, Load 
 template <typename Load>
 void ConvertFloats(const char* src, size_t stride, size_t count, DType to, void* out, Load load) {
   switch (to) {
-    case DType::kF32: return ConvertFloats(src, stride, count, static_cast<float*>(out), load);
-    case DType::kBF16: return ConvertFloats(src, stride, count, static_cast<bf16*>(out), load);
-    case DType::kF64: return ConvertFloats(src, stride, count, static_cast<double*>(out), load);
-    default: KELVIN_FATAL() << "float conversion to " << DTypeName(to);
+    case DType::kF32:
+      return ConvertFloats(src, stride, count, static_cast<float*>(out), load);
+    case DType::kBF16:
+      return ConvertFloats(src, stride, count, static_cast<bf16*>(out), load);
+    case DType::kF64:
+      return ConvertFloats(src, stride, count, static_cast<double*>(out), load);
+    default:
+      KELVIN_FATAL() << "float conversion to " << DTypeName(to);
   }
 }
 
@@ -341,8 +347,10 @@ void ConvertFloats(const char* src, const FileDType& from, size_t count, DType t
 std::optional<int64_t> LoadInteger(const char* p, const FileDType& from) {
   const bool is_signed = from.kind == ValueKind::kSigned;
   switch (from.bits) {
-    case 8: return is_signed ? LoadUnaligned<int8_t>(p) : LoadUnaligned<uint8_t>(p);
-    case 16: return is_signed ? LoadUnaligned<int16_t>(p) : LoadUnaligned<uint16_t>(p);
+    case 8:
+      return is_signed ? LoadUnaligned<int8_t>(p) : LoadUnaligned<uint8_t>(p);
+    case 16:
+      return is_signed ? LoadUnaligned<int16_t>(p) : LoadUnaligned<uint16_t>(p);
     case 32:
       return is_signed ? int64_t{LoadUnaligned<int32_t>(p)} : int64_t{LoadUnaligned<uint32_t>(p)};
     default: {
@@ -361,8 +369,8 @@ absl::Status ConvertIntegers(const std::string& path, const SafetensorsEntry& en
   const size_t stride = static_cast<size_t>(from.bits / 8);
   for (size_t i = 0; i < count; ++i) {
     const std::optional<int64_t> value = LoadInteger(src + i * stride, from);
-    const bool fits = value.has_value() && (to == DType::kI64 || (*value >= INT32_MIN &&
-                                                                  *value <= INT32_MAX));
+    const bool fits =
+        value.has_value() && (to == DType::kI64 || (*value >= INT32_MIN && *value <= INT32_MAX));
     if (!fits) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": tensor \"", entry.name, "\" (", entry.dtype_name, ") holds ",
@@ -396,8 +404,8 @@ absl::StatusOr<DType> TargetDType(const std::string& path, const SafetensorsEntr
         from.kind == ValueKind::kFloat ? "e.g. DType::kF32" : "DType::kI32 or DType::kI64", ")"));
   }
   if ((from.kind == ValueKind::kFloat) == IsFloating(*as)) return *as;
-  return absl::InvalidArgumentError(
-      absl::StrCat(prefix, "Kelvin cannot convert to ", std::string(DTypeName(*as)), " (", kConversions, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      prefix, "Kelvin cannot convert to ", std::string(DTypeName(*as)), " (", kConversions, ")"));
 }
 
 // Rows [begin, end) of `entry` seen as [outer, rows, inner] (the data at `data`), converted to
@@ -466,9 +474,10 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   }
   HeaderValidator validator(path, file.size() - data_offset);
   if (!header->is_object()) {
-    return validator.Invalid(absl::StrCat("the JSON header must be an object {\"tensor name\": "
-                                          "{\"dtype\", \"shape\", \"data_offsets\"}}, found ",
-                                          header->type_name()));
+    return validator.Invalid(
+        absl::StrCat("the JSON header must be an object {\"tensor name\": "
+                     "{\"dtype\", \"shape\", \"data_offsets\"}}, found ",
+                     header->type_name()));
   }
   std::vector<SafetensorsEntry> entries;  // in key order, i.e. sorted by name (std::map)
   std::map<std::string, std::string> metadata;
@@ -491,8 +500,7 @@ const SafetensorsEntry* SafetensorsFile::Find(std::string_view name) const {
   return it != entries_.end() && it->name == name ? &*it : nullptr;
 }
 
-absl::StatusOr<Tensor> SafetensorsFile::Read(std::string_view name,
-                                             std::optional<DType> as) const {
+absl::StatusOr<Tensor> SafetensorsFile::Read(std::string_view name, std::optional<DType> as) const {
   const SafetensorsEntry* entry = Find(name);
   if (entry == nullptr) {
     std::vector<std::string> known;
@@ -521,10 +529,10 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadSlice(std::string_view name, int axi
   const size_t axis_index = static_cast<size_t>(resolved_axis);
   const int64_t rows = shape[axis_index];
   if (begin < 0 || begin > end || end > rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path(), ": rows [", begin, ", ", end, ") along axis ", axis, " are out of range for tensor ",
-        Quoted(name), " of shape ", ShapeToString(shape), " (valid: 0 <= begin <= end <= ", rows,
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path(), ": rows [", begin, ", ", end, ") along axis ", axis,
+                     " are out of range for tensor ", Quoted(name), " of shape ",
+                     ShapeToString(shape), " (valid: 0 <= begin <= end <= ", rows, ")"));
   }
   const FileDType& from = *FindFileDType(entry->dtype_name);
   KELVIN_ASSIGN_OR_RETURN(const DType to, TargetDType(path(), *entry, from, as));
@@ -570,8 +578,8 @@ absl::Status WriteSafetensors(const std::string& path,
   try {
     header_text = header.dump();
   } catch (const nlohmann::json::type_error& error) {
-    return invalid(absl::StrCat("tensor names and metadata must be valid UTF-8 (", error.what(),
-                                ")"));
+    return invalid(
+        absl::StrCat("tensor names and metadata must be valid UTF-8 (", error.what(), ")"));
   }
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
   const uint64_t header_bytes = header_text.size();
@@ -623,8 +631,8 @@ absl::StatusOr<Json> ParseJsonRejectingDuplicates(std::string_view text, std::st
     // what(): "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..."
     absl::string_view detail = error.what();
     detail.remove_prefix(std::min(detail.find(']') + 2, detail.size()));
-    return absl::InvalidArgumentError(absl::StrCat(std::string(where), ": not well-formed JSON at byte ",
-                                                   error.byte, " (", detail, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(where), ": not well-formed JSON at byte ", error.byte, " (", detail, ")"));
   }
   if (!duplicate.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(where), ": ", duplicate));
@@ -666,9 +674,9 @@ absl::Status TensorNotFound(std::string_view where, std::string_view name,
                     ranked.end());
   std::vector<std::string> closest;
   for (size_t i = 0; i < shown; ++i) closest.push_back(Quoted(ranked[i].second));
-  return absl::NotFoundError(absl::StrCat(std::string(where), ": no tensor ", Quoted(name), " among its ",
-                                          known.size(), " tensors; the closest names are ",
-                                          absl::StrJoin(closest, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat(std::string(where), ": no tensor ", Quoted(name), " among its ", known.size(),
+                   " tensors; the closest names are ", absl::StrJoin(closest, ", ")));
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
@@ -676,8 +684,8 @@ absl::Status WriteFileAtomically(const std::string& path,
   static std::atomic<uint64_t> temp_counter{0};
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", temp_counter++);
   const auto failure = [&](absl::string_view step, int error) {
-    const std::string message = absl::StrCat("cannot write ", path, ": ", step, " failed (",
-                                             std::strerror(error), ")");
+    const std::string message =
+        absl::StrCat("cannot write ", path, ": ", step, " failed (", std::strerror(error), ")");
     switch (error) {
       case ENOENT:
         return absl::NotFoundError(absl::StrCat(message, "; create its directory first"));

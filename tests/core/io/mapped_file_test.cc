@@ -57,16 +57,16 @@ TEST(MappedFileTest, MissingFileIsNotFound) {
   const std::string path = dir.Path("missing.safetensors");
   const absl::StatusOr<MappedFile> file = MappedFile::Open(path);
   EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(file.status().message(), HasSubstr(path));
-  EXPECT_THAT(file.status().message(), HasSubstr("no such file"));
-  EXPECT_THAT(file.status().message(), HasSubstr("check the path"));
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr("no such file"));
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr("check the path"));
 }
 
 TEST(MappedFileTest, DirectoryIsRejected) {
   testing::ScratchDir dir;
   const absl::StatusOr<MappedFile> file = MappedFile::Open(dir.path());
   EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(file.status().message(), HasSubstr(dir.path() + ": is a directory"));
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr(dir.path() + ": is a directory"));
 }
 
 }  // namespace

@@ -186,9 +186,9 @@ TEST(SafetensorsTest, F16ToF32IsExactIncludingSubnormalsAndInfinities) {
   }
   testing::ScratchDir dir;
   const std::string path = dir.Path("all_f16.safetensors");
-  testing::WriteFile(path, testing::SafetensorsBytes(
-                               R"({"h":{"dtype":"F16","shape":[65536],"data_offsets":[0,131072]}})",
-                               data));
+  testing::WriteFile(
+      path, testing::SafetensorsBytes(
+                R"({"h":{"dtype":"F16","shape":[65536],"data_offsets":[0,131072]}})", data));
   const SafetensorsFile file = OpenOrDie(path);
   absl::StatusOr<Tensor> read = file.Read("h", DType::kF32);
   ASSERT_TRUE(read.ok()) << read.status();
@@ -201,7 +201,7 @@ TEST(SafetensorsTest, F16ToF32IsExactIncludingSubnormalsAndInfinities) {
       ASSERT_TRUE(std::isnan(value)) << "half bits " << bits;
       continue;
     }
-    const double expected = exponent == 31   ? sign * std::numeric_limits<double>::infinity()
+    const double expected = exponent == 31  ? sign * std::numeric_limits<double>::infinity()
                             : exponent == 0 ? sign * std::ldexp(mantissa, -24)
                                             : sign * std::ldexp(1024 + mantissa, exponent - 25);
     ASSERT_EQ(static_cast<double>(value), expected) << "half bits " << bits;
@@ -244,7 +244,7 @@ TEST(SafetensorsTest, F64ToBf16AndF32RoundOnce) {
   // 1 + 2^-8 + 2^-40 lies above the bf16 tie 1 + 2^-8: the nearest bf16 is 1 + 2^-7. Rounding to
   // f32 first would lose the 2^-40 and round the tie to even (1).
   const std::vector<double> values = {1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40),
-                                      1.0 + std::ldexp(1.0, -24) + std::ldexp(1.0, -60), 1e300,
+                                      1.0 + std::ldexp(1.0, -24) + std::ldexp(1.0, -40), 1e300,
                                       1e-300, -2.5};
   ASSERT_TRUE(WriteSafetensors(path, {{"x", FromValues<double>({5}, values)}}).ok());
   const SafetensorsFile file = OpenOrDie(path);
@@ -277,20 +277,19 @@ TEST(SafetensorsTest, IntegersConvertWithARangeCheck) {
 
   const absl::StatusOr<Tensor> overflow = file.Read("large", DType::kI32);
   EXPECT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(overflow.status().message(), HasSubstr(path));
-  EXPECT_THAT(overflow.status().message(),
+  EXPECT_THAT(std::string(overflow.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(overflow.status().message()),
               HasSubstr("tensor \"large\" (I64) holds 1099511627776, which does not fit in i32"));
 }
 
 TEST(SafetensorsTest, SmallAndUnsignedIntegersAndBoolReadAsKelvinIntegers) {
   testing::ScratchDir dir;
   const std::string path = dir.Path("ints.safetensors");
-  const std::string header =
-      R"({"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]},)"
-      R"("u8":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},)"
-      R"("i16":{"dtype":"I16","shape":[1],"data_offsets":[4,6]},)"
-      R"("u64":{"dtype":"U64","shape":[2],"data_offsets":[6,22]}})";
-  std::string data = {1, 0, '\xff', 3, '\xfe', '\xff'};  // true false | 255 3 | -2
+  const std::string header = R"({"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]},)"
+                             R"("u8":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},)"
+                             R"("i16":{"dtype":"I16","shape":[1],"data_offsets":[4,6]},)"
+                             R"("u64":{"dtype":"U64","shape":[2],"data_offsets":[6,22]}})";
+  std::string data = {1, 0, '\xff', 3, '\xfe', '\xff'};                   // true false | 255 3 | -2
   data += std::string("\x09\0\0\0\0\0\0\0", 8) + std::string(8, '\xff');  // 9 | 2^64 - 1
   testing::WriteFile(path, testing::SafetensorsBytes(header, data));
   const SafetensorsFile file = OpenOrDie(path);
@@ -306,11 +305,11 @@ TEST(SafetensorsTest, SmallAndUnsignedIntegersAndBoolReadAsKelvinIntegers) {
   EXPECT_THAT(Values<int64_t>(*u64), ElementsAre(9));
 
   const absl::StatusOr<Tensor> too_big = file.Read("u64", DType::kI64);
-  EXPECT_THAT(too_big.status().message(),
+  EXPECT_THAT(std::string(too_big.status().message()),
               HasSubstr("tensor \"u64\" (U64) holds 18446744073709551615, which does not fit in "
                         "i64"));
   const absl::StatusOr<Tensor> no_as = file.Read("u8");
-  EXPECT_THAT(no_as.status().message(),
+  EXPECT_THAT(std::string(no_as.status().message()),
               HasSubstr("tensor \"u8\" has dtype U8, which Kelvin has no tensor type for; pass "
                         "`as` to convert it on read (DType::kI32 or DType::kI64)"));
 }
@@ -318,26 +317,25 @@ TEST(SafetensorsTest, SmallAndUnsignedIntegersAndBoolReadAsKelvinIntegers) {
 TEST(SafetensorsTest, UnsupportedConversionsNameTheTensorAndWhatWorks) {
   testing::ScratchDir dir;
   const std::string path = dir.Path("mixed.safetensors");
-  const std::string header =
-      R"({"h":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},)"
-      R"("q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[2,4]},)"
-      R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  const std::string header = R"({"h":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},)"
+                             R"("q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[2,4]},)"
+                             R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
   testing::WriteFile(path, testing::SafetensorsBytes(header, std::string(8, '\0')));
   const SafetensorsFile file = OpenOrDie(path);
 
   const absl::StatusOr<Tensor> half = file.Read("h");
   EXPECT_EQ(half.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(half.status().message(),
+  EXPECT_THAT(std::string(half.status().message()),
               HasSubstr(path + ": tensor \"h\" has dtype F16, which Kelvin has no tensor type "
                                "for; pass `as` to convert it on read (e.g. DType::kF32)"));
   const absl::StatusOr<Tensor> fp8 = file.Read("q", DType::kF32);
-  EXPECT_THAT(fp8.status().message(),
+  EXPECT_THAT(std::string(fp8.status().message()),
               HasSubstr("tensor \"q\" has dtype F8_E4M3, which Kelvin cannot read"));
   const absl::StatusOr<Tensor> to_int = file.Read("x", DType::kI32);
-  EXPECT_THAT(to_int.status().message(),
+  EXPECT_THAT(std::string(to_int.status().message()),
               HasSubstr("tensor \"x\" has dtype F32, which Kelvin cannot convert to i32"));
   const absl::StatusOr<Tensor> slice_to_int = file.ReadSlice("x", 0, 0, 1, DType::kI64);
-  EXPECT_THAT(slice_to_int.status().message(), HasSubstr("cannot convert to i64"));
+  EXPECT_THAT(std::string(slice_to_int.status().message()), HasSubstr("cannot convert to i64"));
 }
 
 // --- slices -----------------------------------------------------------------------------------
@@ -345,7 +343,7 @@ TEST(SafetensorsTest, UnsupportedConversionsNameTheTensorAndWhatWorks) {
 TEST(SafetensorsTest, ReadSliceAlongEachAxisMatchesTheFullTensor) {
   testing::ScratchDir dir;
   const std::string path = dir.Path("w.safetensors");
-  const Tensor w = testing::Random({4, 6}, DType::kF32, 10);     // [rows 4, cols 6]
+  const Tensor w = testing::Random({4, 6}, DType::kF32, 10);         // [rows 4, cols 6]
   const Tensor cube = testing::Random({3, 4, 5}, DType::kBF16, 11);  // [3, 4, 5]
   ASSERT_TRUE(WriteSafetensors(path, {{"w", w}, {"cube", cube}}).ok());
   const SafetensorsFile file = OpenOrDie(path);
@@ -422,13 +420,13 @@ TEST(SafetensorsTest, MissingTensorListsTheClosestNames) {
   const SafetensorsFile file = OpenOrDie(path);
   const absl::StatusOr<Tensor> read = file.Read("model.layers.1.self_attn.q_proj.weights");
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(read.status().message(),
+  EXPECT_THAT(std::string(read.status().message()),
               HasSubstr(path + ": no tensor \"model.layers.1.self_attn.q_proj.weights\" among "
                                "its 12 tensors; the closest names are "
                                "\"model.layers.1.self_attn.q_proj.weight\""));
   const absl::StatusOr<Tensor> slice = file.ReadSlice("nope", 0, 0, 1);
   EXPECT_EQ(slice.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(slice.status().message(), HasSubstr("no tensor \"nope\""));
+  EXPECT_THAT(std::string(slice.status().message()), HasSubstr("no tensor \"nope\""));
 }
 
 // --- writer -----------------------------------------------------------------------------------
@@ -447,8 +445,7 @@ TEST(SafetensorsTest, WriteRejectsBadNamesAndTensors) {
   EXPECT_THAT(message({{"", t}}), HasSubstr("tensor name \"\" is reserved or empty"));
   EXPECT_THAT(message({{"__metadata__", t}}),
               HasSubstr("tensor name \"__metadata__\" is reserved or empty"));
-  EXPECT_THAT(message({{"u", Tensor()}}),
-              HasSubstr("tensor \"u\" is undefined"));
+  EXPECT_THAT(message({{"u", Tensor()}}), HasSubstr("tensor \"u\" is undefined"));
   EXPECT_THAT(message({{std::string("bad\xff", 4), t}}), HasSubstr("must be valid UTF-8"));
   EXPECT_FALSE(std::filesystem::exists(path));
 }
@@ -458,8 +455,8 @@ TEST(SafetensorsTest, WriteIntoMissingDirectorySaysToCreateIt) {
   const std::string path = dir.Path("no/such/dir/a.safetensors");
   const absl::Status status = WriteSafetensors(path, {{"t", Tensor::ZerosCpu({1}, DType::kF32)}});
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(status.message(), HasSubstr("cannot write " + path));
-  EXPECT_THAT(status.message(), HasSubstr("create its directory first"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("cannot write " + path));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("create its directory first"));
 }
 
 TEST(SafetensorsTest, WriteReplacesAnExistingFileAndLeavesNoTemporaryFile) {

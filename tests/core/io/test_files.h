@@ -46,7 +46,8 @@ inline void WriteFile(const std::string& path, std::string_view bytes) {
 inline std::string SafetensorsBytes(std::string_view header, std::string_view data) {
   std::string bytes(8, '\0');
   uint64_t length = header.size();
-  for (int i = 0; i < 8; ++i, length >>= 8) bytes[static_cast<size_t>(i)] = static_cast<char>(length);
+  for (int i = 0; i < 8; ++i, length >>= 8)
+    bytes[static_cast<size_t>(i)] = static_cast<char>(length);
   return bytes.append(header).append(data);
 }
 
