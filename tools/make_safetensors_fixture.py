@@ -16,6 +16,8 @@ Writes:
                       floats as the bit patterns of their float32 value (exact, and JSON has no
                       inf/NaN), integers as integers; for "f32_rounding" also the bits torch's
                       float32 -> bfloat16 conversion (round to nearest even) gives.
+safetensors writes __metadata__ keys in hash order, so a rerun may reorder them in the header of
+python.safetensors; everything else is reproduced byte for byte.
 """
 import argparse
 import json
