@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/data/file_mapping.h"
+#include "core/io/mapped_file.h"
 
 namespace kelvin::data {
 namespace {
@@ -66,9 +66,9 @@ struct IndexArrays {
   int64_t document_index(uint64_t i) const { return LoadAt<int64_t>(document_indices + 8 * i); }
 };
 
-absl::StatusOr<TokenType> ParseHeader(const FileMapping& idx, IndexArrays& arrays) {
+absl::StatusOr<TokenType> ParseHeader(const io::MappedFile& idx, IndexArrays& arrays) {
   const std::string& path = idx.path();
-  const uint8_t* bytes = idx.data();
+  const auto* bytes = reinterpret_cast<const uint8_t*>(idx.data());
   if (idx.size() < kMegatronIndexHeaderBytes) {
     return IndexError(path,
                       "is %d bytes, shorter than the %d-byte header: truncated, or not a "
@@ -130,7 +130,7 @@ absl::StatusOr<TokenType> ParseHeader(const FileMapping& idx, IndexArrays& array
 
 // Sequences must lie in the .bin back to back, in order, as Megatron's writer places them.
 absl::Status CheckSequences(const std::string& idx_path, const IndexArrays& arrays,
-                            const FileMapping& bin, TokenType type) {
+                            const io::MappedFile& bin, TokenType type) {
   const auto token_bytes = static_cast<int64_t>(TokenTypeSize(type));
   const auto bin_size = static_cast<int64_t>(bin.size());
   int64_t expected_pointer = 0;
@@ -203,12 +203,12 @@ absl::StatusOr<TokenCorpus> OpenMegatronDataset(std::string path_prefix) {
   for (const char* suffix : {".idx", ".bin"}) {
     if (absl::EndsWith(path_prefix, suffix)) path_prefix.resize(path_prefix.size() - 4);
   }
-  KELVIN_ASSIGN_OR_RETURN(FileMapping idx,
-                          FileMapping::Open(path_prefix + ".idx", "Megatron index file"));
+  KELVIN_ASSIGN_OR_RETURN(io::MappedFile idx,
+                          io::MappedFile::Open(path_prefix + ".idx", "Megatron index file"));
   IndexArrays arrays;
   KELVIN_ASSIGN_OR_RETURN(const TokenType type, ParseHeader(idx, arrays));
-  KELVIN_ASSIGN_OR_RETURN(FileMapping bin,
-                          FileMapping::Open(path_prefix + ".bin", "Megatron data file"));
+  KELVIN_ASSIGN_OR_RETURN(io::MappedFile bin,
+                          io::MappedFile::Open(path_prefix + ".bin", "Megatron data file"));
   KELVIN_RETURN_IF_ERROR(CheckSequences(idx.path(), arrays, bin, type));
   const auto num_tokens = static_cast<int64_t>(bin.size() / TokenTypeSize(type));
   KELVIN_ASSIGN_OR_RETURN(std::vector<int64_t> starts,

@@ -16,7 +16,7 @@ static_assert(std::endian::native == std::endian::little,
               "token files are little-endian and read in place");
 
 template <typename Stored>
-void Widen(const uint8_t* bytes, std::span<int64_t> out) {
+void Widen(const char* bytes, std::span<int64_t> out) {
   for (size_t i = 0; i < out.size(); ++i) {
     Stored value;
     std::memcpy(&value, bytes + i * sizeof(Stored), sizeof(Stored));
@@ -60,7 +60,8 @@ std::string_view TokenTypeName(TokenType type) {
   KELVIN_FATAL() << "unknown token type " << static_cast<int>(type);
 }
 
-TokenCorpus::TokenCorpus(FileMapping tokens, TokenType type, std::vector<int64_t> document_starts)
+TokenCorpus::TokenCorpus(io::MappedFile tokens, TokenType type,
+                         std::vector<int64_t> document_starts)
     : tokens_(std::move(tokens)), type_(type), document_starts_(std::move(document_starts)) {
   KELVIN_CHECK(!document_starts_.empty() && document_starts_.front() == 0) << path();
   KELVIN_CHECK(std::is_sorted(document_starts_.begin(), document_starts_.end())) << path();
@@ -85,7 +86,7 @@ void TokenCorpus::Read(int64_t begin, std::span<int64_t> out) const {
   KELVIN_CHECK(begin >= 0 && count >= 0 && begin + count <= num_tokens())
       << "tokens [" << begin << ", " << begin + count << ") of " << num_tokens();
   if (count == 0) return;
-  const uint8_t* bytes = tokens_.data() + begin * TokenTypeSize(type_);
+  const char* bytes = tokens_.data() + begin * TokenTypeSize(type_);
   switch (type_) {
     case TokenType::kUInt8:
       return Widen<uint8_t>(bytes, out);

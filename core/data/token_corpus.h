@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/data/file_mapping.h"
+#include "core/io/mapped_file.h"
 #include "core/status.h"
 
 namespace kelvin::data {
@@ -25,7 +25,7 @@ class TokenCorpus {
  public:
   // tokens: the whole mapped file, N * TokenTypeSize(type) bytes. document_starts [D + 1]:
   // non-decreasing from 0 to N (loaders validate; a broken invariant here is a programmer error).
-  TokenCorpus(FileMapping tokens, TokenType type, std::vector<int64_t> document_starts);
+  TokenCorpus(io::MappedFile tokens, TokenType type, std::vector<int64_t> document_starts);
 
   const std::string& path() const { return tokens_.path(); }
   TokenType token_type() const { return type_; }
@@ -46,7 +46,7 @@ class TokenCorpus {
   absl::Status CheckVocab(int64_t vocab_size) const;
 
  private:
-  FileMapping tokens_;
+  io::MappedFile tokens_;
   TokenType type_;
   std::vector<int64_t> document_starts_;  // [D + 1]
 };

@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "core/data/file_mapping.h"
+#include "core/io/mapped_file.h"
 
 namespace kelvin::data {
 
@@ -30,7 +30,7 @@ absl::StatusOr<TokenType> FlatTokenTypeFromPath(const std::string& path) {
 }
 
 absl::StatusOr<TokenCorpus> OpenTokenFile(const std::string& path, TokenType type) {
-  KELVIN_ASSIGN_OR_RETURN(FileMapping file, FileMapping::Open(path, "token file"));
+  KELVIN_ASSIGN_OR_RETURN(io::MappedFile file, io::MappedFile::Open(path, "token file"));
   const size_t token_bytes = TokenTypeSize(type);
   if (file.size() % token_bytes != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -8,45 +8,54 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace kelvin::io {
 namespace {
 
-absl::Status OpenError(const std::string& path, int error) {
+// How errors name the file: "<description> <path>", or the bare path without a description.
+std::string Named(absl::string_view description, const std::string& path) {
+  return description.empty() ? path : absl::StrCat(description, " ", path);
+}
+
+absl::Status OpenError(const std::string& name, int error) {
   const std::string reason = std::strerror(error);
   switch (error) {
     case ENOENT:
     case ENOTDIR:
-      return absl::NotFoundError(absl::StrCat(path, ": no such file (", reason,
+      return absl::NotFoundError(absl::StrCat(name, ": no such file (", reason,
                                               "); check the path, or download the file first"));
     case EACCES:
     case EPERM:
       return absl::PermissionDeniedError(
-          absl::StrCat(path, ": cannot open (", reason, "); check the file's permissions"));
+          absl::StrCat(name, ": cannot open (", reason, "); check the file's permissions"));
     default:
-      return absl::UnavailableError(absl::StrCat(path, ": cannot open (", reason, ")"));
+      return absl::UnavailableError(absl::StrCat(name, ": cannot open (", reason, ")"));
   }
 }
 
 }  // namespace
 
-absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path,
+                                            absl::string_view description) {
+  const std::string name = Named(description, path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return OpenError(path, errno);
+  if (fd < 0) return OpenError(name, errno);
   struct stat info;
   if (::fstat(fd, &info) != 0) {
     const int error = errno;
     ::close(fd);
     return absl::UnavailableError(
-        absl::StrCat(path, ": fstat failed (", std::strerror(error), ")"));
+        absl::StrCat(name, ": fstat failed (", std::strerror(error), ")"));
   }
   if (!S_ISREG(info.st_mode)) {
     ::close(fd);
     return absl::InvalidArgumentError(
-        absl::StrCat(path, S_ISDIR(info.st_mode) ? ": is a directory" : ": is not a regular file",
+        absl::StrCat(name, S_ISDIR(info.st_mode) ? ": is a directory" : ": is not a regular file",
                      "; pass the path of a file"));
   }
   const size_t size = static_cast<size_t>(info.st_size);
@@ -59,7 +68,7 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   ::close(fd);  // the mapping keeps its own reference to the file
   if (data == MAP_FAILED) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(path, ": mmap of ", size, " bytes failed (", std::strerror(error), ")"));
+        absl::StrCat(name, ": mmap of ", size, " bytes failed (", std::strerror(error), ")"));
   }
   return MappedFile(path, static_cast<const char*>(data), size);
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace kelvin::io {
 
@@ -14,7 +15,10 @@ class MappedFile {
  public:
   // NotFound for a missing file, PermissionDenied when unreadable, InvalidArgument for a directory
   // or another non-regular file; an empty file maps to data() == nullptr and size() == 0.
-  static absl::StatusOr<MappedFile> Open(const std::string& path);
+  // `description` names the file's role at the front of error messages, e.g. "Megatron index
+  // file" gives "Megatron index file /data/c.idx: no such file (...)"; empty names just the path.
+  static absl::StatusOr<MappedFile> Open(const std::string& path,
+                                         absl::string_view description = "");
 
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;

@@ -15,6 +15,7 @@
 
 #include "core/data/mmap_indexed_dataset.h"
 #include "core/data/token_file.h"
+#include "core/io/mapped_file.h"
 #include "core/ops/cross_entropy.h"
 #include "nlohmann/json.hpp"
 
@@ -31,7 +32,7 @@ std::shared_ptr<const TokenCorpus> OffsetCorpus(const std::string& name, int32_t
   std::vector<int32_t> tokens(num_tokens);  // [N]
   std::iota(tokens.begin(), tokens.end(), 0);
   EXPECT_TRUE(WriteTokenFile(path, tokens, TokenType::kInt32).ok());
-  absl::StatusOr<FileMapping> file = FileMapping::Open(path, "token file");
+  absl::StatusOr<io::MappedFile> file = io::MappedFile::Open(path, "token file");
   EXPECT_TRUE(file.ok()) << file.status();
   return std::make_shared<const TokenCorpus>(std::move(*file), TokenType::kInt32,
                                              std::move(document_starts));

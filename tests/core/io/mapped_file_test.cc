@@ -1,4 +1,5 @@
-// MappedFile: contents, empty files, moves, and the errors for missing files and directories.
+// MappedFile: contents, empty files, moves, and the errors for missing files and directories,
+// with and without a description of the file's role.
 #include "core/io/mapped_file.h"
 
 #include <gmock/gmock.h>
@@ -67,6 +68,19 @@ TEST(MappedFileTest, DirectoryIsRejected) {
   const absl::StatusOr<MappedFile> file = MappedFile::Open(dir.path());
   EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(file.status().message()), HasSubstr(dir.path() + ": is a directory"));
+}
+
+TEST(MappedFileTest, DescriptionNamesTheFilesRole) {
+  testing::ScratchDir dir;
+  const std::string path = dir.Path("corpus.idx");
+  const absl::StatusOr<MappedFile> missing = MappedFile::Open(path, "Megatron index file");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("Megatron index file " + path + ": no such file"));
+  const absl::StatusOr<MappedFile> directory = MappedFile::Open(dir.path(), "token file");
+  EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(directory.status().message()),
+              HasSubstr("token file " + dir.path() + ": is a directory"));
 }
 
 }  // namespace
