@@ -70,11 +70,11 @@ class RatioReporter : public ::benchmark::ConsoleReporter {
 
 }  // namespace kelvin::bench
 
-#define KELVIN_BENCHMARK_MAIN()                                   \
-  int main(int argc, char** argv) {                               \
-    ::benchmark::Initialize(&argc, argv);                         \
-    ::kelvin::bench::RatioReporter reporter;                      \
-    ::benchmark::RunSpecifiedBenchmarks(&reporter);               \
-    ::benchmark::Shutdown();                                      \
-    return 0;                                                     \
+#define KELVIN_BENCHMARK_MAIN()                     \
+  int main(int argc, char** argv) {                 \
+    ::benchmark::Initialize(&argc, argv);           \
+    ::kelvin::bench::RatioReporter reporter;        \
+    ::benchmark::RunSpecifiedBenchmarks(&reporter); \
+    ::benchmark::Shutdown();                        \
+    return 0;                                       \
   }

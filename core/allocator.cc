@@ -13,8 +13,8 @@ namespace {
 class AlignedCpuAllocator final : public Allocator {
  public:
   void* Allocate(size_t bytes) override {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kCpuAlignment - 1) / kCpuAlignment *
-                           kCpuAlignment;
+    const size_t rounded =
+        (std::max<size_t>(bytes, 1) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
     if (ptr == nullptr) {
       KELVIN_FATAL() << "host allocation of " << FormatBytes(bytes) << " failed ("
@@ -31,8 +31,8 @@ class AlignedCpuAllocator final : public Allocator {
 
   void Deallocate(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kCpuAlignment - 1) / kCpuAlignment *
-                           kCpuAlignment;
+    const size_t rounded =
+        (std::max<size_t>(bytes, 1) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     std::free(ptr);
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.bytes_in_use -= rounded;

@@ -17,9 +17,9 @@
 namespace kelvin {
 
 struct AllocatorStats {
-  size_t bytes_in_use = 0;     // handed out and not yet freed
+  size_t bytes_in_use = 0;  // handed out and not yet freed
   size_t peak_bytes_in_use = 0;
-  size_t bytes_reserved = 0;   // obtained from the raw allocator (in use + cached)
+  size_t bytes_reserved = 0;  // obtained from the raw allocator (in use + cached)
   int64_t num_allocations = 0;
   int64_t num_raw_allocations = 0;  // calls that reached the raw allocator (cache misses)
 };
@@ -67,8 +67,8 @@ class CachingAllocator final : public Allocator {
   std::unique_ptr<RawAllocator> raw_;
   Device device_;
   mutable std::mutex mutex_;
-  std::multimap<size_t, void*> free_blocks_;         // rounded size -> cached block
-  std::unordered_map<void*, size_t> live_blocks_;    // block -> rounded size
+  std::multimap<size_t, void*> free_blocks_;       // rounded size -> cached block
+  std::unordered_map<void*, size_t> live_blocks_;  // block -> rounded size
   AllocatorStats stats_;
 };
 

@@ -27,8 +27,8 @@ CheckFailure::CheckFailure(const char* file, int line, const char* what) {
 }
 
 CheckFailure::~CheckFailure() {
-  const std::string text = FormatCheckFailure(header_file_, header_line_, header_what_,
-                                              stream_.str()) + "\n";
+  const std::string text =
+      FormatCheckFailure(header_file_, header_line_, header_what_, stream_.str()) + "\n";
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
   std::abort();

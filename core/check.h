@@ -36,17 +36,17 @@ std::string FormatOperands(const A& a, const B& b) {
 
 }  // namespace kelvin::internal
 
-#define KELVIN_CHECK(condition)                                              \
-  if (condition) {                                                           \
-  } else /* NOLINT */                                                        \
+#define KELVIN_CHECK(condition) \
+  if (condition) {              \
+  } else /* NOLINT */           \
     ::kelvin::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
 
-#define KELVIN_CHECK_OP_(a, b, op)                                                     \
-  if (const auto kelvin_check_operands_ = std::make_pair((a), (b));                    \
-      kelvin_check_operands_.first op kelvin_check_operands_.second) {                 \
-  } else /* NOLINT */                                                                  \
-    ::kelvin::internal::CheckFailure(__FILE__, __LINE__, #a " " #op " " #b).stream()   \
-        << ::kelvin::internal::FormatOperands(kelvin_check_operands_.first,            \
+#define KELVIN_CHECK_OP_(a, b, op)                                                   \
+  if (const auto kelvin_check_operands_ = std::make_pair((a), (b));                  \
+      kelvin_check_operands_.first op kelvin_check_operands_.second) {               \
+  } else /* NOLINT */                                                                \
+    ::kelvin::internal::CheckFailure(__FILE__, __LINE__, #a " " #op " " #b).stream() \
+        << ::kelvin::internal::FormatOperands(kelvin_check_operands_.first,          \
                                               kelvin_check_operands_.second)
 
 #define KELVIN_CHECK_EQ(a, b) KELVIN_CHECK_OP_(a, b, ==)

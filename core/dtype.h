@@ -23,14 +23,24 @@ DType AccumDType(DType dtype);
 template <typename T>
 constexpr DType DTypeOf();
 template <>
-constexpr DType DTypeOf<float>() { return DType::kF32; }
+constexpr DType DTypeOf<float>() {
+  return DType::kF32;
+}
 template <>
-constexpr DType DTypeOf<bf16>() { return DType::kBF16; }
+constexpr DType DTypeOf<bf16>() {
+  return DType::kBF16;
+}
 template <>
-constexpr DType DTypeOf<double>() { return DType::kF64; }
+constexpr DType DTypeOf<double>() {
+  return DType::kF64;
+}
 template <>
-constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kI32;
+}
 template <>
-constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kI64;
+}
 
 }  // namespace kelvin

@@ -49,14 +49,12 @@ struct Voidify {
 #define KELVIN_LOG_SEVERITY_FATAL ::kelvin::LogSeverity::kFatal
 
 // KLOG(INFO|WARNING|ERROR|FATAL) << "message";
-#define KLOG(severity)                                                    \
-  !::kelvin::ShouldLog(KELVIN_LOG_SEVERITY_##severity)                    \
-      ? (void)0                                                           \
-      : ::kelvin::internal::Voidify() &                                   \
-            ::kelvin::internal::LogMessage(__FILE__, __LINE__,            \
-                                           KELVIN_LOG_SEVERITY_##severity) \
+#define KLOG(severity)                                                                         \
+  !::kelvin::ShouldLog(KELVIN_LOG_SEVERITY_##severity)                                         \
+      ? (void)0                                                                                \
+      : ::kelvin::internal::Voidify() &                                                        \
+            ::kelvin::internal::LogMessage(__FILE__, __LINE__, KELVIN_LOG_SEVERITY_##severity) \
                 .stream()
 
 // Logs only on rank 0 (or when the rank is unknown): progress lines, resolved configs.
-#define KLOG_RANK0(severity) \
-  (::kelvin::LogRank() > 0) ? (void)0 : KLOG(severity)
+#define KLOG_RANK0(severity) (::kelvin::LogRank() > 0) ? (void)0 : KLOG(severity)

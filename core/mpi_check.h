@@ -12,11 +12,11 @@ namespace kelvin::internal {
 std::string DescribeMpiError(int code);  // "MPI error 5 (MPI_ERR_COMM): invalid communicator"
 }  // namespace kelvin::internal
 
-#define KELVIN_MPI_CHECK(call)                                                          \
-  do {                                                                                  \
-    const int kelvin_mpi_code_ = (call);                                                \
-    if (kelvin_mpi_code_ != MPI_SUCCESS) {                                              \
-      ::kelvin::internal::CheckFailure(__FILE__, __LINE__, #call).stream()              \
-          << "returned " << ::kelvin::internal::DescribeMpiError(kelvin_mpi_code_);     \
-    }                                                                                   \
+#define KELVIN_MPI_CHECK(call)                                                      \
+  do {                                                                              \
+    const int kelvin_mpi_code_ = (call);                                            \
+    if (kelvin_mpi_code_ != MPI_SUCCESS) {                                          \
+      ::kelvin::internal::CheckFailure(__FILE__, __LINE__, #call).stream()          \
+          << "returned " << ::kelvin::internal::DescribeMpiError(kelvin_mpi_code_); \
+    }                                                                               \
   } while (0)

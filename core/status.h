@@ -8,10 +8,10 @@
 #define KELVIN_STATUS_CONCAT_INNER_(a, b) a##b
 #define KELVIN_STATUS_CONCAT_(a, b) KELVIN_STATUS_CONCAT_INNER_(a, b)
 
-#define KELVIN_RETURN_IF_ERROR(expr)                   \
-  do {                                                 \
-    const ::absl::Status kelvin_status_ = (expr);      \
-    if (!kelvin_status_.ok()) return kelvin_status_;   \
+#define KELVIN_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    const ::absl::Status kelvin_status_ = (expr);    \
+    if (!kelvin_status_.ok()) return kelvin_status_; \
   } while (0)
 
 // KELVIN_ASSIGN_OR_RETURN(auto value, FunctionReturningStatusOr());

@@ -65,8 +65,8 @@ Tensor Tensor::Slice(int64_t begin, int64_t end) const {
       << "Slice [" << begin << ", " << end << ") out of range for " << ToString();
   Shape shape = shape_;
   shape[0] = end - begin;
-  const size_t row_bytes = static_cast<size_t>(numel() / std::max<int64_t>(shape_[0], 1)) *
-                           DTypeSize(dtype_);
+  const size_t row_bytes =
+      static_cast<size_t>(numel() / std::max<int64_t>(shape_[0], 1)) * DTypeSize(dtype_);
   return Tensor(storage_, offset_bytes_ + static_cast<size_t>(begin) * row_bytes, shape, dtype_);
 }
 

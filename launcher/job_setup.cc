@@ -80,16 +80,16 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
   if (data.has_passkey()) {
     if (data.passkey().min_depth() != 0.0 || data.passkey().max_depth() != 1.0) {
       return absl::UnimplementedError(absl::StrCat(
-          "data.passkey.min_depth=", data.passkey().min_depth(), " / max_depth=",
-          data.passkey().max_depth(),
+          "data.passkey.min_depth=", data.passkey().min_depth(),
+          " / max_depth=", data.passkey().max_depth(),
           ": the passkey generator draws depths over the whole filler; leave them at 0 and 1"));
     }
     if (arch.vocab_size < data::kByteVocabSize) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data.passkey uses a byte vocabulary of ", data::kByteVocabSize,
-          " tokens, but the model's vocab_size is ", arch.vocab_size,
-          ": use model.preset=\"tiny\" or set model.architecture.vocab_size >= ",
-          data::kByteVocabSize));
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.passkey uses a byte vocabulary of ", data::kByteVocabSize,
+                       " tokens, but the model's vocab_size is ", arch.vocab_size,
+                       ": use model.preset=\"tiny\" or set model.architecture.vocab_size >= ",
+                       data::kByteVocabSize));
     }
     data::PasskeyOptions options{training.seq_length(), training.micro_batch_size(),
                                  training.seed()};

@@ -7,8 +7,8 @@
 
 namespace kelvin::launcher {
 
-double LearningRateAt(const config::LrScheduleConfig& schedule, double base_lr,
-                      int64_t total_steps, int64_t step) {
+double LearningRateAt(const config::LrScheduleConfig& schedule, double base_lr, int64_t total_steps,
+                      int64_t step) {
   const int64_t warmup = schedule.warmup_steps();
   if (step < warmup) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   if (schedule.type() == config::LrScheduleConfig::CONSTANT) return base_lr;

@@ -11,7 +11,7 @@ namespace kelvin::launcher {
 // warmup ramps linearly to base_lr over warmup_steps (step 0 gets base_lr / warmup_steps), then
 // CONSTANT stays at base_lr and COSINE follows half a cosine from base_lr down to
 // base_lr * min_lr_ratio at decay_steps (default: total_steps), flat afterwards.
-double LearningRateAt(const config::LrScheduleConfig& schedule, double base_lr,
-                      int64_t total_steps, int64_t step);
+double LearningRateAt(const config::LrScheduleConfig& schedule, double base_lr, int64_t total_steps,
+                      int64_t step);
 
 }  // namespace kelvin::launcher

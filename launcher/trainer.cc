@@ -82,8 +82,7 @@ double Sum(const Tensor& values) {
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job) {
   KELVIN_RETURN_IF_ERROR(CheckSupported(job));
-  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
-                          ResolveModelArchitecture(job.model()));
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
   if (job.training().seq_length() > arch.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training.seq_length=", job.training().seq_length(),
@@ -116,7 +115,8 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   std::vector<data::Batch> batches;
   int64_t labelled = 0;
   for (int64_t m = 0; m < micro_batches_; ++m) {
-    KELVIN_ASSIGN_OR_RETURN(data::Batch batch, data_.train->BatchAt({step, m, micro_batches_, 0, 1}));
+    KELVIN_ASSIGN_OR_RETURN(data::Batch batch,
+                            data_.train->BatchAt({step, m, micro_batches_, 0, 1}));
     labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
     batches.push_back(std::move(batch));
   }
@@ -138,10 +138,10 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   }
   stats.loss /= static_cast<double>(labelled);
   if (!std::isfinite(stats.loss)) {
-    return absl::InternalError(absl::StrCat(
-        "the loss became ", stats.loss, " at step ", step,
-        ": training diverged; lower optimizer.lr (now ", job_.optimizer().lr(),
-        ") or raise lr_schedule.warmup_steps"));
+    return absl::InternalError(absl::StrCat("the loss became ", stats.loss, " at step ", step,
+                                            ": training diverged; lower optimizer.lr (now ",
+                                            job_.optimizer().lr(),
+                                            ") or raise lr_schedule.warmup_steps"));
   }
   std::vector<Tensor> grads;
   for (int g = 0; g < kNumParamGroups; ++g) {
@@ -150,10 +150,10 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     }
   }
   const double clip = job_.optimizer().grad_clip_norm();
-  stats.grad_norm = clip > 0 ? ops::ClipByGlobalNorm(ctx, grads, clip)
-                             : ops::GlobalL2Norm(ctx, grads);
-  stats.lr = LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(),
-                            step);
+  stats.grad_norm =
+      clip > 0 ? ops::ClipByGlobalNorm(ctx, grads, clip) : ops::GlobalL2Norm(ctx, grads);
+  stats.lr =
+      LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   optimizer_->Step(ctx, stats.lr);
   return stats;
 }
@@ -187,11 +187,11 @@ absl::Status Trainer::Run() {
                    << " heads, vocab " << arch_.vocab_size << ", "
                    << model_->parameters().NumElements() << " parameters (f32, CPU, "
                    << omp_get_max_threads() << " threads)";
-  KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of "
-                   << t.micro_batch_size() << " x " << t.seq_length() << " tokens per step";
-  KLOG_RANK0(INFO) << "memory plan: "
-                   << models::PlanLlamaMemory(arch_, {t.micro_batch_size(), t.seq_length()})
-                          .ToString();
+  KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of " << t.micro_batch_size()
+                   << " x " << t.seq_length() << " tokens per step";
+  KLOG_RANK0(INFO)
+      << "memory plan: "
+      << models::PlanLlamaMemory(arch_, {t.micro_batch_size(), t.seq_length()}).ToString();
   const auto start = std::chrono::steady_clock::now();
   int64_t tokens = 0;
   for (int64_t step = 0; step < t.steps(); ++step) {

@@ -18,7 +18,7 @@ struct StepStats {
   double loss = 0;       // mean over the step's labelled tokens
   double grad_norm = 0;  // before clipping
   double lr = 0;
-  int64_t tokens = 0;    // tokens processed (all positions, labelled or not)
+  int64_t tokens = 0;  // tokens processed (all positions, labelled or not)
 };
 
 struct EvalStats {

@@ -16,15 +16,32 @@ std::string DescribeCublasStatus(cublasStatus_t status) {
 std::string DescribeNcclResult(ncclResult_t result) {
   const char* name = "ncclUnknownResult";
   switch (result) {
-    case ncclSuccess: name = "ncclSuccess"; break;
-    case ncclUnhandledCudaError: name = "ncclUnhandledCudaError"; break;
-    case ncclSystemError: name = "ncclSystemError"; break;
-    case ncclInternalError: name = "ncclInternalError"; break;
-    case ncclInvalidArgument: name = "ncclInvalidArgument"; break;
-    case ncclInvalidUsage: name = "ncclInvalidUsage"; break;
-    case ncclRemoteError: name = "ncclRemoteError"; break;
-    case ncclInProgress: name = "ncclInProgress"; break;
-    default: break;
+    case ncclSuccess:
+      name = "ncclSuccess";
+      break;
+    case ncclUnhandledCudaError:
+      name = "ncclUnhandledCudaError";
+      break;
+    case ncclSystemError:
+      name = "ncclSystemError";
+      break;
+    case ncclInternalError:
+      name = "ncclInternalError";
+      break;
+    case ncclInvalidArgument:
+      name = "ncclInvalidArgument";
+      break;
+    case ncclInvalidUsage:
+      name = "ncclInvalidUsage";
+      break;
+    case ncclRemoteError:
+      name = "ncclRemoteError";
+      break;
+    case ncclInProgress:
+      name = "ncclInProgress";
+      break;
+    default:
+      break;
   }
   std::string text = std::string(name) + ": " + ncclGetErrorString(result);
   if (const char* last = ncclGetLastError(nullptr); last != nullptr && *last != '\0') {

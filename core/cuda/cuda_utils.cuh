@@ -1,4 +1,5 @@
-// Device helpers shared by Kelvin's CUDA kernels: element conversion, block reductions, launch math.
+// Device helpers shared by Kelvin's CUDA kernels: element conversion, block reductions, launch
+// math.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,13 +16,19 @@ __device__ __forceinline__ float ToFloat(bf16 v) { return static_cast<float>(v);
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ bf16 FromFloat<bf16>(float v) { return bf16(v); }
+__device__ __forceinline__ bf16 FromFloat<bf16>(float v) {
+  return bf16(v);
+}
 
 // Rounds v to the precision of T (identity for float).
 template <typename T>
-__device__ __forceinline__ float RoundTo(float v) { return ToFloat(FromFloat<T>(v)); }
+__device__ __forceinline__ float RoundTo(float v) {
+  return ToFloat(FromFloat<T>(v));
+}
 
 __device__ __forceinline__ float WarpReduceSum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

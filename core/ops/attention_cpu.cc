@@ -39,7 +39,7 @@ void Forward(const Dims& dims, const T* q, const T* k, const T* v, const int32_t
           const int64_t token = row * t + i;
           const int64_t kv = head / dims.group();
           const int64_t first = i - positions[token];  // the document's first token
-          const T* qi = q + (token * h + head) * d;  // [d]
+          const T* qi = q + (token * h + head) * d;    // [d]
           T max_score = -INFINITY;
           for (int64_t j = first; j <= i; ++j) {
             const T* kj = k + ((row * t + j) * g + kv) * d;
@@ -127,8 +127,8 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
                        const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
   DispatchCpuFloat(q.dtype(), "AttentionBackward", [&]<typename T>() {
     Backward<T>(DimsOf(shape, q, k), dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(),
-                positions.data<int32_t>(), out.data<T>(), lse.data<T>(), dq.data<T>(),
-                dk.data<T>(), dv.data<T>());
+                positions.data<int32_t>(), out.data<T>(), lse.data<T>(), dq.data<T>(), dk.data<T>(),
+                dv.data<T>());
   });
 }
 

@@ -15,9 +15,14 @@ namespace kelvin::ops {
 template <typename Fn>
 void DispatchCpuFloat(DType dtype, std::string_view op, Fn&& fn) {
   switch (dtype) {
-    case DType::kF32: fn.template operator()<float>(); return;
-    case DType::kF64: fn.template operator()<double>(); return;
-    default: KELVIN_FATAL() << op << " on CPU supports f32 and f64, got " << DTypeName(dtype);
+    case DType::kF32:
+      fn.template operator()<float>();
+      return;
+    case DType::kF64:
+      fn.template operator()<double>();
+      return;
+    default:
+      KELVIN_FATAL() << op << " on CPU supports f32 and f64, got " << DTypeName(dtype);
   }
 }
 
@@ -25,9 +30,14 @@ void DispatchCpuFloat(DType dtype, std::string_view op, Fn&& fn) {
 template <typename Fn>
 void DispatchCudaFloat(DType dtype, std::string_view op, Fn&& fn) {
   switch (dtype) {
-    case DType::kF32: fn.template operator()<float>(); return;
-    case DType::kBF16: fn.template operator()<bf16>(); return;
-    default: KELVIN_FATAL() << op << " on CUDA supports f32 and bf16, got " << DTypeName(dtype);
+    case DType::kF32:
+      fn.template operator()<float>();
+      return;
+    case DType::kBF16:
+      fn.template operator()<bf16>();
+      return;
+    default:
+      KELVIN_FATAL() << op << " on CUDA supports f32 and bf16, got " << DTypeName(dtype);
   }
 }
 

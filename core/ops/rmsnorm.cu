@@ -84,8 +84,7 @@ void RmsNormForward(const Context& ctx, const Tensor& x, const Tensor& weight, d
   if (n == 0) return;
   DispatchCudaFloat(x.dtype(), "RmsNormForward", [&]<typename T>() {
     ForwardKernel<T><<<static_cast<unsigned>(n), kThreads, 0, StreamOf(ctx)>>>(
-        x.data<T>(), weight.data<T>(), static_cast<float>(eps), d, y.data<T>(),
-        rstd.data<float>());
+        x.data<T>(), weight.data<T>(), static_cast<float>(eps), d, y.data<T>(), rstd.data<float>());
     KELVIN_CUDA_CHECK_LAUNCH();
   });
 }
@@ -103,9 +102,8 @@ void RmsNormBackward(const Context& ctx, const Tensor& dy, const Tensor& x, cons
     KELVIN_CUDA_CHECK_LAUNCH();
     const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(d, kThreads)),
                     static_cast<unsigned>(chunks));
-    WeightPartialKernel<T><<<grid, kThreads, 0, stream>>>(dy.data<T>(), x.data<T>(),
-                                                          rstd.data<float>(), n, d,
-                                                          partial.data<float>());
+    WeightPartialKernel<T><<<grid, kThreads, 0, stream>>>(
+        dy.data<T>(), x.data<T>(), rstd.data<float>(), n, d, partial.data<float>());
     KELVIN_CUDA_CHECK_LAUNCH();
   });
   WeightReduceKernel<<<static_cast<unsigned>(cuda_utils::CeilDiv(d, kThreads)), kThreads, 0,

@@ -65,8 +65,7 @@ void Backward(const T* dy, const T* x, const T* w, const T* rstd, int64_t n, int
 
 void RmsNormForward(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
   DispatchCpuFloat(x.dtype(), "RmsNormForward", [&]<typename T>() {
-    Forward<T>(x.data<T>(), weight.data<T>(), eps, x.dim(0), x.dim(1), y.data<T>(),
-               rstd.data<T>());
+    Forward<T>(x.data<T>(), weight.data<T>(), eps, x.dim(0), x.dim(1), y.data<T>(), rstd.data<T>());
   });
 }
 

@@ -52,8 +52,8 @@ class JsonFields {
   }
   absl::Status WrongType(const std::string& key, const std::string& expected,
                          const json& value) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": field \"", key, "\" is ",
-                                                   value.dump(), ", expected ", expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ": field \"", key, "\" is ", value.dump(), ", expected ", expected));
   }
 
   const json& object_;
@@ -63,10 +63,10 @@ class JsonFields {
 absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig& config) {
   // transformers 5 nests everything in rope_parameters; 4.x has rope_theta + rope_scaling.
   const bool v5 = root.contains("rope_parameters") && root["rope_parameters"].is_object();
-  const json& scaling = v5 ? root["rope_parameters"]
-                           : (root.contains("rope_scaling") && root["rope_scaling"].is_object()
-                                  ? root["rope_scaling"]
-                                  : json::object());
+  const json& scaling =
+      v5 ? root["rope_parameters"]
+         : (root.contains("rope_scaling") && root["rope_scaling"].is_object() ? root["rope_scaling"]
+                                                                              : json::object());
   const std::string where = absl::StrCat(source, v5 ? " rope_parameters" : " rope_scaling");
   KELVIN_ASSIGN_OR_RETURN(config.rope.theta,
                           JsonFields(v5 ? scaling : root, source).Number("rope_theta", 10000.0));
@@ -82,7 +82,8 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
   }
   config.rope.llama3_scaling = true;
   KELVIN_ASSIGN_OR_RETURN(config.rope.factor, fields.Number("factor", std::nullopt));
-  KELVIN_ASSIGN_OR_RETURN(config.rope.low_freq_factor, fields.Number("low_freq_factor", std::nullopt));
+  KELVIN_ASSIGN_OR_RETURN(config.rope.low_freq_factor,
+                          fields.Number("low_freq_factor", std::nullopt));
   KELVIN_ASSIGN_OR_RETURN(config.rope.high_freq_factor,
                           fields.Number("high_freq_factor", std::nullopt));
   KELVIN_ASSIGN_OR_RETURN(config.rope.original_max_position,
@@ -92,8 +93,8 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
 
 absl::Status Unsupported(const std::string& source, const std::string& field,
                          const std::string& value, const std::string& supported) {
-  return absl::InvalidArgumentError(absl::StrCat(source, ": ", field, " = ", value,
-                                                 " is not supported (Kelvin needs ", supported, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, ": ", field, " = ", value, " is not supported (Kelvin needs ", supported, ")"));
 }
 
 }  // namespace
@@ -145,9 +146,10 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHfDirectory(const std::string& direct
   const std::string path = directory + "/config.json";
   std::ifstream in(path);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat(
-        "cannot read ", path, ": model.hf_dir must be a Hugging Face model directory with a "
-        "config.json (as save_pretrained writes it)"));
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", path,
+                     ": model.hf_dir must be a Hugging Face model directory with a "
+                     "config.json (as save_pretrained writes it)"));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -244,9 +246,9 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
   positive("vocab_size", c.vocab_size);
   positive("max_position_embeddings", c.max_position_embeddings);
   if (c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0) {
-    problems.push_back(absl::StrCat("model.num_key_value_heads=", c.num_key_value_heads,
-                                    " does not divide num_attention_heads=",
-                                    c.num_attention_heads));
+    problems.push_back(
+        absl::StrCat("model.num_key_value_heads=", c.num_key_value_heads,
+                     " does not divide num_attention_heads=", c.num_attention_heads));
   }
   if (c.head_dim % 2 != 0) {
     problems.push_back(absl::StrCat("model.head_dim=", c.head_dim, ": must be even (RoPE pairs)"));
@@ -258,9 +260,9 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
     problems.push_back(absl::StrCat("model.rope_theta=", c.rope.theta, ": must be > 0"));
   }
   if (c.rope.llama3_scaling && !(c.rope.high_freq_factor > c.rope.low_freq_factor)) {
-    problems.push_back(absl::StrCat("model.rope_scaling: high_freq_factor=",
-                                    c.rope.high_freq_factor, " must be > low_freq_factor=",
-                                    c.rope.low_freq_factor));
+    problems.push_back(
+        absl::StrCat("model.rope_scaling: high_freq_factor=", c.rope.high_freq_factor,
+                     " must be > low_freq_factor=", c.rope.low_freq_factor));
   }
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));

@@ -12,13 +12,13 @@
 namespace kelvin::models {
 
 struct LlamaConfig {
-  int64_t hidden_size = 0;              // D
-  int64_t intermediate_size = 0;        // F
-  int64_t num_layers = 0;               // L
-  int64_t num_attention_heads = 0;      // H
-  int64_t num_key_value_heads = 0;      // G
-  int64_t head_dim = 0;                 // d (D / H unless config.json says otherwise)
-  int64_t vocab_size = 0;               // V
+  int64_t hidden_size = 0;          // D
+  int64_t intermediate_size = 0;    // F
+  int64_t num_layers = 0;           // L
+  int64_t num_attention_heads = 0;  // H
+  int64_t num_key_value_heads = 0;  // G
+  int64_t head_dim = 0;             // d (D / H unless config.json says otherwise)
+  int64_t vocab_size = 0;           // V
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;

@@ -9,10 +9,10 @@
 #include "core/copy.h"
 #include "core/logging.h"
 #include "core/ops/attention.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/gemm.h"
-#include "core/ops/dispatch.h"
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
@@ -86,15 +86,14 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
   for (const ParameterSet::Entry& e : params_.entries()) {
     const io::SafetensorsEntry* found = checkpoint.Find(e.name);
     if (found == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          checkpoint.path(), " has no tensor \"", e.name, "\", which a Llama with ",
-          config_.num_layers, " layers needs (is config.json from the same model?)"));
+      return absl::NotFoundError(
+          absl::StrCat(checkpoint.path(), " has no tensor \"", e.name, "\", which a Llama with ",
+                       config_.num_layers, " layers needs (is config.json from the same model?)"));
     }
     if (found->shape != e.shape) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(checkpoint.path(), ": tensor \"", e.name, "\" has shape ",
-                       ShapeToString(found->shape), " but the config implies ",
-                       ShapeToString(e.shape)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint.path(), ": tensor \"", e.name, "\" has shape ", ShapeToString(found->shape),
+          " but the config implies ", ShapeToString(e.shape)));
     }
     KELVIN_ASSIGN_OR_RETURN(const Tensor loaded, checkpoint.Read(e.name, dtype_));
     Tensor value = e.value;
@@ -145,11 +144,20 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
   positions_ = act({n}, DType::kI32);
   layers_.assign(static_cast<size_t>(config_.num_layers), {});
   for (LlamaLayerActivations& a : layers_) {
-    a = {act({n, d_model}, dtype_), act({n, d_model}, dtype_), act({n}, acc),
-         act({n, h, d}, dtype_),    act({n, g, d}, dtype_),    act({n, g, d}, dtype_),
-         act({n, h, d}, dtype_),    act({n, h}, acc),           act({n, d_model}, dtype_),
-         act({n, d_model}, dtype_), act({n}, acc),              act({n, f}, dtype_),
-         act({n, f}, dtype_),       act({n, f}, dtype_)};
+    a = {act({n, d_model}, dtype_),
+         act({n, d_model}, dtype_),
+         act({n}, acc),
+         act({n, h, d}, dtype_),
+         act({n, g, d}, dtype_),
+         act({n, g, d}, dtype_),
+         act({n, h, d}, dtype_),
+         act({n, h}, acc),
+         act({n, d_model}, dtype_),
+         act({n, d_model}, dtype_),
+         act({n}, acc),
+         act({n, f}, dtype_),
+         act({n, f}, dtype_),
+         act({n, f}, dtype_)};
   }
   x_final_ = act({n, d_model}, dtype_);
   h_final_ = act({n, d_model}, dtype_);
@@ -180,8 +188,8 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   }
   b.activations += bytes({&x_final_, &h_final_, &rstd_final_, &tokens_, &positions_});
   b.logits = bytes({&logits_});
-  b.backward_scratch = bytes({&dx_, &dh_, &d_proj_, &dq_, &dattn_, &dk_, &dv_, &dgate_, &dup_,
-                              &dact_});
+  b.backward_scratch =
+      bytes({&dx_, &dh_, &d_proj_, &dq_, &dattn_, &dk_, &dv_, &dgate_, &dup_, &dact_});
   return b;
 }
 
@@ -265,15 +273,15 @@ void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
   LinearBackward(ctx, dgate_, a.h_mlp, w("mlp.gate_proj.weight"), dh_, false,
                  dw("mlp.gate_proj.weight"));
   LinearBackward(ctx, dup_, a.h_mlp, w("mlp.up_proj.weight"), dh_, true, dw("mlp.up_proj.weight"));
-  ops::RmsNormBackward(ctx, dh_, a.x_mid, w("post_attention_layernorm.weight"), a.rstd_mlp,
-                       d_proj_, dw("post_attention_layernorm.weight"));
+  ops::RmsNormBackward(ctx, dh_, a.x_mid, w("post_attention_layernorm.weight"), a.rstd_mlp, d_proj_,
+                       dw("post_attention_layernorm.weight"));
   ops::Add(ctx, dx, d_proj_, dx);  // dx now holds d x_mid
   // Attention: x_mid = x + o_proj(Attention(RoPE(q(h)), RoPE(k(h)), v(h))), h = RMSNorm(x).
   Tensor dattn = dattn_.View({n, -1});
   LinearBackward(ctx, dx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), dattn, false,
                  dw("self_attn.o_proj.weight"));
-  ops::AttentionBackward(ctx, {batch_, seq_}, dattn_, a.q, a.k, a.v, positions_, a.attn, a.lse,
-                         dq_, dk_, dv_);
+  ops::AttentionBackward(ctx, {batch_, seq_}, dattn_, a.q, a.k, a.v, positions_, a.attn, a.lse, dq_,
+                         dk_, dv_);
   ops::RopeBackward(ctx, dq_, positions_, inv_freq_, dq_);
   ops::RopeBackward(ctx, dk_, positions_, inv_freq_, dk_);
   LinearBackward(ctx, dq_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,

@@ -1,7 +1,7 @@
 // LlamaModel: Llama-3 with explicit forward and backward over one micro-batch. Parameters carry
 // Hugging Face's names ("model.layers.0.self_attn.q_proj.weight", ...) so checkpoints map 1:1.
-// B rows of T tokens flattened to N = B*T; D hidden, H/G query/kv heads, d head dim, F ffn, V vocab.
-// Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads.
+// B rows of T tokens flattened to N = B*T; D hidden, H/G query/kv heads, d head dim, F ffn, V
+// vocab. Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads.
 #pragma once
 
 #include <string>
@@ -17,17 +17,17 @@ namespace kelvin::models {
 
 // What one decoder layer keeps from forward for backward.
 struct LlamaLayerActivations {
-  Tensor x;             // [N, D] layer input (residual stream)
-  Tensor h_attn;        // [N, D] RMSNorm(x)
-  Tensor rstd_attn;     // [N]
-  Tensor q, k, v;       // [N, H, d], [N, G, d], [N, G, d]; q and k after RoPE
-  Tensor attn;          // [N, H, d] attention output
-  Tensor lse;           // [N, H] attention log-sum-exp
-  Tensor x_mid;         // [N, D] x + attention projection
-  Tensor h_mlp;         // [N, D] RMSNorm(x_mid)
-  Tensor rstd_mlp;      // [N]
-  Tensor gate, up;      // [N, F]
-  Tensor act;           // [N, F] SiLU(gate) * up
+  Tensor x;          // [N, D] layer input (residual stream)
+  Tensor h_attn;     // [N, D] RMSNorm(x)
+  Tensor rstd_attn;  // [N]
+  Tensor q, k, v;    // [N, H, d], [N, G, d], [N, G, d]; q and k after RoPE
+  Tensor attn;       // [N, H, d] attention output
+  Tensor lse;        // [N, H] attention log-sum-exp
+  Tensor x_mid;      // [N, D] x + attention projection
+  Tensor h_mlp;      // [N, D] RMSNorm(x_mid)
+  Tensor rstd_mlp;   // [N]
+  Tensor gate, up;   // [N, F]
+  Tensor act;        // [N, F] SiLU(gate) * up
 };
 
 class LlamaModel {
@@ -78,15 +78,15 @@ class LlamaModel {
 
   // Buffers sized for the current micro-batch shape (reallocated when it changes).
   int64_t batch_ = 0, seq_ = 0;
-  Tensor tokens_, positions_;                 // [N] i32 copies of the inputs
+  Tensor tokens_, positions_;                  // [N] i32 copies of the inputs
   std::vector<LlamaLayerActivations> layers_;  // [L]
   Tensor x_final_, h_final_, rstd_final_;      // [N, D], [N, D], [N]
   Tensor logits_;                              // [N, V]
   // Backward scratch.
-  Tensor dx_, dh_, d_proj_;        // [N, D]
-  Tensor dq_, dattn_;              // [N, H, d]
-  Tensor dk_, dv_;                 // [N, G, d]
-  Tensor dgate_, dup_, dact_;      // [N, F]
+  Tensor dx_, dh_, d_proj_;    // [N, D]
+  Tensor dq_, dattn_;          // [N, H, d]
+  Tensor dk_, dv_;             // [N, G, d]
+  Tensor dgate_, dup_, dact_;  // [N, F]
 };
 
 }  // namespace kelvin::models

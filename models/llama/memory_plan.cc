@@ -16,9 +16,8 @@ std::string MemoryPlan::ToString() const {
       "parameters %.3f GiB, master weights %.3f GiB, gradients %.3f GiB, optimizer state "
       "%.3f GiB, activations %.3f GiB (%.3f GiB per layer), logits %.3f GiB, backward scratch "
       "%.3f GiB; total %.3f GiB",
-      gib(parameters), gib(master_weights), gib(gradients), gib(optimizer_state),
-      gib(activations), gib(activations_per_layer), gib(logits), gib(backward_scratch),
-      gib(Total()));
+      gib(parameters), gib(master_weights), gib(gradients), gib(optimizer_state), gib(activations),
+      gib(activations_per_layer), gib(logits), gib(backward_scratch), gib(Total()));
 }
 
 MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
@@ -40,8 +39,8 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   plan.activations_per_layer =
       n * act * (4 * d_model + 2 * q + 2 * kv + 3 * f) + n * stat * (2 + heads);
   // Plus the final norm's input and output [N, D], its rstd [N] and the token/position ids.
-  plan.activations = c.num_layers * plan.activations_per_layer + 2 * n * d_model * act +
-                     n * stat + 2 * n * 4;
+  plan.activations =
+      c.num_layers * plan.activations_per_layer + 2 * n * d_model * act + n * stat + 2 * n * 4;
   plan.logits = n * c.vocab_size * act;
   // dx, dh, d_proj [N, D]; dq, dattn [N, H*d]; dk, dv [N, G*d]; dgate, dup, dact [N, F].
   plan.backward_scratch = n * act * (3 * d_model + 2 * q + 2 * kv + 3 * f);

@@ -19,16 +19,16 @@ struct MemoryPlanOptions {
 };
 
 struct MemoryPlan {
-  int64_t parameters = 0;         // bytes of the forward's parameter copy
-  int64_t master_weights = 0;     // f32 master copy when separate
-  int64_t gradients = 0;          // f32 (AccumDType) gradients
-  int64_t optimizer_state = 0;    // AdamW m and v
+  int64_t parameters = 0;             // bytes of the forward's parameter copy
+  int64_t master_weights = 0;         // f32 master copy when separate
+  int64_t gradients = 0;              // f32 (AccumDType) gradients
+  int64_t optimizer_state = 0;        // AdamW m and v
   int64_t activations_per_layer = 0;  // kept for backward, one decoder layer
-  int64_t activations = 0;        // all layers + embedding output + final norm
-  int64_t logits = 0;             // [N, V], reused in place for dlogits
-  int64_t backward_scratch = 0;   // gradient buffers of one layer
+  int64_t activations = 0;            // all layers + embedding output + final norm
+  int64_t logits = 0;                 // [N, V], reused in place for dlogits
+  int64_t backward_scratch = 0;       // gradient buffers of one layer
   int64_t Total() const;
-  std::string ToString() const;   // one line per category, in GiB
+  std::string ToString() const;  // one line per category, in GiB
 };
 
 MemoryPlan PlanLlamaMemory(const LlamaConfig& config, const MemoryPlanOptions& options);

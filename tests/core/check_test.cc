@@ -18,7 +18,8 @@ namespace {
 
 TEST(CheckDeathTest, CheckPrintsConditionMessageFileLineAndRank) {
   SetLogRank(3);
-  EXPECT_DEATH(KELVIN_CHECK(1 + 1 == 3) << "arithmetic is " << "broken",
+  EXPECT_DEATH(KELVIN_CHECK(1 + 1 == 3) << "arithmetic is "
+                                        << "broken",
                "Kelvin check failed on rank 3 at .*check_test.cc:[0-9]+: 1 \\+ 1 == 3 "
                "arithmetic is broken");
   SetLogRank(-1);
@@ -33,7 +34,8 @@ TEST(CheckDeathTest, ComparisonChecksPrintBothOperands) {
 }
 
 TEST(CheckDeathTest, FatalNeedsNoCondition) {
-  EXPECT_DEATH(KELVIN_FATAL() << "unsupported dtype bf17", "check_test.cc:[0-9]+: unsupported dtype bf17");
+  EXPECT_DEATH(KELVIN_FATAL() << "unsupported dtype bf17",
+               "check_test.cc:[0-9]+: unsupported dtype bf17");
 }
 
 TEST(Check, PassingChecksEvaluateOperandsOnce) {

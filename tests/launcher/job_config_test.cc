@@ -2,7 +2,6 @@
 // resolution and the resolved text, file errors, every ready job in configs/, and a fuzz test of
 // random mutations of a valid job (never a crash, always a Status).
 #include "launcher/job_config.h"
-#include "launcher/trainer.h"
 
 #include <gmock/gmock.h>
 #include <google/protobuf/util/message_differencer.h>
@@ -18,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "launcher/job_config_validation.h"
+#include "launcher/trainer.h"
 
 namespace kelvin::launcher {
 namespace {

@@ -32,7 +32,8 @@ Tensor ReadFloats(const io::SafetensorsFile& file, const std::string& name) {
 }
 
 models::LlamaModel LoadModel() {
-  absl::StatusOr<models::LlamaConfig> config = models::LlamaConfigFromHfDirectory(kFixture + "/model");
+  absl::StatusOr<models::LlamaConfig> config =
+      models::LlamaConfigFromHfDirectory(kFixture + "/model");
   KELVIN_CHECK(config.ok()) << config.status().message();
   models::LlamaModel model(*config, DType::kF32);
   absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(kFixture + "/model");

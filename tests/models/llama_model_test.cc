@@ -1,5 +1,7 @@
 // Llama model properties beyond HF parity: gradient accumulation equals the big batch (f64),
 // export then import is bit-identical, and config/checkpoint errors are clear.
+#include "models/llama/llama_model.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 #include "core/io/hf_checkpoint.h"
 #include "core/ops/cross_entropy.h"
 #include "core/optim/adamw_optimizer.h"
-#include "models/llama/llama_model.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 
@@ -78,8 +79,8 @@ TEST(LlamaModel, FourMicroBatchesOfTwoEqualOneBatchOfEight) {
   opt_whole.Step(ctx, 1e-2);
   opt_split.Step(ctx, 1e-2);
   for (ParamGroup g : {ParamGroup::kDecay, ParamGroup::kNoDecay}) {
-    EXPECT_TRUE(testing::AllClose(split.parameters().values(g), whole.parameters().values(g),
-                                  1e-12, "parameters after the update"));
+    EXPECT_TRUE(testing::AllClose(split.parameters().values(g), whole.parameters().values(g), 1e-12,
+                                  "parameters after the update"));
   }
 }
 

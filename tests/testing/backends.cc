@@ -34,7 +34,8 @@ const Context& ContextFor(Device device) {
   if (device.is_cpu()) return cpu;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = contexts->find(device.index);
-  if (it == contexts->end()) it = contexts->emplace(device.index, Context::Cuda(device.index)).first;
+  if (it == contexts->end())
+    it = contexts->emplace(device.index, Context::Cuda(device.index)).first;
   return it->second;
 }
 
@@ -44,8 +45,7 @@ Tensor ToDevice(const Tensor& host, Device device) {
 }
 
 Tensor ToBackend(const Tensor& host, const Backend& backend) {
-  return ToDevice(host.dtype() == backend.dtype ? host : Cast(host, backend.dtype),
-                  backend.device);
+  return ToDevice(host.dtype() == backend.dtype ? host : Cast(host, backend.dtype), backend.device);
 }
 
 }  // namespace kelvin::testing

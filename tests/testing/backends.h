@@ -41,9 +41,9 @@ struct BackendName {
 }  // namespace kelvin::testing
 
 // First statement of a test that may run on CUDA.
-#define KELVIN_SKIP_WITHOUT_CUDA(device)                                          \
-  do {                                                                            \
-    if ((device).is_cuda() && !::kelvin::CudaAvailable()) {                       \
-      GTEST_SKIP() << "no CUDA device: " << ::kelvin::CudaUnavailableReason();    \
-    }                                                                             \
+#define KELVIN_SKIP_WITHOUT_CUDA(device)                                       \
+  do {                                                                         \
+    if ((device).is_cuda() && !::kelvin::CudaAvailable()) {                    \
+      GTEST_SKIP() << "no CUDA device: " << ::kelvin::CudaUnavailableReason(); \
+    }                                                                          \
   } while (0)

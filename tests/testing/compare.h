@@ -15,7 +15,7 @@ struct ErrorReport {
   double max_abs_error = 0;  // max_i |a_i - e_i|
   int64_t max_index = 0;     // flat index of that element
   double actual_at_max = 0, expected_at_max = 0;
-  bool has_nan = false;      // a NaN/inf in actual where expected is finite
+  bool has_nan = false;  // a NaN/inf in actual where expected is finite
 };
 
 // Any dtypes and devices (device tensors are copied to the host first).

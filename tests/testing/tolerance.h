@@ -18,9 +18,12 @@ inline constexpr double kLowPrecisionErrorRatio = 2.0;
 
 inline double RelTolerance(DType dtype) {
   switch (dtype) {
-    case DType::kF64: return kF64RelTol;
-    case DType::kBF16: return kBF16RelTol;
-    default: return kF32RelTol;
+    case DType::kF64:
+      return kF64RelTol;
+    case DType::kBF16:
+      return kBF16RelTol;
+    default:
+      return kF32RelTol;
   }
 }
 

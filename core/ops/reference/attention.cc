@@ -13,13 +13,19 @@ namespace {
 
 struct Problem {
   int64_t b, t, h, g, d;
-  std::vector<double> q, k, v;   // [N, H, d], [N, G, d], [N, G, d]
+  std::vector<double> q, k, v;     // [N, H, d], [N, G, d], [N, G, d]
   std::vector<int32_t> positions;  // [N]
 
   Problem(const ops::AttentionShape& shape, const Tensor& qt, const Tensor& kt, const Tensor& vt,
           const Tensor& pt)
-      : b(shape.batch), t(shape.seq), h(qt.dim(1)), g(kt.dim(1)), d(qt.dim(2)),
-        q(ToDoubles(qt)), k(ToDoubles(kt)), v(ToDoubles(vt)),
+      : b(shape.batch),
+        t(shape.seq),
+        h(qt.dim(1)),
+        g(kt.dim(1)),
+        d(qt.dim(2)),
+        q(ToDoubles(qt)),
+        k(ToDoubles(kt)),
+        v(ToDoubles(vt)),
         positions(pt.data<int32_t>(), pt.data<int32_t>() + pt.numel()) {}
 
   bool Visible(int64_t row, int64_t i, int64_t j) const {
@@ -95,7 +101,8 @@ void AttentionBackward(const ops::AttentionShape& shape, const Tensor& dout, con
       std::vector<double> dp(static_cast<size_t>(t * t), 0.0);  // dP = dO v^T
       for (int64_t i = 0; i < t; ++i) {
         for (int64_t j = 0; j < t; ++j) {
-          for (int64_t e = 0; e < d; ++e) dp[i * t + j] += dO(i, e) * pr.v[pr.KvIndex(row, j, head, e)];
+          for (int64_t e = 0; e < d; ++e)
+            dp[i * t + j] += dO(i, e) * pr.v[pr.KvIndex(row, j, head, e)];
         }
       }
       for (int64_t i = 0; i < t; ++i) {
@@ -104,7 +111,8 @@ void AttentionBackward(const ops::AttentionShape& shape, const Tensor& dout, con
         for (int64_t j = 0; j < t; ++j) {
           const double ds = p[i * t + j] * (dp[i * t + j] - row_dot);
           for (int64_t e = 0; e < d; ++e) {
-            dqv[((row * t + i) * pr.h + head) * d + e] += ds * pr.k[pr.KvIndex(row, j, head, e)] * scale;
+            dqv[((row * t + i) * pr.h + head) * d + e] +=
+                ds * pr.k[pr.KvIndex(row, j, head, e)] * scale;
             dkv[pr.KvIndex(row, j, head, e)] += ds * pr.Q(row, i, head, e) * scale;
             dvv[pr.KvIndex(row, j, head, e)] += p[i * t + j] * dO(i, e);
           }

@@ -17,8 +17,9 @@ TEST(MpiCheckDeathTest, PrintsTheCallAndMpisOwnErrorText) {
 }
 
 TEST(MpiCheckDeathTest, SaysWhenMpiIsNotInitialised) {
-  EXPECT_DEATH(KELVIN_MPI_CHECK(MPI_ERR_COMM),
-               "MPI_ERR_COMM returned MPI error [0-9]+ \\(MPI not initialised; code not decoded\\)");
+  EXPECT_DEATH(
+      KELVIN_MPI_CHECK(MPI_ERR_COMM),
+      "MPI_ERR_COMM returned MPI error [0-9]+ \\(MPI not initialised; code not decoded\\)");
 }
 
 }  // namespace

@@ -38,9 +38,11 @@ Tensor Positions(const AttentionCase& c) {
   return p;
 }
 
-constexpr AttentionCase kCases[] = {
-    {1, 1, 1, 1, 1, false}, {2, 17, 4, 2, 16, false}, {2, 23, 6, 2, 8, true},
-    {1, 40, 2, 2, 64, true}, {3, 9, 8, 1, 4, false}};
+constexpr AttentionCase kCases[] = {{1, 1, 1, 1, 1, false},
+                                    {2, 17, 4, 2, 16, false},
+                                    {2, 23, 6, 2, 8, true},
+                                    {1, 40, 2, 2, 64, true},
+                                    {3, 9, 8, 1, 4, false}};
 
 class AttentionTest : public ::testing::TestWithParam<Backend> {};
 
@@ -50,8 +52,8 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
   const double tol = testing::RelTolerance(backend.dtype);
   uint64_t seed = 500;
   for (const AttentionCase& c : kCases) {
-    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " H=" << c.h << " G="
-                                      << c.g << " d=" << c.d << " packed=" << c.packed);
+    SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " H=" << c.h << " G=" << c.g
+                                      << " d=" << c.d << " packed=" << c.packed);
     const ops::AttentionShape shape{c.b, c.t};
     const int64_t n = c.b * c.t;
     const Tensor q = testing::Random({n, c.h, c.d}, backend.dtype, ++seed, -2, 2);
@@ -66,7 +68,8 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
                  v64 = testing::Cast(v, DType::kF64);
     reference::AttentionForward(shape, q64, k64, v64, positions, out_ref, lse_ref);
     Tensor dq_ref = Tensor::Empty(q.shape(), DType::kF64);
-    Tensor dk_ref = Tensor::Empty(k.shape(), DType::kF64), dv_ref = Tensor::Empty(k.shape(), DType::kF64);
+    Tensor dk_ref = Tensor::Empty(k.shape(), DType::kF64),
+           dv_ref = Tensor::Empty(k.shape(), DType::kF64);
     reference::AttentionBackward(shape, testing::Cast(dout, DType::kF64), q64, k64, v64, positions,
                                  dq_ref, dk_ref, dv_ref);
 
@@ -76,7 +79,8 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
     EXPECT_TRUE(testing::AllClose(out, out_ref, tol, "out"));
     EXPECT_TRUE(testing::AllClose(lse, lse_ref, tol, "lse"));
     Tensor dq = Tensor::Empty(q.shape(), backend.dtype);
-    Tensor dk = Tensor::Empty(k.shape(), backend.dtype), dv = Tensor::Empty(k.shape(), backend.dtype);
+    Tensor dk = Tensor::Empty(k.shape(), backend.dtype),
+           dv = Tensor::Empty(k.shape(), backend.dtype);
     ops::AttentionBackward(ctx, shape, dout, q, k, v, positions, out, lse, dq, dk, dv);
     EXPECT_TRUE(testing::AllClose(dq, dq_ref, tol, "dq"));
     EXPECT_TRUE(testing::AllClose(dk, dk_ref, tol, "dk"));
@@ -107,7 +111,8 @@ TEST(AttentionGradient, ReferenceAndCpuMatchFiniteDifferences) {
     Tensor dq = Tensor::Empty(q.shape(), DType::kF64);
     Tensor dk = Tensor::Empty(k.shape(), DType::kF64), dv = Tensor::Empty(k.shape(), DType::kF64);
     if (fast) {
-      Tensor out = Tensor::Empty(q.shape(), DType::kF64), lse = Tensor::Empty({n, c.h}, DType::kF64);
+      Tensor out = Tensor::Empty(q.shape(), DType::kF64),
+             lse = Tensor::Empty({n, c.h}, DType::kF64);
       ops::AttentionForward(ctx, shape, q, k, v, positions, out, lse);
       ops::AttentionBackward(ctx, shape, dout, q, k, v, positions, out, lse, dq, dk, dv);
     } else {

@@ -38,10 +38,10 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchReference) {
   for (const auto [n, d, eps] : kCases) {
     SCOPED_TRACE(ShapeToString({n, d}));
     // Inputs rounded to the backend dtype; the reference sees exactly the same values in f64.
-    const Tensor x = testing::Random({n, d}, backend.dtype, ++seed, -2, 2);          // [N, D]
-    const Tensor w = testing::Random({d}, backend.dtype, ++seed, 0.5, 1.5);          // [D]
-    const Tensor dy = testing::Random({n, d}, backend.dtype, ++seed);                // [N, D]
-    const Tensor dw0 = testing::Random({d}, acc, ++seed);                            // [D]
+    const Tensor x = testing::Random({n, d}, backend.dtype, ++seed, -2, 2);  // [N, D]
+    const Tensor w = testing::Random({d}, backend.dtype, ++seed, 0.5, 1.5);  // [D]
+    const Tensor dy = testing::Random({n, d}, backend.dtype, ++seed);        // [N, D]
+    const Tensor dw0 = testing::Random({d}, acc, ++seed);                    // [D]
 
     Tensor y_ref = Tensor::Empty({n, d}, DType::kF64), rstd_ref = Tensor::Empty({n}, DType::kF64);
     reference::RmsNormForward(testing::Cast(x, DType::kF64), testing::Cast(w, DType::kF64), eps,
@@ -50,7 +50,8 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchReference) {
     reference::RmsNormBackward(testing::Cast(dy, DType::kF64), testing::Cast(x, DType::kF64),
                                testing::Cast(w, DType::kF64), rstd_ref, dx_ref, dw_ref);
 
-    const Tensor xd = testing::ToDevice(x, backend.device), wd = testing::ToDevice(w, backend.device);
+    const Tensor xd = testing::ToDevice(x, backend.device),
+                 wd = testing::ToDevice(w, backend.device);
     Tensor y = Tensor::Empty({n, d}, backend.dtype, backend.device);
     Tensor rstd = Tensor::Empty({n}, acc, backend.device);
     ops::RmsNormForward(ctx, xd, wd, eps, y, rstd);
