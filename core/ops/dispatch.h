@@ -26,6 +26,25 @@ void DispatchCpuFloat(DType dtype, std::string_view op, Fn&& fn) {
   }
 }
 
+// Calls fn.template operator()<T>() with T = float, bf16 or double: the storage type of any
+// floating dtype (CPU casts and fills).
+template <typename Fn>
+void DispatchCpuAnyFloat(DType dtype, std::string_view op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32:
+      fn.template operator()<float>();
+      return;
+    case DType::kBF16:
+      fn.template operator()<bf16>();
+      return;
+    case DType::kF64:
+      fn.template operator()<double>();
+      return;
+    default:
+      KELVIN_FATAL() << op << " on CPU supports f32, bf16 and f64, got " << DTypeName(dtype);
+  }
+}
+
 // Calls fn.template operator()<T>() with T = float or bf16 (CUDA kernels).
 template <typename Fn>
 void DispatchCudaFloat(DType dtype, std::string_view op, Fn&& fn) {

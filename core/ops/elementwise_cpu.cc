@@ -9,24 +9,6 @@
 namespace kelvin::ops::cpu {
 namespace {
 
-// Calls fn.template operator()<T>() with the storage type of a floating dtype (f32, bf16, f64).
-template <typename Fn>
-void DispatchCpuStorage(DType dtype, std::string_view op, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32:
-      fn.template operator()<float>();
-      return;
-    case DType::kBF16:
-      fn.template operator()<bf16>();
-      return;
-    case DType::kF64:
-      fn.template operator()<double>();
-      return;
-    default:
-      KELVIN_FATAL() << op << " on CPU supports f32, bf16 and f64, got " << DTypeName(dtype);
-  }
-}
-
 // One element converted between storage types (bf16 through f32, which holds it exactly).
 template <typename To, typename From>
 To Convert(From value) {
@@ -86,8 +68,8 @@ void Axpy(double alpha, const Tensor& x, Tensor& y) {
 }
 
 void Cast(const Tensor& x, Tensor& out) {
-  DispatchCpuStorage(x.dtype(), "Cast", [&]<typename From>() {
-    DispatchCpuStorage(out.dtype(), "Cast", [&]<typename To>() {
+  DispatchCpuAnyFloat(x.dtype(), "Cast", [&]<typename From>() {
+    DispatchCpuAnyFloat(out.dtype(), "Cast", [&]<typename To>() {
       CastKernel(x.data<From>(), x.numel(), out.data<To>());
     });
   });
@@ -101,8 +83,8 @@ void Fill(Tensor& t, double value) {
     case DType::kI64:
       return FillKernel(static_cast<int64_t>(value), n, t.data<int64_t>());
     default:
-      DispatchCpuStorage(t.dtype(), "Fill",
-                         [&]<typename T>() { FillKernel(Convert<T>(value), n, t.data<T>()); });
+      DispatchCpuAnyFloat(t.dtype(), "Fill",
+                          [&]<typename T>() { FillKernel(Convert<T>(value), n, t.data<T>()); });
   }
 }
 
