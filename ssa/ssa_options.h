@@ -29,6 +29,15 @@ struct SsaOptions {
   double temperature_lr_scale = 1.0;  // learning-rate multiplier of a^q, a^v, alpha (0 freezes)
 };
 
+// Both temperatures off: the SSA operator is plain causal GQA attention with RoPE (vanilla Llama).
+// Not a valid job configuration (ValidateSsaOptions refuses it); the model uses it when SSA is off.
+inline SsaOptions VanillaAttentionOptions() {
+  SsaOptions options;
+  options.query_temperature = false;
+  options.value_temperature = false;
+  return options;
+}
+
 // OK, or InvalidArgument naming the first offending field as `<where>.<field>` (e.g.
 // "model.ssa.temperature_clamp"), its value and what to do: non-finite alpha_init; clamp bounds
 // not finite, lo <= 0 or lo >= hi; temperature_lr_scale negative or not finite; and flags that keep

@@ -1,0 +1,67 @@
+// The SSA attention operator (shared/SSA.md section 6): checks its arguments and dispatches to the
+// tiled CPU kernel (f32, f64) or the fused CUDA kernel (bf16). One call pairs the query tokens of
+// `shape` with its key tokens: SsaBlockShape::Full for the whole operator, a key block (global
+// indices) for context-parallel ring attention, whose partial results MergeAttentionBlock adds up.
+// Arguments, shapes and masking rule: ssa/ssa_attention_args.h. Dtypes: u, k, v, the sources, the
+// parameters, out, du, dk, dv and the source gradients share one dtype (f32/f64 on the CPU, bf16
+// on CUDA); lse, the temperatures and the parameter gradients are in AccumDType of it.
+// With options.query_temperature and options.value_temperature both false the operator is plain
+// causal GQA attention with RoPE (vanilla Llama): no temperature is computed, the parameters may
+// be undefined, and multiplying by a temperature of exactly 1 is skipped (so an SSA model whose
+// temperatures are exactly 1 and vanilla attention give bit-identical outputs either way).
+#pragma once
+
+#include "core/context.h"
+#include "ssa/ssa_attention_args.h"
+#include "ssa/ssa_options.h"
+
+namespace kelvin::ssa {
+
+// Forward -> every field of `outputs` written: out (normalised over the call's keys), lse, and
+// tau^q [Nq, H], tau^v [Nk, G] (left undefined-or-untouched when that temperature is off).
+// Parameters a temperature that is off does not read may be undefined.
+void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                         const SsaAttentionInputs& inputs, const SsaParameters& params,
+                         SsaAttentionOutputs& outputs);
+
+// Backward from dout [Nq, H, d], given the forward's saved outputs (`saved.out` and `saved.lse`
+// are the MERGED results over all key blocks when the keys were split, FlashAttention-2 style;
+// `saved.query_temperature` / `saved.value_temperature` are this call's). Every gradient ACCUMULATES
+// (+=): du (with weight sharing also the temperature path into u), dk, dv (likewise into v), the
+// source gradients without weight sharing, and grads.params (a^q, a^v, alpha). Summed over all
+// key blocks it is the full operator's gradient; zero the gradients before the first call.
+void SsaAttentionBackward(const Context& ctx, const SsaOptions& options,
+                          const SsaBlockShape& shape, const Tensor& dout,
+                          const SsaAttentionInputs& inputs, const SsaParameters& params,
+                          const SsaAttentionOutputs& saved, SsaAttentionGrads& grads);
+
+// out [Nq, H, d], lse [Nq, H] += one key block's partial results (same shapes): the log-sum-exp
+// merge lse' = log(e^lse + e^block_lse), out' = e^(lse - lse') out + e^(block_lse - lse')
+// block_out. Start from out = 0, lse = -inf (or the first block's results).
+void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
+                         const Tensor& block_lse);
+
+namespace cpu {
+void SsaAttentionForward(const SsaOptions& options, const SsaBlockShape& shape,
+                         const SsaAttentionInputs& inputs, const SsaParameters& params,
+                         SsaAttentionOutputs& outputs);
+void SsaAttentionBackward(const SsaOptions& options, const SsaBlockShape& shape, const Tensor& dout,
+                          const SsaAttentionInputs& inputs, const SsaParameters& params,
+                          const SsaAttentionOutputs& saved, SsaAttentionGrads& grads);
+void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
+                         const Tensor& block_lse);
+}  // namespace cpu
+
+namespace cuda {
+void SsaAttentionForward(const Context& ctx, const SsaOptions& options,
+                         const SsaBlockShape& shape, const SsaAttentionInputs& inputs,
+                         const SsaParameters& params, SsaAttentionOutputs& outputs);
+void SsaAttentionBackward(const Context& ctx, const SsaOptions& options,
+                          const SsaBlockShape& shape, const Tensor& dout,
+                          const SsaAttentionInputs& inputs, const SsaParameters& params,
+                          const SsaAttentionOutputs& saved, SsaAttentionGrads& grads);
+void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
+                         const Tensor& block_lse);
+}  // namespace cuda
+
+}  // namespace kelvin::ssa
