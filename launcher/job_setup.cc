@@ -50,8 +50,25 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
     KELVIN_ASSIGN_OR_RETURN(arch, models::LlamaPreset(model.preset()));
   }
   ApplyArchitectureOverrides(model.architecture(), arch);
+  if (model.ssa().enabled()) arch.ssa = SsaOptionsFromConfig(model.ssa());
   KELVIN_RETURN_IF_ERROR(models::ValidateLlamaConfig(arch));
   return arch;
+}
+
+ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
+  ssa::SsaOptions options;
+  options.query_temperature = ssa.query_temperature();
+  options.value_temperature = ssa.value_temperature();
+  options.token_aware = ssa.token_aware();
+  options.position_aware = ssa.position_aware();
+  options.weight_sharing = ssa.weight_sharing();
+  options.alpha_init = ssa.alpha_init();
+  if (ssa.has_temperature_clamp()) {
+    options.temperature_clamp =
+        ssa::TemperatureClamp{ssa.temperature_clamp().lo(), ssa.temperature_clamp().hi()};
+  }
+  options.temperature_lr_scale = ssa.temperature_lr_scale();
+  return options;
 }
 
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(const config::JobConfig& job,

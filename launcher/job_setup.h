@@ -12,6 +12,8 @@
 namespace kelvin::launcher {
 
 absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::ModelConfig& model);
+// model.ssa (defaults resolved) as the SSA code's flags.
+ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa);
 
 // The model in f32 on the CPU, loaded from model.hf_dir or randomly initialised from the seed.
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(const config::JobConfig& job,

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -12,7 +13,9 @@
 #include "core/logging.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/grad_norm.h"
+#include "launcher/checkpoint.h"
 #include "launcher/lr_schedule.h"
+#include "launcher/preemption.h"
 #include "models/llama/memory_plan.h"
 
 namespace kelvin::launcher {
@@ -28,19 +31,9 @@ absl::Status CheckSupported(const config::JobConfig& job) {
         "parallel: this build trains on one process only; set tensor_parallel, "
         "pipeline_parallel, context_parallel and data_parallel to 1");
   }
-  if (job.model().ssa().enabled()) {
-    return absl::UnimplementedError(
-        "model.ssa.enabled=true: the SSA operator is not in this build yet; set it to false");
-  }
   if (job.training().device() == config::TrainingConfig::CUDA) {
     return absl::UnimplementedError(
         "training.device=CUDA: Kelvin trains on the CPU only so far; use AUTO or CPU");
-  }
-  if (!job.checkpoint().dir().empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "checkpoint.dir=\"", job.checkpoint().dir(),
-        "\": checkpoint saving and resume are not in this build yet; remove the checkpoint "
-        "section (use training.export_hf_dir to keep the final weights)"));
   }
   if (!job.logging().tensorboard_dir().empty()) {
     return absl::UnimplementedError(
@@ -78,6 +71,25 @@ double Sum(const Tensor& values) {
   return sum;
 }
 
+// One line per layer: tau^q and tau^v as mean +- std [min, max], and the range of sigma(alpha)
+// over the heads (SSA.md section 7).
+void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& layers) {
+  auto summary = [](const ssa::TemperatureSummary& s) {
+    return s.count == 0 ? std::string("off")
+                        : absl::StrFormat("%.4f +- %.4f [%.4f, %.4f]", s.mean, s.std, s.min, s.max);
+  };
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const ssa::TemperatureStatistics& t = layers[l];
+    std::string alpha = "off";
+    if (!t.sigma_alpha.empty()) {
+      const auto [lo, hi] = std::minmax_element(t.sigma_alpha.begin(), t.sigma_alpha.end());
+      alpha = absl::StrFormat("[%.3g, %.3g]", *lo, *hi);
+    }
+    KLOG_RANK0(INFO) << absl::StrFormat("  ssa layer %d | tau^q %s | tau^v %s | sigma(alpha) %s", l,
+                                        summary(t.query), summary(t.value), alpha);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job) {
@@ -96,7 +108,36 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
       trainer->model_->parameters(),
       AdamWSettings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
                     job.model().ssa().temperature_lr_scale()});
+  KELVIN_RETURN_IF_ERROR(trainer->Resume());
   return trainer;
+}
+
+absl::Status Trainer::Resume() {
+  const config::CheckpointConfig& c = job_.checkpoint();
+  if (c.dir().empty() || c.resume() == config::CheckpointConfig::NEVER) return absl::OkStatus();
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest, LatestCheckpoint(c.dir()));
+  if (!latest.has_value()) {
+    if (c.resume() == config::CheckpointConfig::REQUIRED) {
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint.resume=REQUIRED but checkpoint.dir=\"", c.dir(),
+          "\" holds no complete checkpoint (step_<N> directories); use AUTO to start afresh"));
+    }
+    return absl::OkStatus();
+  }
+  KELVIN_ASSIGN_OR_RETURN(start_step_, LoadCheckpoint(*latest, job_.name(), model_->parameters(),
+                                                      *optimizer_));
+  KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed) {
+  const config::CheckpointConfig& c = job_.checkpoint();
+  KELVIN_ASSIGN_OR_RETURN(const std::string path,
+                          SaveCheckpoint(c.dir(), steps_completed, job_.name(),
+                                         model_->parameters(), *optimizer_));
+  KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
+  KLOG_RANK0(INFO) << "saved checkpoint " << path;
+  return absl::OkStatus();
 }
 
 Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
@@ -120,7 +161,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
     batches.push_back(std::move(batch));
   }
-  StepStats stats{step, 0, 0, 0, 0};
+  StepStats stats{step, 0, 0, 0, 0, {}};
   ParameterSet& params = model_->parameters();
   params.ZeroGrads();
   if (labelled == 0) {
@@ -155,6 +196,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   optimizer_->Step(ctx, stats.lr);
+  stats.temperatures = model_->TemperatureStatistics();
   return stats;
 }
 
@@ -193,8 +235,10 @@ absl::Status Trainer::Run() {
       << "memory plan: "
       << models::PlanLlamaMemory(arch_, {t.micro_batch_size(), t.seq_length()}).ToString();
   const auto start = std::chrono::steady_clock::now();
+  const bool checkpoints = !job_.checkpoint().dir().empty();
+  if (checkpoints) InstallPreemptionHandlers();
   int64_t tokens = 0;
-  for (int64_t step = 0; step < t.steps(); ++step) {
+  for (int64_t step = start_step_; step < t.steps(); ++step) {
     KELVIN_ASSIGN_OR_RETURN(const StepStats stats, TrainStep(step));
     history_.push_back(stats);
     tokens += stats.tokens;
@@ -202,10 +246,14 @@ absl::Status Trainer::Run() {
     if ((step + 1) % job_.logging().log_interval() == 0 || last) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double eta = elapsed / static_cast<double>(step + 1) * (t.steps() - step - 1);
+      const double eta =
+          elapsed / static_cast<double>(step + 1 - start_step_) * (t.steps() - step - 1);
       KLOG_RANK0(INFO) << absl::StrFormat(
           "step %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | ETA %s", step + 1,
           t.steps(), stats.loss, stats.lr, stats.grad_norm, tokens / elapsed, FormatDuration(eta));
+      if (job_.model().ssa().enabled() && job_.model().ssa().log_statistics()) {
+        LogTemperatureStatistics(stats.temperatures);
+      }
     }
     if (data_.eval != nullptr && ((step + 1) % t.eval_interval() == 0 || last)) {
       KELVIN_ASSIGN_OR_RETURN(const EvalStats eval, Evaluate(step + 1));
@@ -215,6 +263,16 @@ absl::Status Trainer::Run() {
                                ? absl::StrFormat(" | passkey retrieval %.1f%%",
                                                  100 * eval.retrieval_accuracy)
                                : "");
+    }
+    const int64_t interval = job_.checkpoint().interval_steps();
+    if (checkpoints && (last || (interval > 0 && (step + 1) % interval == 0))) {
+      KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
+    }
+    if (checkpoints && !last && PreemptionSignal() != 0) {
+      KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
+      return absl::AbortedError(absl::StrCat(
+          "stopped by signal ", PreemptionSignal(), " (preemption) after step ", step + 1, " of ",
+          t.steps(), "; the checkpoint is saved: run the same job again to resume"));
     }
   }
   if (!t.export_hf_dir().empty()) {

@@ -1,7 +1,8 @@
 // Trainer: the training loop of `kelvin train`, one process on the CPU. Read top to bottom in
 // trainer.cc: per step, the micro-batches of the global batch run forward and backward with the
 // loss normalised by the step's labelled tokens, gradients are clipped, the learning rate comes
-// from the schedule, AdamW steps; progress lines, periodic evaluation, export at the end.
+// from the schedule, AdamW steps; progress lines, periodic evaluation, checkpoints (resume, every
+// checkpoint.interval_steps, at the end and on a preemption signal), export at the end.
 #pragma once
 
 #include <memory>
@@ -19,6 +20,8 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   int64_t tokens = 0;  // tokens processed (all positions, labelled or not)
+  // Per layer, the SSA temperatures of the step's last micro-batch (empty without SSA).
+  std::vector<ssa::TemperatureStatistics> temperatures;
 };
 
 struct EvalStats {
@@ -39,9 +42,13 @@ class Trainer {
   const std::vector<StepStats>& history() const { return history_; }
   const std::vector<EvalStats>& evaluations() const { return evaluations_; }
   models::LlamaModel& model() { return *model_; }
+  int64_t start_step() const { return start_step_; }  // > 0 after a resume
 
  private:
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);
+  // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
+  absl::Status Resume();
+  absl::Status SaveCheckpointAt(int64_t steps_completed);
 
   config::JobConfig job_;
   models::LlamaConfig arch_;
@@ -49,6 +56,7 @@ class Trainer {
   DataSources data_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   int64_t micro_batches_ = 1;  // per step (gradient accumulation)
+  int64_t start_step_ = 0;     // steps already done by the run this one resumes
   std::vector<StepStats> history_;
   std::vector<EvalStats> evaluations_;
 };

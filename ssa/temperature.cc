@@ -253,6 +253,7 @@ void ValueTemperatureBackward(const Context& ctx, const SsaOptions& options, con
 namespace {
 
 TemperatureSummary Summarise(const Tensor& values) {
+  if (!values.defined()) return {};  // that temperature is off
   KELVIN_CHECK(values.is_cpu()) << "temperature statistics take host tensors, got "
                                 << values.ToString();
   std::vector<double> v(static_cast<size_t>(values.numel()));
@@ -282,6 +283,7 @@ TemperatureStatistics ComputeTemperatureStatistics(const Tensor& tau_q, const Te
   TemperatureStatistics stats;
   stats.query = Summarise(tau_q);
   stats.value = Summarise(tau_v);
+  if (!alpha.defined()) return stats;
   KELVIN_CHECK(alpha.is_cpu()) << "temperature statistics take host tensors, got "
                                << alpha.ToString();
   for (int64_t k = 0; k < alpha.numel(); ++k)

@@ -63,7 +63,8 @@ struct TemperatureStatistics {
   std::vector<double> sigma_alpha;  // [H]: sigma(alpha_h), the position slope of each head
 };
 
-// tau_q [N, H], tau_v [N, G], alpha [H]: host tensors of any float dtype.
+// tau_q [N, H], tau_v [N, G], alpha [H]: host tensors of any float dtype; an undefined tensor (a
+// temperature that is off) leaves its summary empty (count 0) or sigma_alpha empty.
 TemperatureStatistics ComputeTemperatureStatistics(const Tensor& tau_q, const Tensor& tau_v,
                                                    const Tensor& alpha);
 

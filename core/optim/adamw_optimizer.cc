@@ -28,4 +28,15 @@ void AdamWOptimizer::Step(const Context& ctx, double lr) {
   }
 }
 
+std::vector<std::pair<std::string, Tensor>> AdamWOptimizer::StateTensors() const {
+  static constexpr const char* kGroupNames[kNumParamGroups] = {"decay", "no_decay", "temperature"};
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    if (!m_[g].defined()) continue;
+    state.emplace_back(std::string("adamw.m.") + kGroupNames[g], m_[g]);
+    state.emplace_back(std::string("adamw.v.") + kGroupNames[g], v_[g]);
+  }
+  return state;
+}
+
 }  // namespace kelvin

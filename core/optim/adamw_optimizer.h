@@ -3,6 +3,10 @@
 // kTemperature group's learning rate is scaled by temperature_lr_scale.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/context.h"
 #include "core/ops/adamw.h"
 #include "core/optim/parameter_set.h"
@@ -20,6 +24,12 @@ class AdamWOptimizer {
   // One step at learning rate `lr` from the accumulated gradients (the caller zeroes them after).
   void Step(const Context& ctx, double lr);
   int64_t steps_taken() const { return steps_; }
+
+  // The optimizer state for checkpoints: the moments of each non-empty group by name
+  // ("adamw.m.decay", "adamw.v.decay", ...; [group elements], the parameters' dtype). The tensors
+  // share the optimizer's storage: copying into them restores the state.
+  std::vector<std::pair<std::string, Tensor>> StateTensors() const;
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
 
  private:
   ParameterSet& params_;

@@ -33,6 +33,7 @@ class ParameterSet {
   bool allocated() const { return allocated_; }
 
   const std::vector<Entry>& entries() const { return entries_; }
+  bool Contains(const std::string& name) const { return index_.count(name) > 0; }
   const Entry& Get(const std::string& name) const;  // aborts on unknown names
   Tensor& value(const std::string& name);
   Tensor& grad(const std::string& name);

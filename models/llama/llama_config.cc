@@ -103,8 +103,36 @@ int64_t LlamaConfig::NumParameters() const {
   const int64_t d = hidden_size;
   const int64_t attention = d * q_size() * 2 + d * kv_size() * 2;
   const int64_t mlp = 3 * d * intermediate_size;
-  const int64_t per_layer = attention + mlp + 2 * d;
+  int64_t ssa_per_layer = 0;
+  for (const SsaParameterSpec& spec : SsaLayerParameters(*this)) {
+    ssa_per_layer += NumElements(spec.shape);
+  }
+  const int64_t per_layer = attention + mlp + 2 * d + ssa_per_layer;
   return num_layers * per_layer + vocab_size * d * (tie_word_embeddings ? 1 : 2) + d;
+}
+
+std::vector<SsaParameterSpec> SsaLayerParameters(const LlamaConfig& c) {
+  std::vector<SsaParameterSpec> specs;
+  if (!c.ssa.has_value()) return specs;
+  const ssa::SsaOptions& o = *c.ssa;
+  const int64_t h = c.num_attention_heads, g = c.num_key_value_heads, d = c.head_dim;
+  const bool own_projection = !o.weight_sharing && o.token_aware;
+  if (o.query_temperature) {
+    specs.push_back({"self_attn.ssa.query_readout", {h, d}, ParamGroup::kTemperature});
+    specs.push_back({"self_attn.ssa.alpha", {h}, ParamGroup::kTemperature});
+    if (own_projection) {
+      specs.push_back(
+          {"self_attn.ssa.query_temperature_proj.weight", {h * d, c.hidden_size}, ParamGroup::kDecay});
+    }
+  }
+  if (o.value_temperature) {
+    specs.push_back({"self_attn.ssa.value_readout", {g, d}, ParamGroup::kTemperature});
+    if (own_projection) {
+      specs.push_back(
+          {"self_attn.ssa.value_temperature_proj.weight", {g * d, c.hidden_size}, ParamGroup::kDecay});
+    }
+  }
+  return specs;
 }
 
 absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
@@ -263,6 +291,10 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
     problems.push_back(
         absl::StrCat("model.rope_scaling: high_freq_factor=", c.rope.high_freq_factor,
                      " must be > low_freq_factor=", c.rope.low_freq_factor));
+  }
+  if (c.ssa.has_value()) {
+    const absl::Status ssa = ssa::ValidateSsaOptions(*c.ssa, "model.ssa");
+    if (!ssa.ok()) problems.emplace_back(ssa.message());
   }
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));

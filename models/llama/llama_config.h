@@ -2,12 +2,15 @@
 // from a built-in preset, and validated with messages that name the field, the value and the rule.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/ops/rope.h"
+#include "core/optim/parameter_set.h"
 #include "core/status.h"
+#include "ssa/ssa_options.h"
 
 namespace kelvin::models {
 
@@ -23,11 +26,33 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   ops::RopeConfig rope;
+  // Selective Self-Attention (shared/SSA.md); unset = vanilla attention. Not part of an HF
+  // config.json: the job config's model.ssa sets it.
+  std::optional<ssa::SsaOptions> ssa;
 
   int64_t q_size() const { return num_attention_heads * head_dim; }   // H*d
   int64_t kv_size() const { return num_key_value_heads * head_dim; }  // G*d
-  int64_t NumParameters() const;
+  // What the attention operator runs: the SSA flags, or both temperatures off (vanilla).
+  ssa::SsaOptions AttentionOptions() const {
+    return ssa.value_or(ssa::VanillaAttentionOptions());
+  }
+  int64_t NumParameters() const;  // SSA parameters included
 };
+
+// One SSA parameter of a decoder layer: its name after "model.layers.<l>.", shape and group.
+struct SsaParameterSpec {
+  std::string suffix;
+  Shape shape;
+  ParamGroup group;
+};
+
+// The SSA parameters of one layer under the config's flags (none without SSA):
+//   self_attn.ssa.query_readout [H, d], self_attn.ssa.alpha [H]  (query temperature on)
+//   self_attn.ssa.value_readout [G, d]                           (value temperature on)
+//   self_attn.ssa.query_temperature_proj.weight [H*d, D], ...value_temperature_proj.weight
+//   [G*d, D]  (weight_sharing off and token_aware on: W_tmp, sharded by head like W_q / W_v)
+// Read-outs and alpha are in the kTemperature group (no decay, scaled lr); W_tmp decays.
+std::vector<SsaParameterSpec> SsaLayerParameters(const LlamaConfig& config);
 
 // Reads `directory`/config.json (transformers 4.x `rope_theta` + `rope_scaling`, or 5.x
 // `rope_parameters`). Unsupported features (biases, other activations, other model types) are

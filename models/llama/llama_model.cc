@@ -1,4 +1,5 @@
-// Llama-3 forward and explicit backward on the op library, HF checkpoint import and export.
+// Llama-3 forward and explicit backward on the op library and the SSA operator, HF checkpoint
+// import and export.
 #include "models/llama/llama_model.h"
 
 #include <filesystem>
@@ -8,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
 #include "core/logging.h"
-#include "core/ops/attention.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
@@ -16,6 +16,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
+#include "ssa/ssa_attention.h"
 
 namespace kelvin::models {
 namespace {
@@ -41,7 +42,8 @@ std::string LlamaModel::LayerParam(int64_t layer, std::string_view suffix) {
   return absl::StrCat("model.layers.", layer, ".", std::string(suffix));
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype) : config_(config), dtype_(dtype) {
+LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype)
+    : config_(config), attention_options_(config.AttentionOptions()), dtype_(dtype) {
   const int64_t d_model = config.hidden_size, f = config.intermediate_size;
   params_.Declare(kEmbed, {config.vocab_size, d_model}, ParamGroup::kDecay);
   for (int64_t l = 0; l < config.num_layers; ++l) {
@@ -59,6 +61,9 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype) : config_(config)
     params_.Declare(LayerParam(l, "mlp.gate_proj.weight"), {f, d_model}, ParamGroup::kDecay);
     params_.Declare(LayerParam(l, "mlp.up_proj.weight"), {f, d_model}, ParamGroup::kDecay);
     params_.Declare(LayerParam(l, "mlp.down_proj.weight"), {d_model, f}, ParamGroup::kDecay);
+    for (const SsaParameterSpec& spec : SsaLayerParameters(config)) {
+      params_.Declare(LayerParam(l, spec.suffix), spec.shape, spec.group);
+    }
   }
   params_.Declare(kFinalNorm, {d_model}, ParamGroup::kNoDecay);
   if (!config.tie_word_embeddings) {
@@ -66,6 +71,26 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype) : config_(config)
   }
   params_.Allocate(dtype);
   inv_freq_ = ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype));
+  InitSsaParameters();
+}
+
+void LlamaModel::InitSsaParameters() {
+  if (!config_.ssa.has_value()) return;
+  const Context ctx = Context::Cpu();
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    for (const SsaParameterSpec& spec : SsaLayerParameters(config_)) {
+      Tensor& value = params_.value(LayerParam(l, spec.suffix));
+      if (spec.suffix == "self_attn.ssa.alpha") {
+        ops::Fill(ctx, value, config_.ssa->alpha_init);
+      } else if (spec.suffix == "self_attn.ssa.query_temperature_proj.weight") {
+        CopyTensor(ctx, params_.value(LayerParam(l, "self_attn.q_proj.weight")), value);
+      } else if (spec.suffix == "self_attn.ssa.value_temperature_proj.weight") {
+        CopyTensor(ctx, params_.value(LayerParam(l, "self_attn.v_proj.weight")), value);
+      } else {
+        ops::Fill(ctx, value, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
+      }
+    }
+  }
 }
 
 void LlamaModel::InitRandom(uint64_t seed) {
@@ -79,12 +104,20 @@ void LlamaModel::InitRandom(uint64_t seed) {
       }
     });
   }
+  InitSsaParameters();
 }
 
 absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
   const Context ctx = Context::Cpu();
+  const int64_t ssa_tensors =
+      config_.num_layers * static_cast<int64_t>(SsaLayerParameters(config_).size());
+  std::vector<std::string> missing_ssa;
   for (const ParameterSet::Entry& e : params_.entries()) {
     const io::SafetensorsEntry* found = checkpoint.Find(e.name);
+    if (found == nullptr && e.name.find(".self_attn.ssa.") != std::string::npos) {
+      missing_ssa.push_back(e.name);
+      continue;
+    }
     if (found == nullptr) {
       return absl::NotFoundError(
           absl::StrCat(checkpoint.path(), " has no tensor \"", e.name, "\", which a Llama with ",
@@ -98,6 +131,16 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
     KELVIN_ASSIGN_OR_RETURN(const Tensor loaded, checkpoint.Read(e.name, dtype_));
     Tensor value = e.value;
     CopyTensor(ctx, loaded, value);
+  }
+  if (static_cast<int64_t>(missing_ssa.size()) == ssa_tensors && ssa_tensors > 0) {
+    KLOG_RANK0(INFO) << checkpoint.path() << " has no SSA tensors: starting SSA from read-outs 0 "
+                     << "and alpha " << config_.ssa->alpha_init << " (the pretrained model's logits)";
+    InitSsaParameters();
+  } else if (!missing_ssa.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        checkpoint.path(), " has some SSA tensors but not \"", missing_ssa.front(),
+        "\": was it exported with other model.ssa flags? Use the same flags, or a checkpoint "
+        "without SSA tensors to start SSA afresh"));
   }
   for (const std::string& name : checkpoint.TensorNames()) {
     if (!(name == kLmHead && config_.tie_word_embeddings) &&
@@ -124,6 +167,11 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) const {
     tensors.emplace_back(e.name, f32);
   }
   KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors));
+  if (config_.ssa.has_value()) {
+    KLOG_RANK0(WARNING) << "exported to " << directory << " with the SSA tensors "
+                        << "(model.layers.*.self_attn.ssa.*): Kelvin reloads them; transformers has "
+                        << "no SSA, ignores them and runs the model without temperatures";
+  }
   const std::string config_path = directory + "/config.json";
   std::ofstream out(config_path);
   out << LlamaConfigToHfJson(config_);
@@ -139,7 +187,12 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
   const int64_t h = config_.num_attention_heads, g = config_.num_key_value_heads,
                 d = config_.head_dim;
   const DType acc = AccumDType(dtype_);
+  const ssa::SsaOptions& o = attention_options_;
+  const bool own_sources = !o.weight_sharing && o.token_aware;
   auto act = [&](const Shape& shape, DType dtype) { return Tensor::Empty(shape, dtype); };
+  auto maybe = [&](bool needed, const Shape& shape, DType dtype) {
+    return needed ? Tensor::Empty(shape, dtype) : Tensor();
+  };
   tokens_ = act({n}, DType::kI32);
   positions_ = act({n}, DType::kI32);
   layers_.assign(static_cast<size_t>(config_.num_layers), {});
@@ -152,6 +205,10 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
          act({n, g, d}, dtype_),
          act({n, h, d}, dtype_),
          act({n, h}, acc),
+         maybe(o.query_temperature, {n, h}, acc),
+         maybe(o.value_temperature, {n, g}, acc),
+         maybe(own_sources && o.query_temperature, {n, h, d}, dtype_),
+         maybe(own_sources && o.value_temperature, {n, g, d}, dtype_),
          act({n, d_model}, dtype_),
          act({n, d_model}, dtype_),
          act({n}, acc),
@@ -166,10 +223,12 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
   dx_ = act({n, d_model}, dtype_);
   dh_ = act({n, d_model}, dtype_);
   d_proj_ = act({n, d_model}, dtype_);
-  dq_ = act({n, h, d}, dtype_);
+  du_ = act({n, h, d}, dtype_);
   dattn_ = act({n, h, d}, dtype_);
   dk_ = act({n, g, d}, dtype_);
   dv_ = act({n, g, d}, dtype_);
+  dquery_source_ = maybe(own_sources && o.query_temperature, {n, h, d}, dtype_);
+  dvalue_source_ = maybe(own_sources && o.value_temperature, {n, g, d}, dtype_);
   dgate_ = act({n, f}, dtype_);
   dup_ = act({n, f}, dtype_);
   dact_ = act({n, f}, dtype_);
@@ -183,13 +242,15 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   };
   BufferBytes b;
   for (const LlamaLayerActivations& a : layers_) {
-    b.activations += bytes({&a.x, &a.h_attn, &a.rstd_attn, &a.q, &a.k, &a.v, &a.attn, &a.lse,
-                            &a.x_mid, &a.h_mlp, &a.rstd_mlp, &a.gate, &a.up, &a.act});
+    b.activations += bytes({&a.x, &a.h_attn, &a.rstd_attn, &a.u, &a.k, &a.v, &a.attn, &a.lse,
+                            &a.tau_q, &a.tau_v, &a.query_source, &a.value_source, &a.x_mid,
+                            &a.h_mlp, &a.rstd_mlp, &a.gate, &a.up, &a.act});
   }
   b.activations += bytes({&x_final_, &h_final_, &rstd_final_, &tokens_, &positions_});
   b.logits = bytes({&logits_});
   b.backward_scratch =
-      bytes({&dx_, &dh_, &d_proj_, &dq_, &dattn_, &dk_, &dv_, &dgate_, &dup_, &dact_});
+      bytes({&dx_, &dh_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_, &dvalue_source_,
+             &dgate_, &dup_, &dact_});
   return b;
 }
 
@@ -199,6 +260,33 @@ const Tensor& LlamaModel::LmHead() {
 
 Tensor& LlamaModel::LmHeadGrad() {
   return params_.grad(config_.tie_word_embeddings ? kEmbed : kLmHead);
+}
+
+ssa::SsaAttentionInputs LlamaModel::AttentionInputs(int64_t layer) const {
+  const LlamaLayerActivations& a = layers_[layer];
+  return {a.u, positions_, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
+}
+
+ssa::SsaParameters LlamaModel::AttentionParameters(int64_t layer, bool gradients) {
+  auto get = [&](std::string_view suffix) {
+    const std::string name = LayerParam(layer, suffix);
+    if (!params_.Contains(name)) return Tensor();
+    return gradients ? params_.grad(name) : params_.value(name);
+  };
+  return {get("self_attn.ssa.query_readout"), get("self_attn.ssa.value_readout"),
+          get("self_attn.ssa.alpha")};
+}
+
+std::vector<ssa::TemperatureStatistics> LlamaModel::TemperatureStatistics() const {
+  std::vector<ssa::TemperatureStatistics> stats;
+  if (!config_.ssa.has_value() || layers_.empty()) return stats;
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string alpha = LayerParam(l, "self_attn.ssa.alpha");
+    const LlamaLayerActivations& a = layers_[l];
+    stats.push_back(ssa::ComputeTemperatureStatistics(
+        a.tau_q, a.tau_v, params_.Contains(alpha) ? params_.Get(alpha).value : Tensor()));
+  }
+  return stats;
 }
 
 Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions) {
@@ -228,13 +316,21 @@ void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x
   const int64_t n = x_in.dim(0);
   ops::RmsNormForward(ctx, x_in, w("input_layernorm.weight"), config_.rms_norm_eps, a.h_attn,
                       a.rstd_attn);
-  Tensor q = a.q.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
-  Linear(ctx, a.h_attn, w("self_attn.q_proj.weight"), q);
+  Tensor u = a.u.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
+  Linear(ctx, a.h_attn, w("self_attn.q_proj.weight"), u);
   Linear(ctx, a.h_attn, w("self_attn.k_proj.weight"), k);
   Linear(ctx, a.h_attn, w("self_attn.v_proj.weight"), v);
-  ops::RopeForward(ctx, a.q, positions_, inv_freq_, a.q);
-  ops::RopeForward(ctx, a.k, positions_, inv_freq_, a.k);
-  ops::AttentionForward(ctx, {batch_, seq_}, a.q, a.k, a.v, positions_, a.attn, a.lse);
+  if (a.query_source.defined()) {
+    Tensor source = a.query_source.View({n, -1});
+    Linear(ctx, a.h_attn, w("self_attn.ssa.query_temperature_proj.weight"), source);
+  }
+  if (a.value_source.defined()) {
+    Tensor source = a.value_source.View({n, -1});
+    Linear(ctx, a.h_attn, w("self_attn.ssa.value_temperature_proj.weight"), source);
+  }
+  ssa::SsaAttentionOutputs outputs{a.attn, a.lse, a.tau_q, a.tau_v};
+  ssa::SsaAttentionForward(ctx, attention_options_, ssa::SsaBlockShape::Full(batch_, seq_),
+                           AttentionInputs(layer), AttentionParameters(layer, false), outputs);
   Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), d_proj_);
   ops::Add(ctx, x_in, d_proj_, a.x_mid);
   ops::RmsNormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), config_.rms_norm_eps,
@@ -276,20 +372,37 @@ void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
   ops::RmsNormBackward(ctx, dh_, a.x_mid, w("post_attention_layernorm.weight"), a.rstd_mlp, d_proj_,
                        dw("post_attention_layernorm.weight"));
   ops::Add(ctx, dx, d_proj_, dx);  // dx now holds d x_mid
-  // Attention: x_mid = x + o_proj(Attention(RoPE(q(h)), RoPE(k(h)), v(h))), h = RMSNorm(x).
+  // Attention: x_mid = x + o_proj(SsaAttention(q(h), k(h), v(h))), h = RMSNorm(x); the operator
+  // applies RoPE and the temperatures.
   Tensor dattn = dattn_.View({n, -1});
   LinearBackward(ctx, dx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), dattn, false,
                  dw("self_attn.o_proj.weight"));
-  ops::AttentionBackward(ctx, {batch_, seq_}, dattn_, a.q, a.k, a.v, positions_, a.attn, a.lse, dq_,
-                         dk_, dv_);
-  ops::RopeBackward(ctx, dq_, positions_, inv_freq_, dq_);
-  ops::RopeBackward(ctx, dk_, positions_, inv_freq_, dk_);
-  LinearBackward(ctx, dq_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
+  // The operator accumulates into its gradients.
+  for (Tensor* t : {&du_, &dk_, &dv_, &dquery_source_, &dvalue_source_}) {
+    if (t->defined()) ops::Fill(ctx, *t, 0.0);
+  }
+  ssa::SsaAttentionGrads grads{du_, dk_, dv_, dquery_source_, dvalue_source_,
+                               AttentionParameters(layer, true)};
+  const ssa::SsaAttentionOutputs saved{a.attn, a.lse, a.tau_q, a.tau_v};
+  ssa::SsaAttentionBackward(ctx, attention_options_, ssa::SsaBlockShape::Full(batch_, seq_),
+                            dattn_, AttentionInputs(layer), AttentionParameters(layer, false), saved,
+                            grads);
+  LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
                  dw("self_attn.q_proj.weight"));
   LinearBackward(ctx, dk_.View({n, -1}), a.h_attn, w("self_attn.k_proj.weight"), dh_, true,
                  dw("self_attn.k_proj.weight"));
   LinearBackward(ctx, dv_.View({n, -1}), a.h_attn, w("self_attn.v_proj.weight"), dh_, true,
                  dw("self_attn.v_proj.weight"));
+  if (dquery_source_.defined()) {
+    LinearBackward(ctx, dquery_source_.View({n, -1}), a.h_attn,
+                   w("self_attn.ssa.query_temperature_proj.weight"), dh_, true,
+                   dw("self_attn.ssa.query_temperature_proj.weight"));
+  }
+  if (dvalue_source_.defined()) {
+    LinearBackward(ctx, dvalue_source_.View({n, -1}), a.h_attn,
+                   w("self_attn.ssa.value_temperature_proj.weight"), dh_, true,
+                   dw("self_attn.ssa.value_temperature_proj.weight"));
+  }
   ops::RmsNormBackward(ctx, dh_, a.x, w("input_layernorm.weight"), a.rstd_attn, d_proj_,
                        dw("input_layernorm.weight"));
   ops::Add(ctx, dx, d_proj_, dx);  // dx now holds d x (the layer input)

@@ -1,0 +1,14 @@
+// Preemption signals: a cluster stops a job with SIGTERM (SLURM, before its kill grace time) or,
+// when asked (`#SBATCH --signal=B:USR1@120`), SIGUSR1. The handlers only record the signal; the
+// trainer checks after every step, saves a checkpoint and stops cleanly.
+#pragma once
+
+namespace kelvin::launcher {
+
+// Installs the handlers for SIGTERM and SIGUSR1 (idempotent).
+void InstallPreemptionHandlers();
+// The signal received since the last ClearPreemption (0 when none).
+int PreemptionSignal();
+void ClearPreemption();
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,236 @@
+// The SSA attention operator's dispatcher: checks every argument (shape, dtype, device; on the CPU
+// also the position ids against the masking rule) with a message naming the tensor and what was
+// expected, then runs the CUDA kernel on a CUDA context and the tiled CPU kernel otherwise.
+#include "ssa/ssa_attention.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/ops/dispatch.h"
+
+namespace kelvin::ssa {
+namespace {
+
+// The sizes every tensor of one call is checked against.
+struct Dims {
+  int64_t nq, nk;  // query tokens B*Tq, key tokens B*Tk
+  int64_t h, g, d;
+  DType dtype, accum;
+};
+
+std::string Name(const char* tensor) { return std::string("ssa_attention.") + tensor; }
+
+void CheckTensor(const Context& ctx, const Tensor& t, const Shape& shape, DType dtype,
+                 const char* name) {
+  ops::CheckShape(t, shape, Name(name));
+  ops::CheckDType(t, dtype, Name(name));
+  ops::CheckDevice(ctx, {&t}, Name(name));
+}
+
+void CheckUndefined(const Tensor& t, const char* name, const char* why) {
+  KELVIN_CHECK(!t.defined()) << Name(name) << " must be undefined " << why << ", got "
+                             << t.ToString();
+}
+
+// Host position ids of one side: within each row's chunk they restart at 0 or count up by one,
+// and the first one cannot reach before the row's first token (global index `begin`).
+void CheckPositionValues(const Tensor& positions, int64_t batch, int64_t begin, int64_t count,
+                         const char* name) {
+  const int32_t* p = positions.data<int32_t>();
+  for (int64_t row = 0; row < batch; ++row) {
+    for (int64_t a = 0; a < count; ++a) {
+      const int32_t pos = p[row * count + a];
+      const bool ok =
+          a == 0 ? pos >= 0 && pos <= begin : pos == 0 || pos == p[row * count + a - 1] + 1;
+      KELVIN_CHECK(ok) << Name(name) << "[" << row * count + a << "] = " << pos
+                       << " at global index " << begin + a
+                       << ": position ids must restart at 0 or count up by one within a row";
+    }
+  }
+}
+
+// Each query's visible keys [i - p_i, i] that lie in the key range must carry the positions
+// p_i - (i - j) (the query's document). Position ids step by +1 or restart at 0, so checking the
+// first and the last visible key of each query covers every key between them.
+void CheckDocumentsAgree(const SsaBlockShape& s, const Tensor& query_positions,
+                         const Tensor& key_positions) {
+  const int32_t* qp = query_positions.data<int32_t>();
+  const int32_t* kp = key_positions.data<int32_t>();
+  for (int64_t row = 0; row < s.batch; ++row) {
+    for (int64_t a = 0; a < s.query_count; ++a) {
+      const int64_t i = s.query_begin + a, p_i = qp[row * s.query_count + a];
+      const int64_t first = std::max(i - p_i, s.key_begin);
+      const int64_t last = std::min(i, s.key_begin + s.key_count - 1);
+      for (const int64_t j : {first, last}) {
+        if (first > last) break;
+        const int64_t p_j = kp[row * s.key_count + j - s.key_begin];
+        KELVIN_CHECK_EQ(p_j, p_i - (i - j))
+            << Name("key_positions") << ": the key at global index " << j << " of row " << row
+            << " is in the document of query " << i << " (position " << p_i
+            << ") but has position " << p_j;
+      }
+    }
+  }
+}
+
+Dims CheckInputs(const Context& ctx, const SsaOptions& options, const SsaBlockShape& s,
+                 const SsaAttentionInputs& in, const SsaParameters& params) {
+  KELVIN_CHECK(s.batch > 0 && s.query_count > 0 && s.key_count > 0 && s.query_begin >= 0 &&
+               s.key_begin >= 0)
+      << "ssa_attention: block shape needs batch, query_count and key_count > 0 and begins >= 0, "
+         "got batch "
+      << s.batch << ", queries [" << s.query_begin << ", +" << s.query_count << "), keys ["
+      << s.key_begin << ", +" << s.key_count << ")";
+  KELVIN_CHECK(in.u.defined() && in.u.ndim() == 3)
+      << Name("u") << " must be [Nq, H, d], got " << in.u.ToString();
+  KELVIN_CHECK(in.k.defined() && in.k.ndim() == 3)
+      << Name("k") << " must be [Nk, G, d], got " << in.k.ToString();
+  Dims dims{s.batch * s.query_count, s.batch * s.key_count, in.u.dim(1), in.k.dim(1),
+            in.u.dim(2),         in.u.dtype(),              AccumDType(in.u.dtype())};
+  KELVIN_CHECK(dims.g > 0 && dims.h % dims.g == 0)
+      << "ssa_attention: " << dims.h << " query heads (u " << in.u.ToString()
+      << ") are not a multiple of " << dims.g << " kv heads (k " << in.k.ToString() << ")";
+  KELVIN_CHECK(dims.d > 0 && dims.d % 2 == 0)
+      << Name("u") << ": head dim " << dims.d << " must be even for RoPE, got "
+      << in.u.ToString();
+  if (ctx.is_cuda()) {
+    KELVIN_CHECK(dims.dtype == DType::kBF16)
+        << Name("u") << " is " << in.u.ToString() << ", expected dtype bf16 on CUDA";
+  } else {
+    KELVIN_CHECK(dims.dtype == DType::kF32 || dims.dtype == DType::kF64)
+        << Name("u") << " is " << in.u.ToString() << ", expected dtype f32 or f64 on the CPU";
+  }
+  const Shape query_heads{dims.nq, dims.h, dims.d}, key_heads{dims.nk, dims.g, dims.d};
+  CheckTensor(ctx, in.u, query_heads, dims.dtype, "u");
+  CheckTensor(ctx, in.k, key_heads, dims.dtype, "k");
+  CheckTensor(ctx, in.v, key_heads, dims.dtype, "v");
+  CheckTensor(ctx, in.query_positions, {dims.nq}, DType::kI32, "query_positions");
+  CheckTensor(ctx, in.inv_freq, {dims.d / 2}, dims.accum, "inv_freq");
+  if (in.key_positions.defined()) {
+    CheckTensor(ctx, in.key_positions, {dims.nk}, DType::kI32, "key_positions");
+  } else {
+    KELVIN_CHECK(s.query_begin == s.key_begin && s.query_count == s.key_count)
+        << Name("key_positions") << " is undefined, so the keys must be the query tokens, but "
+        << "queries [" << s.query_begin << ", +" << s.query_count << ") differ from keys ["
+        << s.key_begin << ", +" << s.key_count << "): pass the keys' position ids";
+  }
+  if (options.weight_sharing) {
+    CheckUndefined(in.query_source, "query_source", "with weight sharing (u is the source)");
+    CheckUndefined(in.value_source, "value_source", "with weight sharing (v is the source)");
+  } else {
+    if (options.query_temperature) {
+      CheckTensor(ctx, in.query_source, query_heads, dims.dtype, "query_source");
+    }
+    if (options.value_temperature) {
+      CheckTensor(ctx, in.value_source, key_heads, dims.dtype, "value_source");
+    }
+  }
+  if (options.query_temperature) {
+    CheckTensor(ctx, params.query_readout, {dims.h, dims.d}, dims.dtype, "query_readout");
+    CheckTensor(ctx, params.alpha, {dims.h}, dims.dtype, "alpha");
+  }
+  if (options.value_temperature) {
+    CheckTensor(ctx, params.value_readout, {dims.g, dims.d}, dims.dtype, "value_readout");
+  }
+  if (!ctx.is_cuda()) {
+    const Tensor& key_positions =
+        in.key_positions.defined() ? in.key_positions : in.query_positions;
+    CheckPositionValues(in.query_positions, s.batch, s.query_begin, s.query_count,
+                        "query_positions");
+    CheckPositionValues(key_positions, s.batch, s.key_begin, s.key_count, "key_positions");
+    CheckDocumentsAgree(s, in.query_positions, key_positions);
+  }
+  return dims;
+}
+
+// out, lse and the temperatures of this call (those of a temperature that is off are not read).
+void CheckSaved(const Context& ctx, const SsaOptions& options, const Dims& dims,
+                const SsaAttentionOutputs& o, const char* out_name, const char* lse_name) {
+  CheckTensor(ctx, o.out, {dims.nq, dims.h, dims.d}, dims.dtype, out_name);
+  CheckTensor(ctx, o.lse, {dims.nq, dims.h}, dims.accum, lse_name);
+  if (options.query_temperature) {
+    CheckTensor(ctx, o.query_temperature, {dims.nq, dims.h}, dims.accum, "query_temperature");
+  }
+  if (options.value_temperature) {
+    CheckTensor(ctx, o.value_temperature, {dims.nk, dims.g}, dims.accum, "value_temperature");
+  }
+}
+
+}  // namespace
+
+void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                         const SsaAttentionInputs& inputs, const SsaParameters& params,
+                         SsaAttentionOutputs& outputs) {
+  const Dims dims = CheckInputs(ctx, options, shape, inputs, params);
+  CheckSaved(ctx, options, dims, outputs, "out", "lse");
+#if KELVIN_WITH_CUDA
+  if (ctx.is_cuda()) return cuda::SsaAttentionForward(ctx, options, shape, inputs, params, outputs);
+#endif
+  cpu::SsaAttentionForward(options, shape, inputs, params, outputs);
+}
+
+void SsaAttentionBackward(const Context& ctx, const SsaOptions& options,
+                          const SsaBlockShape& shape, const Tensor& dout,
+                          const SsaAttentionInputs& inputs, const SsaParameters& params,
+                          const SsaAttentionOutputs& saved, SsaAttentionGrads& grads) {
+  const Dims dims = CheckInputs(ctx, options, shape, inputs, params);
+  const Shape query_heads{dims.nq, dims.h, dims.d}, key_heads{dims.nk, dims.g, dims.d};
+  CheckTensor(ctx, dout, query_heads, dims.dtype, "dout");
+  CheckSaved(ctx, options, dims, saved, "saved.out", "saved.lse");
+  CheckTensor(ctx, grads.du, query_heads, dims.dtype, "du");
+  CheckTensor(ctx, grads.dk, key_heads, dims.dtype, "dk");
+  CheckTensor(ctx, grads.dv, key_heads, dims.dtype, "dv");
+  if (options.weight_sharing) {
+    CheckUndefined(grads.dquery_source, "dquery_source", "with weight sharing (it goes into du)");
+    CheckUndefined(grads.dvalue_source, "dvalue_source", "with weight sharing (it goes into dv)");
+  } else {
+    if (options.query_temperature) {
+      CheckTensor(ctx, grads.dquery_source, query_heads, dims.dtype, "dquery_source");
+    }
+    if (options.value_temperature) {
+      CheckTensor(ctx, grads.dvalue_source, key_heads, dims.dtype, "dvalue_source");
+    }
+  }
+  if (options.query_temperature) {
+    CheckTensor(ctx, grads.params.query_readout, {dims.h, dims.d}, dims.accum, "d query_readout");
+    CheckTensor(ctx, grads.params.alpha, {dims.h}, dims.accum, "d alpha");
+  }
+  if (options.value_temperature) {
+    CheckTensor(ctx, grads.params.value_readout, {dims.g, dims.d}, dims.accum, "d value_readout");
+  }
+#if KELVIN_WITH_CUDA
+  if (ctx.is_cuda()) {
+    return cuda::SsaAttentionBackward(ctx, options, shape, dout, inputs, params, saved, grads);
+  }
+#endif
+  cpu::SsaAttentionBackward(options, shape, dout, inputs, params, saved, grads);
+}
+
+void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
+                         const Tensor& block_lse) {
+  KELVIN_CHECK(out.defined() && out.ndim() == 3)
+      << "merge_attention_block.out must be [Nq, H, d], got " << out.ToString();
+  const DType dtype = out.dtype();
+  if (ctx.is_cuda()) {
+    KELVIN_CHECK(dtype == DType::kBF16)
+        << "merge_attention_block.out is " << out.ToString() << ", expected dtype bf16 on CUDA";
+  } else {
+    KELVIN_CHECK(dtype == DType::kF32 || dtype == DType::kF64)
+        << "merge_attention_block.out is " << out.ToString()
+        << ", expected dtype f32 or f64 on the CPU";
+  }
+  const Shape rows{out.dim(0), out.dim(1)};
+  ops::CheckShape(block_out, out.shape(), "merge_attention_block.block_out");
+  ops::CheckDType(block_out, dtype, "merge_attention_block.block_out");
+  ops::CheckShape(lse, rows, "merge_attention_block.lse");
+  ops::CheckDType(lse, AccumDType(dtype), "merge_attention_block.lse");
+  ops::CheckShape(block_lse, rows, "merge_attention_block.block_lse");
+  ops::CheckDType(block_lse, AccumDType(dtype), "merge_attention_block.block_lse");
+  ops::CheckDevice(ctx, {&out, &lse, &block_out, &block_lse}, "merge_attention_block");
+#if KELVIN_WITH_CUDA
+  if (ctx.is_cuda()) return cuda::MergeAttentionBlock(ctx, out, lse, block_out, block_lse);
+#endif
+  cpu::MergeAttentionBlock(out, lse, block_out, block_lse);
+}
+
+}  // namespace kelvin::ssa

@@ -1,0 +1,151 @@
+// Checkpoints and exact resume: a run stopped by a preemption signal and resumed gives the
+// uninterrupted run's losses and final parameters bit for bit; interval saves are pruned to
+// keep_last; REQUIRED without a checkpoint, a damaged file, another job's checkpoint and another
+// model's checkpoint are clear errors; a half-written (.partial) checkpoint is ignored.
+#include "launcher/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "launcher/job_config.h"
+#include "launcher/preemption.h"
+#include "launcher/trainer.h"
+#include "tests/testing/compare.h"
+
+namespace kelvin::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string DemoJobPath() {
+  return (fs::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
+          "passkey_tiny_cpu.textproto")
+      .string();
+}
+
+// A fresh checkpoint directory for one test.
+std::string CheckpointDir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("kelvin_checkpoint_" + name);
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+// The demo job, shrunk to 6 quick steps, with its checkpoints in `dir` ("" = none).
+config::JobConfig SmallJob(const std::string& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides = {
+      "model.ssa.enabled=true", "lr_schedule.warmup_steps=2", "training.steps=6", "training.seq_length=110",
+      "training.micro_batch_size=2", "training.global_batch_size=4", "training.eval_interval=100",
+      "training.export_hf_dir=\"\"", "logging.log_interval=100"};
+  if (!dir.empty()) overrides.push_back("checkpoint.dir=\"" + dir + "\"");
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  absl::StatusOr<config::JobConfig> job = LoadJobConfig(DemoJobPath(), overrides);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.value_or(config::JobConfig());
+}
+
+std::unique_ptr<Trainer> CreateOrDie(const config::JobConfig& job) {
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(job);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return trainer.ok() ? std::move(*trainer) : nullptr;
+}
+
+TEST(Checkpoint, PreemptedAndResumedRunEqualsTheUninterruptedOneBitForBit) {
+  std::unique_ptr<Trainer> whole = CreateOrDie(SmallJob(""));
+  ASSERT_NE(whole, nullptr);
+  ASSERT_TRUE(whole->Run().ok());
+
+  const std::string dir = CheckpointDir("preempted");
+  const config::JobConfig job = SmallJob(dir);
+  std::unique_ptr<Trainer> first = CreateOrDie(job);
+  ASSERT_NE(first, nullptr);
+  InstallPreemptionHandlers();
+  std::raise(SIGUSR1);  // SLURM's warning signal: stop after the running step
+  const absl::Status stopped = first->Run();
+  ClearPreemption();
+  EXPECT_EQ(stopped.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(stopped.message()), HasSubstr("after step 1 of 6"));
+  ASSERT_EQ(first->history().size(), 1u);
+
+  std::unique_ptr<Trainer> second = CreateOrDie(job);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->start_step(), 1);
+  ASSERT_TRUE(second->Run().ok());
+  ASSERT_EQ(second->history().size(), 5u);
+  EXPECT_EQ(first->history()[0].loss, whole->history()[0].loss);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(second->history()[i].loss, whole->history()[i + 1].loss) << "step " << i + 2;
+    EXPECT_EQ(second->history()[i].grad_norm, whole->history()[i + 1].grad_norm);
+  }
+  for (const ParameterSet::Entry& e : whole->model().parameters().entries()) {
+    EXPECT_TRUE(testing::BitIdentical(second->model().parameters().value(e.name), e.value, e.name));
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
+  const std::string dir = CheckpointDir("interval");
+  fs::create_directories(fs::path(dir) / "step_00000009.partial");  // a crash mid-write
+  std::unique_ptr<Trainer> trainer =
+      CreateOrDie(SmallJob(dir, {"checkpoint.interval_steps=2", "checkpoint.keep_last=2"}));
+  ASSERT_NE(trainer, nullptr);
+  EXPECT_EQ(trainer->start_step(), 0);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "step_00000002"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000004" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000006" / "optimizer.safetensors"));
+  const absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(dir);
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(fs::path(**latest).filename(), "step_00000006");
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, RequiredWithoutACheckpointIsAClearError) {
+  const std::string dir = CheckpointDir("required");
+  const absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(SmallJob(dir, {"checkpoint.resume=REQUIRED"}));
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_THAT(std::string(trainer.status().message()),
+              HasSubstr("checkpoint.resume=REQUIRED but checkpoint.dir=\"" + dir +
+                        "\" holds no complete checkpoint"));
+}
+
+TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
+  const std::string dir = CheckpointDir("damaged");
+  {
+    std::unique_ptr<Trainer> trainer = CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
+    ASSERT_NE(trainer, nullptr);
+    ASSERT_TRUE(trainer->Run().ok());
+  }
+  const fs::path checkpoint = fs::path(dir) / "step_00000001";
+  ASSERT_TRUE(fs::exists(checkpoint));
+
+  // Another job's checkpoint directory.
+  absl::StatusOr<std::unique_ptr<Trainer>> other =
+      Trainer::Create(SmallJob(dir, {"name=\"other_job\""}));
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(std::string(other.status().message()),
+              HasSubstr("is a checkpoint of job \"passkey_tiny_cpu\", not of this job \"other_job\""));
+
+  // Another model (SSA off: the checkpoint has tensors this model lacks).
+  absl::StatusOr<std::unique_ptr<Trainer>> vanilla =
+      Trainer::Create(SmallJob(dir, {"model.ssa.enabled=false"}));
+  ASSERT_FALSE(vanilla.ok());
+  EXPECT_THAT(std::string(vanilla.status().message()),
+              HasSubstr("which this job's model does not: the checkpoint is of another model"));
+
+  // A truncated weights file.
+  const fs::path weights = checkpoint / "model.safetensors";
+  fs::resize_file(weights, fs::file_size(weights) / 2);
+  absl::StatusOr<std::unique_ptr<Trainer>> damaged = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_THAT(std::string(damaged.status().message()), HasSubstr(weights.string()));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kelvin::launcher

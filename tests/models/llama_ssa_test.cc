@@ -1,0 +1,291 @@
+// Llama with SSA attention (shared/SSA.md): with zero read-outs and no position term it is the
+// vanilla model bit for bit (logits and gradients); with non-zero temperatures the whole model's
+// backward matches f64 finite differences (weight sharing on and off, packed documents); the
+// temperature statistics describe the last forward; SSA tensors survive export and import, and a
+// checkpoint without them starts SSA at its initialisation.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <random>
+
+#include "core/copy.h"
+#include "core/io/hf_checkpoint.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/elementwise.h"
+#include "models/llama/llama_model.h"
+#include "models/llama/memory_plan.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
+
+namespace kelvin {
+namespace {
+
+using ::testing::HasSubstr;
+
+models::LlamaConfig TinyConfig() {
+  models::LlamaConfig c;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.vocab_size = 11;
+  c.max_position_embeddings = 32;
+  c.rope.theta = 10000.0;
+  return c;
+}
+
+models::LlamaConfig WithSsa(models::LlamaConfig c, bool weight_sharing, bool position_aware) {
+  ssa::SsaOptions o;
+  o.weight_sharing = weight_sharing;
+  o.position_aware = position_aware;
+  c.ssa = o;
+  return c;
+}
+
+// Two rows of 6 tokens; the second packs two documents (positions restart).
+Tensor PackedPositions() {
+  Tensor p = Tensor::Empty({2, 6}, DType::kI32);
+  const int32_t values[] = {0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 2};
+  for (int i = 0; i < 12; ++i) p.data<int32_t>()[i] = values[i];
+  return p;
+}
+
+// Copies every parameter `from` has into the same-named parameter of `to`.
+void CopySharedParameters(models::LlamaModel& from, models::LlamaModel& to) {
+  for (const ParameterSet::Entry& e : from.parameters().entries()) {
+    Tensor dst = to.parameters().value(e.name);
+    CopyTensor(Context::Cpu(), e.value, dst);
+  }
+}
+
+// Mean cross-entropy of the model on (tokens, labels); with `backward` also the gradients.
+double Loss(models::LlamaModel& model, const Tensor& tokens, const Tensor& positions,
+            const Tensor& labels, bool backward) {
+  const Context ctx = Context::Cpu();
+  Tensor& logits = model.Forward(ctx, tokens, positions);
+  const DType dtype = logits.dtype();
+  Tensor token_loss = Tensor::Empty({logits.dim(0)}, dtype);
+  const int64_t labelled = ops::CountNonIgnored(ctx, labels.View({-1}));
+  if (!backward) {
+    Tensor lse = Tensor::Empty({logits.dim(0)}, dtype);
+    ops::CrossEntropyForward(ctx, logits, labels.View({-1}), token_loss, lse);
+  } else {
+    ops::SoftmaxCrossEntropy(ctx, logits, labels.View({-1}), 1.0 / static_cast<double>(labelled),
+                             token_loss);
+    model.Backward(ctx, logits);
+  }
+  const Tensor losses = testing::Cast(token_loss, DType::kF64);
+  double sum = 0;
+  for (int64_t i = 0; i < losses.numel(); ++i) sum += losses.data<double>()[i];
+  return sum / static_cast<double>(labelled);
+}
+
+// Read-outs and alphas far from their initialisation, so every temperature term is active.
+void RandomizeSsa(models::LlamaModel& model, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    if (e.group != ParamGroup::kTemperature) continue;
+    for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data<double>()[i] = normal(rng);
+  }
+}
+
+// Every parameter at a scale where the model is far from linear and its gradients are large
+// enough for finite differences to resolve (f64): matrices N(0, 0.3), norms 1 + N(0, 0.1),
+// read-outs and alphas N(0, 0.5).
+void RandomizeForGradientCheck(models::LlamaModel& model, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    for (int64_t i = 0; i < e.value.numel(); ++i) {
+      const double z = normal(rng);
+      e.value.data<double>()[i] = e.group == ParamGroup::kNoDecay    ? 1.0 + 0.1 * z
+                                  : e.group == ParamGroup::kTemperature ? 0.5 * z
+                                                                        : 0.3 * z;
+    }
+  }
+}
+
+// Central differences (step 1e-5, f64) of `loss` at 8 spread elements of `value` (all when
+// fewer) against `analytic`: each within 1e-7 + 1e-5 |numerical|.
+::testing::AssertionResult SampledGradientMatches(const std::function<double()>& loss,
+                                                  Tensor value, const Tensor& analytic,
+                                                  const std::string& name) {
+  constexpr double kStep = 1e-5;
+  const int64_t n = value.numel(), samples = std::min<int64_t>(n, 8);
+  for (int64_t s = 0; s < samples; ++s) {
+    const int64_t i = (s * n / samples + s * 7) % n;
+    double& x = value.data<double>()[i];
+    const double saved = x;
+    x = saved + kStep;
+    const double up = loss();
+    x = saved - kStep;
+    const double down = loss();
+    x = saved;
+    const double numerical = (up - down) / (2 * kStep), got = analytic.data<double>()[i];
+    if (std::abs(got - numerical) > 1e-7 + 1e-5 * std::abs(numerical)) {
+      return ::testing::AssertionFailure() << name << "[" << i << "]: analytic " << got
+                                           << ", finite differences " << numerical;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(LlamaSsa, ZeroReadOutsWithoutPositionTermAreBitIdenticalToVanilla) {
+  const models::LlamaConfig vanilla_config = TinyConfig();
+  models::LlamaModel vanilla(vanilla_config, DType::kF32);
+  vanilla.InitRandom(3);
+  models::LlamaModel ssa(WithSsa(vanilla_config, true, /*position_aware=*/false), DType::kF32);
+  CopySharedParameters(vanilla, ssa);
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 5, 0, 10);
+  const Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 6, 0, 10);
+  const Tensor positions = PackedPositions();
+
+  const Context ctx = Context::Cpu();
+  const Tensor vanilla_logits = testing::ToHost(vanilla.Forward(ctx, tokens, positions));
+  const Tensor ssa_logits = testing::ToHost(ssa.Forward(ctx, tokens, positions));
+  EXPECT_TRUE(testing::BitIdentical(ssa_logits, vanilla_logits, "logits"));
+
+  Loss(vanilla, tokens, positions, labels, true);
+  Loss(ssa, tokens, positions, labels, true);
+  for (const ParameterSet::Entry& e : vanilla.parameters().entries()) {
+    EXPECT_TRUE(testing::BitIdentical(ssa.parameters().grad(e.name), e.grad, e.name));
+  }
+}
+
+class LlamaSsaGradient : public ::testing::TestWithParam<bool> {};
+
+// Every parameter tensor of a 2-layer Llama+SSA (non-zero temperatures, packed documents) against
+// central differences of the mean loss at sampled elements, in f64.
+TEST_P(LlamaSsaGradient, WholeModelMatchesFiniteDifferences) {
+  const bool weight_sharing = GetParam();
+  models::LlamaModel model(WithSsa(TinyConfig(), weight_sharing, true), DType::kF64);
+  RandomizeForGradientCheck(model, 11);
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 13, 0, 10);
+  Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 14, 0, 10);
+  labels.data<int32_t>()[3] = ops::kIgnoreIndex;
+  const Tensor positions = PackedPositions();
+
+  model.parameters().ZeroGrads();
+  Loss(model, tokens, positions, labels, true);
+  auto loss = [&] { return Loss(model, tokens, positions, labels, false); };
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    EXPECT_TRUE(SampledGradientMatches(loss, e.value, e.grad, e.name));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WeightSharing, LlamaSsaGradient, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Shared" : "OwnProjection";
+                         });
+
+TEST(LlamaSsa, TemperatureStatisticsDescribeTheLastForward) {
+  models::LlamaModel model(WithSsa(TinyConfig(), true, true), DType::kF64);
+  model.InitRandom(21);
+  RandomizeSsa(model, 22);
+  EXPECT_TRUE(model.TemperatureStatistics().empty());  // no forward yet
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 23, 0, 10);
+  model.Forward(Context::Cpu(), tokens, PackedPositions());
+  const std::vector<ssa::TemperatureStatistics> stats = model.TemperatureStatistics();
+  ASSERT_EQ(stats.size(), 2u);
+  for (const ssa::TemperatureStatistics& layer : stats) {
+    EXPECT_EQ(layer.query.count, 12 * 4);
+    EXPECT_EQ(layer.value.count, 12 * 2);
+    ASSERT_EQ(layer.sigma_alpha.size(), 4u);
+    // tau^q in [sigma(alpha) ln n, 2 + sigma(alpha) ln n] with n <= 6, tau^v in [0, 2].
+    EXPECT_GE(layer.query.min, 0.0);
+    EXPECT_LE(layer.query.max, 2.0 + std::log(6.0));
+    EXPECT_GT(layer.query.std, 0.0);
+    EXPECT_GE(layer.value.min, 0.0);
+    EXPECT_LE(layer.value.max, 2.0);
+    EXPECT_GT(layer.value.std, 0.0);
+  }
+  models::LlamaModel vanilla(TinyConfig(), DType::kF64);
+  EXPECT_TRUE(vanilla.TemperatureStatistics().empty());
+}
+
+TEST(LlamaSsa, ExportImportKeepsSsaTensorsAndAPlainCheckpointStartsAtInit) {
+  const std::string dir = ::testing::TempDir() + "/llama_ssa_export";
+  const models::LlamaConfig config = WithSsa(TinyConfig(), false, true);
+  models::LlamaModel trained(config, DType::kF32);
+  trained.InitRandom(31);
+  for (const ParameterSet::Entry& e : trained.parameters().entries()) {
+    Tensor value = e.value;
+    if (e.group == ParamGroup::kTemperature) ops::Fill(Context::Cpu(), value, 0.25);
+  }
+  ASSERT_TRUE(trained.ExportHf(dir).ok());
+  absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  models::LlamaModel reloaded(config, DType::kF32);
+  ASSERT_TRUE(reloaded.LoadHfCheckpoint(*checkpoint).ok());
+  for (const ParameterSet::Entry& e : trained.parameters().entries()) {
+    EXPECT_TRUE(testing::BitIdentical(reloaded.parameters().value(e.name), e.value, e.name));
+  }
+
+  // A vanilla checkpoint: SSA starts from read-outs 0, alpha_init, W_tmp = the W_q / W_v rows.
+  models::LlamaModel plain(TinyConfig(), DType::kF32);
+  plain.InitRandom(32);
+  const std::string plain_dir = dir + "_plain";
+  ASSERT_TRUE(plain.ExportHf(plain_dir).ok());
+  absl::StatusOr<io::HfCheckpoint> plain_checkpoint = io::HfCheckpoint::Open(plain_dir);
+  ASSERT_TRUE(plain_checkpoint.ok());
+  models::LlamaModel started(config, DType::kF32);
+  ASSERT_TRUE(started.LoadHfCheckpoint(*plain_checkpoint).ok());
+  const std::string layer = "model.layers.1.self_attn.";
+  EXPECT_EQ(started.parameters().value(layer + "ssa.alpha").data<float>()[2], -8.0f);
+  EXPECT_EQ(started.parameters().value(layer + "ssa.query_readout").data<float>()[5], 0.0f);
+  EXPECT_TRUE(testing::BitIdentical(
+      started.parameters().value(layer + "ssa.value_temperature_proj.weight"),
+      plain.parameters().value(layer + "v_proj.weight"), "W_tmp^v starts as W_v"));
+
+  // A checkpoint with only some SSA tensors (other flags) is a clear error.
+  models::LlamaModel both(WithSsa(TinyConfig(), true, true), DType::kF32);
+  const std::string mixed_dir = dir + "_mixed";
+  ssa::SsaOptions query_only;
+  query_only.value_temperature = false;
+  models::LlamaConfig query_config = TinyConfig();
+  query_config.ssa = query_only;
+  models::LlamaModel query_model(query_config, DType::kF32);
+  ASSERT_TRUE(query_model.ExportHf(mixed_dir).ok());
+  absl::StatusOr<io::HfCheckpoint> mixed = io::HfCheckpoint::Open(mixed_dir);
+  ASSERT_TRUE(mixed.ok());
+  const absl::Status status = both.LoadHfCheckpoint(*mixed);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("has some SSA tensors but not \"model.layers.0.self_attn.ssa.value_readout\""));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(plain_dir);
+  std::filesystem::remove_all(mixed_dir);
+}
+
+TEST(LlamaSsa, MemoryPlanPredictsTheSsaBuffersExactly) {
+  for (const bool weight_sharing : {true, false}) {
+    const models::LlamaConfig config = WithSsa(TinyConfig(), weight_sharing, true);
+    models::LlamaModel model(config, DType::kF32);
+    model.InitRandom(41);
+    model.Forward(Context::Cpu(), testing::RandomInts({2, 6}, DType::kI32, 42, 0, 10),
+                  PackedPositions());
+    const models::MemoryPlan plan = models::PlanLlamaMemory(config, {2, 6});
+    const models::LlamaModel::BufferBytes allocated = model.AllocatedBufferBytes();
+    EXPECT_EQ(plan.activations, allocated.activations) << "weight_sharing " << weight_sharing;
+    EXPECT_EQ(plan.backward_scratch, allocated.backward_scratch);
+    EXPECT_EQ(plan.parameters, model.parameters().NumElements() * 4);
+  }
+}
+
+TEST(LlamaSsa, ConfigValidationNamesTheSsaField) {
+  models::LlamaConfig config = TinyConfig();
+  ssa::SsaOptions options;
+  options.temperature_clamp = ssa::TemperatureClamp{1.2, 1.1};
+  config.ssa = options;
+  EXPECT_THAT(std::string(models::ValidateLlamaConfig(config).message()),
+              HasSubstr("model.ssa.temperature_clamp = [1.2, 1.1]"));
+}
+
+}  // namespace
+}  // namespace kelvin
