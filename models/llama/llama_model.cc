@@ -2,9 +2,7 @@
 // import and export.
 #include "models/llama/llama_model.h"
 
-#include <filesystem>
-#include <fstream>
-#include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
@@ -42,153 +40,131 @@ std::string LlamaModel::LayerParam(int64_t layer, std::string_view suffix) {
   return absl::StrCat("model.layers.", layer, ".", std::string(suffix));
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype)
-    : config_(config), attention_options_(config.AttentionOptions()), dtype_(dtype) {
+LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism)
+    : config_(config),
+      attention_options_(config.AttentionOptions()),
+      dtype_(dtype),
+      parallelism_(parallelism),
+      layout_(ShardLayoutOf(config, parallelism.tp ? parallelism.tp->rank() : 0,
+                            parallelism.tp ? parallelism.tp->size() : 1)) {
+  KELVIN_CHECK(!parallelism.sequence_parallel || parallelism.tp != nullptr)
+      << "sequence parallelism needs a tensor-parallel group";
   const int64_t d_model = config.hidden_size, f = config.intermediate_size;
-  params_.Declare(kEmbed, {config.vocab_size, d_model}, ParamGroup::kDecay);
+  Declare(kEmbed, {config.vocab_size, d_model}, ParamGroup::kDecay);
   for (int64_t l = 0; l < config.num_layers; ++l) {
-    params_.Declare(LayerParam(l, "input_layernorm.weight"), {d_model}, ParamGroup::kNoDecay);
-    params_.Declare(LayerParam(l, "self_attn.q_proj.weight"), {config.q_size(), d_model},
-                    ParamGroup::kDecay);
-    params_.Declare(LayerParam(l, "self_attn.k_proj.weight"), {config.kv_size(), d_model},
-                    ParamGroup::kDecay);
-    params_.Declare(LayerParam(l, "self_attn.v_proj.weight"), {config.kv_size(), d_model},
-                    ParamGroup::kDecay);
-    params_.Declare(LayerParam(l, "self_attn.o_proj.weight"), {d_model, config.q_size()},
-                    ParamGroup::kDecay);
-    params_.Declare(LayerParam(l, "post_attention_layernorm.weight"), {d_model},
-                    ParamGroup::kNoDecay);
-    params_.Declare(LayerParam(l, "mlp.gate_proj.weight"), {f, d_model}, ParamGroup::kDecay);
-    params_.Declare(LayerParam(l, "mlp.up_proj.weight"), {f, d_model}, ParamGroup::kDecay);
-    params_.Declare(LayerParam(l, "mlp.down_proj.weight"), {d_model, f}, ParamGroup::kDecay);
+    Declare(LayerParam(l, "input_layernorm.weight"), {d_model}, ParamGroup::kNoDecay);
+    Declare(LayerParam(l, "self_attn.q_proj.weight"), {config.q_size(), d_model},
+            ParamGroup::kDecay);
+    Declare(LayerParam(l, "self_attn.k_proj.weight"), {config.kv_size(), d_model},
+            ParamGroup::kDecay);
+    Declare(LayerParam(l, "self_attn.v_proj.weight"), {config.kv_size(), d_model},
+            ParamGroup::kDecay);
+    Declare(LayerParam(l, "self_attn.o_proj.weight"), {d_model, config.q_size()},
+            ParamGroup::kDecay);
+    Declare(LayerParam(l, "post_attention_layernorm.weight"), {d_model}, ParamGroup::kNoDecay);
+    Declare(LayerParam(l, "mlp.gate_proj.weight"), {f, d_model}, ParamGroup::kDecay);
+    Declare(LayerParam(l, "mlp.up_proj.weight"), {f, d_model}, ParamGroup::kDecay);
+    Declare(LayerParam(l, "mlp.down_proj.weight"), {d_model, f}, ParamGroup::kDecay);
     for (const SsaParameterSpec& spec : SsaLayerParameters(config)) {
-      params_.Declare(LayerParam(l, spec.suffix), spec.shape, spec.group);
+      Declare(LayerParam(l, spec.suffix), spec.shape, spec.group);
     }
   }
-  params_.Declare(kFinalNorm, {d_model}, ParamGroup::kNoDecay);
+  Declare(kFinalNorm, {d_model}, ParamGroup::kNoDecay);
   if (!config.tie_word_embeddings) {
-    params_.Declare(kLmHead, {config.vocab_size, d_model}, ParamGroup::kDecay);
+    Declare(kLmHead, {config.vocab_size, d_model}, ParamGroup::kDecay);
   }
   params_.Allocate(dtype);
   inv_freq_ = ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype));
   InitSsaParameters();
 }
 
-void LlamaModel::InitSsaParameters() {
-  if (!config_.ssa.has_value()) return;
-  const Context ctx = Context::Cpu();
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    for (const SsaParameterSpec& spec : SsaLayerParameters(config_)) {
-      Tensor& value = params_.value(LayerParam(l, spec.suffix));
-      if (spec.suffix == "self_attn.ssa.alpha") {
-        ops::Fill(ctx, value, config_.ssa->alpha_init);
-      } else if (spec.suffix == "self_attn.ssa.query_temperature_proj.weight") {
-        CopyTensor(ctx, params_.value(LayerParam(l, "self_attn.q_proj.weight")), value);
-      } else if (spec.suffix == "self_attn.ssa.value_temperature_proj.weight") {
-        CopyTensor(ctx, params_.value(LayerParam(l, "self_attn.v_proj.weight")), value);
-      } else {
-        ops::Fill(ctx, value, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
-      }
+void LlamaModel::Declare(const std::string& name, const Shape& full_shape, ParamGroup group) {
+  const ParameterShard shard = ShardOf(config_, layout_, name);
+  Shape local_shape = full_shape;
+  if (shard.axis >= 0) local_shape[shard.axis] = shard.count;
+  params_.Declare(name, local_shape, group);
+  full_shapes_[name] = full_shape;
+  shards_[name] = shard;
+}
+
+bool LlamaModel::CountsInGradientNorm(const std::string& name) const {
+  const parallel::Communicator* tp = parallelism_.tp;
+  if (tp == nullptr) return true;
+  const ParameterShard& shard = shards_.at(name);
+  if (shard.axis < 0) return tp->rank() == 0;  // replicated: count rank 0's copy
+  // Replicated KV heads: the first rank holding each head counts it.
+  if (shard.replicated_kv) return tp->rank() % (tp->size() / config_.num_key_value_heads) == 0;
+  return true;
+}
+
+void LlamaModel::FinishGradients() {
+  parallel::Communicator* tp = parallelism_.tp;
+  if (tp == nullptr) return;
+  for (const ParameterSet::Entry& e : params_.entries()) {
+    const ParameterShard& shard = shards_.at(e.name);
+    Tensor grad = e.grad;
+    if (shard.axis < 0 && parallelism_.sequence_parallel) {
+      tp->AllReduce(grad, parallel::ReduceOp::kSum);  // each rank saw its own tokens
+    } else if (shard.replicated_kv) {
+      // Sum over the ranks sharing each KV head: every rank adds its gradient into its head's
+      // slot of a [G, ...] buffer, the group sums, each rank takes its head's slot back.
+      const int64_t g = config_.num_key_value_heads, per_head = grad.numel();
+      Tensor slots = Tensor::ZerosCpu({g * per_head}, grad.dtype());
+      Tensor mine = slots.Slice(layout_.kv_begin * per_head, (layout_.kv_begin + 1) * per_head);
+      CopyTensor(Context::Cpu(), grad.View({-1}), mine);
+      tp->AllReduce(slots, parallel::ReduceOp::kSum);
+      Tensor flat = grad.View({-1});
+      CopyTensor(Context::Cpu(), mine, flat);
     }
   }
 }
 
-void LlamaModel::InitRandom(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 0.02);
-  for (const ParameterSet::Entry& e : params_.entries()) {
-    ops::DispatchCpuFloat(e.value.dtype(), "InitRandom", [&]<typename T>() {
-      T* value = e.value.data<T>();
-      for (int64_t i = 0; i < e.value.numel(); ++i) {
-        value[i] = static_cast<T>(e.group == ParamGroup::kNoDecay ? 1.0 : normal(rng));
-      }
-    });
-  }
-  InitSsaParameters();
+int64_t LlamaModel::LocalTokens() const {
+  const int64_t n = batch_ * seq_;
+  return parallelism_.sequence_parallel ? n / layout_.tp_size : n;
 }
 
-absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
-  const Context ctx = Context::Cpu();
-  const int64_t ssa_tensors =
-      config_.num_layers * static_cast<int64_t>(SsaLayerParameters(config_).size());
-  std::vector<std::string> missing_ssa;
-  for (const ParameterSet::Entry& e : params_.entries()) {
-    const io::SafetensorsEntry* found = checkpoint.Find(e.name);
-    if (found == nullptr && e.name.find(".self_attn.ssa.") != std::string::npos) {
-      missing_ssa.push_back(e.name);
-      continue;
-    }
-    if (found == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat(checkpoint.path(), " has no tensor \"", e.name, "\", which a Llama with ",
-                       config_.num_layers, " layers needs (is config.json from the same model?)"));
-    }
-    if (found->shape != e.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          checkpoint.path(), ": tensor \"", e.name, "\" has shape ", ShapeToString(found->shape),
-          " but the config implies ", ShapeToString(e.shape)));
-    }
-    KELVIN_ASSIGN_OR_RETURN(const Tensor loaded, checkpoint.Read(e.name, dtype_));
-    Tensor value = e.value;
-    CopyTensor(ctx, loaded, value);
+void LlamaModel::GatherTokens(const Tensor& local, Tensor& full) {
+  parallel::Communicator* tp = parallelism_.tp;
+  if (parallelism_.sequence_parallel) {
+    tp->AllGather(local.View({-1}), full);
+  } else if (local.raw_data() != full.raw_data()) {
+    CopyTensor(Context::Cpu(), local, full);
   }
-  if (static_cast<int64_t>(missing_ssa.size()) == ssa_tensors && ssa_tensors > 0) {
-    KLOG_RANK0(INFO) << checkpoint.path() << " has no SSA tensors: starting SSA from read-outs 0 "
-                     << "and alpha " << config_.ssa->alpha_init << " (the pretrained model's logits)";
-    InitSsaParameters();
-  } else if (!missing_ssa.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        checkpoint.path(), " has some SSA tensors but not \"", missing_ssa.front(),
-        "\": was it exported with other model.ssa flags? Use the same flags, or a checkpoint "
-        "without SSA tensors to start SSA afresh"));
-  }
-  for (const std::string& name : checkpoint.TensorNames()) {
-    if (!(name == kLmHead && config_.tie_word_embeddings) &&
-        std::none_of(params_.entries().begin(), params_.entries().end(),
-                     [&](const ParameterSet::Entry& e) { return e.name == name; })) {
-      KLOG(WARNING) << checkpoint.path() << ": ignoring tensor \"" << name
-                    << "\", which Kelvin's Llama does not use";
-    }
-  }
-  return absl::OkStatus();
 }
 
-absl::Status LlamaModel::ExportHf(const std::string& directory) const {
-  std::error_code error;
-  std::filesystem::create_directories(directory, error);
-  if (error) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create export directory ", directory, ": ", error.message()));
+Tensor& LlamaModel::ReduceTokens(Tensor& partial) {
+  parallel::Communicator* tp = parallelism_.tp;
+  if (tp == nullptr) return partial;
+  if (!parallelism_.sequence_parallel) {
+    tp->AllReduce(partial, parallel::ReduceOp::kSum);
+    return partial;
   }
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const ParameterSet::Entry& e : params_.entries()) {
-    Tensor f32 = Tensor::Empty(e.shape, DType::kF32);
-    ops::Cast(Context::Cpu(), e.value, f32);
-    tensors.emplace_back(e.name, f32);
-  }
-  KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors));
-  if (config_.ssa.has_value()) {
-    KLOG_RANK0(WARNING) << "exported to " << directory << " with the SSA tensors "
-                        << "(model.layers.*.self_attn.ssa.*): Kelvin reloads them; transformers has "
-                        << "no SSA, ignores them and runs the model without temperatures";
-  }
-  const std::string config_path = directory + "/config.json";
-  std::ofstream out(config_path);
-  out << LlamaConfigToHfJson(config_);
-  if (!out) return absl::DataLossError(absl::StrCat("cannot write ", config_path));
-  return absl::OkStatus();
+  Tensor local = local_tokens_.View({-1});
+  tp->ReduceScatter(partial.View({-1}), local, parallel::ReduceOp::kSum);
+  return local_tokens_;
+}
+
+const Tensor& LlamaModel::FullTokenGradient(const Tensor& local) {
+  if (!parallelism_.sequence_parallel) return local;
+  Tensor full = gathered_grad_.View({-1});
+  parallelism_.tp->AllGather(local.View({-1}), full);
+  return gathered_grad_;
 }
 
 void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
   if (batch == batch_ && seq == seq_) return;
   batch_ = batch;
   seq_ = seq;
-  const int64_t n = batch * seq, d_model = config_.hidden_size, f = config_.intermediate_size;
-  const int64_t h = config_.num_attention_heads, g = config_.num_key_value_heads,
-                d = config_.head_dim;
+  const int64_t n = batch * seq, nl = LocalTokens(), d_model = config_.hidden_size;
+  const int64_t f = layout_.ffn, h = layout_.heads, g = layout_.kv_heads, d = config_.head_dim;
+  KELVIN_CHECK(nl * layout_.tp_size == n || !parallelism_.sequence_parallel)
+      << "sequence parallelism: B*T=" << n << " tokens do not split over " << layout_.tp_size
+      << " tensor-parallel ranks";
   const DType acc = AccumDType(dtype_);
   const ssa::SsaOptions& o = attention_options_;
   const bool own_sources = !o.weight_sharing && o.token_aware;
+  const bool sp = parallelism_.sequence_parallel;
   auto act = [&](const Shape& shape, DType dtype) { return Tensor::Empty(shape, dtype); };
   auto maybe = [&](bool needed, const Shape& shape, DType dtype) {
     return needed ? Tensor::Empty(shape, dtype) : Tensor();
@@ -197,9 +173,9 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
   positions_ = act({n}, DType::kI32);
   layers_.assign(static_cast<size_t>(config_.num_layers), {});
   for (LlamaLayerActivations& a : layers_) {
-    a = {act({n, d_model}, dtype_),
+    a = {act({nl, d_model}, dtype_),
          act({n, d_model}, dtype_),
-         act({n}, acc),
+         act({nl}, acc),
          act({n, h, d}, dtype_),
          act({n, g, d}, dtype_),
          act({n, g, d}, dtype_),
@@ -209,20 +185,23 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
          maybe(o.value_temperature, {n, g}, acc),
          maybe(own_sources && o.query_temperature, {n, h, d}, dtype_),
          maybe(own_sources && o.value_temperature, {n, g, d}, dtype_),
+         act({nl, d_model}, dtype_),
          act({n, d_model}, dtype_),
-         act({n, d_model}, dtype_),
-         act({n}, acc),
+         act({nl}, acc),
          act({n, f}, dtype_),
          act({n, f}, dtype_),
          act({n, f}, dtype_)};
   }
-  x_final_ = act({n, d_model}, dtype_);
+  x_final_ = act({nl, d_model}, dtype_);
   h_final_ = act({n, d_model}, dtype_);
-  rstd_final_ = act({n}, acc);
-  logits_ = act({n, config_.vocab_size}, dtype_);
-  dx_ = act({n, d_model}, dtype_);
+  rstd_final_ = act({nl}, acc);
+  logits_ = act({n, layout_.vocab}, dtype_);
+  proj_ = act({n, d_model}, dtype_);
+  local_tokens_ = maybe(sp, {nl, d_model}, dtype_);
+  gathered_grad_ = maybe(sp, {n, d_model}, dtype_);
+  dx_ = act({nl, d_model}, dtype_);
   dh_ = act({n, d_model}, dtype_);
-  d_proj_ = act({n, d_model}, dtype_);
+  d_proj_ = sp ? act({nl, d_model}, dtype_) : proj_;
   du_ = act({n, h, d}, dtype_);
   dattn_ = act({n, h, d}, dtype_);
   dk_ = act({n, g, d}, dtype_);
@@ -235,9 +214,14 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
 }
 
 LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
-  auto bytes = [](std::initializer_list<const Tensor*> tensors) {
+  std::set<const void*> counted;  // buffers that alias one another count once
+  auto bytes = [&](std::initializer_list<const Tensor*> tensors) {
     int64_t sum = 0;
-    for (const Tensor* t : tensors) sum += t->defined() ? static_cast<int64_t>(t->nbytes()) : 0;
+    for (const Tensor* t : tensors) {
+      if (t->defined() && counted.insert(t->raw_data()).second) {
+        sum += static_cast<int64_t>(t->nbytes());
+      }
+    }
     return sum;
   };
   BufferBytes b;
@@ -248,9 +232,9 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   }
   b.activations += bytes({&x_final_, &h_final_, &rstd_final_, &tokens_, &positions_});
   b.logits = bytes({&logits_});
-  b.backward_scratch =
-      bytes({&dx_, &dh_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_, &dvalue_source_,
-             &dgate_, &dup_, &dact_});
+  b.backward_scratch = bytes({&dx_, &dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_,
+                              &dvalue_source_, &dgate_, &dup_, &dact_, &local_tokens_,
+                              &gathered_grad_});
   return b;
 }
 
@@ -296,15 +280,32 @@ Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tens
   AllocateActivations(tokens.dim(0), tokens.dim(1));
   CopyTensor(ctx, tokens.View({-1}), tokens_);
   CopyTensor(ctx, positions.View({-1}), positions_);
-  ops::EmbeddingForward(ctx, tokens_, params_.value(kEmbed), 0, layers_[0].x);
+  // Vocab-parallel embedding: each rank's rows, zero elsewhere, summed over the group.
+  Tensor& embedded = parallelism_.tp ? proj_ : layers_[0].x;
+  ops::EmbeddingForward(ctx, tokens_, params_.value(kEmbed), layout_.vocab_begin, embedded);
+  if (parallelism_.tp) CopyTensor(ctx, ReduceTokens(proj_), layers_[0].x);
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     Tensor& out = l + 1 < config_.num_layers ? layers_[l + 1].x : x_final_;
     LayerForward(ctx, l, layers_[l].x, out);
   }
-  ops::RmsNormForward(ctx, x_final_, params_.value(kFinalNorm), config_.rms_norm_eps, h_final_,
-                      rstd_final_);
+  NormForward(ctx, x_final_, params_.value(kFinalNorm), h_final_, rstd_final_);
   Linear(ctx, h_final_, LmHead(), logits_);
   return logits_;
+}
+
+void LlamaModel::NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
+                             Tensor& rstd) {
+  Tensor& normed = parallelism_.sequence_parallel ? local_tokens_ : h;
+  ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, normed, rstd);
+  GatherTokens(normed, h);
+}
+
+void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x,
+                              const Tensor& weight, const Tensor& rstd, Tensor& dweight,
+                              Tensor& dx) {
+  const Tensor& dh_local = ReduceTokens(dh);  // the TP ranks' partial input gradients, summed
+  ops::RmsNormBackward(ctx, dh_local, x, weight, rstd, d_proj_, dweight);
+  ops::Add(ctx, dx, d_proj_, dx);
 }
 
 void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x_in,
@@ -313,9 +314,8 @@ void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x
   auto w = [&](std::string_view suffix) -> const Tensor& {
     return params_.value(LayerParam(layer, suffix));
   };
-  const int64_t n = x_in.dim(0);
-  ops::RmsNormForward(ctx, x_in, w("input_layernorm.weight"), config_.rms_norm_eps, a.h_attn,
-                      a.rstd_attn);
+  const int64_t n = a.h_attn.dim(0);
+  NormForward(ctx, x_in, w("input_layernorm.weight"), a.h_attn, a.rstd_attn);
   Tensor u = a.u.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
   Linear(ctx, a.h_attn, w("self_attn.q_proj.weight"), u);
   Linear(ctx, a.h_attn, w("self_attn.k_proj.weight"), k);
@@ -331,15 +331,14 @@ void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x
   ssa::SsaAttentionOutputs outputs{a.attn, a.lse, a.tau_q, a.tau_v};
   ssa::SsaAttentionForward(ctx, attention_options_, ssa::SsaBlockShape::Full(batch_, seq_),
                            AttentionInputs(layer), AttentionParameters(layer, false), outputs);
-  Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), d_proj_);
-  ops::Add(ctx, x_in, d_proj_, a.x_mid);
-  ops::RmsNormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), config_.rms_norm_eps,
-                      a.h_mlp, a.rstd_mlp);
+  Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), proj_);
+  ops::Add(ctx, x_in, ReduceTokens(proj_), a.x_mid);
+  NormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), a.h_mlp, a.rstd_mlp);
   Linear(ctx, a.h_mlp, w("mlp.gate_proj.weight"), a.gate);
   Linear(ctx, a.h_mlp, w("mlp.up_proj.weight"), a.up);
   ops::SwiGluForward(ctx, a.gate, a.up, a.act);
-  Linear(ctx, a.act, w("mlp.down_proj.weight"), d_proj_);
-  ops::Add(ctx, a.x_mid, d_proj_, x_out);
+  Linear(ctx, a.act, w("mlp.down_proj.weight"), proj_);
+  ops::Add(ctx, a.x_mid, ReduceTokens(proj_), x_out);
 }
 
 void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
@@ -347,10 +346,12 @@ void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
       << "Backward needs dlogits " << ShapeToString(logits_.shape()) << ", got "
       << dlogits.ToString();
   LinearBackward(ctx, dlogits, h_final_, LmHead(), dh_, false, LmHeadGrad());
-  ops::RmsNormBackward(ctx, dh_, x_final_, params_.value(kFinalNorm), rstd_final_, dx_,
-                       params_.grad(kFinalNorm));
+  ops::Fill(ctx, dx_, 0.0);
+  NormBackward(ctx, dh_, x_final_, params_.value(kFinalNorm), rstd_final_,
+               params_.grad(kFinalNorm), dx_);
   for (int64_t l = config_.num_layers - 1; l >= 0; --l) LayerBackward(ctx, l, dx_);
-  ops::EmbeddingBackward(ctx, tokens_, dx_, 0, params_.grad(kEmbed));
+  ops::EmbeddingBackward(ctx, tokens_, FullTokenGradient(dx_), layout_.vocab_begin,
+                         params_.grad(kEmbed));
 }
 
 void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
@@ -361,22 +362,21 @@ void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
   auto dw = [&](std::string_view suffix) -> Tensor& {
     return params_.grad(LayerParam(layer, suffix));
   };
-  const int64_t n = dx.dim(0);
+  const int64_t n = a.h_attn.dim(0);
   // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
-  LinearBackward(ctx, dx, a.act, w("mlp.down_proj.weight"), dact_, false,
+  LinearBackward(ctx, FullTokenGradient(dx), a.act, w("mlp.down_proj.weight"), dact_, false,
                  dw("mlp.down_proj.weight"));
   ops::SwiGluBackward(ctx, dact_, a.gate, a.up, dgate_, dup_);
   LinearBackward(ctx, dgate_, a.h_mlp, w("mlp.gate_proj.weight"), dh_, false,
                  dw("mlp.gate_proj.weight"));
   LinearBackward(ctx, dup_, a.h_mlp, w("mlp.up_proj.weight"), dh_, true, dw("mlp.up_proj.weight"));
-  ops::RmsNormBackward(ctx, dh_, a.x_mid, w("post_attention_layernorm.weight"), a.rstd_mlp, d_proj_,
-                       dw("post_attention_layernorm.weight"));
-  ops::Add(ctx, dx, d_proj_, dx);  // dx now holds d x_mid
+  NormBackward(ctx, dh_, a.x_mid, w("post_attention_layernorm.weight"), a.rstd_mlp,
+               dw("post_attention_layernorm.weight"), dx);  // dx now holds d x_mid
   // Attention: x_mid = x + o_proj(SsaAttention(q(h), k(h), v(h))), h = RMSNorm(x); the operator
   // applies RoPE and the temperatures.
   Tensor dattn = dattn_.View({n, -1});
-  LinearBackward(ctx, dx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), dattn, false,
-                 dw("self_attn.o_proj.weight"));
+  LinearBackward(ctx, FullTokenGradient(dx), a.attn.View({n, -1}), w("self_attn.o_proj.weight"),
+                 dattn, false, dw("self_attn.o_proj.weight"));
   // The operator accumulates into its gradients.
   for (Tensor* t : {&du_, &dk_, &dv_, &dquery_source_, &dvalue_source_}) {
     if (t->defined()) ops::Fill(ctx, *t, 0.0);
@@ -403,9 +403,8 @@ void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
                    w("self_attn.ssa.value_temperature_proj.weight"), dh_, true,
                    dw("self_attn.ssa.value_temperature_proj.weight"));
   }
-  ops::RmsNormBackward(ctx, dh_, a.x, w("input_layernorm.weight"), a.rstd_attn, d_proj_,
-                       dw("input_layernorm.weight"));
-  ops::Add(ctx, dx, d_proj_, dx);  // dx now holds d x (the layer input)
+  NormBackward(ctx, dh_, a.x, w("input_layernorm.weight"), a.rstd_attn,
+               dw("input_layernorm.weight"), dx);  // dx now holds d x (the layer input)
 }
 
 }  // namespace kelvin::models

@@ -2,10 +2,17 @@
 // SSA operator (ssa/ssa_attention.h; vanilla attention when the config has no SSA). Parameters
 // carry Hugging Face's names ("model.layers.0.self_attn.q_proj.weight", ...) so checkpoints map
 // 1:1; the SSA parameters are named by SsaLayerParameters (llama_config.h).
-// B rows of T tokens flattened to N = B*T; D hidden, H/G query/kv heads, d head dim, F ffn, V
-// vocab. Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads.
+// Tensor parallelism (Megatron-style, models/llama/llama_sharding.h): each rank of the TP group
+// holds H/TP query heads, its KV heads, F/TP FFN columns and V/TP vocabulary rows; the row-parallel
+// outputs are all-reduced (or, with sequence parallelism, reduce-scattered along the tokens, and
+// the norm/residual regions hold N/TP tokens, all-gathered before the column-parallel GEMMs).
+// B rows of T tokens flattened to N = B*T; Nl = N / TP with sequence parallelism, else N; D
+// hidden, H/G query/kv heads, d head dim, F ffn, V vocab, each of H, G, F, V local to the rank.
+// Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads; call
+// FinishGradients once per step before the optimizer.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,16 +21,24 @@
 #include "core/optim/parameter_set.h"
 #include "core/tensor.h"
 #include "models/llama/llama_config.h"
+#include "models/llama/llama_sharding.h"
+#include "parallel/communicator.h"
 #include "ssa/ssa_attention_args.h"
 #include "ssa/temperature.h"
 
 namespace kelvin::models {
 
 // What one decoder layer keeps from forward for backward.
+// How this rank holds the model.
+struct LlamaParallelism {
+  parallel::Communicator* tp = nullptr;  // the tensor-parallel group; nullptr: the whole model
+  bool sequence_parallel = false;        // norm and residual regions split along the tokens
+};
+
 struct LlamaLayerActivations {
-  Tensor x;          // [N, D] layer input (residual stream)
-  Tensor h_attn;     // [N, D] RMSNorm(x)
-  Tensor rstd_attn;  // [N]
+  Tensor x;          // [Nl, D] layer input (residual stream)
+  Tensor h_attn;     // [N, D] RMSNorm(x) (all-gathered with sequence parallelism)
+  Tensor rstd_attn;  // [Nl]
   Tensor u, k, v;    // [N, H, d], [N, G, d], [N, G, d] before RoPE (the operator applies it)
   Tensor attn;       // [N, H, d] attention output
   Tensor lse;        // [N, H] attention log-sum-exp
@@ -32,29 +47,33 @@ struct LlamaLayerActivations {
   // Without weight sharing: W_tmp x, what the temperatures read (undefined otherwise).
   Tensor query_source;  // [N, H, d]
   Tensor value_source;  // [N, G, d]
-  Tensor x_mid;      // [N, D] x + attention projection
-  Tensor h_mlp;      // [N, D] RMSNorm(x_mid)
-  Tensor rstd_mlp;   // [N]
+  Tensor x_mid;      // [Nl, D] x + attention projection
+  Tensor h_mlp;      // [N, D] RMSNorm(x_mid) (all-gathered with sequence parallelism)
+  Tensor rstd_mlp;   // [Nl]
   Tensor gate, up;   // [N, F]
   Tensor act;        // [N, F] SiLU(gate) * up
 };
 
 class LlamaModel {
  public:
-  // Declares and allocates the parameters (zero) in `dtype` (f32 or f64 on the CPU).
-  LlamaModel(const LlamaConfig& config, DType dtype);
+  // Declares and allocates this rank's parameters (zero) in `dtype` (f32 or f64 on the CPU).
+  LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism = {});
 
   const LlamaConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
   ParameterSet& parameters() { return params_; }
+  const LlamaShardLayout& layout() const { return layout_; }
+  parallel::Communicator* tp() const { return parallelism_.tp; }
 
-  // Copies every parameter from a Hugging Face checkpoint (converting dtypes); a missing tensor
-  // or a shape mismatch is an error naming the tensor and the checkpoint.
+  // Copies this rank's slice of every parameter from a Hugging Face checkpoint (converting
+  // dtypes); a missing tensor or a shape mismatch is an error naming the tensor and the checkpoint.
   absl::Status LoadHfCheckpoint(const io::HfCheckpoint& checkpoint);
-  // Writes config.json and the safetensors weights (f32) that transformers loads.
-  absl::Status ExportHf(const std::string& directory) const;
+  // Writes config.json and the safetensors weights (f32) that transformers loads. Under tensor
+  // parallelism every TP rank must call it (the shards are gathered); TP rank 0 writes.
+  absl::Status ExportHf(const std::string& directory);
   // Deterministic random initialisation (normal(0, 0.02) matrices, unit norms, SSA as
-  // InitSsaParameters) from `seed`.
+  // InitSsaParameters) from `seed`: each rank takes its slice of the same full draw, so every
+  // layout starts from the one model.
   void InitRandom(uint64_t seed);
   // SSA's fine-tuning start (SSA.md section 3): read-outs 0, alpha = alpha_init, and each W_tmp
   // (weight_sharing off) a copy of the W_q / W_v rows of its head (choice: the temperatures then
@@ -62,11 +81,19 @@ class LlamaModel {
   // checkpoint without SSA tensors (a pretrained Llama).
   void InitSsaParameters();
 
-  // tokens, positions [B, T] i32 -> logits [B*T, V] (a buffer of the model's, valid until the
-  // next Forward; the loss may overwrite it in place with dlogits for Backward).
+  // tokens, positions [B, T] i32 (the same on every TP rank) -> logits [B*T, V] of this rank's
+  // vocabulary slice (a buffer of the model's, valid until the next Forward; the loss may
+  // overwrite it in place with dlogits for Backward).
   Tensor& Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions);
   // dlogits [B*T, V] (usually the logits buffer itself) -> parameter gradients (+=).
   void Backward(const Context& ctx, const Tensor& dlogits);
+  // After the step's last Backward: sums over the TP group the gradients that are partial per
+  // rank (norm weights under sequence parallelism; replicated KV heads when TP > G).
+  void FinishGradients();
+  // Each parameter's weight in the global gradient norm: 1 where this rank's copy counts, 0 for
+  // the copies of replicated parameters on all but one rank, so that summing the weighted squares
+  // over the TP group counts every parameter of the full model once.
+  bool CountsInGradientNorm(const std::string& name) const;
 
   // Bytes of the buffers allocated for the current micro-batch shape, by the memory plan's
   // categories (what PlanLlamaMemory predicts): activations, logits, backward scratch.
@@ -82,8 +109,27 @@ class LlamaModel {
   static std::string LayerParam(int64_t layer, std::string_view suffix);
 
  private:
+  // Declares this rank's slice of the parameter `name` of full shape `full_shape`.
+  void Declare(const std::string& name, const Shape& full_shape, ParamGroup group);
   void AllocateActivations(int64_t batch, int64_t seq);
+  int64_t LocalTokens() const;  // Nl
+  // Sequence-parallel region boundaries (plain copies or all-reduces without sequence
+  // parallelism, no-ops without TP). full [N, D] <- all-gather of local [Nl, D].
+  void GatherTokens(const Tensor& local, Tensor& full);
+  // The partial sums [N, D] of the TP ranks' row-parallel GEMMs -> summed: in place (no sequence
+  // parallelism; `local` is then `partial`) or reduce-scattered into local [Nl, D].
+  Tensor& ReduceTokens(Tensor& partial);
+  // The full-token gradient of a region's output: with sequence parallelism all-gathered from the
+  // local [Nl, D] gradient into a scratch [N, D], else `local` itself.
+  const Tensor& FullTokenGradient(const Tensor& local);
   void LayerForward(const Context& ctx, int64_t layer, const Tensor& x_in, Tensor& x_out);
+  // RMSNorm of the local tokens x [Nl, D] -> h [N, D] (all-gathered with sequence parallelism).
+  void NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
+                   Tensor& rstd);
+  // dh [N, D] of the norm's output (the TP ranks' partial sums, reduced here) -> dx [Nl, D] +=
+  // the input gradient, dweight += the weight gradient.
+  void NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, const Tensor& weight,
+                    const Tensor& rstd, Tensor& dweight, Tensor& dx);
   // dx [N, D]: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
   void LayerBackward(const Context& ctx, int64_t layer, Tensor& dx);
   // The SSA operator's view of layer `layer`: inputs over its activations, its parameters, and
@@ -96,6 +142,10 @@ class LlamaModel {
   LlamaConfig config_;
   ssa::SsaOptions attention_options_;  // config_.AttentionOptions()
   DType dtype_;
+  LlamaParallelism parallelism_;
+  LlamaShardLayout layout_;
+  std::map<std::string, Shape> full_shapes_;          // by parameter name
+  std::map<std::string, ParameterShard> shards_;      // by parameter name
   ParameterSet params_;
   Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType)
 
@@ -103,10 +153,16 @@ class LlamaModel {
   int64_t batch_ = 0, seq_ = 0;
   Tensor tokens_, positions_;                  // [N] i32 copies of the inputs
   std::vector<LlamaLayerActivations> layers_;  // [L]
-  Tensor x_final_, h_final_, rstd_final_;      // [N, D], [N, D], [N]
+  Tensor x_final_, h_final_, rstd_final_;      // [Nl, D], [N, D], [Nl]
   Tensor logits_;                              // [N, V]
+  Tensor proj_;                                // [N, D] row-parallel GEMM outputs (partial sums)
+  // Sequence parallelism only (undefined otherwise): [Nl, D] a norm's local output / a reduced
+  // projection, and [N, D] an all-gathered gradient.
+  Tensor local_tokens_, gathered_grad_;
   // Backward scratch.
-  Tensor dx_, dh_, d_proj_;    // [N, D]
+  Tensor dx_;                  // [Nl, D]
+  Tensor d_proj_;              // [Nl, D] a norm's input gradient (proj_ without sequence parallel)
+  Tensor dh_;                  // [N, D]
   Tensor du_, dattn_;          // [N, H, d]
   Tensor dk_, dv_;             // [N, G, d]
   Tensor dquery_source_;       // [N, H, d] without weight sharing (else undefined)

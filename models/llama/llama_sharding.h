@@ -1,0 +1,41 @@
+// How one tensor-parallel rank holds Llama (Megatron-style): query heads, FFN columns and the
+// vocabulary are split evenly over the TP ranks; KV heads are split when TP divides G and
+// replicated (each rank keeping the one its query heads use) when G divides TP; the SSA read-outs,
+// alphas and temperature projections follow their heads (shared/SSA.md section 2: no extra
+// communication); norms are replicated. Every parameter keeps its Hugging Face name; its local
+// tensor is the slice [begin, begin + count) of the full tensor along `axis`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/llama/llama_config.h"
+
+namespace kelvin::models {
+
+struct LlamaShardLayout {
+  int tp_rank = 0, tp_size = 1;
+  int64_t head_begin = 0, heads = 0;  // query heads [head_begin, head_begin + heads)
+  int64_t kv_begin = 0, kv_heads = 0;  // KV heads held
+  bool kv_replicated = false;          // TP > G: tp_size / G ranks hold each KV head
+  int64_t ffn_begin = 0, ffn = 0;      // intermediate columns
+  int64_t vocab_begin = 0, vocab = 0;  // vocabulary rows (embedding, LM head, logits)
+};
+
+// The layout of rank `tp_rank` of `tp_size` (the grid validated the divisibility; checked here).
+LlamaShardLayout ShardLayoutOf(const LlamaConfig& config, int tp_rank, int tp_size);
+
+// Where a parameter's local tensor sits in the full one.
+struct ParameterShard {
+  int axis = -1;  // -1: replicated (the whole tensor on every rank)
+  int64_t begin = 0, count = 0;
+  // Replicated over a subgroup whose gradients must be summed: the KV-head parameters when
+  // kv_replicated (norms need no sum without sequence parallelism: every rank computes the same).
+  bool replicated_kv = false;
+};
+
+// The shard of the parameter named `name` (a Hugging Face name, SSA ones included).
+ParameterShard ShardOf(const LlamaConfig& config, const LlamaShardLayout& layout,
+                       const std::string& name);
+
+}  // namespace kelvin::models

@@ -1,0 +1,89 @@
+// Communicator: the collectives and point-to-point transfers of one process group over Kelvin
+// tensors, whatever the backend (MPI in parallel/mpi_communicator.h, NCCL in
+// parallel/nccl_communicator.h). No call hangs: one that does not complete within the timeout
+// aborts the job with a message naming the operation, the group and the ranks that did not arrive.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace kelvin::parallel {
+
+enum class ReduceOp { kSum, kAvg, kMax };
+std::string_view ReduceOpName(ReduceOp op);  // "sum", "avg", "max"
+
+enum class CommBackend { kMpi, kNccl };
+
+struct CommunicatorOptions {
+  // A call that has not completed after this long aborts the job (parallel.
+  // collective_timeout_seconds in the job config; the same default).
+  double timeout_seconds = 600;
+};
+
+// Element types: f32, f64, bf16, i32, i64. Data movement is bit-exact in every type. Reductions:
+// f32, f64, i32, i64 reduce in their own type; bf16 is widened to f32, reduced in f32 and rounded
+// to bf16 once at the end (the MPI backend; NCCL reduces bf16 natively). kAvg is for floating
+// types only: the sum divided by size(). Results are written in place or to `output`, which must
+// have the stated element count and the input's dtype and device; shapes are free. All tensors of
+// one call live on one device (CPU or CUDA); every rank of the group must make the same
+// collective calls in the same order with the same counts.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }  // in [0, size())
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  // "tp[0,1]": the group's role and its members' world ranks (elided past 8 members).
+  const std::string& name() const { return name_; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }  // by group rank
+
+  // tensor = op over the group of every rank's tensor.
+  virtual void AllReduce(Tensor& tensor, ReduceOp op) = 0;
+  // output [size() * n] = every rank's input [n], in group-rank order.
+  virtual void AllGather(const Tensor& input, Tensor& output) = 0;
+  // output [n] = chunk rank() of op over the group of every rank's input [size() * n].
+  virtual void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
+  // tensor = root's tensor (root: a group rank).
+  virtual void Broadcast(Tensor& tensor, int root) = 0;
+  // Point-to-point with group rank `peer`; the peer calls the matching Recv/Send with the same
+  // element count and dtype. Successive transfers between two ranks arrive in order.
+  virtual void Send(const Tensor& tensor, int peer) = 0;
+  virtual void Recv(Tensor& tensor, int peer) = 0;
+  // output chunk j [n] = rank j's input chunk rank() [n]; input and output [size() * n].
+  virtual void AllToAll(const Tensor& input, Tensor& output) = 0;
+  virtual void Barrier() = 0;
+
+ protected:
+  Communicator(std::string role, int rank, std::vector<int> world_ranks);
+
+ private:
+  int rank_;
+  std::vector<int> world_ranks_;
+  std::string name_;
+};
+
+// "tp[0,1]", "dp[0,2,4,6,8,10,12,14,...(64 ranks)]".
+std::string GroupName(std::string_view role, const std::vector<int>& world_ranks);
+
+// The world ranks of `comm`'s members, by rank in `comm`.
+std::vector<int> WorldRanksOf(MPI_Comm comm);
+
+// A communicator over the members of `comm` (which the caller keeps and may free afterwards):
+// collective over `comm`. `role` names it in messages ("tp", "dp", "world"). Tensors on CUDA
+// devices are ordered on `ctx`'s stream. kNccl needs a CUDA build and a CUDA `ctx` (one device per
+// process); FailedPrecondition otherwise.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(CommBackend backend, MPI_Comm comm,
+                                                                 std::string_view role,
+                                                                 const CommunicatorOptions& options,
+                                                                 const Context& ctx);
+
+}  // namespace kelvin::parallel

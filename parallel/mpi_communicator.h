@@ -1,0 +1,67 @@
+// MpiCommunicator: the Communicator over MPI. CPU tensors go to MPI directly; CUDA tensors are
+// staged through host memory (copied to the host on the context's stream, communicated, copied
+// back), so several processes may share one GPU in tests. Every call is issued non-blocking and
+// polled against the deadline; see Communicator for the timeout's message.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace kelvin::parallel {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Duplicates `comm` twice (data, arrival notices) with MPI_ERRORS_RETURN: collective over
+  // `comm`, under the timeout.
+  MpiCommunicator(MPI_Comm comm, std::string_view role, const CommunicatorOptions& options,
+                  const Context& ctx);
+  ~MpiCommunicator() override;
+
+  void AllReduce(Tensor& tensor, ReduceOp op) override;
+  void AllGather(const Tensor& input, Tensor& output) override;
+  void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  void Broadcast(Tensor& tensor, int root) override;
+  void Send(const Tensor& tensor, int peer) override;
+  void Recv(Tensor& tensor, int peer) override;
+  void AllToAll(const Tensor& input, Tensor& output) override;
+  void Barrier() override;
+
+  // Collective calls made so far (the number of the last one in timeout messages).
+  int64_t collectives_started() const { return sequence_; }
+
+ private:
+  enum class CallKind : int64_t;
+  struct Call;
+  // Posts the arrival notices of collective call `call`, runs `post` (which starts its
+  // non-blocking MPI operations into the vector), waits for all of them under the deadline and
+  // checks that every rank made the same call; on timeout aborts the job.
+  void RunCollective(Call call, const std::function<void(std::vector<MPI_Request>&)>& post);
+  // Starts `post`'s single point-to-point request with group rank `peer` and waits for it.
+  void RunPointToPoint(const Call& call, int peer, const std::function<void(MPI_Request&)>& post);
+  [[noreturn]] void AbortOnTimeout(const Call& call, std::chrono::steady_clock::duration waited,
+                                   const std::string& who_is_missing);
+  std::string DescribeArrivals(const Call& call, std::vector<MPI_Request>& arrival_receives);
+
+  MPI_Comm DuplicateWithErrorsReturned(MPI_Comm comm);
+  Tensor ToHost(const Tensor& tensor) const;  // the tensor itself when it lives on the host
+  void FromHost(const Tensor& host, Tensor& tensor) const;  // no-op when they are one
+
+  MPI_Comm data_comm_ = MPI_COMM_NULL;     // the collectives and transfers themselves
+  MPI_Comm arrival_comm_ = MPI_COMM_NULL;  // "rank r reached collective #n" notices
+  CommunicatorOptions options_;
+  Context ctx_;
+  int64_t sequence_ = 0;                         // collective calls started on this rank
+  std::array<int64_t, 3> arrival_notice_{};      // {sequence, CallKind, elements} sent to peers
+  std::vector<std::array<int64_t, 3>> arrived_;  // [size()] the notices received, by group rank
+};
+
+}  // namespace kelvin::parallel

@@ -1,0 +1,373 @@
+// The NCCL backend: bootstrap over MPI, stream ordering by events, and the watchdog thread that
+// turns a hang or an asynchronous NCCL error into a clear message and a job abort.
+#include "parallel/nccl_communicator.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "core/logging.h"
+#include "parallel/mpi_communicator.h"
+
+namespace kelvin::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t NcclType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+  }
+  KELVIN_FATAL() << "no NCCL type for dtype " << static_cast<int>(dtype);
+}
+
+ncclRedOp_t NcclOp(ReduceOp op, DType dtype) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kAvg:
+      KELVIN_CHECK(IsFloating(dtype)) << "avg of " << DTypeName(dtype) << ": floating types only";
+      return ncclAvg;
+  }
+  KELVIN_FATAL() << "unknown ReduceOp " << static_cast<int>(op);
+}
+
+void* ChunkOf(const Tensor& tensor, int64_t chunk, int64_t chunk_elements) {
+  return static_cast<char*>(tensor.raw_data()) +
+         static_cast<size_t>(chunk * chunk_elements) * DTypeSize(tensor.dtype());
+}
+
+// Ends the job after a fatal communication problem, from the watchdog thread: MPI_Abort when MPI
+// allows calls from any thread, else exiting non-zero (mpirun, and srun --kill-on-bad-exit, then
+// end the other ranks; those still waiting time out on their own).
+[[noreturn]] void AbortJob() {
+  int thread_level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&thread_level);
+  if (thread_level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+}  // namespace
+
+// Watches the calls in flight: each is done when its completion event has fired (or, for host
+// calls such as ncclCommInitRank, when Finish is called). Past its deadline, or on an asynchronous
+// NCCL error, it logs the call, the group and the wait, aborts the NCCL communicator and the job.
+class NcclWatchdog {
+ public:
+  NcclWatchdog(std::string group, std::string this_rank, double timeout_seconds, int device)
+      : group_(std::move(group)),
+        this_rank_(std::move(this_rank)),
+        timeout_seconds_(timeout_seconds),
+        device_(device),
+        thread_([this] { Run(); }) {}
+
+  ~NcclWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    for (const Watched& call : watched_) {
+      if (call.done != nullptr) cudaEventDestroy(call.done);
+    }
+  }
+
+  void SetComm(ncclComm_t comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    comm_ = comm;
+  }
+
+  // Starts the clock of a call; returns its ticket.
+  uint64_t Start(std::string description) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Clock::time_point now = Clock::now();
+    watched_.push_back({next_ticket_, std::move(description), now,
+                        now + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(timeout_seconds_)),
+                        nullptr, false});
+    return next_ticket_++;
+  }
+
+  // The call is done when `done` (recorded after it; the watchdog destroys it) has fired.
+  void Track(uint64_t ticket, cudaEvent_t done) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Watched& call : watched_) {
+      if (call.ticket == ticket) call.done = done;
+    }
+  }
+
+  void Finish(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Watched& call : watched_) {
+      if (call.ticket == ticket) call.finished = true;
+    }
+  }
+
+ private:
+  struct Watched {
+    uint64_t ticket;
+    std::string description;
+    Clock::time_point start, deadline;
+    cudaEvent_t done;  // nullptr until Track
+    bool finished;
+  };
+
+  void Run() {
+    cudaSetDevice(device_);  // event queries below are on this device
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(100));
+      if (comm_ != nullptr) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress) {
+          Fail(absl::StrCat(
+              "NCCL error in group ", group_, " (", this_rank_, ")",
+              watched_.empty() ? std::string() : " during " + watched_.front().description, ": ",
+              internal::DescribeNcclResult(async)));
+        }
+      }
+      const Clock::time_point now = Clock::now();
+      for (auto call = watched_.begin(); call != watched_.end();) {
+        const cudaError_t state =
+            call->done == nullptr ? cudaErrorNotReady : cudaEventQuery(call->done);
+        if (call->finished || state == cudaSuccess) {
+          if (call->done != nullptr) cudaEventDestroy(call->done);
+          call = watched_.erase(call);
+          continue;
+        }
+        if (state != cudaErrorNotReady) {
+          Fail(absl::StrCat("CUDA error in group ", group_, " (", this_rank_, ") during ",
+                            call->description, ": ", internal::DescribeCudaError(state)));
+        }
+        if (now >= call->deadline) {
+          Fail(absl::StrCat(
+              "communication timeout: ", call->description, " in group ", group_, " (", this_rank_,
+              ") did not complete after ",
+              absl::StrFormat("%.1f", std::chrono::duration<double>(now - call->start).count()),
+              " s (timeout ", timeout_seconds_,
+              " s). NCCL does not tell which ranks did not arrive: the one whose log stops "
+              "before this call is dead or hung. Aborting the job "
+              "(parallel.collective_timeout_seconds sets the timeout)."));
+        }
+        ++call;
+      }
+    }
+  }
+
+  [[noreturn]] void Fail(const std::string& message) {
+    KLOG(ERROR) << message;
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    AbortJob();
+  }
+
+  const std::string group_, this_rank_;
+  const double timeout_seconds_;
+  const int device_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::list<Watched> watched_;
+  uint64_t next_ticket_ = 1;
+  ncclComm_t comm_ = nullptr;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+NcclCommunicator::NcclCommunicator(std::string_view role, int rank, std::vector<int> world_ranks,
+                                   const CommunicatorOptions& options, const Context& ctx)
+    : Communicator(std::string(role), rank, std::move(world_ranks)), ctx_(ctx) {
+  KELVIN_CUDA_CHECK(cudaSetDevice(ctx_.device().index));
+  KELVIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  KELVIN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+  barrier_scratch_ = Tensor::Empty({1}, DType::kF32, ctx_.device());
+  watchdog_ = std::make_unique<NcclWatchdog>(
+      name(),
+      absl::StrCat("group rank ", this->rank(), ", world rank ",
+                   this->world_ranks()[static_cast<size_t>(this->rank())]),
+      options.timeout_seconds, ctx_.device().index);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
+    MPI_Comm comm, std::string_view role, const CommunicatorOptions& options, const Context& ctx) {
+  const std::string who = absl::StrCat("communicator ", std::string(role));
+  if (!CudaAvailable()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, ": the NCCL backend needs a CUDA device (", CudaUnavailableReason(), ")"));
+  }
+  if (!ctx.is_cuda()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, ": the NCCL backend needs a CUDA context (on the local rank's device), not ",
+        ctx.device().ToString()));
+  }
+  // The unique id travels from group rank 0 over MPI, under the same timeout.
+  MpiCommunicator bootstrap(comm, role, options, Context::Cpu());
+  auto nccl = std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(role, bootstrap.rank(), bootstrap.world_ranks(), options, ctx));
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (bootstrap.rank() == 0) KELVIN_NCCL_CHECK(ncclGetUniqueId(&id));
+  static_assert(sizeof(id) % sizeof(int32_t) == 0);
+  Tensor id_words = Tensor::Empty({static_cast<int64_t>(sizeof(id) / sizeof(int32_t))},
+                                  DType::kI32);  // [32] the id's bytes
+  std::memcpy(id_words.raw_data(), &id, sizeof(id));
+  bootstrap.Broadcast(id_words, 0);
+  std::memcpy(&id, id_words.raw_data(), sizeof(id));
+
+  const uint64_t ticket =
+      nccl->watchdog_->Start(absl::StrCat("ncclCommInitRank of ", nccl->name()));
+  KELVIN_NCCL_CHECK(ncclCommInitRank(&nccl->comm_, nccl->size(), id, nccl->rank()));
+  nccl->watchdog_->Finish(ticket);
+  nccl->watchdog_->SetComm(nccl->comm_);
+  return std::unique_ptr<Communicator>(std::move(nccl));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // the watchdog still guards this
+  watchdog_.reset();
+  if (comm_ != nullptr) ncclCommDestroy(comm_);
+  if (compute_ready_ != nullptr) cudaEventDestroy(compute_ready_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+std::string NcclCommunicator::Describe(std::string_view call, std::string_view detail,
+                                       const Tensor& tensor) {
+  return absl::StrCat(std::string(call), detail.empty() ? "" : "(", std::string(detail),
+                      detail.empty() ? "" : ")", " #", ++calls_, " of ", tensor.numel(), " ",
+                      std::string(DTypeName(tensor.dtype())), " elements");
+}
+
+void NcclCommunicator::CheckOnDevice(const Tensor& tensor, std::string_view call) const {
+  KELVIN_CHECK(tensor.device() == ctx_.device())
+      << call << " on " << name() << ": " << tensor.ToString() << " is not on "
+      << ctx_.device().ToString() << ", the communicator's device";
+}
+
+void NcclCommunicator::Launch(const std::string& description,
+                              const std::function<void(cudaStream_t)>& launch) {
+  const cudaStream_t compute = StreamOf(ctx_);
+  KELVIN_CUDA_CHECK(cudaEventRecord(compute_ready_, compute));
+  KELVIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
+  const uint64_t ticket = watchdog_->Start(description);
+  launch(stream_);
+  cudaEvent_t done = nullptr;
+  KELVIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  KELVIN_CUDA_CHECK(cudaEventRecord(done, stream_));
+  KELVIN_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
+  watchdog_->Track(ticket, done);
+}
+
+void NcclCommunicator::AllReduce(Tensor& tensor, ReduceOp op) {
+  CheckOnDevice(tensor, "AllReduce");
+  Launch(Describe("AllReduce", ReduceOpName(op), tensor), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(),
+                                    static_cast<size_t>(tensor.numel()), NcclType(tensor.dtype()),
+                                    NcclOp(op, tensor.dtype()), comm_, stream));
+  });
+}
+
+void NcclCommunicator::AllGather(const Tensor& input, Tensor& output) {
+  CheckOnDevice(input, "AllGather");
+  CheckOnDevice(output, "AllGather");
+  KELVIN_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size())
+      << "AllGather from " << input.ToString() << " to " << output.ToString() << " on " << name();
+  Launch(Describe("AllGather", "", input), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(),
+                                    static_cast<size_t>(input.numel()), NcclType(input.dtype()),
+                                    comm_, stream));
+  });
+}
+
+void NcclCommunicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  CheckOnDevice(input, "ReduceScatter");
+  CheckOnDevice(output, "ReduceScatter");
+  KELVIN_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size())
+      << "ReduceScatter from " << input.ToString() << " to " << output.ToString() << " on "
+      << name();
+  Launch(Describe("ReduceScatter", ReduceOpName(op), input), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(
+        ncclReduceScatter(input.raw_data(), output.raw_data(), static_cast<size_t>(output.numel()),
+                          NcclType(input.dtype()), NcclOp(op, input.dtype()), comm_, stream));
+  });
+}
+
+void NcclCommunicator::Broadcast(Tensor& tensor, int root) {
+  CheckOnDevice(tensor, "Broadcast");
+  KELVIN_CHECK(root >= 0 && root < size()) << "Broadcast root " << root << " on " << name();
+  Launch(Describe("Broadcast", absl::StrCat("root ", root), tensor), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclBroadcast(tensor.raw_data(), tensor.raw_data(),
+                                    static_cast<size_t>(tensor.numel()), NcclType(tensor.dtype()),
+                                    root, comm_, stream));
+  });
+}
+
+void NcclCommunicator::Send(const Tensor& tensor, int peer) {
+  CheckOnDevice(tensor, "Send");
+  KELVIN_CHECK(peer >= 0 && peer < size() && peer != rank())
+      << "Send to " << peer << " on " << name();
+  Launch(Describe("Send", absl::StrCat("to group rank ", peer), tensor), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclSend(tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                               NcclType(tensor.dtype()), peer, comm_, stream));
+  });
+}
+
+void NcclCommunicator::Recv(Tensor& tensor, int peer) {
+  CheckOnDevice(tensor, "Recv");
+  KELVIN_CHECK(peer >= 0 && peer < size() && peer != rank())
+      << "Recv from " << peer << " on " << name();
+  Launch(Describe("Recv", absl::StrCat("from group rank ", peer), tensor),
+         [&](cudaStream_t stream) {
+           KELVIN_NCCL_CHECK(ncclRecv(tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                                      NcclType(tensor.dtype()), peer, comm_, stream));
+         });
+}
+
+void NcclCommunicator::AllToAll(const Tensor& input, Tensor& output) {
+  CheckOnDevice(input, "AllToAll");
+  CheckOnDevice(output, "AllToAll");
+  KELVIN_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() &&
+               input.numel() % size() == 0)
+      << "AllToAll from " << input.ToString() << " to " << output.ToString() << " on " << name();
+  const int64_t chunk = input.numel() / size();
+  Launch(Describe("AllToAll", "", input), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size(); ++peer) {
+      KELVIN_NCCL_CHECK(ncclSend(ChunkOf(input, peer, chunk), static_cast<size_t>(chunk),
+                                 NcclType(input.dtype()), peer, comm_, stream));
+      KELVIN_NCCL_CHECK(ncclRecv(ChunkOf(output, peer, chunk), static_cast<size_t>(chunk),
+                                 NcclType(input.dtype()), peer, comm_, stream));
+    }
+    KELVIN_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+void NcclCommunicator::Barrier() {
+  Launch(Describe("Barrier", "", barrier_scratch_), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclAllReduce(barrier_scratch_.raw_data(), barrier_scratch_.raw_data(), 1,
+                                    ncclFloat32, ncclSum, comm_, stream));
+  });
+  KELVIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the watchdog ends a wait that hangs
+}
+
+}  // namespace kelvin::parallel

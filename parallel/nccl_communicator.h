@@ -1,0 +1,62 @@
+// NcclCommunicator: the Communicator over NCCL for CUDA tensors (CUDA builds only). Collectives
+// run on the communicator's own stream, ordered after the context's compute stream by an event,
+// and the compute stream waits for them in turn; a watchdog thread aborts the job when one does not
+// complete within the timeout or NCCL reports an asynchronous error. bf16 reduces natively.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace kelvin::parallel {
+
+class NcclWatchdog;
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `comm`: selects ctx's device (cudaSetDevice; the launcher makes ctx on the
+  // local rank's device, see CudaDeviceForLocalRank), broadcasts group rank 0's NCCL unique id
+  // over MPI and calls ncclCommInitRank under the watchdog. FailedPrecondition without a CUDA
+  // device or with a CPU context.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(MPI_Comm comm, std::string_view role,
+                                                              const CommunicatorOptions& options,
+                                                              const Context& ctx);
+  ~NcclCommunicator() override;
+
+  void AllReduce(Tensor& tensor, ReduceOp op) override;
+  void AllGather(const Tensor& input, Tensor& output) override;
+  void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  void Broadcast(Tensor& tensor, int root) override;
+  void Send(const Tensor& tensor, int peer) override;
+  void Recv(Tensor& tensor, int peer) override;
+  void AllToAll(const Tensor& input, Tensor& output) override;
+  void Barrier() override;  // returns once every member reached it (the host waits)
+
+ private:
+  NcclCommunicator(std::string_view role, int rank, std::vector<int> world_ranks,
+                   const CommunicatorOptions& options, const Context& ctx);
+  // Orders the communication stream after the compute stream, enqueues `launch` on it under the
+  // watchdog as `description`, then orders the compute stream after it.
+  void Launch(const std::string& description, const std::function<void(cudaStream_t)>& launch);
+  // "AllReduce(sum) #3 of 1001 bf16 elements"; counts the call.
+  std::string Describe(std::string_view call, std::string_view detail, const Tensor& tensor);
+  void CheckOnDevice(const Tensor& tensor, std::string_view call) const;
+
+  Context ctx_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;        // the communication stream
+  cudaEvent_t compute_ready_ = nullptr;  // recorded on the compute stream before each call
+  Tensor barrier_scratch_;               // [1] f32 on the device, reduced by Barrier
+  std::unique_ptr<NcclWatchdog> watchdog_;
+  int64_t calls_ = 0;
+};
+
+}  // namespace kelvin::parallel

@@ -1,0 +1,65 @@
+// A job in which one rank fails, for comm_failure_test.sh: the others must abort with a clear
+// message within the timeout (2 s) instead of hanging. Usage: comm_failure_program MODE, run under
+// mpirun; the last rank is the one that fails:
+//   skip      it sleeps 30 s instead of joining an AllReduce
+//   kill      it dies (SIGKILL) instead of joining an AllReduce, after a first one succeeded
+//   recv      rank 0 waits for a Send from it that never comes
+//   mismatch  it calls Broadcast where the others call AllReduce
+#include <mpi.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/logging.h"
+#include "parallel/communicator.h"
+
+int main(int argc, char** argv) {
+  using kelvin::parallel::ReduceOp;
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  kelvin::SetLogRank(rank);
+  const char* mode = argc > 1 ? argv[1] : "";
+  kelvin::parallel::CommunicatorOptions options;
+  options.timeout_seconds = 2;
+  auto comm =
+      kelvin::parallel::CreateCommunicator(kelvin::parallel::CommBackend::kMpi, MPI_COMM_WORLD,
+                                           "world", options, kelvin::Context::Cpu());
+  KELVIN_CHECK(comm.ok()) << comm.status();
+  kelvin::Tensor tensor = kelvin::Tensor::ZerosCpu({7}, kelvin::DType::kF32);  // [7]
+  (*comm)->AllReduce(tensor, ReduceOp::kSum);  // collective #1: everyone is alive
+  const bool failing = rank == size - 1;
+  if (std::strcmp(mode, "skip") == 0) {
+    if (failing) {
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+    } else {
+      (*comm)->AllReduce(tensor, ReduceOp::kSum);
+    }
+  } else if (std::strcmp(mode, "kill") == 0) {
+    if (failing) std::raise(SIGKILL);
+    (*comm)->AllReduce(tensor, ReduceOp::kSum);
+  } else if (std::strcmp(mode, "recv") == 0) {
+    if (rank == 0) {
+      (*comm)->Recv(tensor, size - 1);
+    } else {
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+    }
+  } else if (std::strcmp(mode, "mismatch") == 0) {
+    if (failing) {
+      (*comm)->Broadcast(tensor, 0);
+    } else {
+      (*comm)->AllReduce(tensor, ReduceOp::kSum);
+    }
+  } else {
+    std::fprintf(stderr, "usage: comm_failure_program skip|kill|recv|mismatch\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  std::fprintf(stderr, "rank %d: mode %s finished without failing\n", rank, mode);
+  comm->reset();
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,19 @@
+// Test values for the MPI test programs: element i of rank r, exact in every dtype (so sums in any
+// order are exact before the final rounding), and tensors built from and read as doubles.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace kelvin::parallel::testing {
+
+// Floating types: 1 + 3/8 r + 1/16 (i mod 7), exact in bf16 and summed exactly in f32 for up to
+// 8 ranks. Integers: distinct per rank and index; i64 values need more than 32 bits.
+double TestValue(DType dtype, int rank, int64_t index);
+
+Tensor TensorOf(DType dtype, const std::vector<double>& values);  // [values.size()] on the host
+std::vector<double> ValuesOf(const Tensor& host);
+
+}  // namespace kelvin::parallel::testing
