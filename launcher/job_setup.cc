@@ -71,14 +71,15 @@ ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(const config::JobConfig& job,
-                                                               const models::LlamaConfig& arch) {
+absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
+    const config::JobConfig& job, const models::LlamaConfig& arch,
+    const models::LlamaParallelism& parallelism) {
   if (job.model().precision() == config::ModelConfig::BF16) {
     return absl::UnimplementedError(
         "model.precision=BF16 needs the CUDA training path, which Kelvin does not have yet; use "
         "AUTO or FP32 (CPU training runs in f32)");
   }
-  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32);
+  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32, parallelism);
   if (job.model().has_hf_dir()) {
     KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
                             io::HfCheckpoint::Open(job.model().hf_dir()));

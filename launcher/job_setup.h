@@ -15,9 +15,11 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
 // model.ssa (defaults resolved) as the SSA code's flags.
 ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa);
 
-// The model in f32 on the CPU, loaded from model.hf_dir or randomly initialised from the seed.
-absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(const config::JobConfig& job,
-                                                               const models::LlamaConfig& arch);
+// This rank's part of the model (the whole model without parallelism) in f32 on the CPU, loaded
+// from model.hf_dir or randomly initialised from the seed.
+absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
+    const config::JobConfig& job, const models::LlamaConfig& arch,
+    const models::LlamaParallelism& parallelism);
 
 struct DataSources {
   std::unique_ptr<data::BatchSource> train;

@@ -12,9 +12,12 @@
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
 #include "core/ops/cross_entropy.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/grad_norm.h"
 #include "launcher/checkpoint.h"
 #include "launcher/lr_schedule.h"
+#include "launcher/parallel_setup.h"
+#include "parallel/vocab_parallel_cross_entropy.h"
 #include "launcher/preemption.h"
 #include "models/llama/memory_plan.h"
 
@@ -25,11 +28,13 @@ namespace {
 // than train without them.
 absl::Status CheckSupported(const config::JobConfig& job) {
   const config::ParallelConfig& p = job.parallel();
-  if (p.tensor_parallel() > 1 || p.pipeline_parallel() > 1 || p.context_parallel() > 1 ||
-      p.data_parallel() > 1 || p.sequence_parallel() || p.distributed_optimizer()) {
-    return absl::UnimplementedError(
-        "parallel: this build trains on one process only; set tensor_parallel, "
-        "pipeline_parallel, context_parallel and data_parallel to 1");
+  if (p.pipeline_parallel() > 1 || p.context_parallel() > 1 || p.distributed_optimizer()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "parallel.pipeline_parallel=", p.pipeline_parallel(),
+        " context_parallel=", p.context_parallel(),
+        " distributed_optimizer=", p.distributed_optimizer() ? "true" : "false",
+        ": this build trains with tensor, sequence and data parallelism only; set "
+        "pipeline_parallel and context_parallel to 1 and distributed_optimizer to false"));
   }
   if (job.training().device() == config::TrainingConfig::CUDA) {
     return absl::UnimplementedError(
@@ -51,18 +56,6 @@ std::string FormatDuration(double seconds) {
   if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
   if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   return absl::StrFormat("%ds", s);
-}
-
-// Argmax over the vocabulary of every row: logits [N, V] -> predictions [N] i32.
-Tensor ArgmaxRows(const Tensor& logits) {
-  const int64_t n = logits.dim(0), v = logits.dim(1);
-  Tensor predictions = Tensor::Empty({n}, DType::kI32);
-  const float* x = logits.data<float>();
-  for (int64_t row = 0; row < n; ++row) {
-    const float* r = x + row * v;
-    predictions.data<int32_t>()[row] = static_cast<int32_t>(std::max_element(r, r + v) - r);
-  }
-  return predictions;
 }
 
 double Sum(const Tensor& values) {
@@ -101,7 +94,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
         " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
   }
   std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
-  KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch));
+  KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch));
+  models::LlamaParallelism parallelism;
+  if (trainer->grid_ != nullptr) {
+    if (!job.checkpoint().dir().empty()) {
+      return absl::UnimplementedError(
+          "checkpoint.dir with more than one process: parallel checkpoints are not in this build "
+          "yet; remove checkpoint.dir (training.export_hf_dir keeps the final weights)");
+    }
+    const parallel::GridSpec& spec = trainer->grid_->spec();
+    if (spec.tensor_parallel > 1) parallelism.tp = &trainer->grid_->tp();
+    parallelism.sequence_parallel = spec.sequence_parallel;
+    trainer->micro_batches_ = spec.gradient_accumulation_steps;
+  }
+  KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism));
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
   const config::OptimizerConfig& opt = job.optimizer();
   trainer->optimizer_ = std::make_unique<AdamWOptimizer>(
@@ -157,10 +163,12 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   int64_t labelled = 0;
   for (int64_t m = 0; m < micro_batches_; ++m) {
     KELVIN_ASSIGN_OR_RETURN(data::Batch batch,
-                            data_.train->BatchAt({step, m, micro_batches_, 0, 1}));
+                            data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(),
+                                                  DataParallelSize()}));
     labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
     batches.push_back(std::move(batch));
   }
+  labelled = static_cast<int64_t>(SumOverDataParallel(static_cast<double>(labelled)));
   StepStats stats{step, 0, 0, 0, 0, {}};
   ParameterSet& params = model_->parameters();
   params.ZeroGrads();
@@ -171,33 +179,67 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   for (const data::Batch& batch : batches) {
     Tensor& logits = model_->Forward(ctx, batch.tokens, batch.positions);
     Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
-    ops::SoftmaxCrossEntropy(ctx, logits, batch.labels.View({-1}),
-                             1.0 / static_cast<double>(labelled), token_loss);
+    parallel::VocabParallelSoftmaxCrossEntropy(model_->tp(), logits, batch.labels.View({-1}),
+                                               model_->layout().vocab_begin,
+                                               1.0 / static_cast<double>(labelled), token_loss);
     stats.loss += Sum(token_loss);
     stats.tokens += batch.tokens.numel();
     model_->Backward(ctx, logits);
   }
-  stats.loss /= static_cast<double>(labelled);
+  stats.loss = SumOverDataParallel(stats.loss) / static_cast<double>(labelled);
   if (!std::isfinite(stats.loss)) {
     return absl::InternalError(absl::StrCat("the loss became ", stats.loss, " at step ", step,
                                             ": training diverged; lower optimizer.lr (now ",
                                             job_.optimizer().lr(),
                                             ") or raise lr_schedule.warmup_steps"));
   }
-  std::vector<Tensor> grads;
+  model_->FinishGradients();
   for (int g = 0; g < kNumParamGroups; ++g) {
-    if (params.grads(static_cast<ParamGroup>(g)).defined()) {
-      grads.push_back(params.grads(static_cast<ParamGroup>(g)));
+    Tensor& grads = params.grads(static_cast<ParamGroup>(g));
+    if (grads.defined() && DataParallelSize() > 1) {
+      grid_->dp().AllReduce(grads, parallel::ReduceOp::kSum);
     }
   }
-  const double clip = job_.optimizer().grad_clip_norm();
-  stats.grad_norm =
-      clip > 0 ? ops::ClipByGlobalNorm(ctx, grads, clip) : ops::GlobalL2Norm(ctx, grads);
+  stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   optimizer_->Step(ctx, stats.lr);
   stats.temperatures = model_->TemperatureStatistics();
   return stats;
+}
+
+int Trainer::DataParallelRank() const { return grid_ ? grid_->dp_rank() : 0; }
+int Trainer::DataParallelSize() const { return grid_ ? grid_->spec().data_parallel : 1; }
+
+double Trainer::SumOverDataParallel(double value) {
+  if (DataParallelSize() == 1) return value;
+  Tensor sum = Tensor::Empty({1}, DType::kF64);
+  sum.data<double>()[0] = value;
+  grid_->dp().AllReduce(sum, parallel::ReduceOp::kSum);
+  return sum.data<double>()[0];
+}
+
+double Trainer::ClipGradients(double max_norm) {
+  const Context ctx = Context::Cpu();
+  ParameterSet& params = model_->parameters();
+  // Each parameter of the full model once: this rank's shards, and replicated tensors only where
+  // CountsInGradientNorm says; the squares summed over the tensor-parallel group.
+  std::vector<Tensor> counted;
+  for (const ParameterSet::Entry& e : params.entries()) {
+    if (model_->CountsInGradientNorm(e.name)) counted.push_back(e.grad);
+  }
+  Tensor squares = Tensor::Empty({1}, DType::kF64);
+  squares.data<double>()[0] = ops::SumOfSquares(ctx, counted);
+  if (model_->tp() != nullptr) model_->tp()->AllReduce(squares, parallel::ReduceOp::kSum);
+  const double norm = std::sqrt(squares.data<double>()[0]);
+  const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
+  if (coefficient < 1) {  // false for a NaN norm: the caller reports it
+    for (int g = 0; g < kNumParamGroups; ++g) {
+      Tensor& grads = params.grads(static_cast<ParamGroup>(g));
+      if (grads.defined()) ops::Scale(ctx, grads, coefficient, grads);
+    }
+  }
+  return norm;
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
@@ -208,12 +250,15 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
     KELVIN_ASSIGN_OR_RETURN(const data::Batch batch, data_.eval->BatchAt({i, 0, 1, 0, 1}));
     const Tensor& logits = model_->Forward(ctx, batch.tokens, batch.positions);
     Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
-    Tensor lse = Tensor::Empty({logits.dim(0)}, DType::kF32);         // [N]
-    ops::CrossEntropyForward(ctx, logits, batch.labels.View({-1}), token_loss, lse);
+    parallel::VocabParallelCrossEntropyLoss(model_->tp(), logits, batch.labels.View({-1}),
+                                            model_->layout().vocab_begin, token_loss);
     stats.loss += Sum(token_loss);
     labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
     if (data_.passkey) {
-      retrieved += data::CountRetrieved(batch, ArgmaxRows(logits).View(batch.tokens.shape()));
+      Tensor predictions = Tensor::Empty({logits.dim(0)}, DType::kI32);  // [N]
+      parallel::VocabParallelArgmax(model_->tp(), logits, model_->layout().vocab_begin,
+                                    predictions);
+      retrieved += data::CountRetrieved(batch, predictions.View(batch.tokens.shape()));
       rows += batch.rows();
     }
   }
@@ -275,7 +320,7 @@ absl::Status Trainer::Run() {
           t.steps(), "; the checkpoint is saved: run the same job again to resume"));
     }
   }
-  if (!t.export_hf_dir().empty()) {
+  if (!t.export_hf_dir().empty() && DataParallelRank() == 0) {
     KELVIN_RETURN_IF_ERROR(model_->ExportHf(t.export_hf_dir()));
     KLOG_RANK0(INFO) << "exported the trained model to " << t.export_hf_dir()
                      << " (Hugging Face format)";

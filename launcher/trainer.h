@@ -1,6 +1,8 @@
-// Trainer: the training loop of `kelvin train`, one process on the CPU. Read top to bottom in
-// trainer.cc: per step, the micro-batches of the global batch run forward and backward with the
-// loss normalised by the step's labelled tokens, gradients are clipped, the learning rate comes
+// Trainer: the training loop of `kelvin train` on the CPU, one process or a tensor/sequence/data
+// parallel grid under mpirun. Read top to bottom in trainer.cc: per step, each data-parallel rank's
+// micro-batches run forward and backward with the loss normalised by the global batch's labelled
+// tokens, gradients are summed over data-parallel ranks and clipped by the norm of the full model,
+// the learning rate comes
 // from the schedule, AdamW steps; progress lines, periodic evaluation, checkpoints (resume, every
 // checkpoint.interval_steps, at the end and on a preemption signal), export at the end.
 #pragma once
@@ -11,6 +13,7 @@
 #include "configs/kelvin.pb.h"
 #include "core/optim/adamw_optimizer.h"
 #include "launcher/job_setup.h"
+#include "parallel/process_grid.h"
 
 namespace kelvin::launcher {
 
@@ -49,9 +52,16 @@ class Trainer {
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   absl::Status SaveCheckpointAt(int64_t steps_completed);
+  int DataParallelRank() const;
+  int DataParallelSize() const;
+  double SumOverDataParallel(double value);
+  // The global gradient norm over the full model (before clipping); scales the gradients by
+  // PyTorch's clip coefficient when max_norm > 0 and the norm exceeds it.
+  double ClipGradients(double max_norm);
 
   config::JobConfig job_;
   models::LlamaConfig arch_;
+  std::unique_ptr<parallel::ProcessGrid> grid_;  // nullptr: one process
   std::unique_ptr<models::LlamaModel> model_;
   DataSources data_;
   std::unique_ptr<AdamWOptimizer> optimizer_;

@@ -16,7 +16,8 @@ namespace kelvin::parallel {
 
 // What the layout is checked against: sizes as the job config names them (parallel.*), the
 // model's heads and layers, the training batch. Plain numbers, so tests and the launcher fill it
-// from anything. Every count must be >= 1.
+// from anything; resolved values (data_parallel and gradient_accumulation_steps derived, not 0).
+// Every count must be >= 1.
 struct GridSpec {
   int world_size = 1;
   int tensor_parallel = 1;

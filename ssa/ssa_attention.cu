@@ -1,0 +1,728 @@
+// The fused SSA attention operator on CUDA (bf16 storage, f32 accumulation, sm_90 tensor cores
+// through mma.sync m16n8k16): FlashAttention-2 forward and backward that apply RoPE, tau^q and
+// tau^v as tiles are loaded into shared memory (q~, v~ never reach global memory), plus the
+// log-sum-exp merge of key blocks. B rows, Tq / Tk query / key tokens per row, H query heads,
+// G kv heads, d head dim (64 or 128). Temperatures: ssa_temperature.cu.
+#include <cmath>
+#include <cstdint>
+
+#include "core/copy.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "core/cuda/cuda_utils.cuh"
+#include "ssa/ssa_attention.h"
+#include "ssa/ssa_attention_kernels.cuh"
+
+namespace kelvin::ssa {
+namespace cuda_internal {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kForwardQueries = 64;   // query rows per forward CTA (16 per warp)
+constexpr int kKeys = 64;             // keys per tile (forward) and per backward CTA
+constexpr int kBackwardQueries = 32;  // query rows per backward inner tile
+constexpr int kPad = 8;  // bf16 of padding per shared row: conflict-free 32-bit fragment loads
+
+// What both attention kernels read. Token t of a side is row * T + local index; its vectors sit
+// at (t * heads + head) * d.
+struct AttentionParams {
+  const bf16* u;                   // [Nq, H, d]
+  const bf16* k;                   // [Nk, G, d]
+  const bf16* v;                   // [Nk, G, d]
+  const int32_t* query_positions;  // [Nq]
+  const int32_t* key_positions;    // [Nk]
+  const float* inv_freq;           // [d/2]
+  const float* tau_q;              // [Nq, H]; null: query temperature off
+  const float* tau_v;              // [Nk, G]; null: value temperature off
+  int query_begin, query_count;    // global index of each row's first query, Tq
+  int key_begin, key_count;        // global index of each row's first key, Tk
+  int heads, kv_heads;             // H, G
+  float scale_log2;                // log2(e) / sqrt(d): scores in log2 units
+};
+
+// rows x kD tile: dst[r][e] = bf16(scale_r * R_r(x_r)[e]) where R_r is RoPE at the row's position
+// (when rope) and scale_r = tau[r] (1 when tau is null); rows at or past `valid` are zeros.
+// x / positions / tau point at the tile's first token; x_stride, tau_stride count elements.
+template <int kD, int kRows>
+__device__ void LoadTile(bf16* dst, const bf16* x, int64_t x_stride, const int32_t* positions,
+                         bool rope, const float* inv_freq, const float* tau, int64_t tau_stride,
+                         int valid) {
+  constexpr int kChunks = kD / 16;  // 8-element chunks in half a row
+  constexpr int kStride = kD + kPad;
+  for (int item = threadIdx.x; item < kRows * kChunks; item += kThreads) {
+    const int r = item / kChunks, c = (item % kChunks) * 8;
+    uint4 first = make_uint4(0, 0, 0, 0), second = first;
+    if (r < valid) {
+      const bf16* row = x + r * x_stride;
+      float a[8], b[8];  // elements c..c+7 and their RoPE partners c+d/2..c+d/2+7
+      Unpack8(*reinterpret_cast<const uint4*>(row + c), a);
+      Unpack8(*reinterpret_cast<const uint4*>(row + c + kD / 2), b);
+      if (rope) {
+        const float position = static_cast<float>(positions[r]);
+        for (int j = 0; j < 8; ++j) {
+          float s, co;
+          RopeSinCos(position, inv_freq[c + j], &s, &co);
+          const float ra = a[j] * co - b[j] * s, rb = b[j] * co + a[j] * s;
+          a[j] = ra;
+          b[j] = rb;
+        }
+      }
+      if (tau != nullptr) {
+        const float scale = tau[r * tau_stride];
+        for (int j = 0; j < 8; ++j) {
+          a[j] *= scale;
+          b[j] *= scale;
+        }
+      }
+      first = Pack8(a);
+      second = Pack8(b);
+    }
+    *reinterpret_cast<uint4*>(dst + r * kStride + c) = first;
+    *reinterpret_cast<uint4*>(dst + r * kStride + c + kD / 2) = second;
+  }
+}
+
+// dst [kD][kRows + kPad] = src [kRows][kD + kPad] transposed (shared memory to shared memory).
+template <int kD, int kRows>
+__device__ void TransposeTile(const bf16* src, bf16* dst) {
+  for (int item = threadIdx.x; item < kRows * kD; item += kThreads) {
+    const int r = item % kRows, e = item / kRows;
+    dst[e * (kRows + kPad) + r] = src[r * (kD + kPad) + e];
+  }
+}
+
+// The A fragment of rows [row0, row0 + 16) and columns [col0, col0 + 16) of a row-major bf16
+// shared tile with `stride` elements per row.
+__device__ __forceinline__ void LoadA(const bf16* tile, int stride, int row0, int col0, int group,
+                                      int quad, uint32_t (&a)[4]) {
+  const bf16* top = tile + (row0 + group) * stride + col0 + 2 * quad;
+  const bf16* bottom = top + 8 * stride;
+  a[0] = LoadPair(top);
+  a[1] = LoadPair(bottom);
+  a[2] = LoadPair(top + 8);
+  a[3] = LoadPair(bottom + 8);
+}
+
+// The B fragment (k = 16 x n = 8) whose column n is row n0 + n of a row-major shared tile `rows`
+// (B[k][n] = rows[n0 + n][k0 + k]).
+__device__ __forceinline__ void LoadB(const bf16* rows, int stride, int n0, int k0, int group,
+                                      int quad, uint32_t& b0, uint32_t& b1) {
+  const bf16* p = rows + (n0 + group) * stride + k0 + 2 * quad;
+  b0 = LoadPair(p);
+  b1 = LoadPair(p + 8);
+}
+
+// Accumulator fragments of two adjacent 8-column tiles as the A fragment of a 16-deep product
+// (the FlashAttention-2 register reuse of P): columns 16 kk .. 16 kk + 15.
+__device__ __forceinline__ void AccumulatorsAsA(const float (&left)[4], const float (&right)[4],
+                                                uint32_t (&a)[4]) {
+  a[0] = PackBf16x2(left[0], left[1]);
+  a[1] = PackBf16x2(left[2], left[3]);
+  a[2] = PackBf16x2(right[0], right[1]);
+  a[3] = PackBf16x2(right[2], right[3]);
+}
+
+// Query i sees key j iff i - p_i <= j <= i (global indices); i = -1 marks a row past the end.
+__device__ __forceinline__ bool Visible(int i, int document_start, int j) {
+  return j <= i && j >= document_start;
+}
+
+template <int kD>
+struct ForwardSmem {
+  bf16 q[kForwardQueries][kD + kPad];  // q~ = tau^q RoPE(u)
+  bf16 k[kKeys][kD + kPad];            // k~ = RoPE(k)
+  bf16 vt[kD][kKeys + kPad];           // v~ = tau^v v, transposed [dim][key]
+  float inv_freq[kD / 2];
+};
+
+// grid (query tiles, H, B), kThreads threads: one CTA per 64 queries of one head of one row, the
+// query tile reversed so the longest causal rows start first. Warp w owns query rows 16w..16w+15.
+// Position ids restart at 0 or count up by one within a row (the dispatcher's contract), so the
+// document start i - p_i is non-decreasing in i and a tile's visible keys are
+// [start of its first query's document, its last query].
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    ForwardKernel(AttentionParams p, bf16* out, float* lse) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  ForwardSmem<kD>& s = *reinterpret_cast<ForwardSmem<kD>*>(smem_bytes);
+  const int q_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int head = blockIdx.y, row = blockIdx.z;
+  const int kv_head = head / (p.heads / p.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
+  const int a0 = q_tile * kForwardQueries;
+  const int q_valid = min(kForwardQueries, p.query_count - a0);
+  const int64_t q_token0 = static_cast<int64_t>(row) * p.query_count + a0;
+  const int64_t k_token0 = static_cast<int64_t>(row) * p.key_count;
+
+  for (int i = threadIdx.x; i < kD / 2; i += kThreads) s.inv_freq[i] = p.inv_freq[i];
+  __syncthreads();
+  LoadTile<kD, kForwardQueries>(
+      &s.q[0][0], p.u + (q_token0 * p.heads + head) * kD, static_cast<int64_t>(p.heads) * kD,
+      p.query_positions + q_token0, true, s.inv_freq,
+      p.tau_q != nullptr ? p.tau_q + q_token0 * p.heads + head : nullptr, p.heads, q_valid);
+
+  // This thread's two query rows (index 0: row 16w + group, 1: row 16w + group + 8).
+  int query_index[2], document_start[2];
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + group + 8 * h;
+    const bool valid = r < q_valid;
+    query_index[h] = valid ? p.query_begin + a0 + r : -1;
+    document_start[h] = valid ? query_index[h] - p.query_positions[q_token0 + r] : 0;
+  }
+  const int first_i = p.query_begin + a0, last_i = first_i + q_valid - 1;
+  const int first_start = first_i - p.query_positions[q_token0];
+  const int last_start = last_i - p.query_positions[q_token0 + q_valid - 1];
+  const int b_begin = max(0, first_start - p.key_begin);         // local key indices [b_begin,
+  const int b_end = min(p.key_count, last_i - p.key_begin + 1);  // b_end) are visible to some row
+  const int tile_begin = b_begin / kKeys;
+  const int tile_end = b_end > b_begin ? (b_end + kKeys - 1) / kKeys : tile_begin;
+  __syncthreads();
+
+  uint32_t qa[kD / 16][4];  // this warp's 16 rows of q~ as A fragments
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    LoadA(&s.q[0][0], kD + kPad, warp * 16, ks * 16, group, quad, qa[ks]);
+  }
+  float o[kD / 8][4];  // unnormalised output, rows as in the C fragment layout
+  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // log2 units
+  float row_sum[2] = {0.0f, 0.0f};            // this thread's share of sum 2^(x - max)
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int b0 = tile * kKeys;
+    const int k_valid = min(kKeys, p.key_count - b0);
+    const int64_t token = k_token0 + b0;
+    __syncthreads();  // every warp is done with the previous tile
+    LoadTile<kD, kKeys>(&s.k[0][0], p.k + (token * p.kv_heads + kv_head) * kD,
+                        static_cast<int64_t>(p.kv_heads) * kD, p.key_positions + token, true,
+                        s.inv_freq, nullptr, 0, k_valid);
+    {  // v~ transposed: consecutive threads take consecutive keys of one 8-dim chunk
+      constexpr int kChunks = kD / 8;
+      for (int item = threadIdx.x; item < kKeys * kChunks; item += kThreads) {
+        const int r = item % kKeys, c = (item / kKeys) * 8;
+        float vals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (r < k_valid) {
+          const int64_t vector = (token + r) * p.kv_heads + kv_head;
+          Unpack8(*reinterpret_cast<const uint4*>(p.v + vector * kD + c), vals);
+          if (p.tau_v != nullptr) {
+            const float scale = p.tau_v[vector];
+            for (int j = 0; j < 8; ++j) vals[j] *= scale;
+          }
+        }
+        for (int j = 0; j < 8; ++j) s.vt[c + j][r] = bf16(vals[j]);
+      }
+    }
+    __syncthreads();
+
+    // S = q~ k~^T for 16 rows x 64 keys (8 tiles of 8 keys).
+    float sc[kKeys / 8][4];
+    for (int n = 0; n < kKeys / 8; ++n) {
+      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t kb0, kb1;
+        LoadB(&s.k[0][0], kD + kPad, n * 8, ks * 16, group, quad, kb0, kb1);
+        MmaBf16(sc[n], qa[ks], kb0, kb1);
+      }
+    }
+    // Scores in log2 units, masked; the tile needs no mask when every pair is visible.
+    const int j_first = p.key_begin + b0;
+    const bool full = k_valid == kKeys && q_valid == kForwardQueries &&
+                      j_first + kKeys - 1 <= first_i && j_first >= last_start;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    for (int n = 0; n < kKeys / 8; ++n) {
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, col = n * 8 + 2 * quad + (e & 1);
+        float x = sc[n][e] * p.scale_log2;
+        if (!full &&
+            !(col < k_valid && Visible(query_index[h], document_start[h], j_first + col))) {
+          x = -INFINITY;
+        }
+        sc[n][e] = x;
+        tile_max[h] = fmaxf(tile_max[h], x);
+      }
+    }
+    float correction[2];
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float new_max = fmaxf(row_max[h], tile_max[h]);
+      const float reference = new_max == -INFINITY ? 0.0f : new_max;  // no NaN from -inf - -inf
+      correction[h] = exp2f(row_max[h] - reference);
+      row_max[h] = new_max;
+      row_sum[h] *= correction[h];
+      for (int n = 0; n < kKeys / 8; ++n) {
+        for (int c = 0; c < 2; ++c) {
+          const float pv = exp2f(sc[n][2 * h + c] - reference);
+          sc[n][2 * h + c] = pv;
+          row_sum[h] += pv;
+        }
+      }
+    }
+    for (int n = 0; n < kD / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+    }
+    // O += P v~ (P rounded to bf16 in registers).
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t pa[4];
+      AccumulatorsAsA(sc[2 * kk], sc[2 * kk + 1], pa);
+      for (int n = 0; n < kD / 8; ++n) {
+        uint32_t vb0, vb1;
+        LoadB(&s.vt[0][0], kKeys + kPad, n * 8, kk * 16, group, quad, vb0, vb1);
+        MmaBf16(o[n], pa, vb0, vb1);
+      }
+    }
+  }
+
+  // Normalise and store; rows with no visible key get out = 0 and lse = -inf.
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    const int r = warp * 16 + group + 8 * h;
+    if (r >= q_valid) continue;
+    const bool any = row_sum[h] > 0.0f;
+    const float inv = any ? 1.0f / row_sum[h] : 0.0f;
+    const int64_t vector = (q_token0 + r) * p.heads + head;
+    bf16* dst = out + vector * kD;
+    for (int n = 0; n < kD / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dst + n * 8 + 2 * quad) =
+          PackBf16x2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+    }
+    if (quad == 0) lse[vector] = any ? (row_max[h] + log2f(row_sum[h])) * kLn2 : -INFINITY;
+  }
+}
+
+template <int kD>
+struct BackwardSmem {
+  bf16 k[kKeys][kD + kPad];                 // k~ (A of S^T)
+  bf16 kt[kD][kKeys + kPad];                // k~ transposed (B of dQ)
+  bf16 v[kKeys][kD + kPad];                 // v~ (A of dP^T)
+  bf16 q[kBackwardQueries][kD + kPad];      // q~ (B of S^T)
+  bf16 qt[kD][kBackwardQueries + kPad];     // q~ transposed (B of dK)
+  bf16 dout[kBackwardQueries][kD + kPad];   // dO (B of dP^T)
+  bf16 doutt[kD][kBackwardQueries + kPad];  // dO transposed (B of dV)
+  bf16 ds[kBackwardQueries][kKeys + kPad];  // dS (A of dQ)
+  float lse[kBackwardQueries];              // log2 units
+  float delta[kBackwardQueries];            // rowsum(dO * O)
+  int query_index[kBackwardQueries];        // global i, -1 past the end
+  int document_start[kBackwardQueries];     // i - p_i
+  float inv_freq[kD / 2];
+};
+
+struct BackwardOutputs {
+  const bf16* dout;    // [Nq, H, d]
+  const float* lse;    // [Nq, H] merged log-sum-exp
+  const float* delta;  // [Nq, H] rowsum(dO * O) of the merged out
+  float* dq;           // [Nq, H, d] dL/dq~, accumulated with atomics (zeroed first)
+  float* dk;           // [Nk, G, d] dL/dk~, written
+  float* dv;           // [Nk, G, d] dL/dv~, written
+  float scale;         // 1 / sqrt(d)
+};
+
+// grid (key tiles, G, B), kThreads threads: one CTA per 64 keys of one kv head of one row loops
+// over the group's heads and the query tiles that see its keys, recomputing P from lse. Warp w
+// owns keys 16w..16w+15 for S^T, dP^T, dV and dK (registers, f32); dQ~ of each query tile goes
+// through shared dS and f32 atomics.
+template <int kD>
+__global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, BackwardOutputs g) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  BackwardSmem<kD>& s = *reinterpret_cast<BackwardSmem<kD>*>(smem_bytes);
+  const int key_tile = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
+  const int b0 = key_tile * kKeys;
+  const int k_valid = min(kKeys, p.key_count - b0);
+  const int64_t k_token0 = static_cast<int64_t>(row) * p.key_count + b0;
+  const int group_size = p.heads / p.kv_heads;
+
+  for (int i = threadIdx.x; i < kD / 2; i += kThreads) s.inv_freq[i] = p.inv_freq[i];
+  __syncthreads();
+  LoadTile<kD, kKeys>(&s.k[0][0], p.k + (k_token0 * p.kv_heads + kv_head) * kD,
+                      static_cast<int64_t>(p.kv_heads) * kD, p.key_positions + k_token0, true,
+                      s.inv_freq, nullptr, 0, k_valid);
+  LoadTile<kD, kKeys>(&s.v[0][0], p.v + (k_token0 * p.kv_heads + kv_head) * kD,
+                      static_cast<int64_t>(p.kv_heads) * kD, nullptr, false, nullptr,
+                      p.tau_v != nullptr ? p.tau_v + k_token0 * p.kv_heads + kv_head : nullptr,
+                      p.kv_heads, k_valid);
+  __syncthreads();
+  TransposeTile<kD, kKeys>(&s.k[0][0], &s.kt[0][0]);  // read after the loop's first barrier
+
+  // This thread's two key rows (16w + group and + 8) as global indices; rows past the end get
+  // INT32_MAX, which no query sees (j <= i fails).
+  int key_index[2];
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + group + 8 * h;
+    key_index[h] = r < k_valid ? p.key_begin + b0 + r : INT32_MAX;
+  }
+  const int j_first = p.key_begin + b0, j_last = j_first + k_valid - 1;
+  // Queries before the tile's first key see none of it; once a query tile's first document
+  // starts after the last key, every later one does too.
+  const int first_q_tile = max(0, j_first - p.query_begin) / kBackwardQueries;
+
+  float dk[kD / 8][4], dv[kD / 8][4];
+  for (int n = 0; n < kD / 8; ++n) {
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+  }
+
+  for (int hh = 0; hh < group_size; ++hh) {
+    const int head = kv_head * group_size + hh;
+    for (int q_tile = first_q_tile; q_tile * kBackwardQueries < p.query_count; ++q_tile) {
+      const int a0 = q_tile * kBackwardQueries;
+      const int q_valid = min(kBackwardQueries, p.query_count - a0);
+      const int64_t q_token0 = static_cast<int64_t>(row) * p.query_count + a0;
+      if (p.query_begin + a0 - p.query_positions[q_token0] > j_last) break;
+      __syncthreads();  // every warp is done with the previous query tile
+      const int64_t q_vector0 = q_token0 * p.heads + head;
+      LoadTile<kD, kBackwardQueries>(
+          &s.q[0][0], p.u + q_vector0 * kD, static_cast<int64_t>(p.heads) * kD,
+          p.query_positions + q_token0, true, s.inv_freq,
+          p.tau_q != nullptr ? p.tau_q + q_vector0 : nullptr, p.heads, q_valid);
+      LoadTile<kD, kBackwardQueries>(&s.dout[0][0], g.dout + q_vector0 * kD,
+                                     static_cast<int64_t>(p.heads) * kD, nullptr, false, nullptr,
+                                     nullptr, 0, q_valid);
+      if (threadIdx.x < kBackwardQueries) {
+        const int r = threadIdx.x;
+        const bool valid = r < q_valid;
+        const int64_t vector = q_vector0 + static_cast<int64_t>(r) * p.heads;
+        s.query_index[r] = valid ? p.query_begin + a0 + r : -1;
+        s.document_start[r] = valid ? p.query_begin + a0 + r - p.query_positions[q_token0 + r] : 0;
+        s.lse[r] = valid ? g.lse[vector] * kLog2e : 0.0f;
+        s.delta[r] = valid ? g.delta[vector] : 0.0f;
+      }
+      __syncthreads();
+      TransposeTile<kD, kBackwardQueries>(&s.q[0][0], &s.qt[0][0]);
+      TransposeTile<kD, kBackwardQueries>(&s.dout[0][0], &s.doutt[0][0]);
+
+      // S^T = k~ q~^T and dP^T = v~ dO^T: 16 keys x 32 queries per warp.
+      float st[kBackwardQueries / 8][4], dpt[kBackwardQueries / 8][4];
+      for (int n = 0; n < kBackwardQueries / 8; ++n) {
+        for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.0f;
+      }
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t ka[4], va[4];
+        LoadA(&s.k[0][0], kD + kPad, warp * 16, ks * 16, group, quad, ka);
+        LoadA(&s.v[0][0], kD + kPad, warp * 16, ks * 16, group, quad, va);
+        for (int n = 0; n < kBackwardQueries / 8; ++n) {
+          uint32_t qb0, qb1, ob0, ob1;
+          LoadB(&s.q[0][0], kD + kPad, n * 8, ks * 16, group, quad, qb0, qb1);
+          LoadB(&s.dout[0][0], kD + kPad, n * 8, ks * 16, group, quad, ob0, ob1);
+          MmaBf16(st[n], ka, qb0, qb1);
+          MmaBf16(dpt[n], va, ob0, ob1);
+        }
+      }
+      // P^T = 2^(S^T scale - lse) where visible, dS^T = P^T (dP^T - delta).
+      for (int n = 0; n < kBackwardQueries / 8; ++n) {
+        for (int e = 0; e < 4; ++e) {
+          const int col = n * 8 + 2 * quad + (e & 1);
+          const bool visible = Visible(s.query_index[col], s.document_start[col], key_index[e / 2]);
+          const float pv = visible ? exp2f(st[n][e] * p.scale_log2 - s.lse[col]) : 0.0f;
+          st[n][e] = pv;
+          dpt[n][e] = pv * (dpt[n][e] - s.delta[col]);
+        }
+      }
+      __syncthreads();  // the transposes are complete
+      // dV += P^T dO and dK += dS^T q~ (the 1/sqrt(d) of dK applied at the end).
+      for (int kk = 0; kk < kBackwardQueries / 16; ++kk) {
+        uint32_t pa[4], da[4];
+        AccumulatorsAsA(st[2 * kk], st[2 * kk + 1], pa);
+        AccumulatorsAsA(dpt[2 * kk], dpt[2 * kk + 1], da);
+        for (int n = 0; n < kD / 8; ++n) {
+          uint32_t ob0, ob1, qb0, qb1;
+          LoadB(&s.doutt[0][0], kBackwardQueries + kPad, n * 8, kk * 16, group, quad, ob0, ob1);
+          LoadB(&s.qt[0][0], kBackwardQueries + kPad, n * 8, kk * 16, group, quad, qb0, qb1);
+          MmaBf16(dv[n], pa, ob0, ob1);
+          MmaBf16(dk[n], da, qb0, qb1);
+        }
+      }
+      // dS to shared memory as [query][key].
+      for (int n = 0; n < kBackwardQueries / 8; ++n) {
+        for (int e = 0; e < 4; ++e) {
+          s.ds[n * 8 + 2 * quad + (e & 1)][warp * 16 + group + 8 * (e / 2)] = bf16(dpt[n][e]);
+        }
+      }
+      __syncthreads();
+      // dq~ += dS k~ / sqrt(d): warp w takes query rows 16 (w % 2).. and half of the d columns.
+      {
+        constexpr int kColumnTiles = kD / 16;  // 8-column tiles per warp
+        const int m0 = (warp % 2) * 16, n0 = (warp / 2) * kColumnTiles;
+        float dq[kColumnTiles][4];
+        for (int n = 0; n < kColumnTiles; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+        for (int kk = 0; kk < kKeys / 16; ++kk) {
+          uint32_t a[4];
+          LoadA(&s.ds[0][0], kKeys + kPad, m0, kk * 16, group, quad, a);
+          for (int n = 0; n < kColumnTiles; ++n) {
+            uint32_t kb0, kb1;
+            LoadB(&s.kt[0][0], kKeys + kPad, (n0 + n) * 8, kk * 16, group, quad, kb0, kb1);
+            MmaBf16(dq[n], a, kb0, kb1);
+          }
+        }
+        for (int h = 0; h < 2; ++h) {
+          const int r = m0 + group + 8 * h;
+          if (r >= q_valid) continue;
+          float* dst = g.dq + (q_vector0 + static_cast<int64_t>(r) * p.heads) * kD;
+          for (int n = 0; n < kColumnTiles; ++n) {
+            const int col = (n0 + n) * 8 + 2 * quad;
+            atomicAdd(dst + col, dq[n][2 * h] * g.scale);
+            atomicAdd(dst + col + 1, dq[n][2 * h + 1] * g.scale);
+          }
+        }
+      }
+    }
+  }
+
+  // dk~ and dv~ of this CTA's keys are complete: store them (every key row, zeros where no query
+  // saw it).
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + group + 8 * h;
+    if (r >= k_valid) continue;
+    const int64_t vector = (k_token0 + r) * p.kv_heads + kv_head;
+    for (int n = 0; n < kD / 8; ++n) {
+      const int col = n * 8 + 2 * quad;
+      *reinterpret_cast<float2*>(g.dk + vector * kD + col) =
+          make_float2(dk[n][2 * h] * g.scale, dk[n][2 * h + 1] * g.scale);
+      *reinterpret_cast<float2*>(g.dv + vector * kD + col) =
+          make_float2(dv[n][2 * h], dv[n][2 * h + 1]);
+    }
+  }
+}
+
+// One warp per (token, head) row of d: the log-sum-exp merge of MergeAttentionBlock.
+__global__ void MergeKernel(bf16* out, float* lse, const bf16* block_out, const float* block_lse,
+                            int64_t rows, int d) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kWarps) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const float a = lse[r], b = block_lse[r];
+  const float m = fmaxf(a, b);
+  if (m == -INFINITY) return;  // neither has a visible key: out stays 0
+  const float merged = m + logf(expf(a - m) + expf(b - m));
+  const float wa = expf(a - merged), wb = expf(b - merged);
+  for (int e = lane; e < d; e += 32) {
+    out[r * d + e] =
+        bf16(wa * Bf16ToFloat(out[r * d + e]) + wb * Bf16ToFloat(block_out[r * d + e]));
+  }
+  __syncwarp();  // every lane has read lse[r]
+  if (lane == 0) lse[r] = merged;
+}
+
+// Calls fn.template operator()<kD>() for the supported head dims.
+template <typename Fn>
+void DispatchHeadDim(int64_t d, Fn&& fn) {
+  if (d == 64) {
+    fn.template operator()<64>();
+  } else {
+    KELVIN_CHECK_EQ(d, 128) << "the SSA CUDA kernels support head dims 64 and 128";
+    fn.template operator()<128>();
+  }
+}
+
+template <typename T>
+T* DataOrNull(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+void CheckAligned(const Tensor& t, const char* name) {
+  KELVIN_CHECK(reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0)
+      << "ssa_attention (CUDA): " << name << " " << t.ToString()
+      << " must start 16-byte aligned for vector loads";
+}
+
+// The parameters every kernel shares, and the temperatures of this call (the forward computes
+// them, the backward reads the saved ones).
+AttentionParams MakeParams(const SsaBlockShape& shape, const SsaAttentionInputs& in,
+                           const float* tau_q, const float* tau_v) {
+  KELVIN_CHECK(shape.query_begin + shape.query_count < INT32_MAX &&
+               shape.key_begin + shape.key_count < INT32_MAX)
+      << "ssa_attention (CUDA): global token indices must fit in 32 bits";
+  CheckAligned(in.u, "u");
+  CheckAligned(in.k, "k");
+  CheckAligned(in.v, "v");
+  AttentionParams p;
+  p.u = in.u.data<bf16>();
+  p.k = in.k.data<bf16>();
+  p.v = in.v.data<bf16>();
+  p.query_positions = in.query_positions.data<int32_t>();
+  p.key_positions = in.key_positions.defined() ? in.key_positions.data<int32_t>()
+                                               : in.query_positions.data<int32_t>();
+  p.inv_freq = in.inv_freq.data<float>();
+  p.tau_q = tau_q;
+  p.tau_v = tau_v;
+  p.query_begin = static_cast<int>(shape.query_begin);
+  p.query_count = static_cast<int>(shape.query_count);
+  p.key_begin = static_cast<int>(shape.key_begin);
+  p.key_count = static_cast<int>(shape.key_count);
+  p.heads = static_cast<int>(in.u.dim(1));
+  p.kv_heads = static_cast<int>(in.k.dim(1));
+  p.scale_log2 = kLog2e / std::sqrt(static_cast<float>(in.u.dim(2)));
+  return p;
+}
+
+template <typename Kernel>
+void AllowSharedMemory(Kernel kernel, size_t bytes) {
+  KELVIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
+}
+
+}  // namespace
+}  // namespace cuda_internal
+
+namespace cuda {
+
+using namespace cuda_internal;
+
+void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                         const SsaAttentionInputs& inputs, const SsaParameters& params,
+                         SsaAttentionOutputs& outputs) {
+  const int64_t nq = inputs.u.dim(0), nk = inputs.k.dim(0);
+  const int64_t h = inputs.u.dim(1), g = inputs.k.dim(1), d = inputs.u.dim(2);
+  cudaStream_t stream = StreamOf(ctx);
+  const TemperatureTerms query_terms = QueryTerms(options), value_terms = ValueTerms(options);
+  float* tau_q = nullptr;
+  float* tau_v = nullptr;
+  if (query_terms.active) {
+    tau_q = outputs.query_temperature.data<float>();
+    const Tensor& source = options.weight_sharing ? inputs.u : inputs.query_source;
+    LaunchTemperatureForward(stream, static_cast<int>(d), query_terms, DataOrNull<bf16>(source),
+                             DataOrNull<bf16>(params.query_readout), DataOrNull<bf16>(params.alpha),
+                             inputs.query_positions.data<int32_t>(), nq, static_cast<int>(h),
+                             tau_q);
+  }
+  if (value_terms.active) {
+    tau_v = outputs.value_temperature.data<float>();
+    const Tensor& source = options.weight_sharing ? inputs.v : inputs.value_source;
+    LaunchTemperatureForward(stream, static_cast<int>(d), value_terms, DataOrNull<bf16>(source),
+                             DataOrNull<bf16>(params.value_readout), nullptr, nullptr, nk,
+                             static_cast<int>(g), tau_v);
+  }
+  const AttentionParams p = MakeParams(shape, inputs, tau_q, tau_v);
+  CheckAligned(outputs.out, "out");
+  const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(shape.query_count, kForwardQueries)),
+                  static_cast<unsigned>(h), static_cast<unsigned>(shape.batch));
+  DispatchHeadDim(d, [&]<int kD>() {
+    const size_t bytes = sizeof(ForwardSmem<kD>);
+    AllowSharedMemory(ForwardKernel<kD>, bytes);
+    ForwardKernel<kD>
+        <<<grid, kThreads, bytes, stream>>>(p, outputs.out.data<bf16>(), outputs.lse.data<float>());
+    KELVIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                          const Tensor& dout, const SsaAttentionInputs& inputs,
+                          const SsaParameters& params, const SsaAttentionOutputs& saved,
+                          SsaAttentionGrads& grads) {
+  const int64_t nq = inputs.u.dim(0), nk = inputs.k.dim(0);
+  const int64_t h = inputs.u.dim(1), g = inputs.k.dim(1), d = inputs.u.dim(2);
+  const int dim = static_cast<int>(d);
+  cudaStream_t stream = StreamOf(ctx);
+  const TemperatureTerms query_terms = QueryTerms(options), value_terms = ValueTerms(options);
+  const float* tau_q = query_terms.active ? saved.query_temperature.data<float>() : nullptr;
+  const float* tau_v = value_terms.active ? saved.value_temperature.data<float>() : nullptr;
+  const Device device = ctx.device();
+  CheckAligned(dout, "dout");
+
+  // Scratch, f32: the gradients of q~ [Nq, H, d], k~ and v~ [Nk, G, d]; delta [Nq, H].
+  Tensor dq_tilde = Tensor::Empty({nq, h, d}, DType::kF32, device);
+  Tensor dk_tilde = Tensor::Empty({nk, g, d}, DType::kF32, device);
+  Tensor dv_tilde = Tensor::Empty({nk, g, d}, DType::kF32, device);
+  Tensor delta = Tensor::Empty({nq, h}, DType::kF32, device);
+  Zero(ctx, dq_tilde);
+  LaunchRowDot(stream, dim, dout.data<bf16>(), saved.out.data<bf16>(), nq * h, delta.data<float>());
+
+  const AttentionParams p = MakeParams(shape, inputs, tau_q, tau_v);
+  BackwardOutputs out;
+  out.dout = dout.data<bf16>();
+  out.lse = saved.lse.data<float>();
+  out.delta = delta.data<float>();
+  out.dq = dq_tilde.data<float>();
+  out.dk = dk_tilde.data<float>();
+  out.dv = dv_tilde.data<float>();
+  out.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(shape.key_count, kKeys)),
+                  static_cast<unsigned>(g), static_cast<unsigned>(shape.batch));
+  DispatchHeadDim(d, [&]<int kD>() {
+    const size_t bytes = sizeof(BackwardSmem<kD>);
+    AllowSharedMemory(BackwardKernel<kD>, bytes);
+    BackwardKernel<kD><<<grid, kThreads, bytes, stream>>>(p, out);
+    KELVIN_CUDA_CHECK_LAUNCH();
+  });
+
+  // Per token: RoPE^T, the temperatures' chain rule, then the parameter reductions.
+  Tensor dz_q, dposition_q, dz_v;  // [Nq, H], [Nq, H], [Nk, G] f32
+  if (query_terms.token) dz_q = Tensor::Empty({nq, h}, DType::kF32, device);
+  if (query_terms.position) dposition_q = Tensor::Empty({nq, h}, DType::kF32, device);
+  if (value_terms.token) dz_v = Tensor::Empty({nk, g}, DType::kF32, device);
+
+  const Tensor& query_source = options.weight_sharing ? inputs.u : inputs.query_source;
+  Tensor& dquery_source = options.weight_sharing ? grads.du : grads.dquery_source;
+  TokenBackwardArgs q;
+  q.tokens = nq;
+  q.heads = static_cast<int>(h);
+  q.grad_tilde = dq_tilde.data<float>();
+  q.x = inputs.u.data<bf16>();
+  q.positions = p.query_positions;
+  q.inv_freq = p.inv_freq;
+  q.tau = tau_q;
+  q.terms = query_terms;
+  q.source = DataOrNull<bf16>(query_source);
+  q.readout = DataOrNull<bf16>(params.query_readout);
+  q.alpha = query_terms.position ? params.alpha.data<bf16>() : nullptr;
+  q.dx = grads.du.data<bf16>();
+  q.dsource = query_terms.token ? dquery_source.data<bf16>() : nullptr;
+  q.dz = DataOrNull<float>(dz_q);
+  q.dposition = DataOrNull<float>(dposition_q);
+  LaunchTokenBackward(stream, dim, q);
+
+  TokenBackwardArgs k;
+  k.tokens = nk;
+  k.heads = static_cast<int>(g);
+  k.grad_tilde = dk_tilde.data<float>();
+  k.x = inputs.k.data<bf16>();
+  k.positions = p.key_positions;
+  k.inv_freq = p.inv_freq;
+  k.dx = grads.dk.data<bf16>();
+  LaunchTokenBackward(stream, dim, k);
+
+  const Tensor& value_source = options.weight_sharing ? inputs.v : inputs.value_source;
+  Tensor& dvalue_source = options.weight_sharing ? grads.dv : grads.dvalue_source;
+  TokenBackwardArgs v;
+  v.tokens = nk;
+  v.heads = static_cast<int>(g);
+  v.grad_tilde = dv_tilde.data<float>();
+  v.x = inputs.v.data<bf16>();
+  v.positions = p.key_positions;
+  v.tau = tau_v;
+  v.terms = value_terms;
+  v.source = DataOrNull<bf16>(value_source);
+  v.readout = DataOrNull<bf16>(params.value_readout);
+  v.dx = grads.dv.data<bf16>();
+  v.dsource = value_terms.token ? dvalue_source.data<bf16>() : nullptr;
+  v.dz = DataOrNull<float>(dz_v);
+  LaunchTokenBackward(stream, dim, v);
+
+  if (query_terms.active) {
+    LaunchParameterGrads(stream, dim, query_terms, q.source, q.dz, q.alpha, q.dposition, nq,
+                         static_cast<int>(h), grads.params.query_readout.data<float>(),
+                         grads.params.alpha.data<float>());
+  }
+  if (value_terms.active) {
+    LaunchParameterGrads(stream, dim, value_terms, v.source, v.dz, nullptr, nullptr, nk,
+                         static_cast<int>(g), grads.params.value_readout.data<float>(), nullptr);
+  }
+  // The scratch tensors return to the allocator's cache when this function ends; it hands them
+  // out again only to work on this same stream, which runs after the kernels above.
+}
+
+void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
+                         const Tensor& block_lse) {
+  const int64_t rows = out.dim(0) * out.dim(1);
+  if (rows == 0) return;
+  MergeKernel<<<static_cast<unsigned>(cuda_utils::CeilDiv(rows, kWarps)), kThreads, 0,
+                StreamOf(ctx)>>>(out.data<bf16>(), lse.data<float>(), block_out.data<bf16>(),
+                                 block_lse.data<float>(), rows, static_cast<int>(out.dim(2)));
+  KELVIN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cuda
+}  // namespace kelvin::ssa

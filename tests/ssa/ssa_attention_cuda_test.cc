@@ -1,0 +1,464 @@
+// The fused SSA attention CUDA kernel (bf16) against the naive f64 reference on fresh random
+// inputs (every float input rounded to bf16 first, so both see the same values): out, lse, the
+// temperatures and every gradient (du, dk, dv, the source gradients, d a^q, d a^v, d alpha) for
+// head dims 64 and 128, GQA, lengths 1 to 257, batch 2, packed documents, each flag variant, and
+// query chunks x key blocks merged by log-sum-exp. Acceptance (DESIGN.md "Tests"): the kernel's max
+// error against f64 <= 2 x the max error of NaiveBf16 (below) against f64, + 1e-3 x max(1, the
+// tensor's largest magnitude) (f32 cancellation noise where the exact value is 0, e.g. T = 1).
+// Every case starts with KELVIN_SKIP_WITHOUT_CUDA.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/copy.h"
+#include "core/ops/rope.h"
+#include "ssa/reference/ssa_attention_reference.h"
+#include "ssa/ssa_attention.h"
+#include "ssa/temperature.h"
+#include "tests/ssa/ssa_fixture.h"
+#include "tests/testing/backends.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
+
+namespace kelvin::ssa {
+namespace {
+
+using fixture::SsaProblem;
+
+constexpr double kFloor = 1e-3;  // absolute floor, as a fraction of max(1, max |expected|)
+
+// Where the kernel under test runs: the CUDA operator in bf16. (The helpers take any backend, so
+// the same flow runs on the CPU operator in f32 when checking this file without a GPU.)
+const testing::Backend kGpu{Device::Cuda(0), DType::kBF16};
+const Context& Cpu() { return testing::ContextFor(Device::Cpu()); }
+
+Tensor Zeros(const Shape& shape) { return Tensor::ZerosCpu(shape, DType::kF64); }
+double Bf16(double x) { return static_cast<double>(RoundToBf16(static_cast<float>(x))); }
+
+// Forward outputs and gradients of one run (host f64 for the reference and NaiveBf16, the
+// backend's tensors for the kernel).
+struct Result {
+  SsaAttentionOutputs fwd;
+  SsaAttentionGrads grads;
+};
+
+// Zero outputs and gradients of `dtype` on `device` (outputs' floats and parameter gradients in
+// AccumDType; source gradients only without weight sharing).
+Result NewResult(const SsaOptions& options, int64_t nq, int64_t nk, int64_t h, int64_t g, int64_t d,
+                 DType dtype, Device device) {
+  const DType accum = AccumDType(dtype);
+  auto zeros = [&](const Shape& shape, DType type) {
+    Tensor t = Tensor::Empty(shape, type, device);
+    Zero(testing::ContextFor(device), t);
+    return t;
+  };
+  Result r;
+  r.fwd = {zeros({nq, h, d}, dtype), zeros({nq, h}, accum), zeros({nq, h}, accum),
+           zeros({nk, g}, accum)};
+  r.grads.du = zeros({nq, h, d}, dtype);
+  r.grads.dk = zeros({nk, g, d}, dtype);
+  r.grads.dv = zeros({nk, g, d}, dtype);
+  if (!options.weight_sharing) {
+    r.grads.dquery_source = zeros({nq, h, d}, dtype);
+    r.grads.dvalue_source = zeros({nk, g, d}, dtype);
+  }
+  r.grads.params = {zeros({h, d}, accum), zeros({g, d}, accum), zeros({h}, accum)};
+  return r;
+}
+
+Result NewResult(const SsaOptions& options, int64_t nq, int64_t nk, int64_t h, int64_t g, int64_t d,
+                 const testing::Backend& b) {
+  return NewResult(options, nq, nk, h, g, d, b.dtype, b.device);
+}
+
+// A random problem whose float inputs are bf16 values (held in f64), inv_freq the f32 values.
+SsaProblem Bf16Problem(const SsaOptions& options, int64_t b, int64_t t, int64_t h, int64_t g,
+                       int64_t d, bool packed, uint64_t seed) {
+  SsaProblem pr = fixture::RandomProblem(options, b, t, h, g, d, packed, seed);
+  for (Tensor* x :
+       {&pr.in.u, &pr.in.k, &pr.in.v, &pr.in.query_source, &pr.in.value_source,
+        &pr.params.query_readout, &pr.params.value_readout, &pr.params.alpha, &pr.dout}) {
+    if (x->defined()) *x = testing::Cast(testing::Cast(*x, DType::kBF16), DType::kF64);
+  }
+  pr.in.inv_freq = testing::Cast(
+      ops::RopeInverseFrequencies(ops::RopeConfig{.theta = 10000.0}, d, DType::kF32), DType::kF64);
+  return pr;
+}
+
+// Host tensor -> `dtype` on `device` (undefined stays undefined).
+Tensor On(const Tensor& host, DType dtype, Device device) {
+  if (!host.defined()) return host;
+  return testing::ToDevice(host.dtype() == dtype ? host : testing::Cast(host, dtype), device);
+}
+
+SsaAttentionInputs InputsOn(const SsaAttentionInputs& in, const testing::Backend& b) {
+  auto floats = [&](const Tensor& t) { return On(t, b.dtype, b.device); };
+  auto ints = [&](const Tensor& t) { return On(t, DType::kI32, b.device); };
+  return {floats(in.u),
+          ints(in.query_positions),
+          floats(in.query_source),
+          floats(in.k),
+          floats(in.v),
+          ints(in.key_positions),
+          floats(in.value_source),
+          On(in.inv_freq, AccumDType(b.dtype), b.device)};
+}
+
+SsaParameters ParametersOn(const SsaParameters& p, const testing::Backend& b) {
+  return {On(p.query_readout, b.dtype, b.device), On(p.value_readout, b.dtype, b.device),
+          On(p.alpha, b.dtype, b.device)};
+}
+
+Result RunReference(const SsaProblem& pr) {
+  Result r =
+      NewResult(pr.options, pr.n(), pr.n(), pr.h(), pr.g(), pr.d(), DType::kF64, Device::Cpu());
+  reference::SsaAttentionForward(pr.options, pr.shape, pr.in, pr.params, r.fwd);
+  reference::SsaAttentionBackward(pr.options, pr.shape, pr.dout, pr.in, pr.params, r.grads);
+  return r;
+}
+
+// The full operator on backend `b` through the public dispatcher.
+Result RunOn(const SsaProblem& pr, const testing::Backend& b) {
+  const Context& ctx = testing::ContextFor(b.device);
+  const SsaAttentionInputs in = InputsOn(pr.in, b);
+  const SsaParameters params = ParametersOn(pr.params, b);
+  Result r = NewResult(pr.options, pr.n(), pr.n(), pr.h(), pr.g(), pr.d(), b);
+  SsaAttentionForward(ctx, pr.options, pr.shape, in, params, r.fwd);
+  SsaAttentionBackward(ctx, pr.options, pr.shape, On(pr.dout, b.dtype, b.device), in, params, r.fwd,
+                       r.grads);
+  ctx.Synchronize();
+  return r;
+}
+
+// The naive bf16 computation the kernel's error is measured against: the reference's math in
+// f64, with every value the kernel stores in bf16 rounded to bf16 where it is stored: q~, k~ and
+// v~ (the shared-memory tiles), P before P v~ and P^T dO, dS before dS k~ and dS^T q~ (register
+// fragments), out, and du, dk, dv and the source gradients. Temperatures, RoPE, lse and the
+// parameter gradients stay f64 (the kernel keeps them in f32). Full operator only.
+Result NaiveBf16(const SsaProblem& pr) {
+  const SsaOptions& o = pr.options;
+  const int64_t seq = pr.shape.query_count, n = pr.n(), h = pr.h(), g = pr.g(), d = pr.d();
+  const int64_t group = h / g;
+  const Tensor& pos = pr.in.query_positions;
+  const int32_t* p = pos.data<int32_t>();
+  const Tensor& query_source = o.weight_sharing ? pr.in.u : pr.in.query_source;
+  const Tensor& value_source = o.weight_sharing ? pr.in.v : pr.in.value_source;
+  Result r = NewResult(o, n, n, h, g, d, DType::kF64, Device::Cpu());
+  Tensor tanh_q = Zeros({n, h}), tanh_v = Zeros({n, g});
+  QueryTemperatureForward(Cpu(), o, query_source, pr.params.query_readout, pr.params.alpha, pos,
+                          r.fwd.query_temperature, tanh_q);
+  ValueTemperatureForward(Cpu(), o, value_source, pr.params.value_readout, r.fwd.value_temperature,
+                          tanh_v);
+  Tensor rope_u = Zeros(pr.in.u.shape()), rope_k = Zeros(pr.in.k.shape());
+  ops::RopeForward(Cpu(), pr.in.u, pos, pr.in.inv_freq, rope_u);
+  ops::RopeForward(Cpu(), pr.in.k, pos, pr.in.inv_freq, rope_k);
+  const double* tau_q = r.fwd.query_temperature.data<double>();
+  const double* tau_v = r.fwd.value_temperature.data<double>();
+
+  std::vector<double> q(n * h * d), k(n * g * d), v(n * g * d);  // q~, k~, v~ in bf16
+  for (int64_t i = 0; i < n * h * d; ++i) q[i] = Bf16(tau_q[i / d] * rope_u.data<double>()[i]);
+  for (int64_t i = 0; i < n * g * d; ++i) {
+    k[i] = Bf16(rope_k.data<double>()[i]);
+    v[i] = Bf16(tau_v[i / d] * pr.in.v.data<double>()[i]);
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+  double* out = r.fwd.out.data<double>();
+  double* lse = r.fwd.lse.data<double>();
+  const double* dout = pr.dout.data<double>();
+  std::vector<double> s(seq);
+  for (int64_t row = 0; row < pr.shape.batch; ++row) {
+    for (int64_t head = 0; head < h; ++head) {
+      for (int64_t a = 0; a < seq; ++a) {
+        const int64_t t = row * seq + a, qi = (t * h + head) * d, first = a - p[t];
+        auto key = [&](int64_t b) { return ((row * seq + b) * g + head / group) * d; };
+        auto dot = [&](const double* x, const double* y) {
+          double sum = 0;
+          for (int64_t e = 0; e < d; ++e) sum += x[e] * y[e];
+          return sum;
+        };
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t b = first; b <= a; ++b) {
+          s[b] = scale * dot(&q[qi], &k[key(b)]);
+          m = std::max(m, s[b]);
+        }
+        double l = 0;
+        for (int64_t b = first; b <= a; ++b) l += std::exp(s[b] - m);
+        const double row_lse = m + std::log(l);
+        lse[t * h + head] = row_lse;
+        for (int64_t e = 0; e < d; ++e) {
+          double acc = 0;
+          for (int64_t b = first; b <= a; ++b)
+            acc += Bf16(std::exp(s[b] - row_lse)) * v[key(b) + e];
+          out[qi + e] = Bf16(acc);
+        }
+        const double delta = dot(&dout[qi], &out[qi]);
+        for (int64_t b = first; b <= a; ++b) {
+          const double prob = std::exp(s[b] - row_lse);
+          const double ds = Bf16(prob * (dot(&dout[qi], &v[key(b)]) - delta));
+          for (int64_t e = 0; e < d; ++e) {
+            dv[key(b) + e] += Bf16(prob) * dout[qi + e];
+            dk[key(b) + e] += ds * q[qi + e] * scale;
+            dq[qi + e] += ds * k[key(b) + e] * scale;
+          }
+        }
+      }
+    }
+  }
+
+  // Through RoPE and the temperatures (SSA.md section 5), in f64.
+  Tensor dtau_q = Zeros({n, h}), drope_u = Zeros(pr.in.u.shape());
+  for (int64_t i = 0; i < n * h * d; ++i) {
+    dtau_q.data<double>()[i / d] += rope_u.data<double>()[i] * dq[i];
+    drope_u.data<double>()[i] = tau_q[i / d] * dq[i];
+  }
+  ops::RopeBackward(Cpu(), drope_u, pos, pr.in.inv_freq, r.grads.du);
+  Tensor dk_tilde = Zeros(pr.in.k.shape());
+  std::copy(dk.begin(), dk.end(), dk_tilde.data<double>());
+  ops::RopeBackward(Cpu(), dk_tilde, pos, pr.in.inv_freq, r.grads.dk);
+  Tensor dtau_v = Zeros({n, g});
+  for (int64_t i = 0; i < n * g * d; ++i) {
+    dtau_v.data<double>()[i / d] += pr.in.v.data<double>()[i] * dv[i];
+    r.grads.dv.data<double>()[i] = tau_v[i / d] * dv[i];
+  }
+  Tensor& dquery_source = o.weight_sharing ? r.grads.du : r.grads.dquery_source;
+  Tensor& dvalue_source = o.weight_sharing ? r.grads.dv : r.grads.dvalue_source;
+  QueryTemperatureBackward(Cpu(), o, dtau_q, query_source, pr.params.query_readout, pr.params.alpha,
+                           pos, tanh_q, dquery_source, r.grads.params.query_readout,
+                           r.grads.params.alpha);
+  ValueTemperatureBackward(Cpu(), o, dtau_v, value_source, pr.params.value_readout, tanh_v,
+                           dvalue_source, r.grads.params.value_readout);
+  for (Tensor* t :
+       {&r.grads.du, &r.grads.dk, &r.grads.dv, &r.grads.dquery_source, &r.grads.dvalue_source}) {
+    if (!t->defined()) continue;
+    for (int64_t i = 0; i < t->numel(); ++i) t->data<double>()[i] = Bf16(t->data<double>()[i]);
+  }
+  return r;
+}
+
+// The acceptance rule of the file comment for one tensor.
+::testing::AssertionResult WithinNaiveBf16(const Tensor& actual, const Tensor& naive,
+                                           const Tensor& expected, const std::string& what) {
+  const testing::ErrorReport kernel = testing::CompareTensors(actual, expected);
+  const double naive_error = testing::CompareTensors(naive, expected).max_abs_error;
+  double largest = 1.0;  // the floor's scale: at least 1 (inputs are O(1))
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    largest = std::max(largest, std::abs(expected.data<double>()[i]));
+  }
+  const double limit = testing::kLowPrecisionErrorRatio * naive_error + kFloor * largest;
+  std::ostringstream msg;
+  msg << what << " " << actual.ToString() << ": kernel max error " << kernel.max_abs_error
+      << " at flat index " << kernel.max_index << " (kernel " << kernel.actual_at_max << ", f64 "
+      << kernel.expected_at_max << "), naive bf16 max error " << naive_error << ", limit " << limit;
+  if (kernel.has_nan) msg << ", non-finite values where the reference is finite";
+  if (kernel.has_nan || !(kernel.max_abs_error <= limit)) {
+    return ::testing::AssertionFailure() << msg.str();
+  }
+  return ::testing::AssertionSuccess() << msg.str();
+}
+
+// Every output and gradient the options produce.
+void ExpectWithinNaiveBf16(const SsaOptions& o, const Result& kernel, const Result& naive,
+                           const Result& expected, bool temperatures = true) {
+  auto check = [&](auto field, const char* what) {
+    EXPECT_TRUE(WithinNaiveBf16(field(kernel), field(naive), field(expected), what));
+  };
+  check([](const Result& r) { return r.fwd.out; }, "out");
+  check([](const Result& r) { return r.fwd.lse; }, "lse");
+  if (temperatures && o.query_temperature) {
+    check([](const Result& r) { return r.fwd.query_temperature; }, "tau^q");
+  }
+  if (temperatures && o.value_temperature) {
+    check([](const Result& r) { return r.fwd.value_temperature; }, "tau^v");
+  }
+  check([](const Result& r) { return r.grads.du; }, "du");
+  check([](const Result& r) { return r.grads.dk; }, "dk");
+  check([](const Result& r) { return r.grads.dv; }, "dv");
+  if (!o.weight_sharing) {
+    check([](const Result& r) { return r.grads.dquery_source; }, "dquery_source");
+    check([](const Result& r) { return r.grads.dvalue_source; }, "dvalue_source");
+  }
+  check([](const Result& r) { return r.grads.params.query_readout; }, "d a^q");
+  check([](const Result& r) { return r.grads.params.value_readout; }, "d a^v");
+  check([](const Result& r) { return r.grads.params.alpha; }, "d alpha");
+}
+
+// The first and the second of two backwards into the same gradients (du, dk, dv, d a^q, d a^v,
+// d alpha), as host f64 copies.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> TwoBackwards(const SsaProblem& pr,
+                                                                 const testing::Backend& b) {
+  const Context& ctx = testing::ContextFor(b.device);
+  const SsaAttentionInputs in = InputsOn(pr.in, b);
+  const SsaParameters params = ParametersOn(pr.params, b);
+  const Tensor dout = On(pr.dout, b.dtype, b.device);
+  Result r = NewResult(pr.options, pr.n(), pr.n(), pr.h(), pr.g(), pr.d(), b);
+  SsaAttentionForward(ctx, pr.options, pr.shape, in, params, r.fwd);
+  auto snapshot = [&] {
+    std::vector<Tensor> copies;
+    for (const Tensor* t : {&r.grads.du, &r.grads.dk, &r.grads.dv, &r.grads.params.query_readout,
+                            &r.grads.params.value_readout, &r.grads.params.alpha}) {
+      copies.push_back(testing::Cast(testing::ToHost(*t), DType::kF64));
+    }
+    return copies;
+  };
+  SsaAttentionBackward(ctx, pr.options, pr.shape, dout, in, params, r.fwd, r.grads);
+  std::vector<Tensor> first = snapshot();
+  SsaAttentionBackward(ctx, pr.options, pr.shape, dout, in, params, r.fwd, r.grads);
+  return {first, snapshot()};
+}
+
+// Ring attention on backend `b`: query chunks x key blocks (token ranges [begin, begin + count)
+// of every row), each pair run as a block, the blocks of a chunk merged by log-sum-exp, and the
+// block backwards (with the merged out and lse) summed; assembled as the full operator's out, lse
+// and gradients (host f64).
+Result RunInBlocks(const SsaProblem& pr, const testing::Backend& back,
+                   const std::vector<std::pair<int64_t, int64_t>>& chunks,
+                   const std::vector<std::pair<int64_t, int64_t>>& blocks) {
+  const Context& ctx = testing::ContextFor(back.device);
+  const int64_t b = pr.shape.batch, h = pr.h(), g = pr.g(), d = pr.d();
+  const SsaParameters params = ParametersOn(pr.params, back);
+  // Per key block: dk, dv (accumulated over the query chunks); the first one's parameter
+  // gradients are shared by every call.
+  std::vector<Result> key_grads;
+  for (const auto& [kb, kc] : blocks) {
+    key_grads.push_back(NewResult(pr.options, b * kc, b * kc, h, g, d, back));
+  }
+  const SsaParameters dparams = key_grads[0].grads.params;
+  Result total = NewResult(pr.options, pr.n(), pr.n(), h, g, d, DType::kF64, Device::Cpu());
+  auto add = [&](Tensor& whole, const Tensor& part, int64_t begin) {
+    fixture::AddTokenRange<double>(whole, testing::Cast(testing::ToHost(part), DType::kF64), b,
+                                   begin);
+  };
+  for (const auto& [qb, qc] : chunks) {
+    const int64_t nq = b * qc;
+    Result merged = NewResult(pr.options, nq, nq, h, g, d, back);  // out = 0; du of the chunk
+    Tensor lse = On(testing::Full({nq, h}, DType::kF64, -std::numeric_limits<double>::infinity()),
+                    AccumDType(back.dtype), back.device);
+    std::vector<SsaAttentionInputs> inputs;
+    std::vector<SsaAttentionOutputs> parts;
+    for (const auto& [kb, kc] : blocks) {
+      inputs.push_back(InputsOn(fixture::BlockInputs(pr, qb, qc, kb, kc), back));
+      Result part = NewResult(pr.options, nq, b * kc, h, g, d, back);
+      SsaAttentionForward(ctx, pr.options, SsaBlockShape{b, qb, qc, kb, kc}, inputs.back(), params,
+                          part.fwd);
+      MergeAttentionBlock(ctx, merged.fwd.out, lse, part.fwd.out, part.fwd.lse);
+      parts.push_back(part.fwd);
+    }
+    const Tensor dout = On(fixture::TokenRange(pr.dout, b, qb, qc), back.dtype, back.device);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const auto& [kb, kc] = blocks[i];
+      const SsaAttentionOutputs saved{merged.fwd.out, lse, parts[i].query_temperature,
+                                      parts[i].value_temperature};
+      SsaAttentionGrads grads = key_grads[i].grads;
+      grads.du = merged.grads.du;
+      grads.params = dparams;
+      SsaAttentionBackward(ctx, pr.options, SsaBlockShape{b, qb, qc, kb, kc}, dout, inputs[i],
+                           params, saved, grads);
+    }
+    add(total.fwd.out, merged.fwd.out, qb);
+    add(total.fwd.lse, lse, qb);
+    add(total.grads.du, merged.grads.du, qb);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    add(total.grads.dk, key_grads[i].grads.dk, blocks[i].first);
+    add(total.grads.dv, key_grads[i].grads.dv, blocks[i].first);
+  }
+  total.grads.params = {testing::Cast(testing::ToHost(dparams.query_readout), DType::kF64),
+                        testing::Cast(testing::ToHost(dparams.value_readout), DType::kF64),
+                        testing::Cast(testing::ToHost(dparams.alpha), DType::kF64)};
+  return total;
+}
+
+struct ShapeCase {
+  const char* name;
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  bool packed;
+};
+
+class SsaAttentionCuda : public ::testing::TestWithParam<ShapeCase> {};
+
+TEST_P(SsaAttentionCuda, MatchesTheReferenceWithinTheNaiveBf16Error) {
+  KELVIN_SKIP_WITHOUT_CUDA(kGpu.device);
+  const ShapeCase& c = GetParam();
+  const SsaProblem pr = Bf16Problem(SsaOptions{}, c.batch, c.seq, c.heads, c.kv_heads, c.head_dim,
+                                    c.packed, 4000 + c.seq);
+  ExpectWithinNaiveBf16(pr.options, RunOn(pr, kGpu), NaiveBf16(pr), RunReference(pr));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SsaAttentionCuda,
+    ::testing::Values(ShapeCase{"d64_h4g2_t100_b2_packed", 2, 100, 4, 2, 64, true},
+                      ShapeCase{"d128_h8g2_t257_b1", 1, 257, 8, 2, 128, false},
+                      ShapeCase{"d128_h4g2_t1_b2", 2, 1, 4, 2, 128, false},
+                      ShapeCase{"d64_h8g2_t257_b2_packed", 2, 257, 8, 2, 64, true},
+                      ShapeCase{"d128_h4g2_t100_b2", 2, 100, 4, 2, 128, false}),
+    [](const ::testing::TestParamInfo<ShapeCase>& info) { return info.param.name; });
+
+TEST(SsaAttentionCudaFlags, EveryFlagVariantMatchesTheReference) {
+  KELVIN_SKIP_WITHOUT_CUDA(kGpu.device);
+  std::vector<fixture::Variant> variants = fixture::Variants();
+  variants.push_back({"vanilla", VanillaAttentionOptions()});
+  for (const fixture::Variant& variant : variants) {
+    SCOPED_TRACE(variant.name);
+    const SsaProblem pr = Bf16Problem(variant.options, 2, 70, 4, 2, 64, true, 77);
+    ExpectWithinNaiveBf16(pr.options, RunOn(pr, kGpu), NaiveBf16(pr), RunReference(pr));
+  }
+}
+
+// Zero read-outs without the position term: every temperature is exactly 1, and SSA gives the
+// bits of vanilla attention (forward and backward).
+TEST(SsaAttentionCudaFlags, UnitTemperaturesAreBitIdenticalToVanillaAttention) {
+  KELVIN_SKIP_WITHOUT_CUDA(kGpu.device);
+  SsaOptions ssa;
+  ssa.position_aware = false;
+  SsaProblem pr = Bf16Problem(ssa, 2, 90, 4, 2, 128, true, 5);
+  pr.params.query_readout = Zeros(pr.params.query_readout.shape());
+  pr.params.value_readout = Zeros(pr.params.value_readout.shape());
+  const Result with_ssa = RunOn(pr, kGpu);
+  pr.options = VanillaAttentionOptions();
+  const Result vanilla = RunOn(pr, kGpu);
+  EXPECT_TRUE(testing::BitIdentical(with_ssa.fwd.out, vanilla.fwd.out, "out"));
+  EXPECT_TRUE(testing::BitIdentical(with_ssa.fwd.lse, vanilla.fwd.lse, "lse"));
+  EXPECT_TRUE(testing::BitIdentical(with_ssa.grads.du, vanilla.grads.du, "du"));
+  EXPECT_TRUE(testing::BitIdentical(with_ssa.grads.dk, vanilla.grads.dk, "dk"));
+  EXPECT_TRUE(testing::BitIdentical(with_ssa.grads.dv, vanilla.grads.dv, "dv"));
+}
+
+// A second backward into the same gradients adds as much again.
+TEST(SsaAttentionCudaFlags, GradientsAccumulate) {
+  KELVIN_SKIP_WITHOUT_CUDA(kGpu.device);
+  const SsaProblem pr = Bf16Problem(SsaOptions{}, 1, 50, 4, 2, 64, false, 9);
+  const auto [first, second] = TwoBackwards(pr, kGpu);
+  const char* names[] = {"du", "dk", "dv", "d a^q", "d a^v", "d alpha"};
+  for (size_t i = 0; i < first.size(); ++i) {
+    ASSERT_GT(testing::CompareTensors(first[i], Zeros(first[i].shape())).max_abs_error, 0.0)
+        << names[i] << " is zero after the first backward";
+    Tensor doubled = testing::Cast(first[i], DType::kF64);
+    for (int64_t e = 0; e < doubled.numel(); ++e) doubled.data<double>()[e] *= 2;
+    EXPECT_TRUE(testing::AllClose(second[i], doubled, testing::kBF16RelTol, names[i]));
+  }
+}
+
+// Ring attention: two query chunks x two key blocks merged equal the full operator within the
+// naive bf16 error. Packed rows make whole blocks invisible to a chunk.
+TEST(SsaAttentionCudaBlocks, MergedKeyBlocksEqualTheFullOperator) {
+  KELVIN_SKIP_WITHOUT_CUDA(kGpu.device);
+  for (const bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "packed" : "causal");
+    const SsaProblem pr = Bf16Problem(SsaOptions{}, 2, 200, 4, 2, 64, packed, 31);
+    const Result total = RunInBlocks(pr, kGpu, {{0, 100}, {100, 100}}, {{0, 72}, {72, 128}});
+    ExpectWithinNaiveBf16(pr.options, total, NaiveBf16(pr), RunReference(pr),
+                          /*temperatures=*/false);
+  }
+}
+
+}  // namespace
+}  // namespace kelvin::ssa
