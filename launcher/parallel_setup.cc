@@ -10,11 +10,11 @@
 namespace kelvin::launcher {
 
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
-    const config::JobConfig& job, const models::LlamaConfig& arch) {
+    const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world) {
   const config::ParallelConfig& p = job.parallel();
   int mpi_initialized = 0, world_size = 1;
   MPI_Initialized(&mpi_initialized);
-  if (mpi_initialized) MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (mpi_initialized) MPI_Comm_size(world, &world_size);
   const int model_parallel = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel();
   const int data_parallel =
       p.data_parallel() > 0 ? p.data_parallel() : std::max(world_size / model_parallel, 1);
@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
   spec.global_batch_size = t.global_batch_size();
   parallel::CommunicatorOptions options;
   options.timeout_seconds = p.collective_timeout_seconds();
-  return parallel::ProcessGrid::Create(spec, MPI_COMM_WORLD, parallel::CommBackend::kMpi, options,
+  return parallel::ProcessGrid::Create(spec, world, parallel::CommBackend::kMpi, options,
                                        Context::Cpu());
 }
 

@@ -3,6 +3,8 @@
 // MPI_COMM_WORLD. A one-process job gets no grid and makes no MPI call.
 #pragma once
 
+#include <mpi.h>
+
 #include <memory>
 
 #include "configs/kelvin.pb.h"
@@ -11,10 +13,10 @@
 
 namespace kelvin::launcher {
 
-// nullptr when the layout is one process and MPI is not running with more than one; else the
-// grid (MPI must be initialised: kelvin_main does it under mpirun/srun). Errors name the
-// parallel.* fields, the world size and the launch command to use.
+// nullptr when the layout is one process and `world` (when MPI is initialised) has one; else the
+// grid over `world` (MPI must be initialised: kelvin_main does it under mpirun/srun). Errors name
+// the parallel.* fields, the world size and the launch command to use.
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
-    const config::JobConfig& job, const models::LlamaConfig& arch);
+    const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world);
 
 }  // namespace kelvin::launcher

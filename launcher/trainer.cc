@@ -85,7 +85,8 @@ void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& lay
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job,
+                                                         MPI_Comm world) {
   KELVIN_RETURN_IF_ERROR(CheckSupported(job));
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
   if (job.training().seq_length() > arch.max_position_embeddings) {
@@ -94,7 +95,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
         " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
   }
   std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
-  KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch));
+  KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch, world));
   models::LlamaParallelism parallelism;
   if (trainer->grid_ != nullptr) {
     if (!job.checkpoint().dir().empty()) {

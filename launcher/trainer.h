@@ -35,8 +35,11 @@ struct EvalStats {
 
 class Trainer {
  public:
-  // Resolves the model and data; fails with a clear message on anything this build cannot run.
-  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::JobConfig& job);
+  // Resolves the layout, model and data; fails with a clear message on anything this build cannot
+  // run. `world`: the processes of the job when MPI is initialised (tests pass MPI_COMM_SELF for
+  // a one-process reference run inside an MPI job).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::JobConfig& job,
+                                                         MPI_Comm world = MPI_COMM_WORLD);
 
   absl::Status Run();
   absl::StatusOr<StepStats> TrainStep(int64_t step);

@@ -4,14 +4,11 @@
 // aborts the job with a message naming the operation, the group and the ranks that did not arrive.
 #pragma once
 
-#include <mpi.h>
-
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "core/context.h"
 #include "core/tensor.h"
 
@@ -74,17 +71,5 @@ class Communicator {
 
 // "tp[0,1]", "dp[0,2,4,6,8,10,12,14,...(64 ranks)]".
 std::string GroupName(std::string_view role, const std::vector<int>& world_ranks);
-
-// The world ranks of `comm`'s members, by rank in `comm`.
-std::vector<int> WorldRanksOf(MPI_Comm comm);
-
-// A communicator over the members of `comm` (which the caller keeps and may free afterwards):
-// collective over `comm`. `role` names it in messages ("tp", "dp", "world"). Tensors on CUDA
-// devices are ordered on `ctx`'s stream. kNccl needs a CUDA build and a CUDA `ctx` (one device per
-// process); FailedPrecondition otherwise.
-absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(CommBackend backend, MPI_Comm comm,
-                                                                 std::string_view role,
-                                                                 const CommunicatorOptions& options,
-                                                                 const Context& ctx);
 
 }  // namespace kelvin::parallel

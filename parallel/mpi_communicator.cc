@@ -19,6 +19,7 @@
 #include "core/copy.h"
 #include "core/logging.h"
 #include "core/mpi_check.h"
+#include "parallel/communicator_factory.h"
 
 namespace kelvin::parallel {
 

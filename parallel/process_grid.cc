@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "core/mpi_check.h"
+#include "parallel/communicator_factory.h"
 #include "core/status.h"
 
 namespace kelvin::parallel {

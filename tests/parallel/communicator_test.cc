@@ -1,6 +1,6 @@
 // Group names in messages (the role and the members' world ranks, elided past 8 members) and the
 // factory's option checks, which need no MPI processes.
-#include "parallel/communicator.h"
+#include "parallel/communicator_factory.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

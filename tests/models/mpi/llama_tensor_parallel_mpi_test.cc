@@ -13,7 +13,7 @@
 #include "core/io/hf_checkpoint.h"
 #include "core/ops/cross_entropy.h"
 #include "models/llama/llama_model.h"
-#include "parallel/communicator.h"
+#include "parallel/communicator_factory.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"

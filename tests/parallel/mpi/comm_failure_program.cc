@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "core/logging.h"
-#include "parallel/communicator.h"
+#include "parallel/communicator_factory.h"
 
 int main(int argc, char** argv) {
   using kelvin::parallel::ReduceOp;

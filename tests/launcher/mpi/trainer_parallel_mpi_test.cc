@@ -1,0 +1,132 @@
+// Parallel training equals one process (run under mpirun -np 2 and 4): the demo model with SSA,
+// started from a checkpoint with non-zero temperatures (random read-outs and alphas), trained 3
+// steps under each layout that fits the world, gives the one-process run's losses and final
+// parameters (each rank's slices) within the f32 tolerance on the same global batch. The
+// one-process reference runs on every rank over MPI_COMM_SELF.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "launcher/job_config.h"
+#include "launcher/trainer.h"
+#include "models/llama/llama_model.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tolerance.h"
+
+namespace kelvin::launcher {
+namespace {
+
+int WorldSize() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+struct Layout {
+  const char* name;
+  int tp, dp;
+  bool sequence_parallel;
+};
+
+// Rank 0 writes the tiny preset with SSA and non-zero temperature parameters; everyone waits.
+std::string StartingCheckpoint() {
+  const std::string dir = ::testing::TempDir() + "/parallel_training_start";
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("tiny");
+    EXPECT_TRUE(config.ok());
+    config->ssa = ssa::SsaOptions();
+    models::LlamaModel model(*config, DType::kF32);
+    model.InitRandom(17);
+    std::mt19937_64 rng(18);
+    std::normal_distribution<double> normal(0.0, 0.5);
+    for (const ParameterSet::Entry& e : model.parameters().entries()) {
+      if (e.group != ParamGroup::kTemperature) continue;
+      for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data<float>()[i] = normal(rng);
+    }
+    EXPECT_TRUE(model.ExportHf(dir).ok());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
+}
+
+config::JobConfig SmallJob(const Layout& layout) {
+  static const std::string start = StartingCheckpoint();
+  const std::string demo =
+      (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
+       "passkey_tiny_cpu.textproto")
+          .string();
+  std::vector<std::string> overrides = {
+      "model.hf_dir=\"" + start + "\"", "model.ssa.enabled=true", "lr_schedule.warmup_steps=1",   "training.steps=3",
+      "training.seq_length=112",     "training.micro_batch_size=2",  "training.global_batch_size=8",
+      "training.eval_interval=3",    "training.eval_steps=1",        "training.export_hf_dir=\"\"",
+      "logging.log_interval=100",     "optimizer.lr=1e-4",
+      absl::StrCat("parallel.tensor_parallel=", layout.tp),
+      absl::StrCat("parallel.data_parallel=", layout.dp),
+      absl::StrCat("parallel.sequence_parallel=", layout.sequence_parallel ? "true" : "false")};
+  absl::StatusOr<config::JobConfig> job = LoadJobConfig(demo, overrides);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.value_or(config::JobConfig());
+}
+
+// Columns [begin, begin + count) of a [rows, cols] f32 host tensor.
+Tensor Columns(const Tensor& full, int64_t begin, int64_t count) {
+  Tensor out = Tensor::Empty({full.dim(0), count}, full.dtype());
+  for (int64_t r = 0; r < full.dim(0); ++r) {
+    for (int64_t c = 0; c < count; ++c) {
+      out.data<float>()[r * count + c] = full.data<float>()[r * full.dim(1) + begin + c];
+    }
+  }
+  return out;
+}
+
+class ParallelTraining : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ParallelTraining, EqualsOneProcess) {
+  const Layout layout = GetParam();
+  if (layout.tp * layout.dp != WorldSize()) {
+    GTEST_SKIP() << layout.name << " needs " << layout.tp * layout.dp << " ranks";
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> reference =
+      Trainer::Create(SmallJob({"one", 1, 1, false}), MPI_COMM_SELF);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_TRUE((*reference)->Run().ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> parallel = Trainer::Create(SmallJob(layout));
+  ASSERT_TRUE(parallel.ok()) << parallel.status();
+  ASSERT_TRUE((*parallel)->Run().ok());
+
+  const std::vector<StepStats>& expected = (*reference)->history();
+  const std::vector<StepStats>& got = (*parallel)->history();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i].loss, expected[i].loss, testing::kF32RelTol * std::abs(expected[i].loss))
+        << "step " << i + 1;
+    EXPECT_NEAR(got[i].grad_norm, expected[i].grad_norm, 1e-4 * expected[i].grad_norm)
+        << "step " << i + 1;
+  }
+  models::LlamaModel& model = (*parallel)->model();
+  ParameterSet& whole = (*reference)->model().parameters();
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
+    const Tensor& full = whole.value(e.name);
+    const Tensor expected_slice = shard.axis < 0    ? full
+                                  : shard.axis == 0 ? full.Slice(shard.begin, shard.begin + shard.count)
+                                                    : Columns(full, shard.begin, shard.count);
+    EXPECT_TRUE(testing::AllClose(e.value, expected_slice, testing::kF32RelTol, e.name));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ParallelTraining,
+    ::testing::Values(Layout{"TP2", 2, 1, false}, Layout{"TP2_SP", 2, 1, true},
+                      Layout{"DP2", 1, 2, false}, Layout{"TP4", 4, 1, false},
+                      Layout{"TP4_SP", 4, 1, true}, Layout{"TP2xDP2", 2, 2, false},
+                      Layout{"TP2_SPxDP2", 2, 2, true}, Layout{"DP4", 1, 4, false}),
+    [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace kelvin::launcher
