@@ -17,6 +17,7 @@
 #include "launcher/checkpoint.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
+#include "parallel/distributed_adamw.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 #include "launcher/preemption.h"
 #include "models/llama/memory_plan.h"
@@ -28,13 +29,12 @@ namespace {
 // than train without them.
 absl::Status CheckSupported(const config::JobConfig& job) {
   const config::ParallelConfig& p = job.parallel();
-  if (p.pipeline_parallel() > 1 || p.context_parallel() > 1 || p.distributed_optimizer()) {
+  if (p.pipeline_parallel() > 1 || p.context_parallel() > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "parallel.pipeline_parallel=", p.pipeline_parallel(),
         " context_parallel=", p.context_parallel(),
-        " distributed_optimizer=", p.distributed_optimizer() ? "true" : "false",
-        ": this build trains with tensor, sequence and data parallelism only; set "
-        "pipeline_parallel and context_parallel to 1 and distributed_optimizer to false"));
+        ": this build trains with tensor, sequence and data parallelism (and the distributed "
+        "optimizer) only; set pipeline_parallel and context_parallel to 1"));
   }
   if (job.training().device() == config::TrainingConfig::CUDA) {
     return absl::UnimplementedError(
@@ -111,10 +111,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism));
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
   const config::OptimizerConfig& opt = job.optimizer();
-  trainer->optimizer_ = std::make_unique<AdamWOptimizer>(
-      trainer->model_->parameters(),
-      AdamWSettings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
-                    job.model().ssa().temperature_lr_scale()});
+  const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
+                               job.model().ssa().temperature_lr_scale()};
+  if (job.parallel().distributed_optimizer() && trainer->DataParallelSize() > 1) {
+    trainer->distributed_optimizer_ = std::make_unique<parallel::DistributedAdamW>(
+        trainer->model_->parameters(), settings, trainer->grid_->dp());
+  } else {
+    trainer->optimizer_ =
+        std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
+  }
   KELVIN_RETURN_IF_ERROR(trainer->Resume());
   return trainer;
 }
@@ -195,16 +200,22 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
                                             ") or raise lr_schedule.warmup_steps"));
   }
   model_->FinishGradients();
-  for (int g = 0; g < kNumParamGroups; ++g) {
-    Tensor& grads = params.grads(static_cast<ParamGroup>(g));
-    if (grads.defined() && DataParallelSize() > 1) {
-      grid_->dp().AllReduce(grads, parallel::ReduceOp::kSum);
+  if (distributed_optimizer_ != nullptr) {
+    distributed_optimizer_->ReduceScatterGradients();
+  } else if (DataParallelSize() > 1) {
+    for (int g = 0; g < kNumParamGroups; ++g) {
+      Tensor& grads = params.grads(static_cast<ParamGroup>(g));
+      if (grads.defined()) grid_->dp().AllReduce(grads, parallel::ReduceOp::kSum);
     }
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
-  optimizer_->Step(ctx, stats.lr);
+  if (distributed_optimizer_ != nullptr) {
+    distributed_optimizer_->Step(ctx, stats.lr);
+  } else {
+    optimizer_->Step(ctx, stats.lr);
+  }
   stats.temperatures = model_->TemperatureStatistics();
   return stats;
 }
@@ -224,17 +235,26 @@ double Trainer::ClipGradients(double max_norm) {
   const Context ctx = Context::Cpu();
   ParameterSet& params = model_->parameters();
   // Each parameter of the full model once: this rank's shards, and replicated tensors only where
-  // CountsInGradientNorm says; the squares summed over the tensor-parallel group.
-  std::vector<Tensor> counted;
-  for (const ParameterSet::Entry& e : params.entries()) {
-    if (model_->CountsInGradientNorm(e.name)) counted.push_back(e.grad);
-  }
+  // CountsInGradientNorm says; the squares summed over the tensor-parallel group (and over the
+  // data-parallel group when each rank holds a shard of the reduced gradients).
+  const auto counts = [&](const std::string& name) { return model_->CountsInGradientNorm(name); };
   Tensor squares = Tensor::Empty({1}, DType::kF64);
-  squares.data<double>()[0] = ops::SumOfSquares(ctx, counted);
+  if (distributed_optimizer_ != nullptr) {
+    squares.data<double>()[0] = distributed_optimizer_->ShardSumOfSquares(counts);
+    grid_->dp().AllReduce(squares, parallel::ReduceOp::kSum);
+  } else {
+    std::vector<Tensor> counted;
+    for (const ParameterSet::Entry& e : params.entries()) {
+      if (counts(e.name)) counted.push_back(e.grad);
+    }
+    squares.data<double>()[0] = ops::SumOfSquares(ctx, counted);
+  }
   if (model_->tp() != nullptr) model_->tp()->AllReduce(squares, parallel::ReduceOp::kSum);
   const double norm = std::sqrt(squares.data<double>()[0]);
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
-  if (coefficient < 1) {  // false for a NaN norm: the caller reports it
+  if (coefficient < 1 && distributed_optimizer_ != nullptr) {
+    distributed_optimizer_->ScaleGradients(coefficient);
+  } else if (coefficient < 1) {  // false for a NaN norm: the caller reports it
     for (int g = 0; g < kNumParamGroups; ++g) {
       Tensor& grads = params.grads(static_cast<ParamGroup>(g));
       if (grads.defined()) ops::Scale(ctx, grads, coefficient, grads);

@@ -13,6 +13,7 @@
 #include "configs/kelvin.pb.h"
 #include "core/optim/adamw_optimizer.h"
 #include "launcher/job_setup.h"
+#include "parallel/distributed_adamw.h"
 #include "parallel/process_grid.h"
 
 namespace kelvin::launcher {
@@ -67,7 +68,10 @@ class Trainer {
   std::unique_ptr<parallel::ProcessGrid> grid_;  // nullptr: one process
   std::unique_ptr<models::LlamaModel> model_;
   DataSources data_;
+  // One of the two: AdamW over the whole parameters, or ZeRO-1 over the data-parallel group
+  // (parallel.distributed_optimizer).
   std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<parallel::DistributedAdamW> distributed_optimizer_;
   int64_t micro_batches_ = 1;  // per step (gradient accumulation)
   int64_t start_step_ = 0;     // steps already done by the run this one resumes
   std::vector<StepStats> history_;

@@ -3,6 +3,13 @@
 
 namespace kelvin {
 
+ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup group, double lr) {
+  ops::AdamWHyperParams hp{lr, settings.beta1, settings.beta2, settings.eps,
+                           group == ParamGroup::kDecay ? settings.weight_decay : 0.0};
+  if (group == ParamGroup::kTemperature) hp.lr *= settings.temperature_lr_scale;
+  return hp;
+}
+
 AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings)
     : params_(params), settings_(settings) {
   KELVIN_CHECK(params.allocated()) << "AdamWOptimizer needs allocated parameters";
@@ -19,12 +26,9 @@ void AdamWOptimizer::Step(const Context& ctx, double lr) {
   for (int g = 0; g < kNumParamGroups; ++g) {
     const auto group = static_cast<ParamGroup>(g);
     if (!params_.values(group).defined()) continue;
-    ops::AdamWHyperParams hp{lr, settings_.beta1, settings_.beta2, settings_.eps,
-                             group == ParamGroup::kDecay ? settings_.weight_decay : 0.0};
-    if (group == ParamGroup::kTemperature) hp.lr *= settings_.temperature_lr_scale;
     Tensor no_model_copy;
     ops::AdamWStep(ctx, params_.values(group), params_.grads(group), m_[g], v_[g], no_model_copy,
-                   hp, steps_);
+                   GroupHyperParams(settings_, group, lr), steps_);
   }
 }
 

@@ -18,6 +18,10 @@ struct AdamWSettings {
   double temperature_lr_scale = 1.0;
 };
 
+// The AdamW hyper-parameters of one parameter group at learning rate `lr`: weight decay for
+// kDecay only, the learning rate scaled by temperature_lr_scale for kTemperature.
+ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup group, double lr);
+
 class AdamWOptimizer {
  public:
   AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings);

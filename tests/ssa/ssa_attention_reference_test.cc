@@ -7,15 +7,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "core/io/safetensors.h"
 #include "core/ops/reference/attention.h"
 #include "core/ops/reference/rope.h"
-#include "core/ops/rope.h"
+#include "tests/ssa/ssa_fixture.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/gradcheck.h"
 #include "tests/testing/tensors.h"
@@ -48,19 +46,8 @@ SsaAttentionGrads NewGrads(const SsaOptions& options, int64_t nq, int64_t nk, in
   return grads;
 }
 
-// Everything one full-operator call needs, f64.
-struct Problem {
-  SsaOptions options;
-  SsaBlockShape shape;
-  SsaAttentionInputs in;
-  SsaParameters params;
-  Tensor dout;  // [N, H, d]
-
-  int64_t n() const { return in.u.dim(0); }
-  int64_t h() const { return in.u.dim(1); }
-  int64_t g() const { return in.k.dim(1); }
-  int64_t d() const { return in.u.dim(2); }
-
+// A full-operator problem (f64) with the reference's forward and backward.
+struct Problem : fixture::SsaProblem {
   SsaAttentionOutputs Forward() const {
     SsaAttentionOutputs out = NewOutputs(n(), n(), h(), g(), d());
     reference::SsaAttentionForward(options, shape, in, params, out);
@@ -73,61 +60,9 @@ struct Problem {
   }
 };
 
-// Position ids [B*T]: 0..T-1 per row, or documents of lengths 3, 4, 5, ... (row r starts at r+3).
-Tensor Positions(int64_t batch, int64_t seq, bool packed) {
-  Tensor p = Tensor::Empty({batch * seq}, DType::kI32);
-  for (int64_t row = 0; row < batch; ++row) {
-    int32_t pos = 0, doc_len = static_cast<int32_t>(row + 3);
-    for (int64_t i = 0; i < seq; ++i) {
-      if (packed && pos == doc_len) {
-        pos = 0;
-        ++doc_len;
-      }
-      p.data<int32_t>()[row * seq + i] = pos++;
-    }
-  }
-  return p;
-}
-
 Problem RandomProblem(const SsaOptions& options, int64_t b, int64_t t, int64_t h, int64_t g,
                       int64_t d, bool packed, uint64_t seed) {
-  const int64_t n = b * t;
-  Problem pr{options, SsaBlockShape::Full(b, t), {}, {}, {}};
-  pr.in.u = testing::Random({n, h, d}, DType::kF64, seed + 1, -2, 2);
-  pr.in.query_positions = Positions(b, t, packed);
-  pr.in.k = testing::Random({n, g, d}, DType::kF64, seed + 2, -2, 2);
-  pr.in.v = testing::Random({n, g, d}, DType::kF64, seed + 3);
-  pr.in.inv_freq = ops::RopeInverseFrequencies(ops::RopeConfig{.theta = 10000.0}, d, DType::kF64);
-  if (!options.weight_sharing) {
-    pr.in.query_source = testing::Random({n, h, d}, DType::kF64, seed + 4, -2, 2);
-    pr.in.value_source = testing::Random({n, g, d}, DType::kF64, seed + 5, -2, 2);
-  }
-  pr.params.query_readout = testing::Random({h, d}, DType::kF64, seed + 6, -0.8, 0.8);
-  pr.params.value_readout = testing::Random({g, d}, DType::kF64, seed + 7, -0.8, 0.8);
-  pr.params.alpha = testing::Random({h}, DType::kF64, seed + 8, -3, 1);
-  pr.dout = testing::Random({n, h, d}, DType::kF64, seed + 9);
-  return pr;
-}
-
-struct Variant {
-  std::string name;
-  SsaOptions options;
-};
-
-std::vector<Variant> Variants() {
-  std::vector<Variant> v{{"default", {}}};
-  auto add = [&](const std::string& name, auto change) {
-    SsaOptions o;
-    change(o);
-    v.push_back({name, o});
-  };
-  add("query only", [](SsaOptions& o) { o.value_temperature = false; });
-  add("value only", [](SsaOptions& o) { o.query_temperature = false; });
-  add("token_aware off", [](SsaOptions& o) { o.token_aware = false; });
-  add("position_aware off", [](SsaOptions& o) { o.position_aware = false; });
-  add("weight_sharing off", [](SsaOptions& o) { o.weight_sharing = false; });
-  add("clamp", [](SsaOptions& o) { o.temperature_clamp = TemperatureClamp{0.8, 1.5}; });
-  return v;
+  return {fixture::RandomProblem(options, b, t, h, g, d, packed, seed)};
 }
 
 // ---- Parity with the PyTorch fixtures ----
@@ -135,47 +70,10 @@ std::vector<Variant> Variants() {
 class SsaReferenceFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SsaReferenceFixture, EveryOutputAndGradientMatchesPyTorch) {
-  const std::string path = std::string(KELVIN_FIXTURES_DIR) + "/ssa/" + GetParam() + ".safetensors";
-  absl::StatusOr<io::SafetensorsFile> file = io::SafetensorsFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status().message();
-  auto read = [&](const std::string& name, DType dtype = DType::kF64) {
-    absl::StatusOr<Tensor> t = file->Read(name, dtype);
-    KELVIN_CHECK(t.ok()) << t.status().message();
-    return *t;
-  };
-  auto meta = [&](const std::string& key) {
-    const auto it = file->metadata().find(key);
-    KELVIN_CHECK(it != file->metadata().end()) << path << " has no metadata " << key;
-    return it->second;
-  };
-  auto flag = [&](const std::string& key) { return meta(key) == "true"; };
-
-  Problem pr;
-  pr.options.query_temperature = flag("query_temperature");
-  pr.options.value_temperature = flag("value_temperature");
-  pr.options.token_aware = flag("token_aware");
-  pr.options.position_aware = flag("position_aware");
-  pr.options.weight_sharing = flag("weight_sharing");
-  if (meta("clamp_lo") != "none") {
-    pr.options.temperature_clamp =
-        TemperatureClamp{std::stod(meta("clamp_lo")), std::stod(meta("clamp_hi"))};
-  }
+  const fixture::SsaFixture file(GetParam(), DType::kF64);
+  const Problem pr{file.problem()};
   ASSERT_TRUE(ValidateSsaOptions(pr.options).ok());
-  pr.shape = SsaBlockShape::Full(std::stoll(meta("batch")), std::stoll(meta("seq")));
-  pr.in.u = read("u");
-  pr.in.k = read("k");
-  pr.in.v = read("v");
-  pr.in.query_positions = read("positions", DType::kI32);
-  pr.in.inv_freq = read("inv_freq");
-  if (!pr.options.weight_sharing) {
-    pr.in.query_source = read("query_source");
-    pr.in.value_source = read("value_source");
-  }
-  pr.params = {read("query_readout"), read("value_readout"), read("alpha")};
-  pr.dout = read("dout");
-  EXPECT_EQ(pr.h(), std::stoll(meta("heads")));
-  EXPECT_EQ(pr.g(), std::stoll(meta("kv_heads")));
-  EXPECT_EQ(pr.d(), std::stoll(meta("head_dim")));
+  auto read = [&](const std::string& name) { return file.Expected(name); };
 
   const SsaAttentionOutputs out = pr.Forward();
   EXPECT_TRUE(testing::AllClose(out.out, read("out"), kFixtureRelTol, "out"));
@@ -200,11 +98,7 @@ TEST_P(SsaReferenceFixture, EveryOutputAndGradientMatchesPyTorch) {
   EXPECT_TRUE(testing::AllClose(grads.params.alpha, read("grad.alpha"), kFixtureRelTol, "d alpha"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, SsaReferenceFixture,
-                         ::testing::Values("gqa_h4g2_d64", "mqa_h4g1_d128_packed",
-                                           "mha_h2g2_d16_packed", "query_only", "value_only",
-                                           "token_aware_off", "position_aware_off",
-                                           "weight_sharing_off", "clamp"),
+INSTANTIATE_TEST_SUITE_P(Cases, SsaReferenceFixture, ::testing::ValuesIn(fixture::FixtureNames()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
@@ -212,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, SsaReferenceFixture,
 // ---- Finite differences ----
 
 TEST(SsaReferenceGradient, EveryInputAndParameterMatchesFiniteDifferences) {
-  for (const Variant& variant : Variants()) {
+  for (const fixture::Variant& variant : fixture::Variants()) {
     SCOPED_TRACE(variant.name);
     Problem pr = RandomProblem(variant.options, 2, 6, 4, 2, 4, /*packed=*/true, 100);
     const SsaAttentionGrads grads = pr.Backward();
@@ -288,48 +182,8 @@ TEST(SsaReference, ZeroReadoutsWithoutPositionTermIsPlainAttentionOnRopedInputs)
 
 // ---- Key blocks and query chunks (ring attention) ----
 
-// Tokens [begin, begin + count) of every row of a [B*T, ...] tensor, as [B*count, ...].
-Tensor TokenRange(const Tensor& t, int64_t batch, int64_t begin, int64_t count) {
-  if (!t.defined()) return t;
-  const int64_t seq = t.dim(0) / batch;
-  const size_t token_bytes = t.nbytes() / static_cast<size_t>(t.dim(0));
-  Shape shape = t.shape();
-  shape[0] = batch * count;
-  Tensor part = Tensor::Empty(shape, t.dtype());
-  for (int64_t row = 0; row < batch; ++row) {
-    std::memcpy(static_cast<char*>(part.raw_data()) + row * count * token_bytes,
-                static_cast<const char*>(t.raw_data()) + (row * seq + begin) * token_bytes,
-                count * token_bytes);
-  }
-  return part;
-}
-
-// Adds a [B*count, ...] f64 tensor into tokens [begin, begin + count) of every row of `total`.
-void AddTokenRange(Tensor& total, const Tensor& part, int64_t batch, int64_t begin) {
-  if (!part.defined()) return;
-  const int64_t seq = total.dim(0) / batch, count = part.dim(0) / batch;
-  const int64_t width = part.numel() / part.dim(0);
-  for (int64_t row = 0; row < batch; ++row) {
-    for (int64_t i = 0; i < count * width; ++i) {
-      total.data<double>()[(row * seq + begin) * width + i] +=
-          part.data<double>()[row * count * width + i];
-    }
-  }
-}
-
-// The inputs of query chunk [qb, qb + qc) against key block [kb, kb + kc).
-SsaAttentionInputs BlockInputs(const Problem& pr, int64_t qb, int64_t qc, int64_t kb, int64_t kc) {
-  const int64_t b = pr.shape.batch;
-  const SsaAttentionInputs& in = pr.in;
-  return {TokenRange(in.u, b, qb, qc),
-          TokenRange(in.query_positions, b, qb, qc),
-          TokenRange(in.query_source, b, qb, qc),
-          TokenRange(in.k, b, kb, kc),
-          TokenRange(in.v, b, kb, kc),
-          TokenRange(in.query_positions, b, kb, kc),
-          TokenRange(in.value_source, b, kb, kc),
-          in.inv_freq};
-}
+using fixture::BlockInputs;
+using fixture::TokenRange;
 
 TEST(SsaReferenceBlocks, MergedKeyBlocksEqualTheFullOperator) {
   const std::vector<std::vector<int64_t>> key_splits = {
@@ -376,11 +230,11 @@ TEST(SsaReferenceBlocks, MergedKeyBlocksEqualTheFullOperator) {
             part.params = total.params;  // parameter gradients accumulate in place
             reference::SsaAttentionBlockBackward(options, {b, qb, qc, kb, kc}, dout, out, lse,
                                                  BlockInputs(pr, qb, qc, kb, kc), pr.params, part);
-            AddTokenRange(total.du, part.du, b, qb);
-            AddTokenRange(total.dquery_source, part.dquery_source, b, qb);
-            AddTokenRange(total.dk, part.dk, b, kb);
-            AddTokenRange(total.dv, part.dv, b, kb);
-            AddTokenRange(total.dvalue_source, part.dvalue_source, b, kb);
+            fixture::AddTokenRange<double>(total.du, part.du, b, qb);
+            fixture::AddTokenRange<double>(total.dquery_source, part.dquery_source, b, qb);
+            fixture::AddTokenRange<double>(total.dk, part.dk, b, kb);
+            fixture::AddTokenRange<double>(total.dv, part.dv, b, kb);
+            fixture::AddTokenRange<double>(total.dvalue_source, part.dvalue_source, b, kb);
           }
         }
         const double tol = testing::kF64RelTol;

@@ -29,6 +29,7 @@ struct Layout {
   const char* name;
   int tp, dp;
   bool sequence_parallel;
+  bool distributed_optimizer = false;
 };
 
 // Rank 0 writes the tiny preset with SSA and non-zero temperature parameters; everyone waits.
@@ -67,7 +68,9 @@ config::JobConfig SmallJob(const Layout& layout) {
       "logging.log_interval=100",     "optimizer.lr=1e-4",
       absl::StrCat("parallel.tensor_parallel=", layout.tp),
       absl::StrCat("parallel.data_parallel=", layout.dp),
-      absl::StrCat("parallel.sequence_parallel=", layout.sequence_parallel ? "true" : "false")};
+      absl::StrCat("parallel.sequence_parallel=", layout.sequence_parallel ? "true" : "false"),
+      absl::StrCat("parallel.distributed_optimizer=",
+                   layout.distributed_optimizer ? "true" : "false")};
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(demo, overrides);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.value_or(config::JobConfig());
@@ -123,7 +126,8 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ParallelTraining,
     ::testing::Values(Layout{"TP2", 2, 1, false}, Layout{"TP2_SP", 2, 1, true},
-                      Layout{"DP2", 1, 2, false}, Layout{"TP4", 4, 1, false},
+                      Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
+                      Layout{"TP4", 4, 1, false}, Layout{"TP2xDP2_ZeRO1", 2, 2, false, true},
                       Layout{"TP4_SP", 4, 1, true}, Layout{"TP2xDP2", 2, 2, false},
                       Layout{"TP2_SPxDP2", 2, 2, true}, Layout{"DP4", 1, 4, false}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });

@@ -1,0 +1,55 @@
+// ZeRO-1, Megatron's distributed optimizer, over a data-parallel group of D ranks: each parameter
+// group's flat gradient buffer of E elements is zero-padded to D*S (S = ceil(E / D)) and
+// reduce-scattered (summed), so that rank r holds the reduced gradient of its contiguous shard
+// [r*S, min((r+1)*S, E)); AdamW updates only that shard of the parameters, with Adam moments for
+// the shard only (1/D of the optimizer state); the updated shards are all-gathered into every
+// rank's parameters. Equal to AdamWOptimizer after a gradient all-reduce, up to the summation
+// order of the reduction.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "core/context.h"
+#include "core/optim/adamw_optimizer.h"
+#include "core/optim/parameter_set.h"
+#include "parallel/communicator.h"
+
+namespace kelvin::parallel {
+
+class DistributedAdamW {
+ public:
+  DistributedAdamW(ParameterSet& params, const AdamWSettings& settings, Communicator& dp);
+
+  // Sums every rank's accumulated gradients into this rank's shards (the full gradient buffers
+  // are left as they were).
+  void ReduceScatterGradients();
+  // Sum of squares of this rank's reduced shards, over the elements of the parameters for which
+  // `counts(name)` is true (see LlamaModel::CountsInGradientNorm): summed over the DP group (and
+  // the model-parallel groups) it is the squared global gradient norm.
+  double ShardSumOfSquares(const std::function<bool(const std::string&)>& counts) const;
+  // Multiplies the reduced shards by `coefficient` (gradient clipping).
+  void ScaleGradients(double coefficient);
+  // AdamW on this rank's shards at learning rate `lr`, then the all-gather of the parameters.
+  void Step(const Context& ctx, double lr);
+  int64_t steps_taken() const { return steps_; }
+
+ private:
+  struct GroupShard {
+    int64_t elements = 0;     // E
+    int64_t shard = 0;        // S = ceil(E / D)
+    int64_t begin = 0;        // r * S
+    int64_t count = 0;        // elements of the shard inside [0, E): min(S, E - begin), >= 0
+    Tensor padded;            // [D * S] scratch (gradients in, parameters out), values' dtype
+    Tensor grad;              // [S] this rank's reduced gradient
+    Tensor m, v;              // [S] Adam moments
+  };
+
+  ParameterSet& params_;
+  AdamWSettings settings_;
+  Communicator& dp_;
+  GroupShard groups_[kNumParamGroups];
+  int64_t steps_ = 0;
+};
+
+}  // namespace kelvin::parallel
