@@ -293,8 +293,15 @@ absl::Status Trainer::Run() {
   KLOG_RANK0(INFO) << "model: " << arch_.num_layers << " layers, hidden " << arch_.hidden_size
                    << ", " << arch_.num_attention_heads << "/" << arch_.num_key_value_heads
                    << " heads, vocab " << arch_.vocab_size << ", "
-                   << model_->parameters().NumElements() << " parameters (f32, CPU, "
-                   << omp_get_max_threads() << " threads)";
+                   << arch_.NumParameters() << " parameters (" << model_->parameters().NumElements()
+                   << " on each rank; f32, CPU, " << omp_get_max_threads() << " threads)";
+  if (grid_ != nullptr) {
+    const parallel::GridSpec& g = grid_->spec();
+    KLOG_RANK0(INFO) << "layout: " << g.world_size << " processes = tensor " << g.tensor_parallel
+                     << (g.sequence_parallel ? " (sequence parallel)" : "") << " x data "
+                     << g.data_parallel
+                     << (distributed_optimizer_ ? " (distributed optimizer)" : "");
+  }
   KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of " << t.micro_batch_size()
                    << " x " << t.seq_length() << " tokens per step";
   KLOG_RANK0(INFO)
