@@ -18,6 +18,7 @@
 #include "core/ops/elementwise.h"
 #include "models/llama/llama_model.h"
 #include "models/llama/memory_plan.h"
+#include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 
@@ -26,25 +27,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The tiny model without SSA.
 models::LlamaConfig TinyConfig() {
-  models::LlamaConfig c;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.vocab_size = 11;
-  c.max_position_embeddings = 32;
-  c.rope.theta = 10000.0;
-  return c;
-}
-
-models::LlamaConfig WithSsa(models::LlamaConfig c, bool weight_sharing, bool position_aware) {
-  ssa::SsaOptions o;
-  o.weight_sharing = weight_sharing;
-  o.position_aware = position_aware;
-  c.ssa = o;
+  models::LlamaConfig c = testing::TinySsaLlamaConfig(true, true);
+  c.ssa.reset();
   return c;
 }
 
@@ -141,7 +127,7 @@ TEST(LlamaSsa, ZeroReadOutsWithoutPositionTermAreBitIdenticalToVanilla) {
   const models::LlamaConfig vanilla_config = TinyConfig();
   models::LlamaModel vanilla(vanilla_config, DType::kF32);
   vanilla.InitRandom(3);
-  models::LlamaModel ssa(WithSsa(vanilla_config, true, /*position_aware=*/false), DType::kF32);
+  models::LlamaModel ssa(testing::TinySsaLlamaConfig(true, /*position_aware=*/false), DType::kF32);
   CopySharedParameters(vanilla, ssa);
   const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 5, 0, 10);
   const Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 6, 0, 10);
@@ -165,7 +151,7 @@ class LlamaSsaGradient : public ::testing::TestWithParam<bool> {};
 // central differences of the mean loss at sampled elements, in f64.
 TEST_P(LlamaSsaGradient, WholeModelMatchesFiniteDifferences) {
   const bool weight_sharing = GetParam();
-  models::LlamaModel model(WithSsa(TinyConfig(), weight_sharing, true), DType::kF64);
+  models::LlamaModel model(testing::TinySsaLlamaConfig(weight_sharing, true), DType::kF64);
   RandomizeForGradientCheck(model, 11);
   const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 13, 0, 10);
   Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 14, 0, 10);
@@ -186,7 +172,7 @@ INSTANTIATE_TEST_SUITE_P(WeightSharing, LlamaSsaGradient, ::testing::Bool(),
                          });
 
 TEST(LlamaSsa, TemperatureStatisticsDescribeTheLastForward) {
-  models::LlamaModel model(WithSsa(TinyConfig(), true, true), DType::kF64);
+  models::LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);
   model.InitRandom(21);
   RandomizeSsa(model, 22);
   EXPECT_TRUE(model.TemperatureStatistics().empty());  // no forward yet
@@ -212,7 +198,7 @@ TEST(LlamaSsa, TemperatureStatisticsDescribeTheLastForward) {
 
 TEST(LlamaSsa, ExportImportKeepsSsaTensorsAndAPlainCheckpointStartsAtInit) {
   const std::string dir = ::testing::TempDir() + "/llama_ssa_export";
-  const models::LlamaConfig config = WithSsa(TinyConfig(), false, true);
+  const models::LlamaConfig config = testing::TinySsaLlamaConfig(false, true);
   models::LlamaModel trained(config, DType::kF32);
   trained.InitRandom(31);
   for (const ParameterSet::Entry& e : trained.parameters().entries()) {
@@ -245,7 +231,7 @@ TEST(LlamaSsa, ExportImportKeepsSsaTensorsAndAPlainCheckpointStartsAtInit) {
       plain.parameters().value(layer + "v_proj.weight"), "W_tmp^v starts as W_v"));
 
   // A checkpoint with only some SSA tensors (other flags) is a clear error.
-  models::LlamaModel both(WithSsa(TinyConfig(), true, true), DType::kF32);
+  models::LlamaModel both(testing::TinySsaLlamaConfig(true, true), DType::kF32);
   const std::string mixed_dir = dir + "_mixed";
   ssa::SsaOptions query_only;
   query_only.value_temperature = false;
@@ -265,7 +251,7 @@ TEST(LlamaSsa, ExportImportKeepsSsaTensorsAndAPlainCheckpointStartsAtInit) {
 
 TEST(LlamaSsa, MemoryPlanPredictsTheSsaBuffersExactly) {
   for (const bool weight_sharing : {true, false}) {
-    const models::LlamaConfig config = WithSsa(TinyConfig(), weight_sharing, true);
+    const models::LlamaConfig config = testing::TinySsaLlamaConfig(weight_sharing, true);
     models::LlamaModel model(config, DType::kF32);
     model.InitRandom(41);
     model.Forward(Context::Cpu(), testing::RandomInts({2, 6}, DType::kI32, 42, 0, 10),

@@ -1,6 +1,7 @@
 // Seeded test tensors and host-side casts.
 #include "tests/testing/tensors.h"
 
+#include <cstring>
 #include <random>
 
 #include "core/copy.h"
@@ -44,6 +45,21 @@ Tensor Full(const Shape& shape, DType dtype, double value) {
   Tensor t = Tensor::Empty(shape, dtype);
   reference::FromDoubles(std::vector<double>(static_cast<size_t>(t.numel()), value), t);
   return t;
+}
+
+Tensor SliceAlong(const Tensor& t, int axis, int64_t begin, int64_t count) {
+  if (axis < 0) return t;
+  KELVIN_CHECK(t.is_cpu() && (axis == 0 || t.ndim() == 2)) << "SliceAlong: " << t.ToString();
+  if (axis == 0) return ToHost(t.Slice(begin, begin + count));
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  const size_t bytes = DTypeSize(t.dtype());
+  Tensor out = Tensor::Empty({rows, count}, t.dtype());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(static_cast<char*>(out.raw_data()) + r * count * bytes,
+                static_cast<const char*>(t.raw_data()) + (r * cols + begin) * bytes,
+                count * bytes);
+  }
+  return out;
 }
 
 }  // namespace kelvin::testing

@@ -18,5 +18,8 @@ Tensor Cast(const Tensor& t, DType dtype);
 Tensor ToHost(const Tensor& t);
 // Host tensor filled with one value.
 Tensor Full(const Shape& shape, DType dtype, double value);
+// A host copy of indices [begin, begin + count) along `axis` (0 or 1) of a 1-D or 2-D host tensor,
+// or `t` itself when axis < 0 (what one tensor-parallel rank holds of a full parameter).
+Tensor SliceAlong(const Tensor& t, int axis, int64_t begin, int64_t count);
 
 }  // namespace kelvin::testing

@@ -14,6 +14,7 @@
 #include "launcher/trainer.h"
 #include "models/llama/llama_model.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
 #include "tests/testing/tolerance.h"
 
 namespace kelvin::launcher {
@@ -76,16 +77,6 @@ config::JobConfig SmallJob(const Layout& layout) {
   return job.value_or(config::JobConfig());
 }
 
-// Columns [begin, begin + count) of a [rows, cols] f32 host tensor.
-Tensor Columns(const Tensor& full, int64_t begin, int64_t count) {
-  Tensor out = Tensor::Empty({full.dim(0), count}, full.dtype());
-  for (int64_t r = 0; r < full.dim(0); ++r) {
-    for (int64_t c = 0; c < count; ++c) {
-      out.data<float>()[r * count + c] = full.data<float>()[r * full.dim(1) + begin + c];
-    }
-  }
-  return out;
-}
 
 class ParallelTraining : public ::testing::TestWithParam<Layout> {};
 
@@ -115,10 +106,8 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
   ParameterSet& whole = (*reference)->model().parameters();
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
-    const Tensor& full = whole.value(e.name);
-    const Tensor expected_slice = shard.axis < 0    ? full
-                                  : shard.axis == 0 ? full.Slice(shard.begin, shard.begin + shard.count)
-                                                    : Columns(full, shard.begin, shard.count);
+    const Tensor expected_slice =
+        testing::SliceAlong(whole.value(e.name), shard.axis, shard.begin, shard.count);
     EXPECT_TRUE(testing::AllClose(e.value, expected_slice, testing::kF32RelTol, e.name));
   }
 }

@@ -15,6 +15,7 @@
 #include "models/llama/llama_model.h"
 #include "parallel/communicator_factory.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
+#include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 #include "tests/testing/tolerance.h"
@@ -28,22 +29,6 @@ int WorldRank() {
   return rank;
 }
 
-models::LlamaConfig TinySsaConfig(bool weight_sharing) {
-  models::LlamaConfig c;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.vocab_size = 12;
-  c.max_position_embeddings = 32;
-  c.rope.theta = 10000.0;
-  ssa::SsaOptions o;
-  o.weight_sharing = weight_sharing;
-  c.ssa = o;
-  return c;
-}
 
 // Rank 0 writes a random model with non-zero temperatures to a fresh directory; all ranks wait.
 std::string WriteCheckpoint(const models::LlamaConfig& config, const std::string& name) {
@@ -73,23 +58,6 @@ std::unique_ptr<models::LlamaModel> Load(const models::LlamaConfig& config, cons
   return model;
 }
 
-// Columns [begin, begin + count) of a [rows, cols] host tensor.
-Tensor Columns(const Tensor& full, int64_t begin, int64_t count) {
-  Tensor out = Tensor::Empty({full.dim(0), count}, full.dtype());
-  for (int64_t r = 0; r < full.dim(0); ++r) {
-    for (int64_t c = 0; c < count; ++c) {
-      out.data<double>()[r * count + c] = full.data<double>()[r * full.dim(1) + begin + c];
-    }
-  }
-  return out;
-}
-
-// This rank's slice of a full parameter (or gradient) tensor, as the model's layout says.
-Tensor SliceOf(const Tensor& full, const models::ParameterShard& shard) {
-  if (shard.axis < 0) return full;
-  if (shard.axis == 0) return full.Slice(shard.begin, shard.begin + shard.count);
-  return Columns(full, shard.begin, shard.count);
-}
 
 struct Layout {
   bool sequence_parallel;
@@ -100,7 +68,7 @@ class LlamaTensorParallel : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   const Layout layout = GetParam();
-  const models::LlamaConfig config = TinySsaConfig(layout.weight_sharing);
+  const models::LlamaConfig config = testing::TinySsaLlamaConfig(layout.weight_sharing, true);
   const std::string dir =
       WriteCheckpoint(config, std::string(layout.weight_sharing ? "shared" : "own") +
                                   (layout.sequence_parallel ? "_sp" : ""));
@@ -122,7 +90,7 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   const int64_t vocab_begin = sharded->layout().vocab_begin, vocab = sharded->layout().vocab;
   Tensor& whole_logits = whole->Forward(ctx, tokens, positions);
   Tensor& shard_logits = sharded->Forward(ctx, tokens, positions);
-  EXPECT_TRUE(testing::AllClose(shard_logits, Columns(whole_logits, vocab_begin, vocab),
+  EXPECT_TRUE(testing::AllClose(shard_logits, testing::SliceAlong(whole_logits, 1, vocab_begin, vocab),
                                 testing::kF64RelTol, "logits slice"));
 
   const double scale = 1.0 / 11;  // 11 labelled tokens
@@ -131,14 +99,14 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   parallel::VocabParallelSoftmaxCrossEntropy(tp->get(), shard_logits, labels, vocab_begin, scale,
                                              shard_loss);
   EXPECT_TRUE(testing::AllClose(shard_loss, whole_loss, testing::kF64RelTol, "token losses"));
-  EXPECT_TRUE(testing::AllClose(shard_logits, Columns(whole_logits, vocab_begin, vocab),
+  EXPECT_TRUE(testing::AllClose(shard_logits, testing::SliceAlong(whole_logits, 1, vocab_begin, vocab),
                                 testing::kF64RelTol, "dlogits slice"));
   whole->Backward(ctx, whole_logits);
   sharded->Backward(ctx, shard_logits);
   sharded->FinishGradients();
   for (const ParameterSet::Entry& e : sharded->parameters().entries()) {
     const models::ParameterShard shard = models::ShardOf(config, sharded->layout(), e.name);
-    EXPECT_TRUE(testing::AllClose(e.grad, SliceOf(whole->parameters().grad(e.name), shard),
+    EXPECT_TRUE(testing::AllClose(e.grad, testing::SliceAlong(whole->parameters().grad(e.name), shard.axis, shard.begin, shard.count),
                                   1e-10, e.name));
   }
   MPI_Barrier(MPI_COMM_WORLD);

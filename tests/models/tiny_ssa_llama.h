@@ -1,0 +1,28 @@
+// The tiny Llama+SSA of the model tests (hidden 16, 2 layers, 4 query / 2 KV heads of dim 4, FFN
+// 24, vocabulary 12): small enough for f64 finite differences, with every dimension a tensor-
+// parallel split of 2 and 4 divides (4 ranks replicate the 2 KV heads).
+#pragma once
+
+#include "models/llama/llama_config.h"
+
+namespace kelvin::testing {
+
+inline models::LlamaConfig TinySsaLlamaConfig(bool weight_sharing, bool position_aware) {
+  models::LlamaConfig c;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.vocab_size = 12;
+  c.max_position_embeddings = 32;
+  c.rope.theta = 10000.0;
+  ssa::SsaOptions options;
+  options.weight_sharing = weight_sharing;
+  options.position_aware = position_aware;
+  c.ssa = options;
+  return c;
+}
+
+}  // namespace kelvin::testing
