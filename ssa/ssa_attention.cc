@@ -66,8 +66,8 @@ void CheckDocumentsAgree(const SsaBlockShape& s, const Tensor& query_positions,
         const int64_t p_j = kp[row * s.key_count + j - s.key_begin];
         KELVIN_CHECK_EQ(p_j, p_i - (i - j))
             << Name("key_positions") << ": the key at global index " << j << " of row " << row
-            << " is in the document of query " << i << " (position " << p_i
-            << ") but has position " << p_j;
+            << " is in the document of query " << i << " (position " << p_i << ") but has position "
+            << p_j;
       }
     }
   }
@@ -85,14 +85,18 @@ Dims CheckInputs(const Context& ctx, const SsaOptions& options, const SsaBlockSh
       << Name("u") << " must be [Nq, H, d], got " << in.u.ToString();
   KELVIN_CHECK(in.k.defined() && in.k.ndim() == 3)
       << Name("k") << " must be [Nk, G, d], got " << in.k.ToString();
-  Dims dims{s.batch * s.query_count, s.batch * s.key_count, in.u.dim(1), in.k.dim(1),
-            in.u.dim(2),         in.u.dtype(),              AccumDType(in.u.dtype())};
+  Dims dims{s.batch * s.query_count,
+            s.batch * s.key_count,
+            in.u.dim(1),
+            in.k.dim(1),
+            in.u.dim(2),
+            in.u.dtype(),
+            AccumDType(in.u.dtype())};
   KELVIN_CHECK(dims.g > 0 && dims.h % dims.g == 0)
       << "ssa_attention: " << dims.h << " query heads (u " << in.u.ToString()
       << ") are not a multiple of " << dims.g << " kv heads (k " << in.k.ToString() << ")";
   KELVIN_CHECK(dims.d > 0 && dims.d % 2 == 0)
-      << Name("u") << ": head dim " << dims.d << " must be even for RoPE, got "
-      << in.u.ToString();
+      << Name("u") << ": head dim " << dims.d << " must be even for RoPE, got " << in.u.ToString();
   if (ctx.is_cuda()) {
     KELVIN_CHECK(dims.dtype == DType::kBF16)
         << Name("u") << " is " << in.u.ToString() << ", expected dtype bf16 on CUDA";
@@ -169,10 +173,10 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
   cpu::SsaAttentionForward(options, shape, inputs, params, outputs);
 }
 
-void SsaAttentionBackward(const Context& ctx, const SsaOptions& options,
-                          const SsaBlockShape& shape, const Tensor& dout,
-                          const SsaAttentionInputs& inputs, const SsaParameters& params,
-                          const SsaAttentionOutputs& saved, SsaAttentionGrads& grads) {
+void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                          const Tensor& dout, const SsaAttentionInputs& inputs,
+                          const SsaParameters& params, const SsaAttentionOutputs& saved,
+                          SsaAttentionGrads& grads) {
   const Dims dims = CheckInputs(ctx, options, shape, inputs, params);
   const Shape query_heads{dims.nq, dims.h, dims.d}, key_heads{dims.nk, dims.g, dims.d};
   CheckTensor(ctx, dout, query_heads, dims.dtype, "dout");

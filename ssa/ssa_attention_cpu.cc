@@ -1,6 +1,9 @@
-// Tiled SSA attention on the CPU (f32, f64), FlashAttention-2 style: query tiles x key tiles of
-// GEMM size (cblas_?gemm, single-threaded inside the OpenMP regions) with an online softmax; no
-// T x T matrix is ever formed. Backward recomputes P per tile from the saved log-sum-exp.
+// Tiled SSA attention on the CPU (f32, f64), FlashAttention-2 style: query tiles x key tiles with
+// an online softmax; no T x T matrix is ever formed. Backward recomputes P per tile from the saved
+// log-sum-exp. Tile products go through cblas_?gemm (OpenBLAS's OpenMP build runs single-threaded
+// inside our parallel regions and picks AVX2/FMA kernels at run time, while this file is compiled
+// for baseline x86-64: hand loops cannot match it); the softmax exponentials are
+// ssa_attention_cpu_exp.h's.
 //
 // Scratch: each call first writes, once, O(N H d) operands in tile order:
 //   q^ [B, G, Tq, H/G, d] = tau^q RoPE(u) / sqrt(d)  (a group's query heads stacked per token)
@@ -13,10 +16,11 @@
 // Forward: OpenMP over (row, kv head, query tile); the H/G query heads of a group share each K/V
 // tile. Key tiles with no key in [i - p_i, i] for any query i of the tile are skipped (causal and
 // document masking); only the tiles the mask cuts are masked.
-// Backward: OpenMP over (row, kv head, key tile), static schedule: each task owns its keys' dk~ and
-// dv~ and adds dq^ into its thread's partial [B, G, Tq, H/G, d]; the partials are summed in thread
-// order (deterministic for a given thread count). Then RoPE^T, the temperature gradients
-// dtau^q = RoPE(u) . dq^ / sqrt(d), dtau^v = v . dv~, and ssa/temperature.h's backward.
+// Backward: OpenMP over (row, kv head, key tile) tasks, dealt to the threads by a fixed balanced
+// plan: each task owns its keys' dk~ and dv~ and adds dq^ into its thread's partial
+// [B, G, Tq, H/G, d] (one q^-sized buffer per thread); the partials are summed in thread order
+// (deterministic for a given thread count). Then RoPE^T, the temperature gradients
+// dtau^q = RoPE(u) . dq^ / sqrt(d) and dtau^v = v . dv~, and ssa/temperature.h's backward.
 #include <cblas.h>
 #include <omp.h>
 
@@ -36,7 +40,9 @@
 namespace kelvin::ssa::cpu {
 namespace {
 
-constexpr int64_t kKeyTile = 64;            // keys per tile
+// Tile sizes, measured single-threaded at d = 128, H/G = 4: 128 keys ran ~10% faster than 64 (the
+// query tile is repacked per key tile); 256 keys or 512 rows were within the noise.
+constexpr int64_t kKeyTile = 128;           // keys per tile
 constexpr int64_t kQueryTileRows = 256;     // target rows (query tokens x stacked heads) per tile
 constexpr int64_t kTemperatureChunk = 256;  // tokens per parallel temperature call
 // Below these sizes a loop runs on one thread: waking the team costs more (elements of the
@@ -89,7 +95,7 @@ struct Geometry {
         g(in.k.dim(1)),
         group(h / g),
         d(in.u.dim(2)),
-        query_tile(std::clamp<int64_t>(kQueryTileRows / group, 16, 64)),
+        query_tile(std::clamp<int64_t>(kQueryTileRows / group, 16, 128)),
         first_key(static_cast<size_t>(batch * tq)),
         last_key(first_key.size()) {
     const int32_t* p = in.query_positions.data<int32_t>();
@@ -116,8 +122,7 @@ struct Geometry {
 enum class Overlap { kNone, kPartial, kFull };
 
 // How the keys [j0, j1) meet the visible keys of the queries [a0, a1) of a row.
-Overlap Classify(const Geometry& geo, int64_t row, int64_t a0, int64_t a1, int64_t j0,
-                 int64_t j1) {
+Overlap Classify(const Geometry& geo, int64_t row, int64_t a0, int64_t a1, int64_t j0, int64_t j1) {
   bool any = false, all = true;
   for (int64_t a = a0; a < a1; ++a) {
     const int64_t first = geo.first_key[row * geo.tq + a], last = geo.last_key[row * geo.tq + a];
@@ -129,12 +134,12 @@ Overlap Classify(const Geometry& geo, int64_t row, int64_t a0, int64_t a1, int64
 
 // Sets the entries of s [(a1 - a0) * H/G, nk] (keys j0 .. j0 + nk) that a query cannot see.
 template <typename T>
-void MaskInvisible(const Geometry& geo, int64_t row, int64_t a0, int64_t a1, int64_t j0,
-                   int64_t nk, T fill, T* s) {
+void MaskInvisible(const Geometry& geo, int64_t row, int64_t a0, int64_t a1, int64_t j0, int64_t nk,
+                   T fill, T* s) {
   for (int64_t a = a0; a < a1; ++a) {
     const int64_t lo = std::clamp<int64_t>(geo.first_key[row * geo.tq + a] - j0, 0, nk);
-    const int64_t hi = std::max(lo, std::clamp<int64_t>(geo.last_key[row * geo.tq + a] - j0 + 1,
-                                                        0, nk));  // visible: [lo, hi)
+    const int64_t hi = std::max(lo, std::clamp<int64_t>(geo.last_key[row * geo.tq + a] - j0 + 1, 0,
+                                                        nk));  // visible: [lo, hi)
     for (int64_t r = 0; r < geo.group; ++r) {
       T* sr = s + ((a - a0) * geo.group + r) * nk;
       std::fill(sr, sr + lo, fill);
@@ -167,7 +172,7 @@ Operands<T> PrepareOperands(const Geometry& geo, const SsaAttentionInputs& in,
   const T* ru = rope_u.data<T>();
   const T* rk = rope_k.data<T>();
   const T* v = in.v.data<T>();
-#pragma omp parallel if (static_cast<int64_t>(x.q.size() + x.k.size()) >= kParallelElements)
+#pragma omp parallel if (static_cast <int64_t>(x.q.size() + x.k.size()) >= kParallelElements)
   {
 #pragma omp for collapse(2) schedule(static) nowait
     for (int64_t row = 0; row < geo.batch; ++row) {
@@ -299,8 +304,8 @@ void ForwardTiles(const Geometry& geo, const Operands<T>& x, T* out, T* lse) {
   const size_t max_rows = static_cast<size_t>(geo.max_tile_rows());
 #pragma omp parallel if (geo.threaded())
   {
-    std::vector<T> scores(max_rows * kKeyTile);          // [rows, keys] S, then P
-    std::vector<T> acc(max_rows * d);                    // [rows, d] unnormalised output
+    std::vector<T> scores(max_rows * kKeyTile);           // [rows, keys] S, then P
+    std::vector<T> acc(max_rows * d);                     // [rows, d] unnormalised output
     std::vector<T> row_max(max_rows), row_sum(max_rows);  // [rows]
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
@@ -407,70 +412,106 @@ QuerySide<T> StackQuerySide(const Geometry& geo, const T* dout, const T* out, co
   return side;
 }
 
-// The gradients of the operands: dq^ [B, G, Tq, H/G, d], dk~, dv~ [B, G, Tk, d].
+// The gradients of the operands: dq^ [B, G, Tq, H/G, d] as one partial per thread (their sum, in
+// thread order, is dq^), dk~, dv~ [B, G, Tk, d].
 template <typename T>
 struct OperandGrads {
-  std::vector<T> q, k, v;
+  std::vector<std::vector<T>> q_parts;
+  std::vector<T> k, v;
 };
+
+// The backward's tasks (row, kv head, key tile) dealt into `lists` lists, each task (heaviest
+// first) to the least loaded list, the work being the visible query-key pairs: a fixed schedule
+// (dq^ is summed per thread, so tasks must not move between threads from run to run) that keeps
+// the causal triangle balanced.
+std::vector<std::vector<int64_t>> BalancedPlan(const Geometry& geo, int64_t lists) {
+  const int64_t key_tiles = geo.key_tiles(), tasks = geo.batch * geo.g * key_tiles;
+  std::vector<int64_t> work(static_cast<size_t>(tasks));
+  for (int64_t row = 0; row < geo.batch; ++row) {
+    for (int64_t kt = 0; kt < key_tiles; ++kt) {
+      const int64_t j0 = kt * kKeyTile, j1 = std::min(j0 + kKeyTile, geo.tk);
+      int64_t pairs = 0;
+      for (int64_t a = 0; a < geo.tq; ++a) {
+        pairs += std::max<int64_t>(0, std::min(geo.last_key[row * geo.tq + a], j1 - 1) -
+                                          std::max(geo.first_key[row * geo.tq + a], j0) + 1);
+      }
+      for (int64_t kv = 0; kv < geo.g; ++kv) work[(row * geo.g + kv) * key_tiles + kt] = pairs;
+    }
+  }
+  std::vector<int64_t> order(static_cast<size_t>(tasks));
+  for (int64_t task = 0; task < tasks; ++task) order[task] = task;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return work[a] > work[b]; });
+  std::vector<std::vector<int64_t>> plan(static_cast<size_t>(lists));
+  std::vector<int64_t> load(static_cast<size_t>(lists), 0);
+  for (const int64_t task : order) {
+    const size_t lightest = std::min_element(load.begin(), load.end()) - load.begin();
+    plan[lightest].push_back(task);
+    load[lightest] += work[task] + 1;
+  }
+  return plan;
+}
+
+// One backward task: the keys [j0, j0 + nk) of (row, kv head) against every query tile that sees
+// them. Writes their dk~, dv~ (owned by the task) and adds into dq [B, G, Tq, H/G, d] (the
+// thread's partial). p, ds: [max rows, kKeyTile] scratch.
+template <typename T>
+void BackwardTask(const Geometry& geo, const Operands<T>& x, const QuerySide<T>& side, int64_t task,
+                  OperandGrads<T>& grads, T* dq, T* p, T* ds) {
+  const int64_t d = geo.d, key_tiles = geo.key_tiles();
+  const int64_t kt = task % key_tiles, row = task / key_tiles / geo.g;
+  const int64_t kv = task / key_tiles % geo.g;
+  const int64_t j0 = kt * kKeyTile, nk = std::min(j0 + kKeyTile, geo.tk) - j0;
+  const T* k = x.k.data() + geo.KeyRow(row, kv, j0) * d;  // [nk, d]
+  const T* v = x.v.data() + geo.KeyRow(row, kv, j0) * d;  // [nk, d]
+  T* dk = grads.k.data() + geo.KeyRow(row, kv, j0) * d;   // [nk, d]
+  T* dv = grads.v.data() + geo.KeyRow(row, kv, j0) * d;   // [nk, d]
+  for (int64_t qt = 0; qt < geo.query_tiles(); ++qt) {
+    const int64_t a0 = qt * geo.query_tile, a1 = std::min(a0 + geo.query_tile, geo.tq);
+    const Overlap overlap = Classify(geo, row, a0, a1, j0, j0 + nk);
+    if (overlap == Overlap::kNone) continue;
+    const int64_t rows = (a1 - a0) * geo.group, first = geo.QueryRow(row, kv, a0);
+    const T* q = x.q.data() + first * d;                      // [rows, d]
+    const T* dout = side.dout.data() + first * d;             // [rows, d]
+    Gemm(false, true, rows, nk, d, q, d, k, d, T(0), p, nk);  // S = q^ k~^T
+    if (overlap == Overlap::kPartial) {
+      MaskInvisible(geo, row, a0, a1, j0, nk, -std::numeric_limits<T>::infinity(), p);
+    }
+    for (int64_t i = 0; i < rows; ++i) ExpShifted(p + i * nk, nk, side.lse[first + i]);
+    Gemm(false, true, rows, nk, d, dout, d, v, d, T(0), ds, nk);  // dP = dO v~^T
+    Gemm(true, false, nk, d, rows, p, nk, dout, d, T(1), dv, d);  // dv~ += P^T dO
+    for (int64_t i = 0; i < rows; ++i) {                          // dS = P (dP - dO . O)
+      const T delta = side.delta[first + i];
+      T* dsr = ds + i * nk;
+      const T* pr = p + i * nk;
+#pragma omp simd
+      for (int64_t c = 0; c < nk; ++c) dsr[c] = pr[c] * (dsr[c] - delta);
+    }
+    Gemm(true, false, nk, d, rows, ds, nk, q, d, T(1), dk, d);               // dk~ += dS^T q^
+    Gemm(false, false, rows, d, nk, ds, nk, k, d, T(1), dq + first * d, d);  // dq^ += dS k~
+  }
+}
 
 template <typename T>
 OperandGrads<T> BackwardTiles(const Geometry& geo, const Operands<T>& x, const QuerySide<T>& side) {
-  const int64_t d = geo.d, tiles = geo.query_tiles(), key_tiles = geo.key_tiles();
-  const int64_t tasks = geo.batch * geo.g * key_tiles;
   const size_t max_rows = static_cast<size_t>(geo.max_tile_rows());
-  OperandGrads<T> grads{std::vector<T>(x.q.size()), std::vector<T>(x.k.size()),
+  const bool threaded = geo.threaded();
+  const std::vector<std::vector<int64_t>> plan =
+      BalancedPlan(geo, threaded ? omp_get_max_threads() : 1);
+  OperandGrads<T> grads{std::vector<std::vector<T>>(plan.size()), std::vector<T>(x.k.size()),
                         std::vector<T>(x.v.size())};
-  std::vector<std::vector<T>> dq_parts(static_cast<size_t>(omp_get_max_threads()));
-#pragma omp parallel if (geo.threaded())
+#pragma omp parallel if (threaded)
   {
-    std::vector<T>& dq = dq_parts[omp_get_thread_num()];  // this thread's dq^ partial
+    const int team = omp_get_num_threads(), thread = omp_get_thread_num();
+    std::vector<T>& dq = grads.q_parts[thread];  // this thread's dq^ partial
     dq.assign(x.q.size(), T(0));
     std::vector<T> p(max_rows * kKeyTile);   // [rows, keys] S, then P
     std::vector<T> ds(max_rows * kKeyTile);  // [rows, keys] dP, then dS
-#pragma omp for schedule(static, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t kt = task % key_tiles, row = task / key_tiles / geo.g;
-      const int64_t kv = task / key_tiles % geo.g;
-      const int64_t j0 = kt * kKeyTile, nk = std::min(j0 + kKeyTile, geo.tk) - j0;
-      const T* k = x.k.data() + geo.KeyRow(row, kv, j0) * d;  // [nk, d]
-      const T* v = x.v.data() + geo.KeyRow(row, kv, j0) * d;  // [nk, d]
-      T* dk = grads.k.data() + geo.KeyRow(row, kv, j0) * d;   // [nk, d]
-      T* dv = grads.v.data() + geo.KeyRow(row, kv, j0) * d;   // [nk, d]
-      for (int64_t qt = 0; qt < tiles; ++qt) {
-        const int64_t a0 = qt * geo.query_tile, a1 = std::min(a0 + geo.query_tile, geo.tq);
-        const Overlap overlap = Classify(geo, row, a0, a1, j0, j0 + nk);
-        if (overlap == Overlap::kNone) continue;
-        const int64_t rows = (a1 - a0) * geo.group, first = geo.QueryRow(row, kv, a0);
-        const T* q = x.q.data() + first * d;             // [rows, d]
-        const T* dout = side.dout.data() + first * d;    // [rows, d]
-        Gemm(false, true, rows, nk, d, q, d, k, d, T(0), p.data(), nk);
-        if (overlap == Overlap::kPartial) {
-          MaskInvisible(geo, row, a0, a1, j0, nk, -std::numeric_limits<T>::infinity(), p.data());
-        }
-        for (int64_t i = 0; i < rows; ++i) ExpShifted(p.data() + i * nk, nk, side.lse[first + i]);
-        Gemm(false, true, rows, nk, d, dout, d, v, d, T(0), ds.data(), nk);  // dP = dO v~^T
-        Gemm(true, false, nk, d, rows, p.data(), nk, dout, d, T(1), dv, d);  // dv~ += P^T dO
-        for (int64_t i = 0; i < rows; ++i) {  // dS = P (dP - dO . O)
-          const T delta = side.delta[first + i];
-          T* dsr = ds.data() + i * nk;
-          const T* pr = p.data() + i * nk;
-#pragma omp simd
-          for (int64_t c = 0; c < nk; ++c) dsr[c] = pr[c] * (dsr[c] - delta);
-        }
-        Gemm(true, false, nk, d, rows, ds.data(), nk, q, d, T(1), dk, d);  // dk~ += dS^T q^
-        Gemm(false, false, rows, d, nk, ds.data(), nk, k, d, T(1), dq.data() + first * d,
-             d);  // dq^ += dS k~
+    for (size_t list = thread; list < plan.size(); list += team) {
+      for (const int64_t task : plan[list]) {
+        BackwardTask(geo, x, side, task, grads, dq.data(), p.data(), ds.data());
       }
     }
-  }
-  const int64_t size = static_cast<int64_t>(grads.q.size());
-#pragma omp parallel for schedule(static) if (size >= kParallelElements)
-  for (int64_t i = 0; i < size; ++i) {
-    T sum = 0;
-    for (const std::vector<T>& part : dq_parts) {
-      if (!part.empty()) sum += part[i];
-    }
-    grads.q[i] = sum;
   }
   return grads;
 }
@@ -504,20 +545,31 @@ void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tenso
   const int64_t nq = in.u.dim(0), nk = in.k.dim(0);
   const T scale = T(1) / std::sqrt(static_cast<T>(d));
   Tensor drope_u = Tensor::Empty(in.u.shape(), in.u.dtype());  // [Nq, H, d]
-  Tensor dtau_q;                                                // [Nq, H]
+  Tensor dtau_q;                                               // [Nq, H]
   if (tau_q != nullptr) dtau_q = Tensor::Empty({nq, h}, in.u.dtype());
-#pragma omp parallel for schedule(static) if (nq * h * d >= kParallelElements)
-  for (int64_t token = 0; token < nq; ++token) {
-    for (int64_t head = 0; head < h; ++head) {
-      const int64_t i = token * h + head;
-      const T* dq = dx.q.data() +
-                    (geo.QueryRow(token / geo.tq, head / geo.group, token % geo.tq) +
-                     head % geo.group) * d;
-      const T factor = tau_q != nullptr ? scale * tau_q[i] : scale;
-      T* dr = drope_u.data<T>() + i * d;
+#pragma omp parallel if (nq * h * d >= kParallelElements)
+  {
+    std::vector<T> dq(static_cast<size_t>(d));  // dq^ of one (token, head): the partials' sum
+#pragma omp for schedule(static)
+    for (int64_t token = 0; token < nq; ++token) {
+      for (int64_t head = 0; head < h; ++head) {
+        const int64_t i = token * h + head;
+        const int64_t stacked =
+            (geo.QueryRow(token / geo.tq, head / geo.group, token % geo.tq) + head % geo.group) * d;
+        std::fill(dq.begin(), dq.end(), T(0));
+        for (const std::vector<T>& part : dx.q_parts) {
+          if (part.empty()) continue;  // a thread the team did not get
 #pragma omp simd
-      for (int64_t e = 0; e < d; ++e) dr[e] = dq[e] * factor;
-      if (tau_q != nullptr) dtau_q.data<T>()[i] = Dot(rope_u.data<T>() + i * d, dq, d) * scale;
+          for (int64_t e = 0; e < d; ++e) dq[e] += part[stacked + e];
+        }
+        const T factor = tau_q != nullptr ? scale * tau_q[i] : scale;
+        T* dr = drope_u.data<T>() + i * d;
+#pragma omp simd
+        for (int64_t e = 0; e < d; ++e) dr[e] = dq[e] * factor;
+        if (tau_q != nullptr) {
+          dtau_q.data<T>()[i] = Dot(rope_u.data<T>() + i * d, dq.data(), d) * scale;
+        }
+      }
     }
   }
   ops::cpu::Rope(drope_u, in.query_positions, in.inv_freq, ops::RopeDirection::kBackward, drope_u);
@@ -547,8 +599,7 @@ void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tenso
       }
     }
   }
-  ops::cpu::Rope(dk_rotated, key_positions, in.inv_freq, ops::RopeDirection::kBackward,
-                 dk_rotated);
+  ops::cpu::Rope(dk_rotated, key_positions, in.inv_freq, ops::RopeDirection::kBackward, dk_rotated);
   AddInto<T>(grads.dk, dk_rotated);
 
   // Through the temperatures into their sources (u and v themselves with weight sharing).
@@ -591,9 +642,8 @@ void Merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& bloc
 void SsaAttentionForward(const SsaOptions& options, const SsaBlockShape& shape,
                          const SsaAttentionInputs& inputs, const SsaParameters& params,
                          SsaAttentionOutputs& outputs) {
-  ops::DispatchCpuFloat(inputs.u.dtype(), "SsaAttentionForward", [&]<typename T>() {
-    Forward<T>(options, shape, inputs, params, outputs);
-  });
+  ops::DispatchCpuFloat(inputs.u.dtype(), "SsaAttentionForward",
+                        [&]<typename T>() { Forward<T>(options, shape, inputs, params, outputs); });
 }
 
 void SsaAttentionBackward(const SsaOptions& options, const SsaBlockShape& shape, const Tensor& dout,
@@ -606,9 +656,8 @@ void SsaAttentionBackward(const SsaOptions& options, const SsaBlockShape& shape,
 
 void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse) {
-  ops::DispatchCpuFloat(out.dtype(), "MergeAttentionBlock", [&]<typename T>() {
-    Merge<T>(out, lse, block_out, block_lse);
-  });
+  ops::DispatchCpuFloat(out.dtype(), "MergeAttentionBlock",
+                        [&]<typename T>() { Merge<T>(out, lse, block_out, block_lse); });
 }
 
 }  // namespace kelvin::ssa::cpu
