@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "parallel/communicator.h"
 
 namespace kelvin::parallel {
