@@ -1,5 +1,6 @@
 // SSA temperatures on the CPU: one loop over (token, head) shared by the query and the value
-// temperature, computing in double whatever the storage dtype.
+// temperature; the per-element GeLU math in the accumulation type (f32 for f32, f64 for f64),
+// tanh, the position term and the parameter-gradient sums in double.
 #include "ssa/temperature.h"
 
 #include <algorithm>
@@ -17,10 +18,18 @@ namespace {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
-// Exact (erf) GeLU and its derivative Phi(x) + x phi(x).
-double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2)); }
-double GeluDerivative(double x) {
-  return 0.5 * (1.0 + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
+// Exact (erf) GeLU = x Phi(x), in the accumulation type A (f32 math for f32 storage: one erff
+// instead of one double erf per element).
+template <typename A>
+A Gelu(A x) {
+  return A(0.5) * x * (A(1) + std::erf(x * A(kInvSqrt2)));
+}
+// GeLU and its derivative Phi(x) + x phi(x) sharing one erf (the backward needs both).
+template <typename A>
+void GeluAndDerivative(A x, A& gelu, A& derivative) {
+  const A phi = A(0.5) * (A(1) + std::erf(x * A(kInvSqrt2)));
+  gelu = x * phi;
+  derivative = phi + x * A(kInvSqrt2Pi) * std::exp(A(-0.5) * x * x);
 }
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -125,10 +134,12 @@ void Forward(const Terms& terms, const Args& a, Tensor& tau, Tensor& tanh_z) {
     for (int64_t k = 0; k < heads; ++k) {
       double tz = 0;
       if (terms.active && terms.token) {
-        double z = 0;
-        for (int64_t e = 0; e < d; ++e)
-          z += readout[k * d + e] * Gelu(src[(t * heads + k) * d + e]);
-        tz = std::tanh(z);
+        Acc z = 0;
+        for (int64_t e = 0; e < d; ++e) {
+          z += static_cast<Acc>(readout[k * d + e]) *
+               Gelu(static_cast<Acc>(src[(t * heads + k) * d + e]));
+        }
+        tz = std::tanh(static_cast<double>(z));
       }
       double value = 1.0;
       if (terms.active) {
@@ -166,12 +177,14 @@ void Backward(const Terms& terms, const Args& a, const Tensor& dtau, const Tenso
       }
       dalpha_sum[k] += dt * slopes[k] * (1.0 - slopes[k]) * log_n;
       if (!terms.token) continue;
-      const double dz = dt * (1.0 - tz * tz);
+      const Acc dz = static_cast<Acc>(dt * (1.0 - tz * tz));
+      if (dz == 0) continue;  // nothing flows back (e.g. clamped, or no gradient)
       for (int64_t e = 0; e < d; ++e) {
-        const double x = src[(t * heads + k) * d + e];
-        dreadout_sum[k * d + e] += dz * Gelu(x);
+        Acc gelu, derivative;
+        GeluAndDerivative(static_cast<Acc>(src[(t * heads + k) * d + e]), gelu, derivative);
+        dreadout_sum[k * d + e] += static_cast<double>(dz * gelu);
         dsrc[(t * heads + k) * d + e] +=
-            static_cast<T>(dz * readout[k * d + e] * GeluDerivative(x));
+            static_cast<T>(dz * static_cast<Acc>(readout[k * d + e]) * derivative);
       }
     }
   }
