@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <vector>
 
@@ -18,9 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kPrefix = "step_";
+constexpr const char* kLayoutFile = "layout.txt";  // the layout, one line, written by rank 0
 
 std::string StepDirectoryName(int64_t step) { return absl::StrFormat("%s%08d", kPrefix, step); }
 
@@ -102,32 +102,54 @@ absl::StatusOr<int64_t> MetadataInteger(const io::SafetensorsFile& file, const s
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
                                            const std::string& job_name,
-                                           const ParameterSet& params,
-                                           const AdamWOptimizer& optimizer) {
+                                           const CheckpointPart& part, const ParameterSet& params,
+                                           const OptimizerState& optimizer,
+                                           parallel::Communicator* world) {
   const fs::path final_path = fs::path(dir) / StepDirectoryName(steps_completed);
   const fs::path partial = fs::path(dir) / (StepDirectoryName(steps_completed) + ".partial");
+  const bool leader = world == nullptr || world->rank() == 0;
   std::error_code error;
-  fs::remove_all(partial, error);
-  fs::create_directories(partial, error);
-  if (error) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create checkpoint directory ",
-                                                    partial.string(), ": ", error.message()));
+  if (leader) {
+    fs::remove_all(partial, error);
+    fs::create_directories(partial, error);
+    if (error) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot create checkpoint directory ",
+                                                      partial.string(), ": ", error.message()));
+    }
   }
-  std::vector<std::pair<std::string, Tensor>> parameters;
-  for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.value);
-  KELVIN_RETURN_IF_ERROR(io::WriteSafetensors((partial / kModelFile).string(), parameters,
-                                              {{"format", "kelvin-checkpoint-1"}}));
-  KELVIN_RETURN_IF_ERROR(
-      io::WriteSafetensors((partial / kOptimizerFile).string(), optimizer.StateTensors(),
-                           {{"step", std::to_string(steps_completed)},
-                            {"optimizer_steps", std::to_string(optimizer.steps_taken())},
-                            {"job", job_name}}));
-  fs::remove_all(final_path, error);  // an older save of the same step (a rerun)
-  fs::rename(partial, final_path, error);
-  if (error) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", partial.string(), " to ",
-                                                    final_path.string(), ": ", error.message()));
+  if (leader) {
+    std::ofstream layout(partial / kLayoutFile);
+    layout << part.layout << "\n";
+    if (!layout) {
+      return absl::DataLossError(absl::StrCat("cannot write ", (partial / kLayoutFile).string()));
+    }
   }
+  if (world != nullptr) world->Barrier();  // the directory exists before anyone writes
+  if (part.writes_model) {
+    std::vector<std::pair<std::string, Tensor>> parameters;
+    for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.value);
+    KELVIN_RETURN_IF_ERROR(
+        io::WriteSafetensors((partial / part.model_file).string(), parameters,
+                             {{"format", "kelvin-checkpoint-1"}, {"layout", part.layout}}));
+  }
+  if (part.writes_optimizer) {
+    KELVIN_RETURN_IF_ERROR(io::WriteSafetensors(
+        (partial / part.optimizer_file).string(), optimizer.tensors,
+        {{"step", std::to_string(steps_completed)},
+         {"optimizer_steps", std::to_string(optimizer.steps_taken)},
+         {"job", job_name},
+         {"layout", part.layout}}));
+  }
+  if (world != nullptr) world->Barrier();  // every part is written
+  if (leader) {
+    fs::remove_all(final_path, error);  // an older save of the same step (a rerun)
+    fs::rename(partial, final_path, error);
+    if (error) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot rename ", partial.string(), " to ",
+                                                      final_path.string(), ": ", error.message()));
+    }
+  }
+  if (world != nullptr) world->Barrier();  // nobody reads the directory before it is renamed
   return final_path.string();
 }
 
@@ -138,10 +160,24 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& d
   return std::optional<std::string>(checkpoints.rbegin()->second.string());
 }
 
-absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path, const std::string& job_name,
-                                       ParameterSet& params, AdamWOptimizer& optimizer) {
-  KELVIN_ASSIGN_OR_RETURN(const io::SafetensorsFile optimizer_file,
-                          io::SafetensorsFile::Open((fs::path(path) / kOptimizerFile).string()));
+absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
+                                             const CheckpointPart& part, ParameterSet& params,
+                                             const OptimizerState& optimizer) {
+  std::ifstream layout_file(fs::path(path) / kLayoutFile);
+  std::string saved_layout;
+  if (!std::getline(layout_file, saved_layout)) {
+    return absl::DataLossError(absl::StrCat(path, " has no readable ", kLayoutFile,
+                                            ": not a complete Kelvin checkpoint"));
+  }
+  if (saved_layout != part.layout) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " was saved by the layout \"", saved_layout, "\", this job runs \"", part.layout,
+        "\": resume with the parallel.* settings and process count it was saved with "
+        "(resharding a checkpoint is not supported yet)"));
+  }
+  KELVIN_ASSIGN_OR_RETURN(
+      const io::SafetensorsFile optimizer_file,
+      io::SafetensorsFile::Open((fs::path(path) / part.optimizer_file).string()));
   const auto job = optimizer_file.metadata().find("job");
   if (job == optimizer_file.metadata().end() || job->second != job_name) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -150,17 +186,18 @@ absl::StatusOr<int64_t> LoadCheckpoint(const std::string& path, const std::strin
         "\", not of this job \"", job_name,
         "\": give this job its own checkpoint.dir, or set checkpoint.resume=NEVER"));
   }
-  KELVIN_ASSIGN_OR_RETURN(const int64_t step, MetadataInteger(optimizer_file, "step"));
-  KELVIN_ASSIGN_OR_RETURN(const int64_t optimizer_steps,
+  RestoredSteps steps;
+  KELVIN_ASSIGN_OR_RETURN(steps.steps_completed, MetadataInteger(optimizer_file, "step"));
+  KELVIN_ASSIGN_OR_RETURN(steps.optimizer_steps,
                           MetadataInteger(optimizer_file, "optimizer_steps"));
-  KELVIN_ASSIGN_OR_RETURN(const io::SafetensorsFile model_file,
-                          io::SafetensorsFile::Open((fs::path(path) / kModelFile).string()));
+  KELVIN_ASSIGN_OR_RETURN(
+      const io::SafetensorsFile model_file,
+      io::SafetensorsFile::Open((fs::path(path) / part.model_file).string()));
   std::vector<std::pair<std::string, Tensor>> parameters;
   for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.value);
   KELVIN_RETURN_IF_ERROR(RestoreTensors(model_file, parameters));
-  KELVIN_RETURN_IF_ERROR(RestoreTensors(optimizer_file, optimizer.StateTensors()));
-  optimizer.set_steps_taken(optimizer_steps);
-  return step;
+  KELVIN_RETURN_IF_ERROR(RestoreTensors(optimizer_file, optimizer.tensors));
+  return steps;
 }
 
 absl::Status PruneCheckpoints(const std::string& dir, int keep_last) {

@@ -98,11 +98,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch, world));
   models::LlamaParallelism parallelism;
   if (trainer->grid_ != nullptr) {
-    if (!job.checkpoint().dir().empty()) {
-      return absl::UnimplementedError(
-          "checkpoint.dir with more than one process: parallel checkpoints are not in this build "
-          "yet; remove checkpoint.dir (training.export_hf_dir keeps the final weights)");
-    }
     const parallel::GridSpec& spec = trainer->grid_->spec();
     if (spec.tensor_parallel > 1) parallelism.tp = &trainer->grid_->tp();
     parallelism.sequence_parallel = spec.sequence_parallel;
@@ -136,20 +131,64 @@ absl::Status Trainer::Resume() {
     }
     return absl::OkStatus();
   }
-  KELVIN_ASSIGN_OR_RETURN(start_step_, LoadCheckpoint(*latest, job_.name(), model_->parameters(),
-                                                      *optimizer_));
+  KELVIN_ASSIGN_OR_RETURN(const RestoredSteps restored,
+                          LoadCheckpoint(*latest, job_.name(), CheckpointPartOf(),
+                                         model_->parameters(), CurrentOptimizerState()));
+  start_step_ = restored.steps_completed;
+  if (distributed_optimizer_ != nullptr) {
+    distributed_optimizer_->set_steps_taken(restored.optimizer_steps);
+  } else {
+    optimizer_->set_steps_taken(restored.optimizer_steps);
+  }
   KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
   return absl::OkStatus();
 }
 
+CheckpointPart Trainer::CheckpointPartOf() const {
+  CheckpointPart part;
+  if (grid_ == nullptr) return part;
+  const parallel::GridSpec& g = grid_->spec();
+  const bool zero = distributed_optimizer_ != nullptr;
+  part.layout = absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", " dp",
+                             g.data_parallel, zero ? " zero1" : "");
+  const std::string tp = absl::StrCat(".tp", grid_->tp_rank());
+  part.model_file = absl::StrCat("model", tp, ".safetensors");
+  part.optimizer_file = absl::StrCat("optimizer", tp,
+                                     zero ? absl::StrCat(".dp", grid_->dp_rank()) : "",
+                                     ".safetensors");
+  part.writes_model = grid_->dp_rank() == 0;
+  part.writes_optimizer = zero || grid_->dp_rank() == 0;
+  return part;
+}
+
+OptimizerState Trainer::CurrentOptimizerState() const {
+  if (distributed_optimizer_ != nullptr) {
+    return {distributed_optimizer_->StateTensors(), distributed_optimizer_->steps_taken()};
+  }
+  return {optimizer_->StateTensors(), optimizer_->steps_taken()};
+}
+
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed) {
   const config::CheckpointConfig& c = job_.checkpoint();
-  KELVIN_ASSIGN_OR_RETURN(const std::string path,
-                          SaveCheckpoint(c.dir(), steps_completed, job_.name(),
-                                         model_->parameters(), *optimizer_));
-  KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
+  KELVIN_ASSIGN_OR_RETURN(
+      const std::string path,
+      SaveCheckpoint(c.dir(), steps_completed, job_.name(), CheckpointPartOf(),
+                     model_->parameters(), CurrentOptimizerState(),
+                     grid_ ? &grid_->world() : nullptr));
+  if (grid_ == nullptr || grid_->world_rank() == 0) {
+    KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
+  }
   KLOG_RANK0(INFO) << "saved checkpoint " << path;
   return absl::OkStatus();
+}
+
+int Trainer::AgreedPreemptionSignal() {
+  if (grid_ == nullptr) return PreemptionSignal();
+  // Every rank stops after the same step: the signal may reach the ranks at different times.
+  Tensor signal = Tensor::Empty({1}, DType::kI32);
+  signal.data<int32_t>()[0] = PreemptionSignal();
+  grid_->world().AllReduce(signal, parallel::ReduceOp::kMax);
+  return signal.data<int32_t>()[0];
 }
 
 Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
@@ -341,11 +380,12 @@ absl::Status Trainer::Run() {
     if (checkpoints && (last || (interval > 0 && (step + 1) % interval == 0))) {
       KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
     }
-    if (checkpoints && !last && PreemptionSignal() != 0) {
+    const int signal = checkpoints && !last ? AgreedPreemptionSignal() : 0;
+    if (signal != 0) {
       KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
       return absl::AbortedError(absl::StrCat(
-          "stopped by signal ", PreemptionSignal(), " (preemption) after step ", step + 1, " of ",
-          t.steps(), "; the checkpoint is saved: run the same job again to resume"));
+          "stopped by signal ", signal, " (preemption) after step ", step + 1, " of ", t.steps(),
+          "; the checkpoint is saved: run the same job again to resume"));
     }
   }
   if (!t.export_hf_dir().empty() && DataParallelRank() == 0) {

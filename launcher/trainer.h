@@ -12,6 +12,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "core/optim/adamw_optimizer.h"
+#include "launcher/checkpoint.h"
 #include "launcher/job_setup.h"
 #include "parallel/distributed_adamw.h"
 #include "parallel/process_grid.h"
@@ -56,6 +57,10 @@ class Trainer {
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   absl::Status SaveCheckpointAt(int64_t steps_completed);
+  CheckpointPart CheckpointPartOf() const;  // this rank's files under the layout
+  OptimizerState CurrentOptimizerState() const;
+  // The preemption signal any rank received (0: none), the same on every rank.
+  int AgreedPreemptionSignal();
   int DataParallelRank() const;
   int DataParallelSize() const;
   double SumOverDataParallel(double value);

@@ -31,6 +31,15 @@ DistributedAdamW::DistributedAdamW(ParameterSet& params, const AdamWSettings& se
   }
 }
 
+std::vector<std::pair<std::string, Tensor>> DistributedAdamW::StateTensors() const {
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    const GroupShard& s = groups_[g];
+    if (s.elements > 0) AppendMomentState(static_cast<ParamGroup>(g), s.m, s.v, state);
+  }
+  return state;
+}
+
 void DistributedAdamW::ReduceScatterGradients() {
   const Context ctx = Context::Cpu();
   for (int g = 0; g < kNumParamGroups; ++g) {

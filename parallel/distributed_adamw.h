@@ -9,6 +9,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/context.h"
 #include "core/optim/adamw_optimizer.h"
@@ -33,6 +35,10 @@ class DistributedAdamW {
   // AdamW on this rank's shards at learning rate `lr`, then the all-gather of the parameters.
   void Step(const Context& ctx, double lr);
   int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  // This rank's optimizer state for checkpoints, as AdamWOptimizer::StateTensors: the moments of
+  // its shard of each group ("adamw.m.decay", ...; [S]), sharing the optimizer's storage.
+  std::vector<std::pair<std::string, Tensor>> StateTensors() const;
 
  private:
   struct GroupShard {

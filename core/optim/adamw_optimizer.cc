@@ -32,13 +32,18 @@ void AdamWOptimizer::Step(const Context& ctx, double lr) {
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> AdamWOptimizer::StateTensors() const {
+void AppendMomentState(ParamGroup group, const Tensor& m, const Tensor& v,
+                       std::vector<std::pair<std::string, Tensor>>& state) {
   static constexpr const char* kGroupNames[kNumParamGroups] = {"decay", "no_decay", "temperature"};
+  const std::string name = kGroupNames[static_cast<int>(group)];
+  state.emplace_back("adamw.m." + name, m);
+  state.emplace_back("adamw.v." + name, v);
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamWOptimizer::StateTensors() const {
   std::vector<std::pair<std::string, Tensor>> state;
   for (int g = 0; g < kNumParamGroups; ++g) {
-    if (!m_[g].defined()) continue;
-    state.emplace_back(std::string("adamw.m.") + kGroupNames[g], m_[g]);
-    state.emplace_back(std::string("adamw.v.") + kGroupNames[g], v_[g]);
+    if (m_[g].defined()) AppendMomentState(static_cast<ParamGroup>(g), m_[g], v_[g], state);
   }
   return state;
 }

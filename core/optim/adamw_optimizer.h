@@ -22,6 +22,11 @@ struct AdamWSettings {
 // kDecay only, the learning rate scaled by temperature_lr_scale for kTemperature.
 ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup group, double lr);
 
+// Adds a group's moments to a checkpoint's state list as "adamw.m.<group>", "adamw.v.<group>"
+// (group: decay, no_decay, temperature).
+void AppendMomentState(ParamGroup group, const Tensor& m, const Tensor& v,
+                       std::vector<std::pair<std::string, Tensor>>& state);
+
 class AdamWOptimizer {
  public:
   AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings);
