@@ -59,9 +59,9 @@ absl::Status RestoreTensors(const io::SafetensorsFile& file,
   for (const auto& [name, target] : targets) {
     const io::SafetensorsEntry* entry = file.Find(name);
     if (entry == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          file.path(), " has no tensor \"", name,
-          "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
+      return absl::NotFoundError(
+          absl::StrCat(file.path(), " has no tensor \"", name,
+                       "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
     }
     KELVIN_ASSIGN_OR_RETURN(const Tensor stored, file.Read(name));
     if (stored.shape() != target.shape() || stored.dtype() != target.dtype()) {
@@ -74,12 +74,13 @@ absl::Status RestoreTensors(const io::SafetensorsFile& file,
   }
   if (file.entries().size() != targets.size()) {
     for (const io::SafetensorsEntry& entry : file.entries()) {
-      const bool known = std::any_of(targets.begin(), targets.end(),
-                                     [&](const auto& target) { return target.first == entry.name; });
+      const bool known = std::any_of(targets.begin(), targets.end(), [&](const auto& target) {
+        return target.first == entry.name;
+      });
       if (!known) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(file.path(), " has tensor \"", entry.name,
-                         "\", which this job's model does not: the checkpoint is of another model"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            file.path(), " has tensor \"", entry.name,
+            "\", which this job's model does not: the checkpoint is of another model"));
       }
     }
   }
@@ -101,8 +102,8 @@ absl::StatusOr<int64_t> MetadataInteger(const io::SafetensorsFile& file, const s
 }  // namespace
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
-                                           const std::string& job_name,
-                                           const CheckpointPart& part, const ParameterSet& params,
+                                           const std::string& job_name, const CheckpointPart& part,
+                                           const ParameterSet& params,
                                            const OptimizerState& optimizer,
                                            parallel::Communicator* world) {
   const fs::path final_path = fs::path(dir) / StepDirectoryName(steps_completed);
@@ -133,12 +134,12 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
                              {{"format", "kelvin-checkpoint-1"}, {"layout", part.layout}}));
   }
   if (part.writes_optimizer) {
-    KELVIN_RETURN_IF_ERROR(io::WriteSafetensors(
-        (partial / part.optimizer_file).string(), optimizer.tensors,
-        {{"step", std::to_string(steps_completed)},
-         {"optimizer_steps", std::to_string(optimizer.steps_taken)},
-         {"job", job_name},
-         {"layout", part.layout}}));
+    KELVIN_RETURN_IF_ERROR(
+        io::WriteSafetensors((partial / part.optimizer_file).string(), optimizer.tensors,
+                             {{"step", std::to_string(steps_completed)},
+                              {"optimizer_steps", std::to_string(optimizer.steps_taken)},
+                              {"job", job_name},
+                              {"layout", part.layout}}));
   }
   if (world != nullptr) world->Barrier();  // every part is written
   if (leader) {
@@ -166,8 +167,8 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
   std::ifstream layout_file(fs::path(path) / kLayoutFile);
   std::string saved_layout;
   if (!std::getline(layout_file, saved_layout)) {
-    return absl::DataLossError(absl::StrCat(path, " has no readable ", kLayoutFile,
-                                            ": not a complete Kelvin checkpoint"));
+    return absl::DataLossError(
+        absl::StrCat(path, " has no readable ", kLayoutFile, ": not a complete Kelvin checkpoint"));
   }
   if (saved_layout != part.layout) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -180,19 +181,18 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
       io::SafetensorsFile::Open((fs::path(path) / part.optimizer_file).string()));
   const auto job = optimizer_file.metadata().find("job");
   if (job == optimizer_file.metadata().end() || job->second != job_name) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is a checkpoint of job \"",
-        job == optimizer_file.metadata().end() ? std::string("?") : job->second,
-        "\", not of this job \"", job_name,
-        "\": give this job its own checkpoint.dir, or set checkpoint.resume=NEVER"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is a checkpoint of job \"",
+                     job == optimizer_file.metadata().end() ? std::string("?") : job->second,
+                     "\", not of this job \"", job_name,
+                     "\": give this job its own checkpoint.dir, or set checkpoint.resume=NEVER"));
   }
   RestoredSteps steps;
   KELVIN_ASSIGN_OR_RETURN(steps.steps_completed, MetadataInteger(optimizer_file, "step"));
   KELVIN_ASSIGN_OR_RETURN(steps.optimizer_steps,
                           MetadataInteger(optimizer_file, "optimizer_steps"));
-  KELVIN_ASSIGN_OR_RETURN(
-      const io::SafetensorsFile model_file,
-      io::SafetensorsFile::Open((fs::path(path) / part.model_file).string()));
+  KELVIN_ASSIGN_OR_RETURN(const io::SafetensorsFile model_file,
+                          io::SafetensorsFile::Open((fs::path(path) / part.model_file).string()));
   std::vector<std::pair<std::string, Tensor>> parameters;
   for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.value);
   KELVIN_RETURN_IF_ERROR(RestoreTensors(model_file, parameters));

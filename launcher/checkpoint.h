@@ -16,7 +16,6 @@
 
 #include <optional>
 #include <string>
-
 #include <utility>
 #include <vector>
 
@@ -45,8 +44,8 @@ struct OptimizerState {
 // its path. Collective over `world` (nullptr: one process): every rank writes its part, rank 0
 // renames the directory once all have.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
-                                           const std::string& job_name,
-                                           const CheckpointPart& part, const ParameterSet& params,
+                                           const std::string& job_name, const CheckpointPart& part,
+                                           const ParameterSet& params,
                                            const OptimizerState& optimizer,
                                            parallel::Communicator* world);
 

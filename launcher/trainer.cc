@@ -17,10 +17,10 @@
 #include "launcher/checkpoint.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
-#include "parallel/distributed_adamw.h"
-#include "parallel/vocab_parallel_cross_entropy.h"
 #include "launcher/preemption.h"
 #include "models/llama/memory_plan.h"
+#include "parallel/distributed_adamw.h"
+#include "parallel/vocab_parallel_cross_entropy.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -112,8 +112,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
     trainer->distributed_optimizer_ = std::make_unique<parallel::DistributedAdamW>(
         trainer->model_->parameters(), settings, trainer->grid_->dp());
   } else {
-    trainer->optimizer_ =
-        std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
+    trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
   }
   KELVIN_RETURN_IF_ERROR(trainer->Resume());
   return trainer;
@@ -153,9 +152,8 @@ CheckpointPart Trainer::CheckpointPartOf() const {
                              g.data_parallel, zero ? " zero1" : "");
   const std::string tp = absl::StrCat(".tp", grid_->tp_rank());
   part.model_file = absl::StrCat("model", tp, ".safetensors");
-  part.optimizer_file = absl::StrCat("optimizer", tp,
-                                     zero ? absl::StrCat(".dp", grid_->dp_rank()) : "",
-                                     ".safetensors");
+  part.optimizer_file = absl::StrCat(
+      "optimizer", tp, zero ? absl::StrCat(".dp", grid_->dp_rank()) : "", ".safetensors");
   part.writes_model = grid_->dp_rank() == 0;
   part.writes_optimizer = zero || grid_->dp_rank() == 0;
   return part;
@@ -170,11 +168,10 @@ OptimizerState Trainer::CurrentOptimizerState() const {
 
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed) {
   const config::CheckpointConfig& c = job_.checkpoint();
-  KELVIN_ASSIGN_OR_RETURN(
-      const std::string path,
-      SaveCheckpoint(c.dir(), steps_completed, job_.name(), CheckpointPartOf(),
-                     model_->parameters(), CurrentOptimizerState(),
-                     grid_ ? &grid_->world() : nullptr));
+  KELVIN_ASSIGN_OR_RETURN(const std::string path,
+                          SaveCheckpoint(c.dir(), steps_completed, job_.name(), CheckpointPartOf(),
+                                         model_->parameters(), CurrentOptimizerState(),
+                                         grid_ ? &grid_->world() : nullptr));
   if (grid_ == nullptr || grid_->world_rank() == 0) {
     KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
   }
@@ -207,9 +204,9 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   std::vector<data::Batch> batches;
   int64_t labelled = 0;
   for (int64_t m = 0; m < micro_batches_; ++m) {
-    KELVIN_ASSIGN_OR_RETURN(data::Batch batch,
-                            data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(),
-                                                  DataParallelSize()}));
+    KELVIN_ASSIGN_OR_RETURN(
+        data::Batch batch,
+        data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(), DataParallelSize()}));
     labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
     batches.push_back(std::move(batch));
   }
@@ -331,8 +328,8 @@ absl::Status Trainer::Run() {
   const config::TrainingConfig& t = job_.training();
   KLOG_RANK0(INFO) << "model: " << arch_.num_layers << " layers, hidden " << arch_.hidden_size
                    << ", " << arch_.num_attention_heads << "/" << arch_.num_key_value_heads
-                   << " heads, vocab " << arch_.vocab_size << ", "
-                   << arch_.NumParameters() << " parameters (" << model_->parameters().NumElements()
+                   << " heads, vocab " << arch_.vocab_size << ", " << arch_.NumParameters()
+                   << " parameters (" << model_->parameters().NumElements()
                    << " on each rank; f32, CPU, " << omp_get_max_threads() << " threads)";
   if (grid_ != nullptr) {
     const parallel::GridSpec& g = grid_->spec();
@@ -383,9 +380,9 @@ absl::Status Trainer::Run() {
     const int signal = checkpoints && !last ? AgreedPreemptionSignal() : 0;
     if (signal != 0) {
       KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
-      return absl::AbortedError(absl::StrCat(
-          "stopped by signal ", signal, " (preemption) after step ", step + 1, " of ", t.steps(),
-          "; the checkpoint is saved: run the same job again to resume"));
+      return absl::AbortedError(
+          absl::StrCat("stopped by signal ", signal, " (preemption) after step ", step + 1, " of ",
+                       t.steps(), "; the checkpoint is saved: run the same job again to resume"));
     }
   }
   if (!t.export_hf_dir().empty() && DataParallelRank() == 0) {

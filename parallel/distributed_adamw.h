@@ -42,13 +42,13 @@ class DistributedAdamW {
 
  private:
   struct GroupShard {
-    int64_t elements = 0;     // E
-    int64_t shard = 0;        // S = ceil(E / D)
-    int64_t begin = 0;        // r * S
-    int64_t count = 0;        // elements of the shard inside [0, E): min(S, E - begin), >= 0
-    Tensor padded;            // [D * S] scratch (gradients in, parameters out), values' dtype
-    Tensor grad;              // [S] this rank's reduced gradient
-    Tensor m, v;              // [S] Adam moments
+    int64_t elements = 0;  // E
+    int64_t shard = 0;     // S = ceil(E / D)
+    int64_t begin = 0;     // r * S
+    int64_t count = 0;     // elements of the shard inside [0, E): min(S, E - begin), >= 0
+    Tensor padded;         // [D * S] scratch (gradients in, parameters out), values' dtype
+    Tensor grad;           // [S] this rank's reduced gradient
+    Tensor m, v;           // [S] Adam moments
   };
 
   ParameterSet& params_;

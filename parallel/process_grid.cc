@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "core/mpi_check.h"
-#include "parallel/communicator_factory.h"
 #include "core/status.h"
+#include "parallel/communicator_factory.h"
 
 namespace kelvin::parallel {
 namespace {

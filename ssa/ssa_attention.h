@@ -26,14 +26,15 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
 
 // Backward from dout [Nq, H, d], given the forward's saved outputs (`saved.out` and `saved.lse`
 // are the MERGED results over all key blocks when the keys were split, FlashAttention-2 style;
-// `saved.query_temperature` / `saved.value_temperature` are this call's). Every gradient ACCUMULATES
+// `saved.query_temperature` / `saved.value_temperature` are this call's). Every gradient
+// ACCUMULATES
 // (+=): du (with weight sharing also the temperature path into u), dk, dv (likewise into v), the
 // source gradients without weight sharing, and grads.params (a^q, a^v, alpha). Summed over all
 // key blocks it is the full operator's gradient; zero the gradients before the first call.
-void SsaAttentionBackward(const Context& ctx, const SsaOptions& options,
-                          const SsaBlockShape& shape, const Tensor& dout,
-                          const SsaAttentionInputs& inputs, const SsaParameters& params,
-                          const SsaAttentionOutputs& saved, SsaAttentionGrads& grads);
+void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                          const Tensor& dout, const SsaAttentionInputs& inputs,
+                          const SsaParameters& params, const SsaAttentionOutputs& saved,
+                          SsaAttentionGrads& grads);
 
 // out [Nq, H, d], lse [Nq, H] += one key block's partial results (same shapes): the log-sum-exp
 // merge lse' = log(e^lse + e^block_lse), out' = e^(lse - lse') out + e^(block_lse - lse')
@@ -53,13 +54,13 @@ void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
 }  // namespace cpu
 
 namespace cuda {
-void SsaAttentionForward(const Context& ctx, const SsaOptions& options,
-                         const SsaBlockShape& shape, const SsaAttentionInputs& inputs,
-                         const SsaParameters& params, SsaAttentionOutputs& outputs);
-void SsaAttentionBackward(const Context& ctx, const SsaOptions& options,
-                          const SsaBlockShape& shape, const Tensor& dout,
-                          const SsaAttentionInputs& inputs, const SsaParameters& params,
-                          const SsaAttentionOutputs& saved, SsaAttentionGrads& grads);
+void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                         const SsaAttentionInputs& inputs, const SsaParameters& params,
+                         SsaAttentionOutputs& outputs);
+void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
+                          const Tensor& dout, const SsaAttentionInputs& inputs,
+                          const SsaParameters& params, const SsaAttentionOutputs& saved,
+                          SsaAttentionGrads& grads);
 void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse);
 }  // namespace cuda

@@ -121,15 +121,17 @@ std::vector<SsaParameterSpec> SsaLayerParameters(const LlamaConfig& c) {
     specs.push_back({"self_attn.ssa.query_readout", {h, d}, ParamGroup::kTemperature});
     specs.push_back({"self_attn.ssa.alpha", {h}, ParamGroup::kTemperature});
     if (own_projection) {
-      specs.push_back(
-          {"self_attn.ssa.query_temperature_proj.weight", {h * d, c.hidden_size}, ParamGroup::kDecay});
+      specs.push_back({"self_attn.ssa.query_temperature_proj.weight",
+                       {h * d, c.hidden_size},
+                       ParamGroup::kDecay});
     }
   }
   if (o.value_temperature) {
     specs.push_back({"self_attn.ssa.value_readout", {g, d}, ParamGroup::kTemperature});
     if (own_projection) {
-      specs.push_back(
-          {"self_attn.ssa.value_temperature_proj.weight", {g * d, c.hidden_size}, ParamGroup::kDecay});
+      specs.push_back({"self_attn.ssa.value_temperature_proj.weight",
+                       {g * d, c.hidden_size},
+                       ParamGroup::kDecay});
     }
   }
   return specs;

@@ -33,9 +33,7 @@ struct LlamaConfig {
   int64_t q_size() const { return num_attention_heads * head_dim; }   // H*d
   int64_t kv_size() const { return num_key_value_heads * head_dim; }  // G*d
   // What the attention operator runs: the SSA flags, or both temperatures off (vanilla).
-  ssa::SsaOptions AttentionOptions() const {
-    return ssa.value_or(ssa::VanillaAttentionOptions());
-  }
+  ssa::SsaOptions AttentionOptions() const { return ssa.value_or(ssa::VanillaAttentionOptions()); }
   int64_t NumParameters() const;  // SSA parameters included
 };
 

@@ -232,9 +232,9 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   }
   b.activations += bytes({&x_final_, &h_final_, &rstd_final_, &tokens_, &positions_});
   b.logits = bytes({&logits_});
-  b.backward_scratch = bytes({&dx_, &dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_,
-                              &dvalue_source_, &dgate_, &dup_, &dact_, &local_tokens_,
-                              &gathered_grad_});
+  b.backward_scratch =
+      bytes({&dx_, &dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_,
+             &dvalue_source_, &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_});
   return b;
 }
 
@@ -300,9 +300,8 @@ void LlamaModel::NormForward(const Context& ctx, const Tensor& x, const Tensor& 
   GatherTokens(normed, h);
 }
 
-void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x,
-                              const Tensor& weight, const Tensor& rstd, Tensor& dweight,
-                              Tensor& dx) {
+void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, const Tensor& weight,
+                              const Tensor& rstd, Tensor& dweight, Tensor& dx) {
   const Tensor& dh_local = ReduceTokens(dh);  // the TP ranks' partial input gradients, summed
   ops::RmsNormBackward(ctx, dh_local, x, weight, rstd, d_proj_, dweight);
   ops::Add(ctx, dx, d_proj_, dx);
@@ -347,8 +346,8 @@ void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
       << dlogits.ToString();
   LinearBackward(ctx, dlogits, h_final_, LmHead(), dh_, false, LmHeadGrad());
   ops::Fill(ctx, dx_, 0.0);
-  NormBackward(ctx, dh_, x_final_, params_.value(kFinalNorm), rstd_final_,
-               params_.grad(kFinalNorm), dx_);
+  NormBackward(ctx, dh_, x_final_, params_.value(kFinalNorm), rstd_final_, params_.grad(kFinalNorm),
+               dx_);
   for (int64_t l = config_.num_layers - 1; l >= 0; --l) LayerBackward(ctx, l, dx_);
   ops::EmbeddingBackward(ctx, tokens_, FullTokenGradient(dx_), layout_.vocab_begin,
                          params_.grad(kEmbed));
@@ -381,11 +380,11 @@ void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
   for (Tensor* t : {&du_, &dk_, &dv_, &dquery_source_, &dvalue_source_}) {
     if (t->defined()) ops::Fill(ctx, *t, 0.0);
   }
-  ssa::SsaAttentionGrads grads{du_, dk_, dv_, dquery_source_, dvalue_source_,
-                               AttentionParameters(layer, true)};
+  ssa::SsaAttentionGrads grads{
+      du_, dk_, dv_, dquery_source_, dvalue_source_, AttentionParameters(layer, true)};
   const ssa::SsaAttentionOutputs saved{a.attn, a.lse, a.tau_q, a.tau_v};
-  ssa::SsaAttentionBackward(ctx, attention_options_, ssa::SsaBlockShape::Full(batch_, seq_),
-                            dattn_, AttentionInputs(layer), AttentionParameters(layer, false), saved,
+  ssa::SsaAttentionBackward(ctx, attention_options_, ssa::SsaBlockShape::Full(batch_, seq_), dattn_,
+                            AttentionInputs(layer), AttentionParameters(layer, false), saved,
                             grads);
   LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
                  dw("self_attn.q_proj.weight"));

@@ -47,11 +47,11 @@ struct LlamaLayerActivations {
   // Without weight sharing: W_tmp x, what the temperatures read (undefined otherwise).
   Tensor query_source;  // [N, H, d]
   Tensor value_source;  // [N, G, d]
-  Tensor x_mid;      // [Nl, D] x + attention projection
-  Tensor h_mlp;      // [N, D] RMSNorm(x_mid) (all-gathered with sequence parallelism)
-  Tensor rstd_mlp;   // [Nl]
-  Tensor gate, up;   // [N, F]
-  Tensor act;        // [N, F] SiLU(gate) * up
+  Tensor x_mid;         // [Nl, D] x + attention projection
+  Tensor h_mlp;         // [N, D] RMSNorm(x_mid) (all-gathered with sequence parallelism)
+  Tensor rstd_mlp;      // [Nl]
+  Tensor gate, up;      // [N, F]
+  Tensor act;           // [N, F] SiLU(gate) * up
 };
 
 class LlamaModel {
@@ -144,8 +144,8 @@ class LlamaModel {
   DType dtype_;
   LlamaParallelism parallelism_;
   LlamaShardLayout layout_;
-  std::map<std::string, Shape> full_shapes_;          // by parameter name
-  std::map<std::string, ParameterShard> shards_;      // by parameter name
+  std::map<std::string, Shape> full_shapes_;      // by parameter name
+  std::map<std::string, ParameterShard> shards_;  // by parameter name
   ParameterSet params_;
   Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType)
 

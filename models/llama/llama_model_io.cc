@@ -22,7 +22,8 @@ void CopyAlongAxis(const Tensor& src, int axis, int64_t src_begin, Tensor& dst, 
                    int64_t count) {
   const int64_t rows = axis == 0 ? count : src.dim(0);
   const int64_t inner = src.ndim() == 1 ? 1 : (axis == 0 ? src.dim(1) : count);
-  const int64_t src_row = src.ndim() == 1 ? 1 : src.dim(1), dst_row = dst.ndim() == 1 ? 1 : dst.dim(1);
+  const int64_t src_row = src.ndim() == 1 ? 1 : src.dim(1),
+                dst_row = dst.ndim() == 1 ? 1 : dst.dim(1);
   const size_t bytes = DTypeSize(src.dtype());
   const auto* from = static_cast<const char*>(src.raw_data());
   auto* to = static_cast<char*>(dst.raw_data());
@@ -104,15 +105,17 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
     }
     const ParameterShard& shard = shards_.at(e.name);
     KELVIN_ASSIGN_OR_RETURN(const Tensor loaded,
-                            shard.axis < 0 ? checkpoint.Read(e.name, dtype_)
-                                           : checkpoint.ReadSlice(e.name, shard.axis, shard.begin,
-                                                                  shard.begin + shard.count, dtype_));
+                            shard.axis < 0
+                                ? checkpoint.Read(e.name, dtype_)
+                                : checkpoint.ReadSlice(e.name, shard.axis, shard.begin,
+                                                       shard.begin + shard.count, dtype_));
     Tensor value = e.value;
     CopyTensor(ctx, loaded, value);
   }
   if (static_cast<int64_t>(missing_ssa.size()) == ssa_tensors && ssa_tensors > 0) {
     KLOG_RANK0(INFO) << checkpoint.path() << " has no SSA tensors: starting SSA from read-outs 0 "
-                     << "and alpha " << config_.ssa->alpha_init << " (the pretrained model's logits)";
+                     << "and alpha " << config_.ssa->alpha_init
+                     << " (the pretrained model's logits)";
     InitSsaParameters();
   } else if (!missing_ssa.empty()) {
     return absl::NotFoundError(absl::StrCat(
@@ -161,9 +164,10 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
   }
   KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors));
   if (config_.ssa.has_value()) {
-    KLOG_RANK0(WARNING) << "exported to " << directory << " with the SSA tensors "
-                        << "(model.layers.*.self_attn.ssa.*): Kelvin reloads them; transformers has "
-                        << "no SSA, ignores them and runs the model without temperatures";
+    KLOG_RANK0(WARNING)
+        << "exported to " << directory << " with the SSA tensors "
+        << "(model.layers.*.self_attn.ssa.*): Kelvin reloads them; transformers has "
+        << "no SSA, ignores them and runs the model without temperatures";
   }
   const std::string config_path = directory + "/config.json";
   std::ofstream out(config_path);

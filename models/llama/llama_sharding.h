@@ -15,7 +15,7 @@ namespace kelvin::models {
 
 struct LlamaShardLayout {
   int tp_rank = 0, tp_size = 1;
-  int64_t head_begin = 0, heads = 0;  // query heads [head_begin, head_begin + heads)
+  int64_t head_begin = 0, heads = 0;   // query heads [head_begin, head_begin + heads)
   int64_t kv_begin = 0, kv_heads = 0;  // KV heads held
   bool kv_replicated = false;          // TP > G: tp_size / G ranks hold each KV head
   int64_t ffn_begin = 0, ffn = 0;      // intermediate columns

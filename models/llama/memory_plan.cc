@@ -34,9 +34,8 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const bool own_sources = !ssa.weight_sharing && ssa.token_aware;
   const int64_t temperatures =
       (ssa.query_temperature ? heads : 0) + (ssa.value_temperature ? c.num_key_value_heads : 0);
-  const int64_t sources = own_sources ? (ssa.query_temperature ? q : 0) +
-                                            (ssa.value_temperature ? kv : 0)
-                                      : 0;
+  const int64_t sources =
+      own_sources ? (ssa.query_temperature ? q : 0) + (ssa.value_temperature ? kv : 0) : 0;
 
   MemoryPlan plan;
   plan.parameters = params * static_cast<int64_t>(DTypeSize(o.parameter_dtype));
@@ -45,9 +44,8 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   plan.optimizer_state = 2 * params * grad;
   // LlamaLayerActivations: x, h_attn, x_mid, h_mlp [N, D]; u, attn [N, H*d]; k, v [N, G*d];
   // gate, up, act [N, F]; rstd_attn, rstd_mlp [N] and lse [N, H] in the statistics dtype.
-  plan.activations_per_layer =
-      n * act * (4 * d_model + 2 * q + 2 * kv + 3 * f + sources) +
-      n * stat * (2 + heads + temperatures);
+  plan.activations_per_layer = n * act * (4 * d_model + 2 * q + 2 * kv + 3 * f + sources) +
+                               n * stat * (2 + heads + temperatures);
   // Plus the final norm's input and output [N, D], its rstd [N] and the token/position ids.
   plan.activations =
       c.num_layers * plan.activations_per_layer + 2 * n * d_model * act + n * stat + 2 * n * 4;

@@ -38,9 +38,9 @@ std::string CheckpointDir(const std::string& name) {
 // The demo job, shrunk to 6 quick steps, with its checkpoints in `dir` ("" = none).
 config::JobConfig SmallJob(const std::string& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {
-      "model.ssa.enabled=true", "lr_schedule.warmup_steps=2", "training.steps=6", "training.seq_length=110",
-      "training.micro_batch_size=2", "training.global_batch_size=4", "training.eval_interval=100",
-      "training.export_hf_dir=\"\"", "logging.log_interval=100"};
+      "model.ssa.enabled=true",     "lr_schedule.warmup_steps=2",  "training.steps=6",
+      "training.seq_length=110",    "training.micro_batch_size=2", "training.global_batch_size=4",
+      "training.eval_interval=100", "training.export_hf_dir=\"\"", "logging.log_interval=100"};
   if (!dir.empty()) overrides.push_back("checkpoint.dir=\"" + dir + "\"");
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(DemoJobPath(), overrides);
@@ -117,7 +117,8 @@ TEST(Checkpoint, RequiredWithoutACheckpointIsAClearError) {
 TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   const std::string dir = CheckpointDir("damaged");
   {
-    std::unique_ptr<Trainer> trainer = CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
+    std::unique_ptr<Trainer> trainer =
+        CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
     ASSERT_NE(trainer, nullptr);
     ASSERT_TRUE(trainer->Run().ok());
   }
@@ -128,8 +129,9 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   absl::StatusOr<std::unique_ptr<Trainer>> other =
       Trainer::Create(SmallJob(dir, {"name=\"other_job\""}));
   ASSERT_FALSE(other.ok());
-  EXPECT_THAT(std::string(other.status().message()),
-              HasSubstr("is a checkpoint of job \"passkey_tiny_cpu\", not of this job \"other_job\""));
+  EXPECT_THAT(
+      std::string(other.status().message()),
+      HasSubstr("is a checkpoint of job \"passkey_tiny_cpu\", not of this job \"other_job\""));
 
   // Another model (SSA off: the checkpoint has tensors this model lacks).
   absl::StatusOr<std::unique_ptr<Trainer>> vanilla =

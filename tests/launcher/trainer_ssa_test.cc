@@ -18,11 +18,12 @@ std::string DemoJobPath() {
 }
 
 TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
-  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(
-      DemoJobPath(), {"model.ssa.enabled=true", "training.steps=3", "lr_schedule.warmup_steps=1", "training.seq_length=110",
-                      "training.micro_batch_size=2", "training.global_batch_size=2",
-                      "training.eval_interval=3", "training.eval_steps=1",
-                      "training.export_hf_dir=\"\"", "logging.log_interval=1"});
+  const absl::StatusOr<config::JobConfig> job =
+      LoadJobConfig(DemoJobPath(), {"model.ssa.enabled=true", "training.steps=3",
+                                    "lr_schedule.warmup_steps=1", "training.seq_length=110",
+                                    "training.micro_batch_size=2", "training.global_batch_size=2",
+                                    "training.eval_interval=3", "training.eval_steps=1",
+                                    "training.export_hf_dir=\"\"", "logging.log_interval=1"});
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -46,7 +47,8 @@ TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
   double readout_norm = 0;
   for (const ParameterSet::Entry& e : (*trainer)->model().parameters().entries()) {
     if (e.name.ends_with("ssa.query_readout")) {
-      for (int64_t i = 0; i < e.value.numel(); ++i) readout_norm += std::abs(e.value.data<float>()[i]);
+      for (int64_t i = 0; i < e.value.numel(); ++i)
+        readout_norm += std::abs(e.value.data<float>()[i]);
     }
   }
   EXPECT_GT(readout_norm, 0.0);

@@ -6,8 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -91,7 +91,7 @@ void RandomizeForGradientCheck(models::LlamaModel& model, uint64_t seed) {
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     for (int64_t i = 0; i < e.value.numel(); ++i) {
       const double z = normal(rng);
-      e.value.data<double>()[i] = e.group == ParamGroup::kNoDecay    ? 1.0 + 0.1 * z
+      e.value.data<double>()[i] = e.group == ParamGroup::kNoDecay       ? 1.0 + 0.1 * z
                                   : e.group == ParamGroup::kTemperature ? 0.5 * z
                                                                         : 0.3 * z;
     }
@@ -100,9 +100,8 @@ void RandomizeForGradientCheck(models::LlamaModel& model, uint64_t seed) {
 
 // Central differences (step 1e-5, f64) of `loss` at 8 spread elements of `value` (all when
 // fewer) against `analytic`: each within 1e-7 + 1e-5 |numerical|.
-::testing::AssertionResult SampledGradientMatches(const std::function<double()>& loss,
-                                                  Tensor value, const Tensor& analytic,
-                                                  const std::string& name) {
+::testing::AssertionResult SampledGradientMatches(const std::function<double()>& loss, Tensor value,
+                                                  const Tensor& analytic, const std::string& name) {
   constexpr double kStep = 1e-5;
   const int64_t n = value.numel(), samples = std::min<int64_t>(n, 8);
   for (int64_t s = 0; s < samples; ++s) {
@@ -116,8 +115,8 @@ void RandomizeForGradientCheck(models::LlamaModel& model, uint64_t seed) {
     x = saved;
     const double numerical = (up - down) / (2 * kStep), got = analytic.data<double>()[i];
     if (std::abs(got - numerical) > 1e-7 + 1e-5 * std::abs(numerical)) {
-      return ::testing::AssertionFailure() << name << "[" << i << "]: analytic " << got
-                                           << ", finite differences " << numerical;
+      return ::testing::AssertionFailure()
+             << name << "[" << i << "]: analytic " << got << ", finite differences " << numerical;
     }
   }
   return ::testing::AssertionSuccess();
@@ -242,8 +241,9 @@ TEST(LlamaSsa, ExportImportKeepsSsaTensorsAndAPlainCheckpointStartsAtInit) {
   absl::StatusOr<io::HfCheckpoint> mixed = io::HfCheckpoint::Open(mixed_dir);
   ASSERT_TRUE(mixed.ok());
   const absl::Status status = both.LoadHfCheckpoint(*mixed);
-  EXPECT_THAT(std::string(status.message()),
-              HasSubstr("has some SSA tensors but not \"model.layers.0.self_attn.ssa.value_readout\""));
+  EXPECT_THAT(
+      std::string(status.message()),
+      HasSubstr("has some SSA tensors but not \"model.layers.0.self_attn.ssa.value_readout\""));
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(plain_dir);
   std::filesystem::remove_all(mixed_dir);

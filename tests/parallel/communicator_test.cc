@@ -1,12 +1,12 @@
 // Group names in messages (the role and the members' world ranks, elided past 8 members) and the
 // factory's option checks, which need no MPI processes.
-#include "parallel/communicator_factory.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <numeric>
 #include <vector>
+
+#include "parallel/communicator_factory.h"
 
 namespace kelvin::parallel {
 namespace {

@@ -56,8 +56,7 @@ Tensor SliceAlong(const Tensor& t, int axis, int64_t begin, int64_t count) {
   Tensor out = Tensor::Empty({rows, count}, t.dtype());
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(static_cast<char*>(out.raw_data()) + r * count * bytes,
-                static_cast<const char*>(t.raw_data()) + (r * cols + begin) * bytes,
-                count * bytes);
+                static_cast<const char*>(t.raw_data()) + (r * cols + begin) * bytes, count * bytes);
   }
   return out;
 }

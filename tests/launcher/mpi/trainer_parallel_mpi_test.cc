@@ -62,15 +62,22 @@ std::string StartingCheckpoint() {
 
 config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra = {}) {
   static const std::string start = StartingCheckpoint();
-  const std::string demo =
-      (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
-       "passkey_tiny_cpu.textproto")
-          .string();
+  const std::string demo = (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() /
+                            "configs" / "passkey_tiny_cpu.textproto")
+                               .string();
   std::vector<std::string> overrides = {
-      "model.hf_dir=\"" + start + "\"", "model.ssa.enabled=true", "lr_schedule.warmup_steps=1",   "training.steps=3",
-      "training.seq_length=112",     "training.micro_batch_size=2",  "training.global_batch_size=8",
-      "training.eval_interval=3",    "training.eval_steps=1",        "training.export_hf_dir=\"\"",
-      "logging.log_interval=100",     "optimizer.lr=1e-4",
+      "model.hf_dir=\"" + start + "\"",
+      "model.ssa.enabled=true",
+      "lr_schedule.warmup_steps=1",
+      "training.steps=3",
+      "training.seq_length=112",
+      "training.micro_batch_size=2",
+      "training.global_batch_size=8",
+      "training.eval_interval=3",
+      "training.eval_steps=1",
+      "training.export_hf_dir=\"\"",
+      "logging.log_interval=100",
+      "optimizer.lr=1e-4",
       absl::StrCat("parallel.tensor_parallel=", layout.tp),
       absl::StrCat("parallel.data_parallel=", layout.dp),
       absl::StrCat("parallel.sequence_parallel=", layout.sequence_parallel ? "true" : "false"),
@@ -81,7 +88,6 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
   EXPECT_TRUE(job.ok()) << job.status();
   return job.value_or(config::JobConfig());
 }
-
 
 class ParallelTraining : public ::testing::TestWithParam<Layout> {};
 
@@ -120,7 +126,8 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
 // The layout of this world size that exercises most: sequence parallelism and, with 4 ranks, the
 // distributed optimizer's sharded state.
 Layout CheckpointLayout() {
-  return WorldSize() == 2 ? Layout{"TP2_SP", 2, 1, true} : Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true};
+  return WorldSize() == 2 ? Layout{"TP2_SP", 2, 1, true}
+                          : Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true};
 }
 
 TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBitForBit) {
@@ -158,8 +165,8 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
   }
 
   // Another layout cannot resume it.
-  absl::StatusOr<std::unique_ptr<Trainer>> other = Trainer::Create(
-      SmallJob({"DP", 1, WorldSize(), false}, {"checkpoint.dir=\"" + dir + "\""}));
+  absl::StatusOr<std::unique_ptr<Trainer>> other =
+      Trainer::Create(SmallJob({"DP", 1, WorldSize(), false}, {"checkpoint.dir=\"" + dir + "\""}));
   ASSERT_FALSE(other.ok());
   EXPECT_NE(std::string(other.status().message()).find("was saved by the layout"),
             std::string::npos)

@@ -29,7 +29,6 @@ int WorldRank() {
   return rank;
 }
 
-
 // Rank 0 writes a random model with non-zero temperatures to a fresh directory; all ranks wait.
 std::string WriteCheckpoint(const models::LlamaConfig& config, const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/tp_mpi_" + name;
@@ -57,7 +56,6 @@ std::unique_ptr<models::LlamaModel> Load(const models::LlamaConfig& config, cons
   EXPECT_TRUE(model->LoadHfCheckpoint(*checkpoint).ok());
   return model;
 }
-
 
 struct Layout {
   bool sequence_parallel;
@@ -90,24 +88,29 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   const int64_t vocab_begin = sharded->layout().vocab_begin, vocab = sharded->layout().vocab;
   Tensor& whole_logits = whole->Forward(ctx, tokens, positions);
   Tensor& shard_logits = sharded->Forward(ctx, tokens, positions);
-  EXPECT_TRUE(testing::AllClose(shard_logits, testing::SliceAlong(whole_logits, 1, vocab_begin, vocab),
+  EXPECT_TRUE(testing::AllClose(shard_logits,
+                                testing::SliceAlong(whole_logits, 1, vocab_begin, vocab),
                                 testing::kF64RelTol, "logits slice"));
 
   const double scale = 1.0 / 11;  // 11 labelled tokens
-  Tensor whole_loss = Tensor::Empty({12}, DType::kF64), shard_loss = Tensor::Empty({12}, DType::kF64);
+  Tensor whole_loss = Tensor::Empty({12}, DType::kF64),
+         shard_loss = Tensor::Empty({12}, DType::kF64);
   ops::SoftmaxCrossEntropy(ctx, whole_logits, labels, scale, whole_loss);
   parallel::VocabParallelSoftmaxCrossEntropy(tp->get(), shard_logits, labels, vocab_begin, scale,
                                              shard_loss);
   EXPECT_TRUE(testing::AllClose(shard_loss, whole_loss, testing::kF64RelTol, "token losses"));
-  EXPECT_TRUE(testing::AllClose(shard_logits, testing::SliceAlong(whole_logits, 1, vocab_begin, vocab),
+  EXPECT_TRUE(testing::AllClose(shard_logits,
+                                testing::SliceAlong(whole_logits, 1, vocab_begin, vocab),
                                 testing::kF64RelTol, "dlogits slice"));
   whole->Backward(ctx, whole_logits);
   sharded->Backward(ctx, shard_logits);
   sharded->FinishGradients();
   for (const ParameterSet::Entry& e : sharded->parameters().entries()) {
     const models::ParameterShard shard = models::ShardOf(config, sharded->layout(), e.name);
-    EXPECT_TRUE(testing::AllClose(e.grad, testing::SliceAlong(whole->parameters().grad(e.name), shard.axis, shard.begin, shard.count),
-                                  1e-10, e.name));
+    EXPECT_TRUE(testing::AllClose(
+        e.grad,
+        testing::SliceAlong(whole->parameters().grad(e.name), shard.axis, shard.begin, shard.count),
+        1e-10, e.name));
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (WorldRank() == 0) std::filesystem::remove_all(dir);
