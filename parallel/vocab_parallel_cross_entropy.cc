@@ -2,6 +2,7 @@
 // all-reduces (max, sum of exp, target logit) over the tensor-parallel group.
 #include "parallel/vocab_parallel_cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -109,15 +110,15 @@ void VocabParallelArgmax(Communicator* tp, const Tensor& logits, int64_t vocab_b
       id.data<double>()[row] = -static_cast<double>(vocab_begin + arg);
     }
   });
-  Tensor global_best = best;
   if (tp != nullptr) {
-    global_best = Tensor::Empty({n}, DType::kF64);
-    for (int64_t row = 0; row < n; ++row)
-      global_best.data<double>()[row] = best.data<double>()[row];
+    // The best value of each row over the group; the ranks that do not hold it drop out of the
+    // second max, which then picks the lowest id among the ranks that do.
+    Tensor global_best = Tensor::Empty({n}, DType::kF64);
+    std::copy_n(best.data<double>(), n, global_best.data<double>());
     tp->AllReduce(global_best, ReduceOp::kMax);
     for (int64_t row = 0; row < n; ++row) {
       if (best.data<double>()[row] < global_best.data<double>()[row]) {
-        id.data<double>()[row] = -std::numeric_limits<double>::infinity();  // not the winner
+        id.data<double>()[row] = -std::numeric_limits<double>::infinity();
       }
     }
     tp->AllReduce(id, ReduceOp::kMax);

@@ -113,6 +113,11 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
     EXPECT_NEAR(got[i].grad_norm, expected[i].grad_norm, 1e-4 * expected[i].grad_norm)
         << "step " << i + 1;
   }
+  // The evaluation at the last step (the vocab-parallel loss).
+  ASSERT_EQ((*parallel)->evaluations().size(), 1u);
+  const double expected_eval = (*reference)->evaluations().front().loss;
+  EXPECT_NEAR((*parallel)->evaluations().front().loss, expected_eval,
+              testing::kF32RelTol * expected_eval);
   models::LlamaModel& model = (*parallel)->model();
   ParameterSet& whole = (*reference)->model().parameters();
   for (const ParameterSet::Entry& e : model.parameters().entries()) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -91,6 +92,21 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   EXPECT_TRUE(testing::AllClose(shard_logits,
                                 testing::SliceAlong(whole_logits, 1, vocab_begin, vocab),
                                 testing::kF64RelTol, "logits slice"));
+
+  // Evaluation: the vocab-parallel loss alone and the global argmax of every row.
+  Tensor whole_eval = Tensor::Empty({12}, DType::kF64),
+         shard_eval = Tensor::Empty({12}, DType::kF64);
+  Tensor lse = Tensor::Empty({12}, DType::kF64);
+  ops::CrossEntropyForward(ctx, whole_logits, labels, whole_eval, lse);
+  parallel::VocabParallelCrossEntropyLoss(tp->get(), shard_logits, labels, vocab_begin, shard_eval);
+  EXPECT_TRUE(testing::AllClose(shard_eval, whole_eval, testing::kF64RelTol, "eval losses"));
+  Tensor predictions = Tensor::Empty({12}, DType::kI32);
+  parallel::VocabParallelArgmax(tp->get(), shard_logits, vocab_begin, predictions);
+  for (int64_t row = 0; row < 12; ++row) {
+    const double* r = whole_logits.data<double>() + row * config.vocab_size;
+    EXPECT_EQ(predictions.data<int32_t>()[row], std::max_element(r, r + config.vocab_size) - r)
+        << "row " << row;
+  }
 
   const double scale = 1.0 / 11;  // 11 labelled tokens
   Tensor whole_loss = Tensor::Empty({12}, DType::kF64),
