@@ -124,15 +124,6 @@ int64_t LlamaModel::LocalTokens() const {
   return parallelism_.sequence_parallel ? n / layout_.tp_size : n;
 }
 
-void LlamaModel::GatherTokens(const Tensor& local, Tensor& full) {
-  parallel::Communicator* tp = parallelism_.tp;
-  if (parallelism_.sequence_parallel) {
-    tp->AllGather(local.View({-1}), full);
-  } else if (local.raw_data() != full.raw_data()) {
-    CopyTensor(Context::Cpu(), local, full);
-  }
-}
-
 Tensor& LlamaModel::ReduceTokens(Tensor& partial) {
   parallel::Communicator* tp = parallelism_.tp;
   if (tp == nullptr) return partial;
@@ -295,9 +286,12 @@ Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tens
 
 void LlamaModel::NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
                              Tensor& rstd) {
-  Tensor& normed = parallelism_.sequence_parallel ? local_tokens_ : h;
-  ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, normed, rstd);
-  GatherTokens(normed, h);
+  if (!parallelism_.sequence_parallel) {
+    ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, h, rstd);
+    return;
+  }
+  ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, local_tokens_, rstd);
+  parallelism_.tp->AllGather(local_tokens_.View({-1}), h);
 }
 
 void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, const Tensor& weight,

@@ -113,11 +113,10 @@ class LlamaModel {
   void Declare(const std::string& name, const Shape& full_shape, ParamGroup group);
   void AllocateActivations(int64_t batch, int64_t seq);
   int64_t LocalTokens() const;  // Nl
-  // Sequence-parallel region boundaries (plain copies or all-reduces without sequence
-  // parallelism, no-ops without TP). full [N, D] <- all-gather of local [Nl, D].
-  void GatherTokens(const Tensor& local, Tensor& full);
-  // The partial sums [N, D] of the TP ranks' row-parallel GEMMs -> summed: in place (no sequence
-  // parallelism; `local` is then `partial`) or reduce-scattered into local [Nl, D].
+  // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
+  // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'
+  // row-parallel GEMMs -> summed: in place (no sequence parallelism; `local` is then `partial`) or
+  // reduce-scattered into local [Nl, D].
   Tensor& ReduceTokens(Tensor& partial);
   // The full-token gradient of a region's output: with sequence parallelism all-gathered from the
   // local [Nl, D] gradient into a scratch [N, D], else `local` itself.
