@@ -32,23 +32,6 @@ void CheckUndefined(const Tensor& t, const char* name, const char* why) {
                              << t.ToString();
 }
 
-// Host position ids of one side: within each row's chunk they restart at 0 or count up by one,
-// and the first one cannot reach before the row's first token (global index `begin`).
-void CheckPositionValues(const Tensor& positions, int64_t batch, int64_t begin, int64_t count,
-                         const char* name) {
-  const int32_t* p = positions.data<int32_t>();
-  for (int64_t row = 0; row < batch; ++row) {
-    for (int64_t a = 0; a < count; ++a) {
-      const int32_t pos = p[row * count + a];
-      const bool ok =
-          a == 0 ? pos >= 0 && pos <= begin : pos == 0 || pos == p[row * count + a - 1] + 1;
-      KELVIN_CHECK(ok) << Name(name) << "[" << row * count + a << "] = " << pos
-                       << " at global index " << begin + a
-                       << ": position ids must restart at 0 or count up by one within a row";
-    }
-  }
-}
-
 // Each query's visible keys [i - p_i, i] that lie in the key range must carry the positions
 // p_i - (i - j) (the query's document). Position ids step by +1 or restart at 0, so checking the
 // first and the last visible key of each query covers every key between them.
@@ -139,9 +122,9 @@ Dims CheckInputs(const Context& ctx, const SsaOptions& options, const SsaBlockSh
   if (!ctx.is_cuda()) {
     const Tensor& key_positions =
         in.key_positions.defined() ? in.key_positions : in.query_positions;
-    CheckPositionValues(in.query_positions, s.batch, s.query_begin, s.query_count,
-                        "query_positions");
-    CheckPositionValues(key_positions, s.batch, s.key_begin, s.key_count, "key_positions");
+    CheckPositionIds(in.query_positions, s.batch, s.query_begin, s.query_count,
+                     Name("query_positions"));
+    CheckPositionIds(key_positions, s.batch, s.key_begin, s.key_count, Name("key_positions"));
     CheckDocumentsAgree(s, in.query_positions, key_positions);
   }
   return dims;
@@ -235,6 +218,21 @@ void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Ten
   if (ctx.is_cuda()) return cuda::MergeAttentionBlock(ctx, out, lse, block_out, block_lse);
 #endif
   cpu::MergeAttentionBlock(out, lse, block_out, block_lse);
+}
+
+void CheckPositionIds(const Tensor& positions, int64_t batch, int64_t begin, int64_t count,
+                      const std::string& name) {
+  const int32_t* p = positions.data<int32_t>();
+  for (int64_t row = 0; row < batch; ++row) {
+    for (int64_t a = 0; a < count; ++a) {
+      const int32_t pos = p[row * count + a];
+      const bool ok =
+          a == 0 ? pos >= 0 && pos <= begin : pos == 0 || pos == p[row * count + a - 1] + 1;
+      KELVIN_CHECK(ok) << name << "[" << row * count + a << "] = " << pos << " at global index "
+                       << begin + a
+                       << ": position ids must restart at 0 or count up by one within a row";
+    }
+  }
 }
 
 }  // namespace kelvin::ssa

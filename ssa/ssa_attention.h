@@ -11,6 +11,8 @@
 // temperatures are exactly 1 and vanilla attention give bit-identical outputs either way).
 #pragma once
 
+#include <string>
+
 #include "core/context.h"
 #include "ssa/ssa_attention_args.h"
 #include "ssa/ssa_options.h"
@@ -41,6 +43,12 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
 // block_out. Start from out = 0, lse = -inf (or the first block's results).
 void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse);
+
+// Aborts, naming `name`, unless the host position ids [batch * count] of one side (each row's
+// chunk of `count` tokens starting at global index `begin`) restart at 0 or count up by one, the
+// first one <= begin (a document cannot start before the row).
+void CheckPositionIds(const Tensor& positions, int64_t batch, int64_t begin, int64_t count,
+                      const std::string& name);
 
 namespace cpu {
 void SsaAttentionForward(const SsaOptions& options, const SsaBlockShape& shape,

@@ -11,6 +11,7 @@
 
 #include "core/context.h"
 #include "core/ops/rope.h"
+#include "ssa/ssa_attention.h"
 #include "ssa/temperature.h"
 
 namespace kelvin::ssa::reference {
@@ -46,17 +47,7 @@ void CheckPositions(const Tensor& positions, int64_t batch, int64_t begin, int64
                positions.shape() == Shape{batch * count})
       << "ssa reference: " << name << " must be i32 [" << batch * count << "] on the host, got "
       << positions.ToString();
-  const int32_t* p = positions.data<int32_t>();
-  for (int64_t row = 0; row < batch; ++row) {
-    for (int64_t a = 0; a < count; ++a) {
-      const int32_t pos = p[row * count + a];
-      const bool ok =
-          a == 0 ? pos >= 0 && pos <= begin : pos == 0 || pos == p[row * count + a - 1] + 1;
-      KELVIN_CHECK(ok) << "ssa reference: " << name << "[" << row * count + a << "] = " << pos
-                       << " at global index " << begin + a
-                       << ": position ids must restart at 0 or count up by one within a row";
-    }
-  }
+  CheckPositionIds(positions, batch, begin, count, std::string("ssa reference: ") + name);
 }
 
 // Everything one call computes before its scores.
