@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench/gpu/cuda_event_timer.h"
 #include "core/context.h"
 #include "core/copy.h"
 #include "core/cuda/cuda_check.h"
@@ -37,19 +38,7 @@ double TimeGemmMs(const Context& ctx, const GemmShape& s, int iters) {
   const Tensor a = RandomDeviceBf16(ctx, s.m, s.k, 1);
   const Tensor b = RandomDeviceBf16(ctx, s.n, s.k, 2);
   Tensor c = Tensor::Empty({s.m, s.n}, DType::kBF16, ctx.device());
-  for (int i = 0; i < 3; ++i) ops::Gemm(ctx, a, false, b, true, c);
-  cudaEvent_t start, stop;
-  KELVIN_CUDA_CHECK(cudaEventCreate(&start));
-  KELVIN_CUDA_CHECK(cudaEventCreate(&stop));
-  KELVIN_CUDA_CHECK(cudaEventRecord(start, StreamOf(ctx)));
-  for (int i = 0; i < iters; ++i) ops::Gemm(ctx, a, false, b, true, c);
-  KELVIN_CUDA_CHECK(cudaEventRecord(stop, StreamOf(ctx)));
-  KELVIN_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  KELVIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  KELVIN_CUDA_CHECK(cudaEventDestroy(start));
-  KELVIN_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / iters;
+  return bench::MeanCudaMs(ctx, 3, iters, [&] { ops::Gemm(ctx, a, false, b, true, c); });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu/cuda_event_timer.h"
 #include "core/context.h"
 #include "core/copy.h"
 #include "core/cuda/cuda_check.h"
@@ -44,19 +45,7 @@ Tensor DeviceZeros(const Context& ctx, const Shape& shape, DType dtype) {
 
 // Mean milliseconds of `fn` over kIters launches after kWarmup, timed by CUDA events.
 double TimeMs(const Context& ctx, const std::function<void()>& fn) {
-  for (int i = 0; i < kWarmup; ++i) fn();
-  cudaEvent_t start, stop;
-  KELVIN_CUDA_CHECK(cudaEventCreate(&start));
-  KELVIN_CUDA_CHECK(cudaEventCreate(&stop));
-  KELVIN_CUDA_CHECK(cudaEventRecord(start, StreamOf(ctx)));
-  for (int i = 0; i < kIters; ++i) fn();
-  KELVIN_CUDA_CHECK(cudaEventRecord(stop, StreamOf(ctx)));
-  KELVIN_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  KELVIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  KELVIN_CUDA_CHECK(cudaEventDestroy(start));
-  KELVIN_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / kIters;
+  return bench::MeanCudaMs(ctx, kWarmup, kIters, fn);
 }
 
 void Run(const Context& ctx, const std::string& mode, const ssa::SsaOptions& options, int64_t seq) {
