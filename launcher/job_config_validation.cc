@@ -418,9 +418,17 @@ void CheckParallel(const config::JobConfig& job, Problems& problems) {
           1);
 
   const bool interleaved = parallel.pipeline_schedule() == config::ParallelConfig::INTERLEAVED_1F1B;
-  if (parallel.virtual_pipeline_stages() > 1 && !interleaved) {
+  if (parallel.virtual_pipeline_stages() > 1 &&
+      parallel.pipeline_schedule() == config::ParallelConfig::ONE_F_ONE_B) {
     problems.Add("parallel.virtual_pipeline_stages=", parallel.virtual_pipeline_stages(),
-                 " needs pipeline_schedule INTERLEAVED_1F1B");
+                 " needs pipeline_schedule INTERLEAVED_1F1B (or ALL_FORWARD_ALL_BACKWARD)");
+  }
+  const int64_t accumulation = job.training().gradient_accumulation_steps();
+  if (parallel.virtual_pipeline_stages() > 1 && parallel.pipeline_parallel() >= 2 &&
+      accumulation > 0 && accumulation % parallel.pipeline_parallel() != 0) {
+    problems.Add("training.gradient_accumulation_steps=", accumulation,
+                 " (micro-batches per step) must be a multiple of parallel.pipeline_parallel=",
+                 parallel.pipeline_parallel(), " with virtual_pipeline_stages > 1");
   }
   if (interleaved) {
     if (parallel.virtual_pipeline_stages() < 2) {
@@ -434,13 +442,6 @@ void CheckParallel(const config::JobConfig& job, Problems& problems) {
           "parallel.pipeline_schedule=INTERLEAVED_1F1B needs pipeline_parallel >= 2 (it "
           "is ",
           parallel.pipeline_parallel(), ")");
-    }
-    const int64_t accumulation = job.training().gradient_accumulation_steps();
-    if (parallel.pipeline_parallel() >= 2 && accumulation > 0 &&
-        accumulation % parallel.pipeline_parallel() != 0) {
-      problems.Add("training.gradient_accumulation_steps=", accumulation,
-                   " (micro-batches per step) must be a multiple of parallel.pipeline_parallel=",
-                   parallel.pipeline_parallel(), " for INTERLEAVED_1F1B");
     }
   }
   if (parallel.sequence_parallel() && parallel.tensor_parallel() < 2) {

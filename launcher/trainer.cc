@@ -29,12 +29,11 @@ namespace {
 // than train without them.
 absl::Status CheckSupported(const config::JobConfig& job) {
   const config::ParallelConfig& p = job.parallel();
-  if (p.pipeline_parallel() > 1 || p.context_parallel() > 1) {
+  if (p.context_parallel() > 1) {
     return absl::UnimplementedError(absl::StrCat(
-        "parallel.pipeline_parallel=", p.pipeline_parallel(),
-        " context_parallel=", p.context_parallel(),
-        ": this build trains with tensor, sequence and data parallelism (and the distributed "
-        "optimizer) only; set pipeline_parallel and context_parallel to 1"));
+        "parallel.context_parallel=", p.context_parallel(),
+        ": this build trains with tensor, sequence, pipeline and data parallelism (and the "
+        "distributed optimizer); context parallelism is not in it yet: set context_parallel=1"));
   }
   if (job.training().device() == config::TrainingConfig::CUDA) {
     return absl::UnimplementedError(
@@ -56,6 +55,10 @@ std::string FormatDuration(double seconds) {
   if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
   if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   return absl::StrFormat("%ds", s);
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 double Sum(const Tensor& values) {
@@ -97,13 +100,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
   KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch, world));
   models::LlamaParallelism parallelism;
-  if (trainer->grid_ != nullptr) {
-    const parallel::GridSpec& spec = trainer->grid_->spec();
-    if (spec.tensor_parallel > 1) parallelism.tp = &trainer->grid_->tp();
+  parallel::ProcessGrid* grid = trainer->grid_.get();
+  if (grid != nullptr) {
+    const parallel::GridSpec& spec = grid->spec();
+    if (spec.tensor_parallel > 1) parallelism.tp = &grid->tp();
     parallelism.sequence_parallel = spec.sequence_parallel;
+    if (spec.pipeline_parallel > 1) {
+      parallelism.pp = &grid->pp();
+      parallelism.virtual_stages = spec.virtual_pipeline_stages;
+      parallelism.embedding = grid->embedding();
+    }
     trainer->micro_batches_ = spec.gradient_accumulation_steps;
   }
+  if (parallelism.pp != nullptr) {  // the schedule is checked before the model is built
+    KELVIN_RETURN_IF_ERROR(
+        parallel::BuildPipelineSchedule(PipelineScheduleKindOf(job.parallel().pipeline_schedule()),
+                                        grid->spec().pipeline_parallel, grid->pp_rank(),
+                                        static_cast<int>(trainer->micro_batches_),
+                                        grid->spec().virtual_pipeline_stages)
+            .status());
+  }
   KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism));
+  if (parallelism.pp != nullptr) {
+    KELVIN_ASSIGN_OR_RETURN(
+        trainer->pipeline_,
+        PipelineRunner::Create(job.parallel().pipeline_schedule(),
+                               static_cast<int>(trainer->micro_batches_), *trainer->model_, *grid));
+  }
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
   const config::OptimizerConfig& opt = job.optimizer();
   const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
@@ -148,9 +171,15 @@ CheckpointPart Trainer::CheckpointPartOf() const {
   if (grid_ == nullptr) return part;
   const parallel::GridSpec& g = grid_->spec();
   const bool zero = distributed_optimizer_ != nullptr;
-  part.layout = absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", " dp",
+  // Pipeline sizes join the layout only when used, so earlier checkpoints keep their names.
+  const std::string pp = g.pipeline_parallel > 1 ? absl::StrCat(" pp", g.pipeline_parallel, " vp",
+                                                                g.virtual_pipeline_stages)
+                                                 : "";
+  part.layout = absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", pp, " dp",
                              g.data_parallel, zero ? " zero1" : "");
-  const std::string tp = absl::StrCat(".tp", grid_->tp_rank());
+  const std::string tp =
+      absl::StrCat(".tp", grid_->tp_rank(),
+                   g.pipeline_parallel > 1 ? absl::StrCat(".pp", grid_->pp_rank()) : "");
   part.model_file = absl::StrCat("model", tp, ".safetensors");
   part.optimizer_file = absl::StrCat(
       "optimizer", tp, zero ? absl::StrCat(".dp", grid_->dp_rank()) : "", ".safetensors");
@@ -198,6 +227,21 @@ Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
 }
 
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  const double communication_before = grid_ ? grid_->CommunicationSeconds() : 0;
+  const double pipeline_before = pipeline_ ? grid_->PipelineCommunicationSeconds() : 0;
+  KELVIN_ASSIGN_OR_RETURN(StepStats stats, TrainStepUntimed(step));
+  stats.seconds = SecondsSince(start);
+  if (grid_ != nullptr) {
+    stats.communication_seconds = grid_->CommunicationSeconds() - communication_before;
+  }
+  if (pipeline_ != nullptr) {
+    stats.pipeline_transfer_seconds = grid_->PipelineCommunicationSeconds() - pipeline_before;
+  }
+  return stats;
+}
+
+absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   const Context ctx = Context::Cpu();
   // The whole global batch first: its labelled-token count normalises every micro-batch's loss,
   // so accumulating M micro-batches gives exactly the gradient of the one big batch.
@@ -211,24 +255,21 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
     batches.push_back(std::move(batch));
   }
   labelled = static_cast<int64_t>(SumOverDataParallel(static_cast<double>(labelled)));
-  StepStats stats{step, 0, 0, 0, 0, {}};
+  StepStats stats;
+  stats.step = step;
   ParameterSet& params = model_->parameters();
   params.ZeroGrads();
   if (labelled == 0) {
     KLOG_RANK0(WARNING) << "step " << step << " has no labelled token; no update";
     return stats;
   }
-  for (const data::Batch& batch : batches) {
-    Tensor& logits = model_->Forward(ctx, batch.tokens, batch.positions);
-    Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
-    parallel::VocabParallelSoftmaxCrossEntropy(model_->tp(), logits, batch.labels.View({-1}),
-                                               model_->layout().vocab_begin,
-                                               1.0 / static_cast<double>(labelled), token_loss);
-    stats.loss += Sum(token_loss);
-    stats.tokens += batch.tokens.numel();
-    model_->Backward(ctx, logits);
+  const auto micro_batches_start = std::chrono::steady_clock::now();
+  for (const double loss : RunMicroBatches(batches, 1.0 / static_cast<double>(labelled))) {
+    stats.loss += loss;  // in micro-batch order on every layout
   }
-  stats.loss = SumOverDataParallel(stats.loss) / static_cast<double>(labelled);
+  stats.micro_batch_seconds = SecondsSince(micro_batches_start);
+  for (const data::Batch& batch : batches) stats.tokens += batch.tokens.numel();
+  stats.loss = FromLastStage(SumOverDataParallel(stats.loss)) / static_cast<double>(labelled);
   if (!std::isfinite(stats.loss)) {
     return absl::InternalError(absl::StrCat("the loss became ", stats.loss, " at step ", step,
                                             ": training diverged; lower optimizer.lr (now ",
@@ -252,12 +293,43 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   } else {
     optimizer_->Step(ctx, stats.lr);
   }
-  stats.temperatures = model_->TemperatureStatistics();
+  stats.temperatures = pipeline_
+                           ? pipeline_->GatherTemperatureStatistics(model_->TemperatureStatistics())
+                           : model_->TemperatureStatistics();
   return stats;
+}
+
+std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& batches,
+                                             double loss_scale) {
+  const Context ctx = Context::Cpu();
+  // The loss of a micro-batch from its logits, leaving dlogits in place.
+  auto loss = [&](Tensor& logits, int m) {
+    Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
+    parallel::VocabParallelSoftmaxCrossEntropy(model_->tp(), logits, batches[m].labels.View({-1}),
+                                               model_->layout().vocab_begin, loss_scale,
+                                               token_loss);
+    return Sum(token_loss);
+  };
+  if (pipeline_ != nullptr) return pipeline_->RunStep(ctx, batches, loss);
+  std::vector<double> losses;
+  for (size_t m = 0; m < batches.size(); ++m) {
+    Tensor& logits = model_->Forward(ctx, batches[m].tokens, batches[m].positions);
+    losses.push_back(loss(logits, static_cast<int>(m)));
+    model_->Backward(ctx, logits);
+  }
+  return losses;
 }
 
 int Trainer::DataParallelRank() const { return grid_ ? grid_->dp_rank() : 0; }
 int Trainer::DataParallelSize() const { return grid_ ? grid_->spec().data_parallel : 1; }
+
+double Trainer::FromLastStage(double value) {
+  if (pipeline_ == nullptr) return value;
+  Tensor sum = Tensor::Empty({1}, DType::kF64);  // the last stage's value, zeros elsewhere
+  sum.data<double>()[0] = grid_->is_last_stage() ? value : 0.0;
+  grid_->pp().AllReduce(sum, parallel::ReduceOp::kSum);
+  return sum.data<double>()[0];
+}
 
 double Trainer::SumOverDataParallel(double value) {
   if (DataParallelSize() == 1) return value;
@@ -286,6 +358,7 @@ double Trainer::ClipGradients(double max_norm) {
     squares.data<double>()[0] = ops::SumOfSquares(ctx, counted);
   }
   if (model_->tp() != nullptr) model_->tp()->AllReduce(squares, parallel::ReduceOp::kSum);
+  if (pipeline_ != nullptr) grid_->pp().AllReduce(squares, parallel::ReduceOp::kSum);
   const double norm = std::sqrt(squares.data<double>()[0]);
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
   if (coefficient < 1 && distributed_optimizer_ != nullptr) {
@@ -305,22 +378,26 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   int64_t labelled = 0, rows = 0, retrieved = 0;
   for (int64_t i = 0; i < job_.training().eval_steps(); ++i) {
     KELVIN_ASSIGN_OR_RETURN(const data::Batch batch, data_.eval->BatchAt({i, 0, 1, 0, 1}));
-    const Tensor& logits = model_->Forward(ctx, batch.tokens, batch.positions);
-    Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
-    parallel::VocabParallelCrossEntropyLoss(model_->tp(), logits, batch.labels.View({-1}),
+    labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
+    rows += batch.rows();
+    const Tensor* logits = pipeline_ ? pipeline_->Forward(ctx, batch)
+                                     : &model_->Forward(ctx, batch.tokens, batch.positions);
+    if (logits == nullptr) continue;  // a pipeline stage before the last
+    Tensor token_loss = Tensor::Empty({logits->dim(0)}, DType::kF32);  // [N]
+    parallel::VocabParallelCrossEntropyLoss(model_->tp(), *logits, batch.labels.View({-1}),
                                             model_->layout().vocab_begin, token_loss);
     stats.loss += Sum(token_loss);
-    labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
     if (data_.passkey) {
-      Tensor predictions = Tensor::Empty({logits.dim(0)}, DType::kI32);  // [N]
-      parallel::VocabParallelArgmax(model_->tp(), logits, model_->layout().vocab_begin,
+      Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
+      parallel::VocabParallelArgmax(model_->tp(), *logits, model_->layout().vocab_begin,
                                     predictions);
       retrieved += data::CountRetrieved(batch, predictions.View(batch.tokens.shape()));
-      rows += batch.rows();
     }
   }
-  stats.loss /= static_cast<double>(std::max<int64_t>(labelled, 1));
-  if (data_.passkey) stats.retrieval_accuracy = static_cast<double>(retrieved) / rows;
+  stats.loss = FromLastStage(stats.loss) / static_cast<double>(std::max<int64_t>(labelled, 1));
+  if (data_.passkey) {
+    stats.retrieval_accuracy = FromLastStage(static_cast<double>(retrieved)) / rows;
+  }
   return stats;
 }
 
@@ -334,9 +411,16 @@ absl::Status Trainer::Run() {
   if (grid_ != nullptr) {
     const parallel::GridSpec& g = grid_->spec();
     KLOG_RANK0(INFO) << "layout: " << g.world_size << " processes = tensor " << g.tensor_parallel
-                     << (g.sequence_parallel ? " (sequence parallel)" : "") << " x data "
-                     << g.data_parallel
+                     << (g.sequence_parallel ? " (sequence parallel)" : "") << " x pipeline "
+                     << g.pipeline_parallel << " x data " << g.data_parallel
                      << (distributed_optimizer_ ? " (distributed optimizer)" : "");
+    if (pipeline_ != nullptr) {
+      KLOG_RANK0(INFO) << "pipeline: " << PipelineScheduleKindName(pipeline_->kind()) << ", "
+                       << g.virtual_pipeline_stages << " model chunk(s) per stage of "
+                       << arch_.num_layers / (g.pipeline_parallel * g.virtual_pipeline_stages)
+                       << " layers; at most " << pipeline_->peak_in_flight()
+                       << " micro-batch(es) in flight on the first stage";
+    }
   }
   KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of " << t.micro_batch_size()
                    << " x " << t.seq_length() << " tokens per step";
@@ -358,8 +442,14 @@ absl::Status Trainer::Run() {
       const double eta =
           elapsed / static_cast<double>(step + 1 - start_step_) * (t.steps() - step - 1);
       KLOG_RANK0(INFO) << absl::StrFormat(
-          "step %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | ETA %s", step + 1,
-          t.steps(), stats.loss, stats.lr, stats.grad_norm, tokens / elapsed, FormatDuration(eta));
+                              "step %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | "
+                              "ETA %s",
+                              step + 1, t.steps(), stats.loss, stats.lr, stats.grad_norm,
+                              tokens / elapsed, FormatDuration(eta))
+                       << (grid_
+                               ? absl::StrFormat(" | comm %.0f%%",
+                                                 100 * stats.communication_seconds / stats.seconds)
+                               : "");
       if (job_.model().ssa().enabled() && job_.model().ssa().log_statistics()) {
         LogTemperatureStatistics(stats.temperatures);
       }

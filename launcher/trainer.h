@@ -1,10 +1,10 @@
-// Trainer: the training loop of `kelvin train` on the CPU, one process or a tensor/sequence/data
-// parallel grid under mpirun. Read top to bottom in trainer.cc: per step, each data-parallel rank's
-// micro-batches run forward and backward with the loss normalised by the global batch's labelled
-// tokens, gradients are summed over data-parallel ranks and clipped by the norm of the full model,
-// the learning rate comes
-// from the schedule, AdamW steps; progress lines, periodic evaluation, checkpoints (resume, every
-// checkpoint.interval_steps, at the end and on a preemption signal), export at the end.
+// Trainer: the training loop of `kelvin train` on the CPU, one process or a tensor/sequence/
+// pipeline/data parallel grid under mpirun. Read top to bottom in trainer.cc: per step, each
+// data-parallel rank's micro-batches run forward and backward with the loss normalised by the
+// global batch's labelled tokens, gradients are summed over data-parallel ranks and clipped by the
+// norm of the full model, the learning rate comes from the schedule, AdamW steps; progress lines,
+// periodic evaluation, checkpoints (resume, every checkpoint.interval_steps, at the end and on a
+// preemption signal), export at the end.
 #pragma once
 
 #include <memory>
@@ -14,6 +14,7 @@
 #include "core/optim/adamw_optimizer.h"
 #include "launcher/checkpoint.h"
 #include "launcher/job_setup.h"
+#include "launcher/pipeline_runner.h"
 #include "parallel/distributed_adamw.h"
 #include "parallel/process_grid.h"
 
@@ -25,6 +26,11 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   int64_t tokens = 0;  // tokens processed (all positions, labelled or not)
+  // Wall time of this rank: the whole step, its forwards and backwards (the pipeline's program),
+  // its communication calls (all groups), and of those the pipeline group's transfers (waiting
+  // for the neighbouring stages: the bubble).
+  double seconds = 0, micro_batch_seconds = 0, communication_seconds = 0,
+         pipeline_transfer_seconds = 0;
   // Per layer, the SSA temperatures of the step's last micro-batch (empty without SSA).
   std::vector<ssa::TemperatureStatistics> temperatures;
 };
@@ -44,7 +50,7 @@ class Trainer {
                                                          MPI_Comm world = MPI_COMM_WORLD);
 
   absl::Status Run();
-  absl::StatusOr<StepStats> TrainStep(int64_t step);
+  absl::StatusOr<StepStats> TrainStep(int64_t step);  // timed
   absl::StatusOr<EvalStats> Evaluate(int64_t step);
 
   const std::vector<StepStats>& history() const { return history_; }
@@ -54,6 +60,7 @@ class Trainer {
 
  private:
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);
+  absl::StatusOr<StepStats> TrainStepUntimed(int64_t step);
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   absl::Status SaveCheckpointAt(int64_t steps_completed);
@@ -64,6 +71,12 @@ class Trainer {
   int DataParallelRank() const;
   int DataParallelSize() const;
   double SumOverDataParallel(double value);
+  // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).
+  double FromLastStage(double value);
+  // The forward and backward of every micro-batch of the step: one process runs them in turn, a
+  // pipeline rank its program. Returns each micro-batch's summed token losses x `loss_scale` (1 /
+  // the global batch's labelled tokens), 0 off the last pipeline stage.
+  std::vector<double> RunMicroBatches(const std::vector<data::Batch>& batches, double loss_scale);
   // The global gradient norm over the full model (before clipping); scales the gradients by
   // PyTorch's clip coefficient when max_norm > 0 and the norm exceeds it.
   double ClipGradients(double max_norm);
@@ -77,8 +90,9 @@ class Trainer {
   // (parallel.distributed_optimizer).
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<parallel::DistributedAdamW> distributed_optimizer_;
-  int64_t micro_batches_ = 1;  // per step (gradient accumulation)
-  int64_t start_step_ = 0;     // steps already done by the run this one resumes
+  int64_t micro_batches_ = 1;                 // per step (gradient accumulation)
+  std::unique_ptr<PipelineRunner> pipeline_;  // nullptr without pipeline parallelism
+  int64_t start_step_ = 0;                    // steps already done by the run this one resumes
   std::vector<StepStats> history_;
   std::vector<EvalStats> evaluations_;
 };

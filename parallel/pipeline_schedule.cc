@@ -40,15 +40,20 @@ absl::Status ValidateSchedule(PipelineScheduleKind kind, int stages, int rank, i
                                             " micro-batches per step: must be >= 1"));
   }
   const bool interleaved = kind == PipelineScheduleKind::kInterleaved1F1B;
-  if (!interleaved && virtual_stages != 1) {
+  if (virtual_stages < 1) {
+    return ScheduleError(
+        kind, absl::StrCat("parallel.virtual_pipeline_stages=", virtual_stages, ": must be >= 1"));
+  }
+  if (kind == PipelineScheduleKind::kOneForwardOneBackward && virtual_stages != 1) {
     return ScheduleError(
         kind, absl::StrCat("parallel.virtual_pipeline_stages=", virtual_stages,
                            ": this schedule runs one model chunk per rank; set it to 1, or use "
                            "INTERLEAVED_1F1B"));
   }
-  if (interleaved && stages < 2) {
+  if ((interleaved || virtual_stages > 1) && stages < 2) {
     return ScheduleError(kind, absl::StrCat("parallel.pipeline_parallel=", stages,
-                                            ": interleaving needs >= 2 stages; use ONE_F_ONE_B"));
+                                            ": interleaving model chunks needs >= 2 stages; use "
+                                            "virtual_pipeline_stages=1 and ONE_F_ONE_B"));
   }
   if (interleaved && virtual_stages < 2) {
     return ScheduleError(kind, absl::StrCat("parallel.virtual_pipeline_stages=", virtual_stages,
@@ -63,7 +68,7 @@ absl::Status ValidateSchedule(PipelineScheduleKind kind, int stages, int rank, i
                            " micro-batches (global_batch_size / (micro_batch_size x data-parallel "
                            "size)), or ALL_FORWARD_ALL_BACKWARD"));
   }
-  if (interleaved && micro_batches % stages != 0) {
+  if (virtual_stages > 1 && micro_batches % stages != 0) {
     const int below = micro_batches / stages * stages;
     return ScheduleError(
         kind, absl::StrCat(

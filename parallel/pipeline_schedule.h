@@ -64,9 +64,11 @@ struct PipelineTransfer {
 using PipelineStep = std::variant<PipelineAction, PipelineTransfer>;
 
 // The compute actions of pipeline rank `rank` for one training step, in order:
-// - all-forward-all-backward (V = 1, M >= 1): forwards of micro-batches 0..M-1, then backwards of
-//   micro-batches 0..M-1 (forward order, so parameter gradients accumulate over micro-batches in
-//   the same order as under 1F1B and on one rank: the schedules agree bit for bit);
+// - all-forward-all-backward (M >= 1; with V >= 2 chunks M divisible by P): every forward, then
+//   every backward, each in the interleaved schedule's order below (with V = 1: micro-batches
+//   0..M-1 both ways). Backwards in forward order, so parameter gradients accumulate over
+//   micro-batches in the same order as under the 1F1B schedules and on one rank: the schedules
+//   agree bit for bit;
 // - 1F1B (V = 1, M >= P): P - rank - 1 warm-up forwards, then M - (P - rank - 1) pairs of one
 //   forward and one backward, then the remaining backwards (Megatron's non-interleaved schedule);
 // - interleaved 1F1B (P >= 2, V >= 2, M >= P and M divisible by P): Megatron's interleaved
@@ -76,8 +78,8 @@ using PipelineStep = std::variant<PipelineAction, PipelineTransfer>;
 //   one backward, then the remaining backwards.
 // Under every schedule each chunk runs its backwards in micro-batch order 0..M-1.
 // Errors (InvalidArgument, naming the parallel.* or training.* config field): P < 1, rank outside
-// [0, P), M < 1, M < P for the 1F1B schedules, V != 1 for the non-interleaved ones, V < 2 or
-// P < 2 or M not divisible by P for interleaved 1F1B.
+// [0, P), M < 1, V < 1, M < P for the 1F1B schedules, V != 1 for 1F1B, V < 2 or P < 2 for
+// interleaved 1F1B, M not divisible by P when V >= 2.
 absl::StatusOr<std::vector<PipelineAction>> BuildPipelineSchedule(PipelineScheduleKind kind,
                                                                   int stages, int rank,
                                                                   int micro_batches,

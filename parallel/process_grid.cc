@@ -169,13 +169,15 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(const GridSpec&
   grid->world_rank_ = world_rank;
   const GridCoordinates c = CoordinatesOf(world_rank, spec);
   grid->coordinates_ = c;
-  KELVIN_ASSIGN_OR_RETURN(grid->world_, CreateCommunicator(backend, world, "world", options, ctx));
+  KELVIN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world_group,
+                          CreateCommunicator(backend, world, "world", options, ctx));
+  grid->world_ = std::make_unique<TimedCommunicator>("world", std::move(world_group));
   // Every rank is here before the (blocking) splits; a missing one times out in this barrier.
   grid->world_->Barrier();
 
   const int TP = spec.tensor_parallel, CP = spec.context_parallel, DP = spec.data_parallel;
   struct GroupRule {
-    std::unique_ptr<Communicator>* target;
+    std::unique_ptr<TimedCommunicator>* target;
     const char* role;
     int color;  // the coordinates the members share
     int key;    // the member's place in the group
@@ -192,9 +194,21 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(const GridSpec&
   };
   for (const GroupRule& rule : rules) {
     KELVIN_ASSIGN_OR_RETURN(
-        *rule.target, SplitGroup(world, rule.color, rule.key, rule.role, backend, options, ctx));
+        std::unique_ptr<Communicator> group,
+        SplitGroup(world, rule.color, rule.key, rule.role, backend, options, ctx));
+    if (group != nullptr) {
+      *rule.target = std::make_unique<TimedCommunicator>(rule.role, std::move(group));
+    }
   }
   return grid;
+}
+
+double ProcessGrid::CommunicationSeconds() const {
+  double seconds = 0;
+  for (const auto* group : {&world_, &tp_, &cp_, &dp_, &pp_, &dp_cp_, &embedding_}) {
+    if (*group != nullptr) seconds += (*group)->seconds();
+  }
+  return seconds;
 }
 
 }  // namespace kelvin::parallel

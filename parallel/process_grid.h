@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "parallel/communicator.h"
+#include "parallel/timed_communicator.h"
 
 namespace kelvin::parallel {
 
@@ -80,13 +81,18 @@ class ProcessGrid {
   // embedding gradients are summed over it; nullptr on the stages in between.
   Communicator* embedding() { return embedding_.get(); }
 
+  // Seconds this rank has spent in the calls of all its groups, and of the pipeline group alone
+  // (waiting for the neighbouring stages included), since the grid was made.
+  double CommunicationSeconds() const;
+  double PipelineCommunicationSeconds() const { return pp_->seconds(); }
+
  private:
   ProcessGrid() = default;
 
   GridSpec spec_;
   int world_rank_ = 0;
   GridCoordinates coordinates_;
-  std::unique_ptr<Communicator> world_, tp_, cp_, dp_, pp_, dp_cp_, embedding_;
+  std::unique_ptr<TimedCommunicator> world_, tp_, cp_, dp_, pp_, dp_cp_, embedding_;
 };
 
 }  // namespace kelvin::parallel

@@ -19,10 +19,6 @@
 namespace kelvin::models {
 namespace {
 
-constexpr const char* kEmbed = "model.embed_tokens.weight";
-constexpr const char* kFinalNorm = "model.norm.weight";
-constexpr const char* kLmHead = "lm_head.weight";
-
 // y [N, out] = x [N, in] W^T, W [out, in] as Hugging Face stores Linear weights.
 void Linear(const Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
   ops::Gemm(ctx, x, false, w, true, y);
@@ -36,42 +32,20 @@ void LinearBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const
 
 }  // namespace
 
-std::string LlamaModel::LayerParam(int64_t layer, std::string_view suffix) {
-  return absl::StrCat("model.layers.", layer, ".", std::string(suffix));
-}
-
 LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism)
     : config_(config),
       attention_options_(config.AttentionOptions()),
       dtype_(dtype),
       parallelism_(parallelism),
       layout_(ShardLayoutOf(config, parallelism.tp ? parallelism.tp->rank() : 0,
-                            parallelism.tp ? parallelism.tp->size() : 1)) {
+                            parallelism.tp ? parallelism.tp->size() : 1)),
+      stage_(StageLayoutOf(config, parallelism.pp ? parallelism.pp->rank() : 0,
+                           parallelism.pp ? parallelism.pp->size() : 1,
+                           parallelism.virtual_stages)) {
   KELVIN_CHECK(!parallelism.sequence_parallel || parallelism.tp != nullptr)
       << "sequence parallelism needs a tensor-parallel group";
-  const int64_t d_model = config.hidden_size, f = config.intermediate_size;
-  Declare(kEmbed, {config.vocab_size, d_model}, ParamGroup::kDecay);
-  for (int64_t l = 0; l < config.num_layers; ++l) {
-    Declare(LayerParam(l, "input_layernorm.weight"), {d_model}, ParamGroup::kNoDecay);
-    Declare(LayerParam(l, "self_attn.q_proj.weight"), {config.q_size(), d_model},
-            ParamGroup::kDecay);
-    Declare(LayerParam(l, "self_attn.k_proj.weight"), {config.kv_size(), d_model},
-            ParamGroup::kDecay);
-    Declare(LayerParam(l, "self_attn.v_proj.weight"), {config.kv_size(), d_model},
-            ParamGroup::kDecay);
-    Declare(LayerParam(l, "self_attn.o_proj.weight"), {d_model, config.q_size()},
-            ParamGroup::kDecay);
-    Declare(LayerParam(l, "post_attention_layernorm.weight"), {d_model}, ParamGroup::kNoDecay);
-    Declare(LayerParam(l, "mlp.gate_proj.weight"), {f, d_model}, ParamGroup::kDecay);
-    Declare(LayerParam(l, "mlp.up_proj.weight"), {f, d_model}, ParamGroup::kDecay);
-    Declare(LayerParam(l, "mlp.down_proj.weight"), {d_model, f}, ParamGroup::kDecay);
-    for (const SsaParameterSpec& spec : SsaLayerParameters(config)) {
-      Declare(LayerParam(l, spec.suffix), spec.shape, spec.group);
-    }
-  }
-  Declare(kFinalNorm, {d_model}, ParamGroup::kNoDecay);
-  if (!config.tie_word_embeddings) {
-    Declare(kLmHead, {config.vocab_size, d_model}, ParamGroup::kDecay);
+  for (const LlamaParameterSpec& spec : StageParameterSpecs(config, stage_)) {
+    Declare(spec.name, spec.full_shape, spec.group);
   }
   params_.Allocate(dtype);
   inv_freq_ = ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype));
@@ -88,6 +62,8 @@ void LlamaModel::Declare(const std::string& name, const Shape& full_shape, Param
 }
 
 bool LlamaModel::CountsInGradientNorm(const std::string& name) const {
+  // The last stage's tied embedding is a copy of the first stage's.
+  if (name == kEmbeddingName && !stage_.holds_embedding_input()) return false;
   const parallel::Communicator* tp = parallelism_.tp;
   if (tp == nullptr) return true;
   const ParameterShard& shard = shards_.at(name);
@@ -98,6 +74,11 @@ bool LlamaModel::CountsInGradientNorm(const std::string& name) const {
 }
 
 void LlamaModel::FinishGradients() {
+  if (stage_.stages > 1 && config_.tie_word_embeddings && params_.Contains(kEmbeddingName)) {
+    KELVIN_CHECK(parallelism_.embedding != nullptr)
+        << "tied embeddings over pipeline stages need the embedding group";
+    parallelism_.embedding->AllReduce(params_.grad(kEmbeddingName), parallel::ReduceOp::kSum);
+  }
   parallel::Communicator* tp = parallelism_.tp;
   if (tp == nullptr) return;
   for (const ParameterSet::Entry& e : params_.entries()) {
@@ -119,9 +100,16 @@ void LlamaModel::FinishGradients() {
   }
 }
 
-int64_t LlamaModel::LocalTokens() const {
-  const int64_t n = batch_ * seq_;
-  return parallelism_.sequence_parallel ? n / layout_.tp_size : n;
+int64_t LlamaModel::LocalTokens(int64_t tokens) const {
+  return parallelism_.sequence_parallel ? tokens / layout_.tp_size : tokens;
+}
+
+int64_t LlamaModel::LocalLayer(int64_t layer) const {
+  for (const LlamaStageLayout::Chunk& c : stage_.chunks) {
+    if (layer >= c.layer_begin && layer < c.layer_end) return c.local_begin + layer - c.layer_begin;
+  }
+  KELVIN_FATAL() << "layer " << layer << " is not on pipeline rank " << stage_.rank;
+  return -1;
 }
 
 Tensor& LlamaModel::ReduceTokens(Tensor& partial) {
@@ -143,27 +131,24 @@ const Tensor& LlamaModel::FullTokenGradient(const Tensor& local) {
   return gathered_grad_;
 }
 
-void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
-  if (batch == batch_ && seq == seq_) return;
-  batch_ = batch;
-  seq_ = seq;
-  const int64_t n = batch * seq, nl = LocalTokens(), d_model = config_.hidden_size;
+void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq) {
+  AllocateScratch(batch, seq);
+  if (batch == slot.batch && seq == slot.seq) return;
+  slot.batch = batch;
+  slot.seq = seq;
+  const int64_t n = batch * seq, nl = LocalTokens(n), d_model = config_.hidden_size;
   const int64_t f = layout_.ffn, h = layout_.heads, g = layout_.kv_heads, d = config_.head_dim;
-  KELVIN_CHECK(nl * layout_.tp_size == n || !parallelism_.sequence_parallel)
-      << "sequence parallelism: B*T=" << n << " tokens do not split over " << layout_.tp_size
-      << " tensor-parallel ranks";
   const DType acc = AccumDType(dtype_);
   const ssa::SsaOptions& o = attention_options_;
   const bool own_sources = !o.weight_sharing && o.token_aware;
-  const bool sp = parallelism_.sequence_parallel;
   auto act = [&](const Shape& shape, DType dtype) { return Tensor::Empty(shape, dtype); };
   auto maybe = [&](bool needed, const Shape& shape, DType dtype) {
     return needed ? Tensor::Empty(shape, dtype) : Tensor();
   };
-  tokens_ = act({n}, DType::kI32);
-  positions_ = act({n}, DType::kI32);
-  layers_.assign(static_cast<size_t>(config_.num_layers), {});
-  for (LlamaLayerActivations& a : layers_) {
+  slot.tokens = act({n}, DType::kI32);
+  slot.positions = act({n}, DType::kI32);
+  slot.layers.assign(static_cast<size_t>(stage_.num_local_layers()), {});
+  for (LlamaLayerActivations& a : slot.layers) {
     a = {act({nl, d_model}, dtype_),
          act({n, d_model}, dtype_),
          act({nl}, acc),
@@ -183,25 +168,48 @@ void LlamaModel::AllocateActivations(int64_t batch, int64_t seq) {
          act({n, f}, dtype_),
          act({n, f}, dtype_)};
   }
-  x_final_ = act({nl, d_model}, dtype_);
-  h_final_ = act({n, d_model}, dtype_);
-  rstd_final_ = act({nl}, acc);
-  logits_ = act({n, layout_.vocab}, dtype_);
-  proj_ = act({n, d_model}, dtype_);
-  local_tokens_ = maybe(sp, {nl, d_model}, dtype_);
-  gathered_grad_ = maybe(sp, {n, d_model}, dtype_);
-  dx_ = act({nl, d_model}, dtype_);
-  dh_ = act({n, d_model}, dtype_);
-  d_proj_ = sp ? act({nl, d_model}, dtype_) : proj_;
-  du_ = act({n, h, d}, dtype_);
-  dattn_ = act({n, h, d}, dtype_);
-  dk_ = act({n, g, d}, dtype_);
-  dv_ = act({n, g, d}, dtype_);
-  dquery_source_ = maybe(own_sources && o.query_temperature, {n, h, d}, dtype_);
-  dvalue_source_ = maybe(own_sources && o.value_temperature, {n, g, d}, dtype_);
-  dgate_ = act({n, f}, dtype_);
-  dup_ = act({n, f}, dtype_);
-  dact_ = act({n, f}, dtype_);
+  slot.outputs.clear();
+  slot.output_grads.clear();
+  for (int c = 0; c < stage_.virtual_stages; ++c) {
+    slot.outputs.push_back(act({nl, d_model}, dtype_));
+    slot.output_grads.push_back(act({nl, d_model}, dtype_));
+  }
+  const bool head = stage_.holds_head();
+  slot.h_final = maybe(head, {n, d_model}, dtype_);
+  slot.rstd_final = maybe(head, {nl}, acc);
+  slot.logits = maybe(head, {n, layout_.vocab}, dtype_);
+}
+
+void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
+  const int64_t n = batch * seq;
+  if (n == scratch_tokens_) return;
+  scratch_tokens_ = n;
+  const int64_t nl = LocalTokens(n), d_model = config_.hidden_size;
+  const int64_t f = layout_.ffn, h = layout_.heads, g = layout_.kv_heads, d = config_.head_dim;
+  KELVIN_CHECK(nl * layout_.tp_size == n || !parallelism_.sequence_parallel)
+      << "sequence parallelism: B*T=" << n << " tokens do not split over " << layout_.tp_size
+      << " tensor-parallel ranks";
+  const ssa::SsaOptions& o = attention_options_;
+  const bool own_sources = !o.weight_sharing && o.token_aware;
+  const bool sp = parallelism_.sequence_parallel;
+  auto act = [&](const Shape& shape) { return Tensor::Empty(shape, dtype_); };
+  auto maybe = [&](bool needed, const Shape& shape) {
+    return needed ? Tensor::Empty(shape, dtype_) : Tensor();
+  };
+  proj_ = act({n, d_model});
+  local_tokens_ = maybe(sp, {nl, d_model});
+  gathered_grad_ = maybe(sp, {n, d_model});
+  dh_ = act({n, d_model});
+  d_proj_ = sp ? act({nl, d_model}) : proj_;
+  du_ = act({n, h, d});
+  dattn_ = act({n, h, d});
+  dk_ = act({n, g, d});
+  dv_ = act({n, g, d});
+  dquery_source_ = maybe(own_sources && o.query_temperature, {n, h, d});
+  dvalue_source_ = maybe(own_sources && o.value_temperature, {n, g, d});
+  dgate_ = act({n, f});
+  dup_ = act({n, f});
+  dact_ = act({n, f});
 }
 
 LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
@@ -216,35 +224,40 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
     return sum;
   };
   BufferBytes b;
-  for (const LlamaLayerActivations& a : layers_) {
-    b.activations += bytes({&a.x, &a.h_attn, &a.rstd_attn, &a.u, &a.k, &a.v, &a.attn, &a.lse,
-                            &a.tau_q, &a.tau_v, &a.query_source, &a.value_source, &a.x_mid,
-                            &a.h_mlp, &a.rstd_mlp, &a.gate, &a.up, &a.act});
+  for (const LlamaMicroBatchActivations& slot : slots_) {
+    for (const LlamaLayerActivations& a : slot.layers) {
+      b.activations += bytes({&a.x, &a.h_attn, &a.rstd_attn, &a.u, &a.k, &a.v, &a.attn, &a.lse,
+                              &a.tau_q, &a.tau_v, &a.query_source, &a.value_source, &a.x_mid,
+                              &a.h_mlp, &a.rstd_mlp, &a.gate, &a.up, &a.act});
+    }
+    for (const Tensor& t : slot.outputs) b.activations += bytes({&t});
+    b.activations += bytes({&slot.h_final, &slot.rstd_final, &slot.tokens, &slot.positions});
+    b.logits += bytes({&slot.logits});
+    for (const Tensor& t : slot.output_grads) b.backward_scratch += bytes({&t});
   }
-  b.activations += bytes({&x_final_, &h_final_, &rstd_final_, &tokens_, &positions_});
-  b.logits = bytes({&logits_});
-  b.backward_scratch =
-      bytes({&dx_, &dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_,
-             &dvalue_source_, &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_});
+  b.backward_scratch +=
+      bytes({&dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_, &dvalue_source_,
+             &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_});
   return b;
 }
 
 const Tensor& LlamaModel::LmHead() {
-  return params_.value(config_.tie_word_embeddings ? kEmbed : kLmHead);
+  return params_.value(config_.tie_word_embeddings ? kEmbeddingName : kLmHeadName);
 }
 
 Tensor& LlamaModel::LmHeadGrad() {
-  return params_.grad(config_.tie_word_embeddings ? kEmbed : kLmHead);
+  return params_.grad(config_.tie_word_embeddings ? kEmbeddingName : kLmHeadName);
 }
 
-ssa::SsaAttentionInputs LlamaModel::AttentionInputs(int64_t layer) const {
-  const LlamaLayerActivations& a = layers_[layer];
-  return {a.u, positions_, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
+ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivations& slot,
+                                                    int64_t layer) const {
+  const LlamaLayerActivations& a = slot.layers[LocalLayer(layer)];
+  return {a.u, slot.positions, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
 }
 
 ssa::SsaParameters LlamaModel::AttentionParameters(int64_t layer, bool gradients) {
   auto get = [&](std::string_view suffix) {
-    const std::string name = LayerParam(layer, suffix);
+    const std::string name = LayerParameterName(layer, suffix);
     if (!params_.Contains(name)) return Tensor();
     return gradients ? params_.grad(name) : params_.value(name);
   };
@@ -254,34 +267,91 @@ ssa::SsaParameters LlamaModel::AttentionParameters(int64_t layer, bool gradients
 
 std::vector<ssa::TemperatureStatistics> LlamaModel::TemperatureStatistics() const {
   std::vector<ssa::TemperatureStatistics> stats;
-  if (!config_.ssa.has_value() || layers_.empty()) return stats;
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    const std::string alpha = LayerParam(l, "self_attn.ssa.alpha");
-    const LlamaLayerActivations& a = layers_[l];
-    stats.push_back(ssa::ComputeTemperatureStatistics(
-        a.tau_q, a.tau_v, params_.Contains(alpha) ? params_.Get(alpha).value : Tensor()));
+  if (!config_.ssa.has_value() || last_forward_slot_ < 0) return stats;
+  const LlamaMicroBatchActivations& slot = slots_[last_forward_slot_];
+  for (const LlamaStageLayout::Chunk& c : stage_.chunks) {
+    for (int64_t l = c.layer_begin; l < c.layer_end; ++l) {
+      const std::string alpha = LayerParameterName(l, "self_attn.ssa.alpha");
+      const LlamaLayerActivations& a = slot.layers[LocalLayer(l)];
+      stats.push_back(ssa::ComputeTemperatureStatistics(
+          a.tau_q, a.tau_v, params_.Contains(alpha) ? params_.Get(alpha).value : Tensor()));
+    }
   }
   return stats;
 }
 
 Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions) {
+  KELVIN_CHECK(stage_.stages == 1) << "Forward runs the whole model: use the chunk steps";
+  if (HoldsMicroBatch(0)) EndMicroBatch(0);
+  BeginMicroBatch(0, tokens, positions);
+  return ForwardChunk(ctx, 0, 0);
+}
+
+void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Tensor& positions) {
   KELVIN_CHECK(tokens.ndim() == 2 && positions.shape() == tokens.shape())
-      << "Forward takes tokens and positions [B, T], got " << tokens.ToString() << " and "
+      << "a micro-batch takes tokens and positions [B, T], got " << tokens.ToString() << " and "
       << positions.ToString();
-  AllocateActivations(tokens.dim(0), tokens.dim(1));
-  CopyTensor(ctx, tokens.View({-1}), tokens_);
-  CopyTensor(ctx, positions.View({-1}), positions_);
-  // Vocab-parallel embedding: each rank's rows, zero elsewhere, summed over the group.
-  Tensor& embedded = parallelism_.tp ? proj_ : layers_[0].x;
-  ops::EmbeddingForward(ctx, tokens_, params_.value(kEmbed), layout_.vocab_begin, embedded);
-  if (parallelism_.tp) CopyTensor(ctx, ReduceTokens(proj_), layers_[0].x);
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    Tensor& out = l + 1 < config_.num_layers ? layers_[l + 1].x : x_final_;
-    LayerForward(ctx, l, layers_[l].x, out);
+  KELVIN_CHECK(micro_batch >= 0 && !HoldsMicroBatch(micro_batch))
+      << "micro-batch " << micro_batch << " is already in flight";
+  size_t free = 0;
+  while (free < slots_.size() && slots_[free].micro_batch >= 0) ++free;
+  if (free == slots_.size()) slots_.emplace_back();
+  LlamaMicroBatchActivations& slot = slots_[free];
+  AllocateSlot(slot, tokens.dim(0), tokens.dim(1));
+  slot.micro_batch = micro_batch;
+  CopyTensor(Context::Cpu(), tokens.View({-1}), slot.tokens);
+  CopyTensor(Context::Cpu(), positions.View({-1}), slot.positions);
+}
+
+bool LlamaModel::HoldsMicroBatch(int micro_batch) const {
+  for (const LlamaMicroBatchActivations& slot : slots_) {
+    if (slot.micro_batch == micro_batch) return true;
   }
-  NormForward(ctx, x_final_, params_.value(kFinalNorm), h_final_, rstd_final_);
-  Linear(ctx, h_final_, LmHead(), logits_);
-  return logits_;
+  return false;
+}
+
+void LlamaModel::EndMicroBatch(int micro_batch) { Slot(micro_batch).micro_batch = -1; }
+
+LlamaMicroBatchActivations& LlamaModel::Slot(int micro_batch) {
+  for (LlamaMicroBatchActivations& slot : slots_) {
+    if (slot.micro_batch == micro_batch) return slot;
+  }
+  KELVIN_FATAL() << "micro-batch " << micro_batch << " is not in flight (BeginMicroBatch)";
+  return slots_.front();
+}
+
+Tensor& LlamaModel::ChunkInput(int micro_batch, int chunk) {
+  return Slot(micro_batch).layers[stage_.chunks[chunk].local_begin].x;
+}
+
+Tensor& LlamaModel::ChunkOutput(int micro_batch, int chunk) {
+  return Slot(micro_batch).outputs[chunk];
+}
+
+Tensor& LlamaModel::ChunkGradient(int micro_batch, int chunk) {
+  return Slot(micro_batch).output_grads[chunk];
+}
+
+Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk) {
+  LlamaMicroBatchActivations& slot = Slot(micro_batch);
+  last_forward_slot_ = static_cast<int>(&slot - slots_.data());
+  const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
+  Tensor& input = slot.layers[c.local_begin].x;
+  if (stage_.starts_model(chunk)) {
+    // Vocab-parallel embedding: each rank's rows, zero elsewhere, summed over the group.
+    Tensor& embedded = parallelism_.tp ? proj_ : input;
+    ops::EmbeddingForward(ctx, slot.tokens, params_.value(kEmbeddingName), layout_.vocab_begin,
+                          embedded);
+    if (parallelism_.tp) CopyTensor(ctx, ReduceTokens(proj_), input);
+  }
+  Tensor& output = slot.outputs[chunk];
+  for (int64_t l = c.layer_begin; l < c.layer_end; ++l) {
+    LayerForward(ctx, slot, l, l + 1 < c.layer_end ? slot.layers[LocalLayer(l + 1)].x : output);
+  }
+  if (!stage_.ends_model(chunk)) return output;
+  NormForward(ctx, output, params_.value(kFinalNormName), slot.h_final, slot.rstd_final);
+  Linear(ctx, slot.h_final, LmHead(), slot.logits);
+  return slot.logits;
 }
 
 void LlamaModel::NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
@@ -301,11 +371,12 @@ void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, c
   ops::Add(ctx, dx, d_proj_, dx);
 }
 
-void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x_in,
+void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                               Tensor& x_out) {
-  LlamaLayerActivations& a = layers_[layer];
+  LlamaLayerActivations& a = slot.layers[LocalLayer(layer)];
+  const Tensor& x_in = a.x;
   auto w = [&](std::string_view suffix) -> const Tensor& {
-    return params_.value(LayerParam(layer, suffix));
+    return params_.value(LayerParameterName(layer, suffix));
   };
   const int64_t n = a.h_attn.dim(0);
   NormForward(ctx, x_in, w("input_layernorm.weight"), a.h_attn, a.rstd_attn);
@@ -322,8 +393,9 @@ void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x
     Linear(ctx, a.h_attn, w("self_attn.ssa.value_temperature_proj.weight"), source);
   }
   ssa::SsaAttentionOutputs outputs{a.attn, a.lse, a.tau_q, a.tau_v};
-  ssa::SsaAttentionForward(ctx, attention_options_, ssa::SsaBlockShape::Full(batch_, seq_),
-                           AttentionInputs(layer), AttentionParameters(layer, false), outputs);
+  ssa::SsaAttentionForward(ctx, attention_options_, ssa::SsaBlockShape::Full(slot.batch, slot.seq),
+                           AttentionInputs(slot, layer), AttentionParameters(layer, false),
+                           outputs);
   Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), proj_);
   ops::Add(ctx, x_in, ReduceTokens(proj_), a.x_mid);
   NormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), a.h_mlp, a.rstd_mlp);
@@ -335,25 +407,39 @@ void LlamaModel::LayerForward(const Context& ctx, int64_t layer, const Tensor& x
 }
 
 void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
-  KELVIN_CHECK(dlogits.shape() == logits_.shape())
-      << "Backward needs dlogits " << ShapeToString(logits_.shape()) << ", got "
+  Tensor& logits = Slot(0).logits;
+  KELVIN_CHECK(dlogits.shape() == logits.shape())
+      << "Backward needs dlogits " << ShapeToString(logits.shape()) << ", got "
       << dlogits.ToString();
-  LinearBackward(ctx, dlogits, h_final_, LmHead(), dh_, false, LmHeadGrad());
-  ops::Fill(ctx, dx_, 0.0);
-  NormBackward(ctx, dh_, x_final_, params_.value(kFinalNorm), rstd_final_, params_.grad(kFinalNorm),
-               dx_);
-  for (int64_t l = config_.num_layers - 1; l >= 0; --l) LayerBackward(ctx, l, dx_);
-  ops::EmbeddingBackward(ctx, tokens_, FullTokenGradient(dx_), layout_.vocab_begin,
-                         params_.grad(kEmbed));
+  if (dlogits.raw_data() != logits.raw_data()) CopyTensor(ctx, dlogits, logits);
+  BackwardChunk(ctx, 0, 0);
 }
 
-void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
-  LlamaLayerActivations& a = layers_[layer];
+void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
+  LlamaMicroBatchActivations& slot = Slot(micro_batch);
+  const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
+  Tensor& dx = slot.output_grads[chunk];  // [Nl, D]
+  if (stage_.ends_model(chunk)) {
+    LinearBackward(ctx, slot.logits, slot.h_final, LmHead(), dh_, false, LmHeadGrad());
+    ops::Fill(ctx, dx, 0.0);
+    NormBackward(ctx, dh_, slot.outputs[chunk], params_.value(kFinalNormName), slot.rstd_final,
+                 params_.grad(kFinalNormName), dx);
+  }
+  for (int64_t l = c.layer_end - 1; l >= c.layer_begin; --l) LayerBackward(ctx, slot, l, dx);
+  if (stage_.starts_model(chunk)) {
+    ops::EmbeddingBackward(ctx, slot.tokens, FullTokenGradient(dx), layout_.vocab_begin,
+                           params_.grad(kEmbeddingName));
+  }
+}
+
+void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
+                               Tensor& dx) {
+  LlamaLayerActivations& a = slot.layers[LocalLayer(layer)];
   auto w = [&](std::string_view suffix) -> const Tensor& {
-    return params_.value(LayerParam(layer, suffix));
+    return params_.value(LayerParameterName(layer, suffix));
   };
   auto dw = [&](std::string_view suffix) -> Tensor& {
-    return params_.grad(LayerParam(layer, suffix));
+    return params_.grad(LayerParameterName(layer, suffix));
   };
   const int64_t n = a.h_attn.dim(0);
   // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
@@ -377,9 +463,9 @@ void LlamaModel::LayerBackward(const Context& ctx, int64_t layer, Tensor& dx) {
   ssa::SsaAttentionGrads grads{
       du_, dk_, dv_, dquery_source_, dvalue_source_, AttentionParameters(layer, true)};
   const ssa::SsaAttentionOutputs saved{a.attn, a.lse, a.tau_q, a.tau_v};
-  ssa::SsaAttentionBackward(ctx, attention_options_, ssa::SsaBlockShape::Full(batch_, seq_), dattn_,
-                            AttentionInputs(layer), AttentionParameters(layer, false), saved,
-                            grads);
+  ssa::SsaAttentionBackward(ctx, attention_options_, ssa::SsaBlockShape::Full(slot.batch, slot.seq),
+                            dattn_, AttentionInputs(slot, layer), AttentionParameters(layer, false),
+                            saved, grads);
   LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
                  dw("self_attn.q_proj.weight"));
   LinearBackward(ctx, dk_.View({n, -1}), a.h_attn, w("self_attn.k_proj.weight"), dh_, true,

@@ -6,6 +6,11 @@
 // holds H/TP query heads, its KV heads, F/TP FFN columns and V/TP vocabulary rows; the row-parallel
 // outputs are all-reduced (or, with sequence parallelism, reduce-scattered along the tokens, and
 // the norm/residual regions hold N/TP tokens, all-gathered before the column-parallel GEMMs).
+// Pipeline parallelism (models/llama/llama_pipeline_stage.h): each rank holds the layers of its
+// model chunks; a chunk's forward and backward run per micro-batch (ForwardChunk, BackwardChunk)
+// and the trainer moves the activations and gradients between ranks. Every micro-batch in flight
+// has its own activations (a slot, taken by BeginMicroBatch and given back by EndMicroBatch), so
+// memory follows the schedule's peak of micro-batches in flight.
 // B rows of T tokens flattened to N = B*T; Nl = N / TP with sequence parallelism, else N; D
 // hidden, H/G query/kv heads, d head dim, F ffn, V vocab, each of H, G, F, V local to the rank.
 // Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads; call
@@ -21,6 +26,7 @@
 #include "core/optim/parameter_set.h"
 #include "core/tensor.h"
 #include "models/llama/llama_config.h"
+#include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
 #include "parallel/communicator.h"
 #include "ssa/ssa_attention_args.h"
@@ -28,12 +34,18 @@
 
 namespace kelvin::models {
 
-// What one decoder layer keeps from forward for backward.
 // How this rank holds the model.
 struct LlamaParallelism {
   parallel::Communicator* tp = nullptr;  // the tensor-parallel group; nullptr: the whole model
   bool sequence_parallel = false;        // norm and residual regions split along the tokens
+  parallel::Communicator* pp = nullptr;  // the pipeline group; nullptr: every layer
+  int virtual_stages = 1;                // model chunks per pipeline rank
+  // The first and last pipeline stages, which sum their tied embeddings' gradients (used when
+  // pp has >= 2 ranks and the embeddings are tied; nullptr on the stages in between).
+  parallel::Communicator* embedding = nullptr;
 };
+
+// What one decoder layer keeps from forward for backward.
 
 struct LlamaLayerActivations {
   Tensor x;          // [Nl, D] layer input (residual stream)
@@ -54,6 +66,21 @@ struct LlamaLayerActivations {
   Tensor act;           // [N, F] SiLU(gate) * up
 };
 
+// One micro-batch's activations on this rank: every layer of its chunks and the stage buffers.
+struct LlamaMicroBatchActivations {
+  int micro_batch = -1;  // the micro-batch using the slot; -1: free
+  int64_t batch = 0, seq = 0;
+  Tensor tokens, positions;                   // [N] i32 copies of the inputs
+  std::vector<LlamaLayerActivations> layers;  // [local layers]; a chunk's input is its first x
+  // [V] each [Nl, D]: the chunk's output (on the last virtual stage the final norm's input).
+  std::vector<Tensor> outputs;
+  // [V] each [Nl, D]: the gradient of the chunk's output on entry to its backward, of its input
+  // after (undefined for the last virtual stage, whose output gradient comes from the logits).
+  std::vector<Tensor> output_grads;
+  Tensor h_final, rstd_final;  // [N, D], [Nl]: last virtual stage only
+  Tensor logits;               // [N, V]: last virtual stage only
+};
+
 class LlamaModel {
  public:
   // Declares and allocates this rank's parameters (zero) in `dtype` (f32 or f64 on the CPU).
@@ -69,7 +96,8 @@ class LlamaModel {
   // dtypes); a missing tensor or a shape mismatch is an error naming the tensor and the checkpoint.
   absl::Status LoadHfCheckpoint(const io::HfCheckpoint& checkpoint);
   // Writes config.json and the safetensors weights (f32) that transformers loads. Under tensor
-  // parallelism every TP rank must call it (the shards are gathered); TP rank 0 writes.
+  // and pipeline parallelism every rank of the model's replica must call it (the shards are
+  // gathered over TP, the stages' tensors sent to pipeline rank 0); TP and pipeline rank 0 write.
   absl::Status ExportHf(const std::string& directory);
   // Deterministic random initialisation (normal(0, 0.02) matrices, unit norms, SSA as
   // InitSsaParameters) from `seed`: each rank takes its slice of the same full draw, so every
@@ -81,18 +109,48 @@ class LlamaModel {
   // checkpoint without SSA tensors (a pretrained Llama).
   void InitSsaParameters();
 
-  // tokens, positions [B, T] i32 (the same on every TP rank) -> logits [B*T, V] of this rank's
-  // vocabulary slice (a buffer of the model's, valid until the next Forward; the loss may
-  // overwrite it in place with dlogits for Backward).
+  const LlamaStageLayout& stage() const { return stage_; }
+
+  // The whole model on one pipeline rank (no pipeline group). tokens, positions [B, T] i32 (the
+  // same on every TP rank) -> logits [B*T, V] of this rank's vocabulary slice (a buffer of the
+  // model's, valid until the next Forward; the loss may overwrite it in place with dlogits for
+  // Backward). Runs as micro-batch 0.
   Tensor& Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions);
   // dlogits [B*T, V] (usually the logits buffer itself) -> parameter gradients (+=).
   void Backward(const Context& ctx, const Tensor& dlogits);
+
+  // Pipeline steps, by micro-batch id (any int >= 0, unique among those in flight).
+  // Takes a free activation slot for micro-batch `micro_batch` and copies its tokens and positions
+  // [B, T] (every stage needs the positions; the first the tokens).
+  void BeginMicroBatch(int micro_batch, const Tensor& tokens, const Tensor& positions);
+  bool HoldsMicroBatch(int micro_batch) const;
+  // Gives the slot back (after the micro-batch's last backward on this rank and its sends).
+  void EndMicroBatch(int micro_batch);
+  // [Nl, D]: where chunk `chunk`'s input activation is received (not on virtual stage 0).
+  Tensor& ChunkInput(int micro_batch, int chunk);
+  // Runs the chunk's layers (virtual stage 0: from the embedding of the tokens) -> its output
+  // [Nl, D] to send on, or on the last virtual stage the logits [N, V] (which the loss may
+  // overwrite in place with dlogits for BackwardChunk).
+  Tensor& ForwardChunk(const Context& ctx, int micro_batch, int chunk);
+  // [Nl, D]: the chunk's output of its last ForwardChunk (what is sent on).
+  Tensor& ChunkOutput(int micro_batch, int chunk);
+  // [Nl, D]: the chunk's gradient buffer: it receives the gradient of the chunk's output before
+  // BackwardChunk (not on the last virtual stage, whose comes from the logits) and holds the
+  // gradient of its input after (what is sent back; virtual stage 0 has none).
+  Tensor& ChunkGradient(int micro_batch, int chunk);
+  // Parameter gradients (+=) of the chunk, from the gradient of its output (the logits buffer's
+  // dlogits on the last virtual stage, else ChunkGradient) to that of its input (ChunkGradient;
+  // on virtual stage 0 into the embedding's gradient).
+  void BackwardChunk(const Context& ctx, int micro_batch, int chunk);
+
   // After the step's last Backward: sums over the TP group the gradients that are partial per
-  // rank (norm weights under sequence parallelism; replicated KV heads when TP > G).
+  // rank (norm weights under sequence parallelism; replicated KV heads when TP > G), and the tied
+  // embeddings' gradients of the first and last pipeline stages.
   void FinishGradients();
   // Each parameter's weight in the global gradient norm: 1 where this rank's copy counts, 0 for
-  // the copies of replicated parameters on all but one rank, so that summing the weighted squares
-  // over the TP group counts every parameter of the full model once.
+  // the copies of replicated parameters on all but one rank (and the last stage's tied
+  // embedding), so that summing the weighted squares over the TP and pipeline groups counts every
+  // parameter of the full model once.
   bool CountsInGradientNorm(const std::string& name) const;
 
   // Bytes of the buffers allocated for the current micro-batch shape, by the memory plan's
@@ -102,17 +160,22 @@ class LlamaModel {
   };
   BufferBytes AllocatedBufferBytes() const;
 
-  // Per layer, the temperatures of the last Forward (SSA.md section 7); empty without SSA.
+  // Per layer of this rank (stage().chunks order), the temperatures of the last micro-batch's
+  // forward (SSA.md section 7); empty without SSA.
   std::vector<ssa::TemperatureStatistics> TemperatureStatistics() const;
-
-  // HF names of the parameters of layer `layer` (for tests and sharding).
-  static std::string LayerParam(int64_t layer, std::string_view suffix);
 
  private:
   // Declares this rank's slice of the parameter `name` of full shape `full_shape`.
   void Declare(const std::string& name, const Shape& full_shape, ParamGroup group);
-  void AllocateActivations(int64_t batch, int64_t seq);
-  int64_t LocalTokens() const;  // Nl
+  // Pipeline rank 0's `tensors` (full, f32) += every other stage's, in Hugging Face order; the
+  // other stages send theirs (TP rank 0 of each stage calls it).
+  void GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors);
+  LlamaMicroBatchActivations& Slot(int micro_batch);  // the slot micro-batch `micro_batch` holds
+  // (Re)allocates `slot` for [batch, seq] when its shape differs, and the backward scratch.
+  void AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq);
+  void AllocateScratch(int64_t batch, int64_t seq);
+  int64_t LocalTokens(int64_t tokens) const;  // Nl of N tokens
+  int64_t LocalLayer(int64_t layer) const;    // the index of layer `layer` among this rank's
   // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
   // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'
   // row-parallel GEMMs -> summed: in place (no sequence parallelism; `local` is then `partial`) or
@@ -121,7 +184,8 @@ class LlamaModel {
   // The full-token gradient of a region's output: with sequence parallelism all-gathered from the
   // local [Nl, D] gradient into a scratch [N, D], else `local` itself.
   const Tensor& FullTokenGradient(const Tensor& local);
-  void LayerForward(const Context& ctx, int64_t layer, const Tensor& x_in, Tensor& x_out);
+  void LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
+                    Tensor& x_out);
   // RMSNorm of the local tokens x [Nl, D] -> h [N, D] (all-gathered with sequence parallelism).
   void NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
                    Tensor& rstd);
@@ -130,10 +194,12 @@ class LlamaModel {
   void NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, const Tensor& weight,
                     const Tensor& rstd, Tensor& dweight, Tensor& dx);
   // dx [N, D]: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
-  void LayerBackward(const Context& ctx, int64_t layer, Tensor& dx);
+  void LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
+                     Tensor& dx);
   // The SSA operator's view of layer `layer`: inputs over its activations, its parameters, and
   // their gradients over the backward scratch / parameter gradients.
-  ssa::SsaAttentionInputs AttentionInputs(int64_t layer) const;
+  ssa::SsaAttentionInputs AttentionInputs(const LlamaMicroBatchActivations& slot,
+                                          int64_t layer) const;
   ssa::SsaParameters AttentionParameters(int64_t layer, bool gradients);
   const Tensor& LmHead();
   Tensor& LmHeadGrad();
@@ -143,23 +209,22 @@ class LlamaModel {
   DType dtype_;
   LlamaParallelism parallelism_;
   LlamaShardLayout layout_;
+  LlamaStageLayout stage_;
   std::map<std::string, Shape> full_shapes_;      // by parameter name
   std::map<std::string, ParameterShard> shards_;  // by parameter name
   ParameterSet params_;
   Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType)
 
-  // Buffers sized for the current micro-batch shape (reallocated when it changes).
-  int64_t batch_ = 0, seq_ = 0;
-  Tensor tokens_, positions_;                  // [N] i32 copies of the inputs
-  std::vector<LlamaLayerActivations> layers_;  // [L]
-  Tensor x_final_, h_final_, rstd_final_;      // [Nl, D], [N, D], [Nl]
-  Tensor logits_;                              // [N, V]
-  Tensor proj_;                                // [N, D] row-parallel GEMM outputs (partial sums)
+  // Activation slots, one per micro-batch in flight (kept allocated for reuse).
+  std::vector<LlamaMicroBatchActivations> slots_;
+  int last_forward_slot_ = -1;  // the slot of the last ForwardChunk (temperature statistics)
+  // Scratch sized for the current micro-batch shape (reallocated when it changes).
+  int64_t scratch_tokens_ = 0;
+  Tensor proj_;  // [N, D] row-parallel GEMM outputs (partial sums)
   // Sequence parallelism only (undefined otherwise): [Nl, D] a norm's local output / a reduced
   // projection, and [N, D] an all-gathered gradient.
   Tensor local_tokens_, gathered_grad_;
   // Backward scratch.
-  Tensor dx_;                  // [Nl, D]
   Tensor d_proj_;              // [Nl, D] a norm's input gradient (proj_ without sequence parallel)
   Tensor dh_;                  // [N, D]
   Tensor du_, dattn_;          // [N, H, d]

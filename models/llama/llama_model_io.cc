@@ -2,7 +2,9 @@
 // import (each tensor-parallel rank reads only its slices) and export (the slices gathered).
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
@@ -13,8 +15,6 @@
 
 namespace kelvin::models {
 namespace {
-
-constexpr const char* kLmHead = "lm_head.weight";
 
 // dst[.., dst_begin + i, ..] = src[.., src_begin + i, ..] for i < count along `axis` (0 or 1) of
 // host tensors of one dtype and equal other dimensions (1-D or 2-D).
@@ -34,37 +34,49 @@ void CopyAlongAxis(const Tensor& src, int axis, int64_t src_begin, Tensor& dst, 
   }
 }
 
+// FNV-1a of a parameter name: a seed that does not depend on the standard library.
+uint32_t NameHash(const std::string& name) {
+  uint32_t hash = 2166136261u;
+  for (const char c : name) hash = (hash ^ static_cast<uint8_t>(c)) * 16777619u;
+  return hash;
+}
+
 }  // namespace
 
 void LlamaModel::InitSsaParameters() {
   if (!config_.ssa.has_value()) return;
   const Context ctx = Context::Cpu();
-  for (int64_t l = 0; l < config_.num_layers; ++l) {
-    for (const SsaParameterSpec& spec : SsaLayerParameters(config_)) {
-      Tensor& value = params_.value(LayerParam(l, spec.suffix));
-      if (spec.suffix == "self_attn.ssa.alpha") {
-        ops::Fill(ctx, value, config_.ssa->alpha_init);
-      } else if (spec.suffix == "self_attn.ssa.query_temperature_proj.weight") {
-        CopyTensor(ctx, params_.value(LayerParam(l, "self_attn.q_proj.weight")), value);
-      } else if (spec.suffix == "self_attn.ssa.value_temperature_proj.weight") {
-        CopyTensor(ctx, params_.value(LayerParam(l, "self_attn.v_proj.weight")), value);
-      } else {
-        ops::Fill(ctx, value, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
+  for (const LlamaStageLayout::Chunk& chunk : stage_.chunks) {
+    for (int64_t l = chunk.layer_begin; l < chunk.layer_end; ++l) {
+      for (const SsaParameterSpec& spec : SsaLayerParameters(config_)) {
+        Tensor& value = params_.value(LayerParameterName(l, spec.suffix));
+        if (spec.suffix == "self_attn.ssa.alpha") {
+          ops::Fill(ctx, value, config_.ssa->alpha_init);
+        } else if (spec.suffix == "self_attn.ssa.query_temperature_proj.weight") {
+          CopyTensor(ctx, params_.value(LayerParameterName(l, "self_attn.q_proj.weight")), value);
+        } else if (spec.suffix == "self_attn.ssa.value_temperature_proj.weight") {
+          CopyTensor(ctx, params_.value(LayerParameterName(l, "self_attn.v_proj.weight")), value);
+        } else {
+          ops::Fill(ctx, value, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
+        }
       }
     }
   }
 }
 
 void LlamaModel::InitRandom(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 0.02);
   for (const ParameterSet::Entry& e : params_.entries()) {
     Tensor value = e.value;
     if (e.group == ParamGroup::kNoDecay) {
       ops::Fill(Context::Cpu(), value, 1.0);
       continue;
     }
-    // The full tensor's draw, in the same order on every layout; this rank keeps its slice.
+    // The full tensor's draw from a stream of its own (the seed and the name), the same on every
+    // layout whichever stage holds it; this rank keeps its slice.
+    std::seed_seq seeds{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                        NameHash(e.name)};
+    std::mt19937_64 rng(seeds);
+    std::normal_distribution<double> normal(0.0, 0.02);
     const Shape& full_shape = full_shapes_.at(e.name);
     Tensor full = Tensor::Empty(full_shape, DType::kF64);
     for (int64_t i = 0; i < full.numel(); ++i) full.data<double>()[i] = normal(rng);
@@ -84,7 +96,7 @@ void LlamaModel::InitRandom(uint64_t seed) {
 absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
   const Context ctx = Context::Cpu();
   const int64_t ssa_tensors =
-      config_.num_layers * static_cast<int64_t>(SsaLayerParameters(config_).size());
+      stage_.num_local_layers() * static_cast<int64_t>(SsaLayerParameters(config_).size());
   std::vector<std::string> missing_ssa;
   for (const ParameterSet::Entry& e : params_.entries()) {
     const io::SafetensorsEntry* found = checkpoint.Find(e.name);
@@ -123,8 +135,13 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
         "\": was it exported with other model.ssa flags? Use the same flags, or a checkpoint "
         "without SSA tensors to start SSA afresh"));
   }
+  std::set<std::string> model_names;  // the whole model's, whichever stage holds them
+  for (const LlamaParameterSpec& spec :
+       StageParameterSpecs(config_, StageLayoutOf(config_, 0, 1, 1))) {
+    model_names.insert(spec.name);
+  }
   for (const std::string& name : checkpoint.TensorNames()) {
-    if (!(name == kLmHead && config_.tie_word_embeddings) && !params_.Contains(name)) {
+    if (!(name == kLmHeadName && config_.tie_word_embeddings) && !model_names.count(name)) {
       KLOG_RANK0(WARNING) << checkpoint.path() << ": ignoring tensor \"" << name
                           << "\", which Kelvin's Llama does not use";
     }
@@ -134,7 +151,6 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
 
 absl::Status LlamaModel::ExportHf(const std::string& directory) {
   parallel::Communicator* tp = parallelism_.tp;
-  const bool writer = tp == nullptr || tp->rank() == 0;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {
     Tensor local = Tensor::Empty(e.shape, DType::kF32);
@@ -155,7 +171,11 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
     }
     tensors.emplace_back(e.name, full);
   }
-  if (!writer) return absl::OkStatus();
+  if (tp != nullptr && tp->rank() != 0) return absl::OkStatus();
+  if (stage_.stages > 1) {
+    GatherPipelineStages(tensors);
+    if (stage_.rank != 0) return absl::OkStatus();
+  }
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) {
@@ -174,6 +194,34 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
   out << LlamaConfigToHfJson(config_);
   if (!out) return absl::DataLossError(absl::StrCat("cannot write ", config_path));
   return absl::OkStatus();
+}
+
+void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors) {
+  parallel::Communicator& pp = *parallelism_.pp;
+  // The last stage's tied embedding is a copy of the first stage's: it stays home.
+  auto travels = [](const std::string& name) { return name != kEmbeddingName; };
+  if (stage_.rank != 0) {
+    for (const auto& [name, tensor] : tensors) {
+      if (travels(name)) pp.Send(tensor, 0);
+    }
+    return;
+  }
+  std::map<std::string, Tensor> by_name(tensors.begin(), tensors.end());
+  for (int stage = 1; stage < stage_.stages; ++stage) {
+    const LlamaStageLayout theirs =
+        StageLayoutOf(config_, stage, stage_.stages, stage_.virtual_stages);
+    for (const LlamaParameterSpec& spec : StageParameterSpecs(config_, theirs)) {
+      if (!travels(spec.name)) continue;
+      Tensor received = Tensor::Empty(spec.full_shape, DType::kF32);
+      pp.Recv(received, stage);
+      by_name[spec.name] = received;
+    }
+  }
+  tensors.clear();  // the whole model, in one rank's (Hugging Face) order
+  for (const LlamaParameterSpec& spec :
+       StageParameterSpecs(config_, StageLayoutOf(config_, 0, 1, 1))) {
+    tensors.emplace_back(spec.name, by_name.at(spec.name));
+  }
 }
 
 }  // namespace kelvin::models

@@ -145,7 +145,8 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"parallel.collective_timeout_seconds=0"},
        "parallel.collective_timeout_seconds=0: must be >= 1"},
       {{"parallel.virtual_pipeline_stages=2"},
-       "parallel.virtual_pipeline_stages=2 needs pipeline_schedule INTERLEAVED_1F1B"},
+       "parallel.virtual_pipeline_stages=2 needs pipeline_schedule INTERLEAVED_1F1B (or "
+       "ALL_FORWARD_ALL_BACKWARD)"},
       {{"parallel.pipeline_schedule=INTERLEAVED_1F1B", "parallel.pipeline_parallel=2"},
        "parallel.pipeline_schedule=INTERLEAVED_1F1B needs virtual_pipeline_stages >= 2 (it is 1)"},
       {{"parallel.pipeline_schedule=INTERLEAVED_1F1B", "parallel.virtual_pipeline_stages=2"},
@@ -154,7 +155,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
         "parallel.pipeline_parallel=4", "training.gradient_accumulation_steps=2",
         "training.global_batch_size=2"},
        "training.gradient_accumulation_steps=2 (micro-batches per step) must be a multiple of "
-       "parallel.pipeline_parallel=4 for INTERLEAVED_1F1B"},
+       "parallel.pipeline_parallel=4 with virtual_pipeline_stages > 1"},
       {{"parallel.sequence_parallel=true"},
        "parallel.sequence_parallel needs tensor_parallel >= 2 (it is 1): set "
        "parallel.sequence_parallel=false"},
@@ -207,7 +208,8 @@ TEST(JobConfigValidation, UnrelatedProblemsAllReportedAtOnce) {
             "  optimizer.lr=-0.001: must be > 0\n"
             "  training.micro_batch_size=0: must be >= 1\n"
             "  checkpoint.interval_steps=5 needs checkpoint.dir (where to write them)\n"
-            "  parallel.virtual_pipeline_stages=2 needs pipeline_schedule INTERLEAVED_1F1B");
+            "  parallel.virtual_pipeline_stages=2 needs pipeline_schedule INTERLEAVED_1F1B (or "
+            "ALL_FORWARD_ALL_BACKWARD)");
 }
 
 TEST(JobConfigValidation, DisabledSsaIgnoresItsFlags) {

@@ -147,7 +147,7 @@ struct GridCase {
 };
 
 // P in 1..4; M in P..3P plus odd counts (all M from 1 for all-forward-all-backward); V in 1..3
-// where the schedule allows it (interleaved: P >= 2, V >= 2, M a multiple of P).
+// where the schedule allows it (V >= 2: P >= 2 and M a multiple of P; interleaved: V >= 2).
 std::vector<GridCase> ScheduleGrid() {
   std::vector<GridCase> cases;
   for (int stages = 1; stages <= 4; ++stages) {
@@ -161,6 +161,7 @@ std::vector<GridCase> ScheduleGrid() {
       if (stages >= 2 && micro_batches >= stages && micro_batches % stages == 0) {
         for (int virtual_stages = 2; virtual_stages <= 3; ++virtual_stages) {
           cases.push_back({Kind::kInterleaved1F1B, stages, micro_batches, virtual_stages});
+          cases.push_back({Kind::kAllForwardAllBackward, stages, micro_batches, virtual_stages});
         }
       }
     }
@@ -175,7 +176,7 @@ TEST(PipelineScheduleTest, EveryScheduleCompletesWithBlockingTransfers) {
         << SimulatePipelineSchedules(c.kind, c.stages, c.micro_batches, c.virtual_stages);
     ++simulated;
   }
-  EXPECT_EQ(simulated, 84);  // P=1: 8, P=2: 21, P=3: 24, P=4: 31
+  EXPECT_EQ(simulated, 102);  // P=1: 8, P=2: 27, P=3: 30, P=4: 37
 }
 
 TEST(PipelineScheduleTest, ProgramsRunTheScheduleAndBackwardsInMicroBatchOrder) {
@@ -303,10 +304,13 @@ TEST(PipelineScheduleTest, RejectsInvalidArguments) {
   EXPECT_THAT(ScheduleError(Kind::kAllForwardAllBackward, 2, 0, 0, 1),
               HasSubstr("training.gradient_accumulation_steps=0 micro-batches per step: must be "
                         ">= 1"));
-  EXPECT_EQ(ScheduleError(Kind::kAllForwardAllBackward, 2, 0, 4, 2),
-            "invalid pipeline schedule all-forward-all-backward (parallel.pipeline_schedule): "
+  EXPECT_EQ(ScheduleError(Kind::kOneForwardOneBackward, 2, 0, 4, 2),
+            "invalid pipeline schedule 1F1B (parallel.pipeline_schedule): "
             "parallel.virtual_pipeline_stages=2: this schedule runs one model chunk per rank; set "
             "it to 1, or use INTERLEAVED_1F1B");
+  EXPECT_THAT(ScheduleError(Kind::kAllForwardAllBackward, 2, 0, 3, 2),
+              HasSubstr("training.gradient_accumulation_steps=3 micro-batches per step is not "
+                        "divisible by parallel.pipeline_parallel=2"));
   EXPECT_EQ(ScheduleError(Kind::kOneForwardOneBackward, 4, 1, 3, 1),
             "invalid pipeline schedule 1F1B (parallel.pipeline_schedule): "
             "training.gradient_accumulation_steps=3 micro-batches per step is fewer than "
@@ -324,8 +328,8 @@ TEST(PipelineScheduleTest, RejectsInvalidArguments) {
               HasSubstr("parallel.virtual_pipeline_stages=1: interleaving needs >= 2 model chunks "
                         "per rank; set it, or use ONE_F_ONE_B"));
   EXPECT_THAT(ScheduleError(Kind::kInterleaved1F1B, 1, 0, 4, 2),
-              HasSubstr("parallel.pipeline_parallel=1: interleaving needs >= 2 stages; use "
-                        "ONE_F_ONE_B"));
+              HasSubstr("parallel.pipeline_parallel=1: interleaving model chunks needs >= 2 "
+                        "stages; use virtual_pipeline_stages=1 and ONE_F_ONE_B"));
   // The program builder and the simulation validate the same way.
   EXPECT_EQ(BuildPipelineProgram(Kind::kInterleaved1F1B, 4, 0, 10, 2).status().message(),
             ScheduleError(Kind::kInterleaved1F1B, 4, 0, 10, 2));

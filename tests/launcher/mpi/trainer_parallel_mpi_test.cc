@@ -1,10 +1,10 @@
-// Parallel training equals one process (run under mpirun -np 2 and 4): the demo model with SSA,
+// Parallel training equals one process (run under mpirun -np 2, 4 and 8): the demo model with SSA,
 // started from a checkpoint with non-zero temperatures (random read-outs and alphas), trained 3
 // steps under each layout that fits the world, gives the one-process run's losses and final
 // parameters (each rank's slices) within the f32 tolerance on the same global batch. The
-// one-process reference runs on every rank over MPI_COMM_SELF. A parallel run stopped by a
-// preemption signal that reaches one rank only, and resumed from its checkpoint, equals the
-// uninterrupted run bit for bit.
+// one-process reference runs on every rank over MPI_COMM_SELF. The pipeline schedules give
+// bit-identical runs. A parallel run stopped by a preemption signal that reaches one rank only,
+// and resumed from its checkpoint, equals the uninterrupted run bit for bit.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -35,16 +35,24 @@ struct Layout {
   int tp, dp;
   bool sequence_parallel;
   bool distributed_optimizer = false;
+  int pp = 1;
+  int virtual_stages = 1;
+  const char* schedule = "ONE_F_ONE_B";
+  int layers = 4;  // 8 for four stages of two chunks
+
+  int world() const { return tp * dp * pp; }
 };
 
-// Rank 0 writes the tiny preset with SSA and non-zero temperature parameters; everyone waits.
-std::string StartingCheckpoint() {
-  const std::string dir = ::testing::TempDir() + "/parallel_training_start";
+// Rank 0 writes the tiny preset (`layers` layers) with SSA and non-zero temperature parameters;
+// everyone waits.
+std::string StartingCheckpoint(int layers) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/parallel_training_start_", layers);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0) {
     absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("tiny");
     EXPECT_TRUE(config.ok());
+    config->num_layers = layers;
     config->ssa = ssa::SsaOptions();
     models::LlamaModel model(*config, DType::kF32);
     model.InitRandom(17);
@@ -61,7 +69,8 @@ std::string StartingCheckpoint() {
 }
 
 config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra = {}) {
-  static const std::string start = StartingCheckpoint();
+  static const std::string start4 = StartingCheckpoint(4), start8 = StartingCheckpoint(8);
+  const std::string& start = layout.layers == 8 ? start8 : start4;
   const std::string demo = (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() /
                             "configs" / "passkey_tiny_cpu.textproto")
                                .string();
@@ -82,7 +91,10 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
       absl::StrCat("parallel.data_parallel=", layout.dp),
       absl::StrCat("parallel.sequence_parallel=", layout.sequence_parallel ? "true" : "false"),
       absl::StrCat("parallel.distributed_optimizer=",
-                   layout.distributed_optimizer ? "true" : "false")};
+                   layout.distributed_optimizer ? "true" : "false"),
+      absl::StrCat("parallel.pipeline_parallel=", layout.pp),
+      absl::StrCat("parallel.virtual_pipeline_stages=", layout.virtual_stages),
+      absl::StrCat("parallel.pipeline_schedule=", layout.schedule)};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(demo, overrides);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -93,11 +105,13 @@ class ParallelTraining : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ParallelTraining, EqualsOneProcess) {
   const Layout layout = GetParam();
-  if (layout.tp * layout.dp != WorldSize()) {
-    GTEST_SKIP() << layout.name << " needs " << layout.tp * layout.dp << " ranks";
+  if (layout.world() != WorldSize()) {
+    GTEST_SKIP() << layout.name << " needs " << layout.world() << " ranks";
   }
+  Layout one{"one", 1, 1, false};
+  one.layers = layout.layers;
   absl::StatusOr<std::unique_ptr<Trainer>> reference =
-      Trainer::Create(SmallJob({"one", 1, 1, false}), MPI_COMM_SELF);
+      Trainer::Create(SmallJob(one), MPI_COMM_SELF);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->Run().ok());
   absl::StatusOr<std::unique_ptr<Trainer>> parallel = Trainer::Create(SmallJob(layout));
@@ -129,10 +143,50 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
 }
 
 // The layout of this world size that exercises most: sequence parallelism and, with 4 ranks, the
-// distributed optimizer's sharded state.
+// distributed optimizer's sharded state, with 8 pipeline stages too.
 Layout CheckpointLayout() {
-  return WorldSize() == 2 ? Layout{"TP2_SP", 2, 1, true}
-                          : Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true};
+  if (WorldSize() == 2) return Layout{"TP2_SP", 2, 1, true};
+  if (WorldSize() == 4) return Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true};
+  return Layout{"TP2_SPxPP2xDP2_ZeRO1", 2, 2, true, true, 2};
+}
+
+// The same layout under two schedules: identical losses, gradient norms and parameters.
+void ExpectBitIdenticalRuns(const Layout& a, const Layout& b) {
+  absl::StatusOr<std::unique_ptr<Trainer>> first = Trainer::Create(SmallJob(a));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Run().ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> second = Trainer::Create(SmallJob(b));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE((*second)->Run().ok());
+  ASSERT_EQ((*first)->history().size(), (*second)->history().size());
+  for (size_t i = 0; i < (*first)->history().size(); ++i) {
+    EXPECT_EQ((*first)->history()[i].loss, (*second)->history()[i].loss)
+        << a.name << " vs " << b.name << ", step " << i + 1;
+    EXPECT_EQ((*first)->history()[i].grad_norm, (*second)->history()[i].grad_norm)
+        << a.name << " vs " << b.name << ", step " << i + 1;
+  }
+  EXPECT_EQ((*first)->evaluations().front().loss, (*second)->evaluations().front().loss);
+  for (const ParameterSet::Entry& e : (*first)->model().parameters().entries()) {
+    EXPECT_TRUE(
+        testing::BitIdentical((*second)->model().parameters().value(e.name), e.value, e.name))
+        << a.name << " vs " << b.name;
+  }
+}
+
+TEST(PipelineSchedules, GiveBitIdenticalRuns) {
+  const char* afab = "ALL_FORWARD_ALL_BACKWARD";
+  if (WorldSize() == 2) {
+    ExpectBitIdenticalRuns({"PP2_1F1B", 1, 1, false, false, 2},
+                           {"PP2_AFAB", 1, 1, false, false, 2, 1, afab});
+  } else if (WorldSize() == 4) {
+    ExpectBitIdenticalRuns({"PP4_1F1B", 1, 1, false, false, 4},
+                           {"PP4_AFAB", 1, 1, false, false, 4, 1, afab});
+    ExpectBitIdenticalRuns({"PP4_V2_interleaved", 1, 1, false, false, 4, 2, "INTERLEAVED_1F1B", 8},
+                           {"PP4_V2_AFAB", 1, 1, false, false, 4, 2, afab, 8});
+  } else {
+    ExpectBitIdenticalRuns({"TP2xPP2xDP2_1F1B", 2, 2, false, false, 2},
+                           {"TP2xPP2xDP2_AFAB", 2, 2, false, false, 2, 1, afab});
+  }
 }
 
 TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBitForBit) {
@@ -170,8 +224,9 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
   }
 
   // Another layout cannot resume it.
-  absl::StatusOr<std::unique_ptr<Trainer>> other =
-      Trainer::Create(SmallJob({"DP", 1, WorldSize(), false}, {"checkpoint.dir=\"" + dir + "\""}));
+  absl::StatusOr<std::unique_ptr<Trainer>> other = Trainer::Create(
+      SmallJob({"PP2xDP", 1, WorldSize() / 2, false, false, 2, 1, "ALL_FORWARD_ALL_BACKWARD"},
+               {"checkpoint.dir=\"" + dir + "\""}));
   ASSERT_FALSE(other.ok());
   EXPECT_NE(std::string(other.status().message()).find("was saved by the layout"),
             std::string::npos)
@@ -186,7 +241,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
                       Layout{"TP4", 4, 1, false}, Layout{"TP2xDP2_ZeRO1", 2, 2, false, true},
                       Layout{"TP4_SP", 4, 1, true}, Layout{"TP2xDP2", 2, 2, false},
-                      Layout{"TP2_SPxDP2", 2, 2, true}, Layout{"DP4", 1, 4, false}),
+                      Layout{"TP2_SPxDP2", 2, 2, true}, Layout{"DP4", 1, 4, false},
+                      Layout{"PP2_1F1B", 1, 1, false, false, 2},
+                      Layout{"PP4_V2_interleaved", 1, 1, false, false, 4, 2, "INTERLEAVED_1F1B", 8},
+                      Layout{"TP2xPP2", 2, 1, false, false, 2},
+                      Layout{"TP2_SPxPP2", 2, 1, true, false, 2},
+                      Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2},
+                      Layout{"TP2xPP2xDP2", 2, 2, false, false, 2}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,0 +1,37 @@
+// Every call forwarded and timed.
+#include "parallel/timed_communicator.h"
+
+#include <utility>
+
+namespace kelvin::parallel {
+
+TimedCommunicator::TimedCommunicator(std::string role, std::unique_ptr<Communicator> inner)
+    : Communicator(std::move(role), inner->rank(), inner->world_ranks()),
+      inner_(std::move(inner)) {}
+
+void TimedCommunicator::AllReduce(Tensor& tensor, ReduceOp op) {
+  Timed([&](Communicator& c) { c.AllReduce(tensor, op); });
+}
+void TimedCommunicator::AllGather(const Tensor& input, Tensor& output) {
+  Timed([&](Communicator& c) { c.AllGather(input, output); });
+}
+void TimedCommunicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  Timed([&](Communicator& c) { c.ReduceScatter(input, output, op); });
+}
+void TimedCommunicator::Broadcast(Tensor& tensor, int root) {
+  Timed([&](Communicator& c) { c.Broadcast(tensor, root); });
+}
+void TimedCommunicator::Send(const Tensor& tensor, int peer) {
+  Timed([&](Communicator& c) { c.Send(tensor, peer); });
+}
+void TimedCommunicator::Recv(Tensor& tensor, int peer) {
+  Timed([&](Communicator& c) { c.Recv(tensor, peer); });
+}
+void TimedCommunicator::AllToAll(const Tensor& input, Tensor& output) {
+  Timed([&](Communicator& c) { c.AllToAll(input, output); });
+}
+void TimedCommunicator::Barrier() {
+  Timed([](Communicator& c) { c.Barrier(); });
+}
+
+}  // namespace kelvin::parallel

@@ -1,0 +1,47 @@
+// TimedCommunicator: a Communicator that forwards every call to another one and adds up the wall
+// time the calls take, so a step can report its communication share (and a pipeline stage the
+// time it waits for its neighbours: the bubble). The time is the caller's: the whole transfer for
+// the MPI backend, the enqueueing only for NCCL's asynchronous calls.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "parallel/communicator.h"
+
+namespace kelvin::parallel {
+
+class TimedCommunicator final : public Communicator {
+ public:
+  // `role` as `inner` was created with ("tp", "pp", ...).
+  TimedCommunicator(std::string role, std::unique_ptr<Communicator> inner);
+
+  double seconds() const { return seconds_; }  // spent in this group's calls so far
+  int64_t calls() const { return calls_; }
+
+  void AllReduce(Tensor& tensor, ReduceOp op) override;
+  void AllGather(const Tensor& input, Tensor& output) override;
+  void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  void Broadcast(Tensor& tensor, int root) override;
+  void Send(const Tensor& tensor, int peer) override;
+  void Recv(Tensor& tensor, int peer) override;
+  void AllToAll(const Tensor& input, Tensor& output) override;
+  void Barrier() override;
+
+ private:
+  // Runs `call` on the inner communicator, adding its duration.
+  template <typename Call>
+  void Timed(Call&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    call(*inner_);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++calls_;
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  double seconds_ = 0;
+  int64_t calls_ = 0;
+};
+
+}  // namespace kelvin::parallel
