@@ -3,7 +3,7 @@
 // log-sum-exp. Tile products go through cblas_?gemm (OpenBLAS's OpenMP build runs single-threaded
 // inside our parallel regions and picks AVX2/FMA kernels at run time, while this file is compiled
 // for baseline x86-64: hand loops cannot match it); the softmax exponentials are
-// ssa_attention_cpu_exp.h's.
+// cpu_vector_math.h's.
 //
 // Scratch: each call first writes, once, O(N H d) operands in tile order:
 //   q^ [B, G, Tq, H/G, d] = tau^q RoPE(u) / sqrt(d)  (a group's query heads stacked per token)
@@ -34,7 +34,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/rope.h"
 #include "ssa/ssa_attention.h"
-#include "ssa/ssa_attention_cpu_exp.h"
+#include "ssa/cpu_vector_math.h"
 #include "ssa/temperature.h"
 
 namespace kelvin::ssa::cpu {

@@ -1,6 +1,7 @@
 // SSA temperatures on the CPU: one loop over (token, head) shared by the query and the value
-// temperature; the per-element GeLU math in the accumulation type (f32 for f32, f64 for f64),
-// tanh, the position term and the parameter-gradient sums in double.
+// temperature, OpenMP over the tokens; the per-element GeLU math in the accumulation type (f32
+// rows vectorised by cpu_vector_math.h, f64 with libm's erf), tanh, the position term and the
+// parameter-gradient sums in double.
 #include "ssa/temperature.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include "core/ops/dispatch.h"
+#include "ssa/cpu_vector_math.h"
 
 namespace kelvin::ssa {
 namespace {
@@ -18,18 +20,13 @@ namespace {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
-// Exact (erf) GeLU = x Phi(x), in the accumulation type A (f32 math for f32 storage: one erff
-// instead of one double erf per element).
-template <typename A>
-A Gelu(A x) {
-  return A(0.5) * x * (A(1) + std::erf(x * A(kInvSqrt2)));
-}
+// Exact (erf) GeLU = x Phi(x) in f64 (the f32 rows are cpu::GeluDotF32 and its backward).
+double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x * kInvSqrt2)); }
 // GeLU and its derivative Phi(x) + x phi(x) sharing one erf (the backward needs both).
-template <typename A>
-void GeluAndDerivative(A x, A& gelu, A& derivative) {
-  const A phi = A(0.5) * (A(1) + std::erf(x * A(kInvSqrt2)));
+void GeluAndDerivative(double x, double& gelu, double& derivative) {
+  const double phi = 0.5 * (1.0 + std::erf(x * kInvSqrt2));
   gelu = x * phi;
-  derivative = phi + x * A(kInvSqrt2Pi) * std::exp(A(-0.5) * x * x);
+  derivative = phi + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
 }
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -129,15 +126,18 @@ void Forward(const Terms& terms, const Args& a, Tensor& tau, Tensor& tanh_z) {
   const std::vector<double> slopes = PositionSlopes(terms, a.alpha, heads);
   Acc* tau_out = tau.data<Acc>();
   Acc* tanh_out = tanh_z.data<Acc>();
+#pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n; ++t) {
     const double log_n = LogCount(a, t);
     for (int64_t k = 0; k < heads; ++k) {
       double tz = 0;
       if (terms.active && terms.token) {
+        const T* row = src + (t * heads + k) * d;
         Acc z = 0;
-        for (int64_t e = 0; e < d; ++e) {
-          z += static_cast<Acc>(readout[k * d + e]) *
-               Gelu(static_cast<Acc>(src[(t * heads + k) * d + e]));
+        if constexpr (std::is_same_v<T, float>) {
+          z = cpu::GeluDotF32(row, readout + k * d, d);
+        } else {
+          for (int64_t e = 0; e < d; ++e) z += readout[k * d + e] * Gelu(row[e]);
         }
         tz = std::tanh(static_cast<double>(z));
       }
@@ -164,29 +164,49 @@ void Backward(const Terms& terms, const Args& a, const Tensor& dtau, const Tenso
   const Acc* tanh_in = tanh_z.data<Acc>();
   T* dsrc = dsource.data<T>();
   const std::vector<double> slopes = PositionSlopes(terms, a.alpha, heads);
-  std::vector<double> dreadout_sum(static_cast<size_t>(heads * d), 0.0);  // [K, d]
-  std::vector<double> dalpha_sum(static_cast<size_t>(heads), 0.0);        // [K]
-  for (int64_t t = 0; t < n; ++t) {
-    const double log_n = LogCount(a, t);
-    for (int64_t k = 0; k < heads; ++k) {
-      const double tz = tanh_in[t * heads + k];
-      double dt = dtau_in[t * heads + k];
-      if (terms.clamp) {
-        const double unclamped = tz + 1.0 + slopes[k] * log_n;
-        if (unclamped < terms.clamp->lo || unclamped > terms.clamp->hi) dt = 0;
-      }
-      dalpha_sum[k] += dt * slopes[k] * (1.0 - slopes[k]) * log_n;
-      if (!terms.token) continue;
-      const Acc dz = static_cast<Acc>(dt * (1.0 - tz * tz));
-      if (dz == 0) continue;  // nothing flows back (e.g. clamped, or no gradient)
-      for (int64_t e = 0; e < d; ++e) {
-        Acc gelu, derivative;
-        GeluAndDerivative(static_cast<Acc>(src[(t * heads + k) * d + e]), gelu, derivative);
-        dreadout_sum[k * d + e] += static_cast<double>(dz * gelu);
-        dsrc[(t * heads + k) * d + e] +=
-            static_cast<T>(dz * static_cast<Acc>(readout[k * d + e]) * derivative);
+  // Tokens in fixed chunks, each with its own parameter-gradient sums, added in chunk order: the
+  // sums do not depend on the thread count.
+  constexpr int64_t kChunkTokens = 256;
+  const int64_t chunks = (n + kChunkTokens - 1) / kChunkTokens;
+  std::vector<double> dreadout_sums(static_cast<size_t>(chunks * heads * d), 0.0);  // [C, K, d]
+  std::vector<double> dalpha_sums(static_cast<size_t>(chunks * heads), 0.0);        // [C, K]
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double* dreadout_sum = dreadout_sums.data() + c * heads * d;
+    double* dalpha_sum = dalpha_sums.data() + c * heads;
+    for (int64_t t = c * kChunkTokens; t < std::min(n, (c + 1) * kChunkTokens); ++t) {
+      const double log_n = LogCount(a, t);
+      for (int64_t k = 0; k < heads; ++k) {
+        const double tz = tanh_in[t * heads + k];
+        double dt = dtau_in[t * heads + k];
+        if (terms.clamp) {
+          const double unclamped = tz + 1.0 + slopes[k] * log_n;
+          if (unclamped < terms.clamp->lo || unclamped > terms.clamp->hi) dt = 0;
+        }
+        dalpha_sum[k] += dt * slopes[k] * (1.0 - slopes[k]) * log_n;
+        if (!terms.token) continue;
+        const Acc dz = static_cast<Acc>(dt * (1.0 - tz * tz));
+        if (dz == 0) continue;  // nothing flows back (e.g. clamped, or no gradient)
+        const T* row = src + (t * heads + k) * d;
+        T* drow = dsrc + (t * heads + k) * d;
+        if constexpr (std::is_same_v<T, float>) {
+          cpu::GeluDotBackwardF32(row, readout + k * d, dz, dreadout_sum + k * d, drow, d);
+        } else {
+          for (int64_t e = 0; e < d; ++e) {
+            double gelu, derivative;
+            GeluAndDerivative(row[e], gelu, derivative);
+            dreadout_sum[k * d + e] += dz * gelu;
+            drow[e] += dz * readout[k * d + e] * derivative;
+          }
+        }
       }
     }
+  }
+  std::vector<double> dreadout_sum(static_cast<size_t>(heads * d), 0.0);  // [K, d]
+  std::vector<double> dalpha_sum(static_cast<size_t>(heads), 0.0);        // [K]
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t i = 0; i < heads * d; ++i) dreadout_sum[i] += dreadout_sums[c * heads * d + i];
+    for (int64_t k = 0; k < heads; ++k) dalpha_sum[k] += dalpha_sums[c * heads + k];
   }
   Acc* dreadout_out = dreadout.data<Acc>();
   for (int64_t i = 0; i < heads * d; ++i) dreadout_out[i] += static_cast<Acc>(dreadout_sum[i]);

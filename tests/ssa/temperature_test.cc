@@ -1,13 +1,17 @@
 // The SSA temperature module: values against hand-computed ones, every flag's effect, f32 against
 // f64, the backward (source, read-out, alpha) against f64 finite differences under every flag and
-// the clamp, accumulation into existing gradients, and the statistics.
+// the clamp, accumulation into existing gradients, the vectorised f32 Phi, thread-count
+// independence, and the statistics.
 #include "ssa/temperature.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "ssa/cpu_vector_math.h"
 #include "tests/testing/backends.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/gradcheck.h"
@@ -228,6 +232,53 @@ TEST(SsaTemperature, FloatMatchesDouble) {
     for (size_t i = 0; i < (query ? 4u : 3u); ++i) {
       EXPECT_TRUE(testing::AllClose(f32[i], f64[i], testing::kF32RelTol, names[i]));
     }
+  }
+}
+
+// The vectorised f32 Phi behind the f32 GeLU rows, against libm's f64 erfc at every 1/1024 in
+// [-14, 14]: within 2.5e-7 absolute everywhere and 5e-5 relative in the left tail down to -12
+// (Phi = 1.8e-33; the f32 rounding of exp's argument, -72 there, bounds it), where 1 + erf would
+// have cancelled entirely; below about -13 it underflows to 0.
+TEST(SsaTemperature, VectorisedNormalCdfIsAccurate) {
+  double worst_abs = 0, worst_rel = 0;
+  for (int i = -14 * 1024; i <= 14 * 1024; ++i) {
+    const float x = static_cast<float>(i) / 1024.0f;
+    const double exact = 0.5 * std::erfc(-static_cast<double>(x) / std::sqrt(2.0));
+    const double got = cpu::NormalCdfF32(x);
+    worst_abs = std::max(worst_abs, std::abs(got - exact));
+    if (x < 0 && x >= -12) worst_rel = std::max(worst_rel, std::abs(got - exact) / exact);
+  }
+  EXPECT_LT(worst_abs, 2.5e-7);
+  EXPECT_LT(worst_rel, 5e-5);
+}
+
+// The backward's parameter-gradient sums run over fixed token chunks: one and two threads give
+// the same bits (700 tokens: three chunks).
+TEST(SsaTemperature, ResultsDoNotDependOnTheThreadCount) {
+  const int64_t n = 700, heads = 3, d = 40;
+  const Tensor source = testing::Random({n, heads, d}, DType::kF32, 41, -3.0, 3.0);
+  const Tensor readout = testing::Random({heads, d}, DType::kF32, 42);
+  const Tensor alpha = testing::Random({heads}, DType::kF32, 43);
+  const Tensor dtau = testing::Random({n, heads}, DType::kF32, 44);
+  const Tensor positions = PackedPositions(2, n / 2);
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    Tensor tau = Tensor::ZerosCpu({n, heads}, DType::kF32),
+           tanh_z = Tensor::ZerosCpu({n, heads}, DType::kF32);
+    Tensor dsource = Tensor::ZerosCpu(source.shape(), DType::kF32);
+    Tensor dreadout = Tensor::ZerosCpu(readout.shape(), DType::kF32);
+    Tensor dalpha = Tensor::ZerosCpu(alpha.shape(), DType::kF32);
+    QueryTemperatureForward(Cpu(), SsaOptions(), source, readout, alpha, positions, tau, tanh_z);
+    QueryTemperatureBackward(Cpu(), SsaOptions(), dtau, source, readout, alpha, positions, tanh_z,
+                             dsource, dreadout, dalpha);
+    return std::vector<Tensor>{tau, dsource, dreadout, dalpha};
+  };
+  const int threads = omp_get_max_threads();
+  const std::vector<Tensor> one = run(1), two = run(2);
+  omp_set_num_threads(threads);
+  const char* names[] = {"tau", "dsource", "dreadout", "dalpha"};
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_TRUE(testing::BitIdentical(two[i], one[i], names[i]));
   }
 }
 
