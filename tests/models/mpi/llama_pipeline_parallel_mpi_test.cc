@@ -16,6 +16,7 @@
 #include "core/ops/cross_entropy.h"
 #include "models/llama/llama_model.h"
 #include "parallel/communicator_factory.h"
+#include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
@@ -44,33 +45,6 @@ models::LlamaConfig PipelineConfig() {
   return config;
 }
 
-// Rank 0 writes a random model with non-zero temperatures; all ranks wait.
-std::string WriteCheckpoint(const models::LlamaConfig& config, const std::string& dir) {
-  if (WorldRank() == 0) {
-    std::filesystem::remove_all(dir);
-    models::LlamaModel model(config, DType::kF64);
-    model.InitRandom(11);
-    std::mt19937_64 rng(12);
-    std::normal_distribution<double> normal(0.0, 0.5);
-    for (const ParameterSet::Entry& e : model.parameters().entries()) {
-      if (e.group != ParamGroup::kTemperature) continue;
-      for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data<double>()[i] = normal(rng);
-    }
-    EXPECT_TRUE(model.ExportHf(dir).ok());
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
-}
-
-std::unique_ptr<models::LlamaModel> Load(const models::LlamaConfig& config, const std::string& dir,
-                                         const models::LlamaParallelism& parallelism) {
-  auto model = std::make_unique<models::LlamaModel>(config, DType::kF64, parallelism);
-  absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
-  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
-  EXPECT_TRUE(model->LoadHfCheckpoint(*checkpoint).ok());
-  return model;
-}
-
 struct MicroBatch {
   Tensor tokens, positions, labels;  // [2, 6], [2, 6], [12]
 };
@@ -92,8 +66,8 @@ TEST_P(LlamaPipelineParallel, EqualsTheUnsplitModel) {
   const int virtual_stages = GetParam();
   const int stages = WorldSize(), rank = WorldRank();
   const models::LlamaConfig config = PipelineConfig();
-  const std::string dir =
-      WriteCheckpoint(config, absl::StrCat(::testing::TempDir(), "/pp_mpi_", virtual_stages));
+  const std::string dir = testing::WriteRandomSsaCheckpoint(
+      config, absl::StrCat(::testing::TempDir(), "/pp_mpi_", virtual_stages), 11);
   absl::StatusOr<std::unique_ptr<parallel::Communicator>> pp = parallel::CreateCommunicator(
       parallel::CommBackend::kMpi, MPI_COMM_WORLD, "pp", {}, Context::Cpu());
   ASSERT_TRUE(pp.ok()) << pp.status();
@@ -108,12 +82,12 @@ TEST_P(LlamaPipelineParallel, EqualsTheUnsplitModel) {
     ASSERT_TRUE(created.ok()) << created.status();
     embedding = std::move(*created);
   }
-  auto whole = Load(config, dir, {});
+  auto whole = testing::LoadF64(config, dir, {});
   models::LlamaParallelism parallelism;
   parallelism.pp = pp->get();
   parallelism.virtual_stages = virtual_stages;
   parallelism.embedding = embedding.get();
-  auto staged = Load(config, dir, parallelism);
+  auto staged = testing::LoadF64(config, dir, parallelism);
   const models::LlamaStageLayout& stage = staged->stage();
   const int next = (rank + 1) % stages, previous = (rank + stages - 1) % stages;
 
@@ -166,7 +140,7 @@ TEST_P(LlamaPipelineParallel, EqualsTheUnsplitModel) {
   const std::string exported = absl::StrCat(dir, "_exported");
   ASSERT_TRUE(staged->ExportHf(exported).ok());
   if (rank == 0) {
-    auto reloaded = Load(config, exported, {});
+    auto reloaded = testing::LoadF64(config, exported, {});
     for (const ParameterSet::Entry& e : whole->parameters().entries()) {
       EXPECT_TRUE(testing::BitIdentical(reloaded->parameters().value(e.name), e.value, e.name));
     }

@@ -16,6 +16,7 @@
 #include "models/llama/llama_model.h"
 #include "parallel/communicator_factory.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
+#include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
@@ -30,34 +31,6 @@ int WorldRank() {
   return rank;
 }
 
-// Rank 0 writes a random model with non-zero temperatures to a fresh directory; all ranks wait.
-std::string WriteCheckpoint(const models::LlamaConfig& config, const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/tp_mpi_" + name;
-  if (WorldRank() == 0) {
-    std::filesystem::remove_all(dir);
-    models::LlamaModel model(config, DType::kF64);
-    model.InitRandom(5);
-    std::mt19937_64 rng(6);
-    std::normal_distribution<double> normal(0.0, 0.5);
-    for (const ParameterSet::Entry& e : model.parameters().entries()) {
-      if (e.group != ParamGroup::kTemperature) continue;
-      for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data<double>()[i] = normal(rng);
-    }
-    EXPECT_TRUE(model.ExportHf(dir).ok());
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
-}
-
-std::unique_ptr<models::LlamaModel> Load(const models::LlamaConfig& config, const std::string& dir,
-                                         const models::LlamaParallelism& parallelism) {
-  auto model = std::make_unique<models::LlamaModel>(config, DType::kF64, parallelism);
-  absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
-  EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
-  EXPECT_TRUE(model->LoadHfCheckpoint(*checkpoint).ok());
-  return model;
-}
-
 struct Layout {
   bool sequence_parallel;
   bool weight_sharing;
@@ -68,14 +41,16 @@ class LlamaTensorParallel : public ::testing::TestWithParam<Layout> {};
 TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   const Layout layout = GetParam();
   const models::LlamaConfig config = testing::TinySsaLlamaConfig(layout.weight_sharing, true);
-  const std::string dir =
-      WriteCheckpoint(config, std::string(layout.weight_sharing ? "shared" : "own") +
-                                  (layout.sequence_parallel ? "_sp" : ""));
+  const std::string dir = testing::WriteRandomSsaCheckpoint(
+      config,
+      ::testing::TempDir() + "/tp_mpi_" + (layout.weight_sharing ? "shared" : "own") +
+          (layout.sequence_parallel ? "_sp" : ""),
+      5);
   absl::StatusOr<std::unique_ptr<parallel::Communicator>> tp = parallel::CreateCommunicator(
       parallel::CommBackend::kMpi, MPI_COMM_WORLD, "tp", {}, Context::Cpu());
   ASSERT_TRUE(tp.ok()) << tp.status();
-  auto whole = Load(config, dir, {});
-  auto sharded = Load(config, dir, {tp->get(), layout.sequence_parallel});
+  auto whole = testing::LoadF64(config, dir, {});
+  auto sharded = testing::LoadF64(config, dir, {tp->get(), layout.sequence_parallel});
 
   // Two rows of 6 tokens; the second packs two documents.
   const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 7, 0, 11);
