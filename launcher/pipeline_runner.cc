@@ -35,20 +35,6 @@ parallel::PipelineScheduleKind PipelineScheduleKindOf(
   }
 }
 
-absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(
-    config::ParallelConfig::PipelineSchedule schedule, int micro_batches, models::LlamaModel& model,
-    parallel::ProcessGrid& grid) {
-  const parallel::GridSpec& spec = grid.spec();
-  const parallel::PipelineScheduleKind kind = PipelineScheduleKindOf(schedule);
-  KELVIN_ASSIGN_OR_RETURN(
-      std::vector<parallel::PipelineStep> program,
-      parallel::BuildPipelineProgram(kind, spec.pipeline_parallel, grid.pp_rank(), micro_batches,
-                                     spec.virtual_pipeline_stages));
-  std::unique_ptr<PipelineRunner> runner(
-      new PipelineRunner(kind, std::move(program), model, grid.pp()));
-  return runner;
-}
-
 PipelineRunner::PipelineRunner(parallel::PipelineScheduleKind kind,
                                std::vector<parallel::PipelineStep> program,
                                models::LlamaModel& model, parallel::Communicator& pp)

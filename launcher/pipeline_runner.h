@@ -12,7 +12,6 @@
 #include "core/data/batch.h"
 #include "models/llama/llama_model.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/process_grid.h"
 
 namespace kelvin::launcher {
 
@@ -21,10 +20,10 @@ parallel::PipelineScheduleKind PipelineScheduleKindOf(
 
 class PipelineRunner {
  public:
-  // Builds this rank's program for `micro_batches` per step (errors name the config field).
-  static absl::StatusOr<std::unique_ptr<PipelineRunner>> Create(
-      config::ParallelConfig::PipelineSchedule schedule, int micro_batches,
-      models::LlamaModel& model, parallel::ProcessGrid& grid);
+  // Runs `program` (parallel::BuildPipelineProgram's for this rank) of `kind` on `model` over the
+  // pipeline group `pp`.
+  PipelineRunner(parallel::PipelineScheduleKind kind, std::vector<parallel::PipelineStep> program,
+                 models::LlamaModel& model, parallel::Communicator& pp);
 
   // On the last stage, the loss of micro-batch m from its logits [N, V/TP]: returns its summed
   // token losses and leaves dlogits in the logits buffer.
@@ -46,9 +45,6 @@ class PipelineRunner {
   int64_t peak_in_flight() const { return peak_in_flight_; }
 
  private:
-  PipelineRunner(parallel::PipelineScheduleKind kind, std::vector<parallel::PipelineStep> program,
-                 models::LlamaModel& model, parallel::Communicator& pp);
-
   parallel::PipelineScheduleKind kind_;
   std::vector<parallel::PipelineStep> program_;
   models::LlamaModel& model_;

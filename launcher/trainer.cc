@@ -112,20 +112,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
     }
     trainer->micro_batches_ = spec.gradient_accumulation_steps;
   }
-  if (parallelism.pp != nullptr) {  // the schedule is checked before the model is built
-    KELVIN_RETURN_IF_ERROR(
-        parallel::BuildPipelineSchedule(PipelineScheduleKindOf(job.parallel().pipeline_schedule()),
-                                        grid->spec().pipeline_parallel, grid->pp_rank(),
-                                        static_cast<int>(trainer->micro_batches_),
-                                        grid->spec().virtual_pipeline_stages)
-            .status());
+  std::vector<parallel::PipelineStep> program;  // built before the model: its errors come first
+  const parallel::PipelineScheduleKind schedule =
+      PipelineScheduleKindOf(job.parallel().pipeline_schedule());
+  if (parallelism.pp != nullptr) {
+    KELVIN_ASSIGN_OR_RETURN(program, parallel::BuildPipelineProgram(
+                                         schedule, grid->spec().pipeline_parallel, grid->pp_rank(),
+                                         static_cast<int>(trainer->micro_batches_),
+                                         grid->spec().virtual_pipeline_stages));
   }
   KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism));
   if (parallelism.pp != nullptr) {
-    KELVIN_ASSIGN_OR_RETURN(
-        trainer->pipeline_,
-        PipelineRunner::Create(job.parallel().pipeline_schedule(),
-                               static_cast<int>(trainer->micro_batches_), *trainer->model_, *grid));
+    trainer->pipeline_ = std::make_unique<PipelineRunner>(schedule, std::move(program),
+                                                          *trainer->model_, grid->pp());
   }
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
   const config::OptimizerConfig& opt = job.optimizer();
