@@ -1,6 +1,8 @@
 // One pipeline rank's program, run on the model's chunk steps.
 #include "launcher/pipeline_runner.h"
 
+#include <algorithm>
+#include <set>
 #include <variant>
 
 #include "core/logging.h"
@@ -38,14 +40,45 @@ parallel::PipelineScheduleKind PipelineScheduleKindOf(
 PipelineRunner::PipelineRunner(parallel::PipelineScheduleKind kind,
                                std::vector<parallel::PipelineStep> program,
                                models::LlamaModel& model, parallel::Communicator& pp)
-    : kind_(kind), program_(std::move(program)), model_(model), pp_(pp) {
-  std::vector<parallel::PipelineAction> actions;
-  for (const parallel::PipelineStep& step : program_) {
-    if (const auto* action = std::get_if<parallel::PipelineAction>(&step)) {
-      actions.push_back(*action);
-    }
+    : kind_(kind), program_(std::move(program)), model_(model), pp_(pp) {}
+
+namespace {
+
+int MicroBatchOf(const parallel::PipelineStep& step) {
+  return std::visit([](const auto& s) { return s.micro_batch; }, step);
+}
+
+// A micro-batch takes its activation slot at its first use on a rank: its first forward, or the
+// receipt of that forward's input.
+bool UsesSlot(const parallel::PipelineStep& step) {
+  const auto* action = std::get_if<parallel::PipelineAction>(&step);
+  return action != nullptr
+             ? action->kind == parallel::PipelineAction::kForward
+             : std::get<parallel::PipelineTransfer>(step).kind == parallel::PipelineTransfer::kRecv;
+}
+
+// And gives it back after its last: the backward of virtual stage 0 (chunk 0 of rank 0), or on
+// the other ranks the send of chunk 0's input gradient.
+bool ReleasesSlot(const parallel::PipelineStep& step, int rank) {
+  if (const auto* action = std::get_if<parallel::PipelineAction>(&step)) {
+    return action->kind == parallel::PipelineAction::kBackward && action->chunk == 0 && rank == 0;
   }
-  peak_in_flight_ = parallel::PeakInFlightMicroBatches(actions);
+  const auto& transfer = std::get<parallel::PipelineTransfer>(step);
+  return transfer.kind == parallel::PipelineTransfer::kSend &&
+         transfer.tensor == parallel::PipelineTensor::kGradient && transfer.chunk == 0;
+}
+
+}  // namespace
+
+int64_t PipelineRunner::SlotsNeeded(const std::vector<parallel::PipelineStep>& program, int rank) {
+  std::set<int> held;
+  int64_t peak = 0;
+  for (const parallel::PipelineStep& step : program) {
+    if (UsesSlot(step)) held.insert(MicroBatchOf(step));
+    peak = std::max<int64_t>(peak, static_cast<int64_t>(held.size()));
+    if (ReleasesSlot(step, rank)) held.erase(MicroBatchOf(step));
+  }
+  return peak;
 }
 
 std::vector<double> PipelineRunner::RunStep(const Context& ctx,
@@ -53,36 +86,30 @@ std::vector<double> PipelineRunner::RunStep(const Context& ctx,
                                             const LossFunction& loss) {
   std::vector<double> losses(batches.size(), 0.0);
   const models::LlamaStageLayout& stage = model_.stage();
-  // A micro-batch takes its slot at its first use on this rank: its first forward, or the
-  // receipt of that forward's input.
-  auto begin = [&](int m) {
-    if (!model_.HoldsMicroBatch(m))
-      model_.BeginMicroBatch(m, batches[m].tokens, batches[m].positions);
-  };
   for (const parallel::PipelineStep& step : program_) {
+    const int m = MicroBatchOf(step);
+    if (UsesSlot(step) && !model_.HoldsMicroBatch(m)) {
+      model_.BeginMicroBatch(m, batches[m].tokens, batches[m].positions);
+    }
     if (const auto* action = std::get_if<parallel::PipelineAction>(&step)) {
-      const int m = action->micro_batch, c = action->chunk;
+      const int c = action->chunk;
       if (action->kind == parallel::PipelineAction::kForward) {
-        begin(m);
         Tensor& output = model_.ForwardChunk(ctx, m, c);
         if (stage.ends_model(c)) losses[m] = loss(output, m);
       } else {
         model_.BackwardChunk(ctx, m, c);
-        // Its last use here, unless chunk 0's input gradient is still to be sent.
-        if (stage.starts_model(c)) model_.EndMicroBatch(m);
       }
-      continue;
+    } else {
+      const auto& transfer = std::get<parallel::PipelineTransfer>(step);
+      const int c = transfer.chunk;
+      const bool activation = transfer.tensor == parallel::PipelineTensor::kActivation;
+      if (transfer.kind == parallel::PipelineTransfer::kRecv) {
+        pp_.Recv(activation ? model_.ChunkInput(m, c) : model_.ChunkGradient(m, c), transfer.peer);
+      } else {
+        pp_.Send(activation ? model_.ChunkOutput(m, c) : model_.ChunkGradient(m, c), transfer.peer);
+      }
     }
-    const auto& transfer = std::get<parallel::PipelineTransfer>(step);
-    const int m = transfer.micro_batch, c = transfer.chunk;
-    const bool activation = transfer.tensor == parallel::PipelineTensor::kActivation;
-    if (transfer.kind == parallel::PipelineTransfer::kRecv) {
-      begin(m);
-      pp_.Recv(activation ? model_.ChunkInput(m, c) : model_.ChunkGradient(m, c), transfer.peer);
-      continue;
-    }
-    pp_.Send(activation ? model_.ChunkOutput(m, c) : model_.ChunkGradient(m, c), transfer.peer);
-    if (!activation && c == 0) model_.EndMicroBatch(m);
+    if (ReleasesSlot(step, stage.rank)) model_.EndMicroBatch(m);
   }
   return losses;
 }

@@ -41,15 +41,15 @@ class PipelineRunner {
       const std::vector<ssa::TemperatureStatistics>& local);
 
   parallel::PipelineScheduleKind kind() const { return kind_; }
-  // Micro-batches in flight at once on this rank at most (activation slots).
-  int64_t peak_in_flight() const { return peak_in_flight_; }
+  // The activation slots pipeline rank `rank` running `program` holds at once at most (the
+  // micro-batches between their first and last use there).
+  static int64_t SlotsNeeded(const std::vector<parallel::PipelineStep>& program, int rank);
 
  private:
   parallel::PipelineScheduleKind kind_;
   std::vector<parallel::PipelineStep> program_;
   models::LlamaModel& model_;
   parallel::Communicator& pp_;
-  int64_t peak_in_flight_ = 0;
 };
 
 }  // namespace kelvin::launcher

@@ -319,6 +319,40 @@ std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& bat
   return losses;
 }
 
+models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) const {
+  const config::TrainingConfig& t = job_.training();
+  models::MemoryPlanOptions o;
+  o.micro_batch = t.micro_batch_size();
+  o.seq_length = t.seq_length();
+  if (grid_ != nullptr) {
+    const parallel::GridSpec& g = grid_->spec();
+    o.tensor_parallel = g.tensor_parallel;
+    o.tensor_rank = tensor_rank;
+    o.sequence_parallel = g.sequence_parallel;
+    o.pipeline_parallel = g.pipeline_parallel;
+    o.pipeline_rank = pipeline_rank;
+    o.virtual_stages = g.virtual_pipeline_stages;
+    o.data_parallel = g.data_parallel;
+    o.distributed_optimizer = distributed_optimizer_ != nullptr;
+  }
+  if (pipeline_ != nullptr) {
+    const absl::StatusOr<std::vector<parallel::PipelineStep>> program =
+        parallel::BuildPipelineProgram(pipeline_->kind(), o.pipeline_parallel, pipeline_rank,
+                                       static_cast<int>(micro_batches_), o.virtual_stages);
+    KELVIN_CHECK(program.ok()) << program.status();  // this rank's was built the same way
+    o.micro_batches_in_flight = PipelineRunner::SlotsNeeded(*program, pipeline_rank);
+  }
+  return models::PlanLlamaMemory(arch_, o);
+}
+
+int64_t Trainer::OptimizerStateBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, tensor] : CurrentOptimizerState().tensors) {
+    bytes += static_cast<int64_t>(tensor.nbytes());
+  }
+  return bytes;
+}
+
 int Trainer::DataParallelRank() const { return grid_ ? grid_->dp_rank() : 0; }
 int Trainer::DataParallelSize() const { return grid_ ? grid_->spec().data_parallel : 1; }
 
@@ -417,15 +451,18 @@ absl::Status Trainer::Run() {
       KLOG_RANK0(INFO) << "pipeline: " << PipelineScheduleKindName(pipeline_->kind()) << ", "
                        << g.virtual_pipeline_stages << " model chunk(s) per stage of "
                        << arch_.num_layers / (g.pipeline_parallel * g.virtual_pipeline_stages)
-                       << " layers; at most " << pipeline_->peak_in_flight()
-                       << " micro-batch(es) in flight on the first stage";
+                       << " layers";
     }
   }
   KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of " << t.micro_batch_size()
                    << " x " << t.seq_length() << " tokens per step";
-  KLOG_RANK0(INFO)
-      << "memory plan: "
-      << models::PlanLlamaMemory(arch_, {t.micro_batch_size(), t.seq_length()}).ToString();
+  if (pipeline_ == nullptr) {
+    KLOG_RANK0(INFO) << "memory plan per rank: " << MemoryPlanOf(0, 0).ToString();
+  } else {
+    const int last = grid_->spec().pipeline_parallel - 1;
+    KLOG_RANK0(INFO) << "memory plan of the first stage: " << MemoryPlanOf(0, 0).ToString();
+    KLOG_RANK0(INFO) << "memory plan of the last stage: " << MemoryPlanOf(0, last).ToString();
+  }
   const auto start = std::chrono::steady_clock::now();
   const bool checkpoints = !job_.checkpoint().dir().empty();
   if (checkpoints) InstallPreemptionHandlers();

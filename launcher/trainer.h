@@ -15,6 +15,7 @@
 #include "launcher/checkpoint.h"
 #include "launcher/job_setup.h"
 #include "launcher/pipeline_runner.h"
+#include "models/llama/memory_plan.h"
 #include "parallel/distributed_adamw.h"
 #include "parallel/process_grid.h"
 
@@ -57,6 +58,13 @@ class Trainer {
   const std::vector<EvalStats>& evaluations() const { return evaluations_; }
   models::LlamaModel& model() { return *model_; }
   int64_t start_step() const { return start_step_; }  // > 0 after a resume
+  // The memory plan of the rank at (tensor rank, pipeline rank) of this job's layout (rank 0 of
+  // the other groups), e.g. this rank's: MemoryPlanOf(tp_rank, pp_rank).
+  models::MemoryPlan MemoryPlanOf(int tensor_rank, int pipeline_rank) const;
+  int TensorParallelRank() const { return grid_ ? grid_->tp_rank() : 0; }
+  int PipelineParallelRank() const { return grid_ ? grid_->pp_rank() : 0; }
+  // Bytes of this rank's optimizer state (AdamW moments, or its ZeRO-1 shards).
+  int64_t OptimizerStateBytes() const;
 
  private:
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);

@@ -89,6 +89,7 @@ class LlamaModel {
   const LlamaConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
   ParameterSet& parameters() { return params_; }
+  const ParameterSet& parameters() const { return params_; }
   const LlamaShardLayout& layout() const { return layout_; }
   parallel::Communicator* tp() const { return parallelism_.tp; }
 

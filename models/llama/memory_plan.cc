@@ -1,7 +1,11 @@
-// Llama memory plan: mirrors the buffers LlamaModel allocates (llama_model.cc).
+// Llama memory plan: mirrors the buffers LlamaModel allocates (llama_model.cc: a slot per
+// micro-batch in flight, the shared backward scratch), the parameters of the rank's stage and
+// shards (llama_pipeline_stage.h, llama_sharding.h) and the optimizers' state.
 #include "models/llama/memory_plan.h"
 
 #include "absl/strings/str_format.h"
+#include "models/llama/llama_pipeline_stage.h"
+#include "models/llama/llama_sharding.h"
 
 namespace kelvin::models {
 
@@ -21,37 +25,80 @@ std::string MemoryPlan::ToString() const {
 }
 
 MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
-  const int64_t n = o.micro_batch * o.seq_length;  // tokens
+  const LlamaShardLayout shard = ShardLayoutOf(c, o.tensor_rank, o.tensor_parallel);
+  const LlamaStageLayout stage =
+      StageLayoutOf(c, o.pipeline_rank, o.pipeline_parallel, o.virtual_stages);
+  const int64_t n = o.micro_batch * o.seq_length;                      // tokens
+  const int64_t nl = o.sequence_parallel ? n / o.tensor_parallel : n;  // of the norm regions
   const int64_t act = static_cast<int64_t>(DTypeSize(o.activation_dtype));
   const int64_t stat = static_cast<int64_t>(DTypeSize(AccumDType(o.activation_dtype)));
   const int64_t grad = static_cast<int64_t>(DTypeSize(AccumDType(o.parameter_dtype)));
-  const int64_t d_model = c.hidden_size, f = c.intermediate_size;
-  const int64_t q = c.q_size(), kv = c.kv_size(), heads = c.num_attention_heads;
-  const int64_t params = c.NumParameters();
+  const int64_t d_model = c.hidden_size, d = c.head_dim, f = shard.ffn;
+  const int64_t heads = shard.heads, kv_heads = shard.kv_heads;
+  const int64_t q = heads * d, kv = kv_heads * d;
   // SSA (llama_model.cc): tau^q [N, H] and tau^v [N, G] in the statistics dtype; without weight
   // sharing also the temperature sources [N, H*d], [N, G*d] and their gradients.
   const ssa::SsaOptions ssa = c.AttentionOptions();
   const bool own_sources = !ssa.weight_sharing && ssa.token_aware;
   const int64_t temperatures =
-      (ssa.query_temperature ? heads : 0) + (ssa.value_temperature ? c.num_key_value_heads : 0);
+      (ssa.query_temperature ? heads : 0) + (ssa.value_temperature ? kv_heads : 0);
   const int64_t sources =
       own_sources ? (ssa.query_temperature ? q : 0) + (ssa.value_temperature ? kv : 0) : 0;
 
+  // The rank's parameters: its stage's tensors, sliced by its tensor-parallel shard, by group.
+  int64_t params = 0;
+  int64_t group_elements[kNumParamGroups] = {};
+  for (const LlamaParameterSpec& spec : StageParameterSpecs(c, stage)) {
+    const ParameterShard slice = ShardOf(c, shard, spec.name);
+    int64_t elements = 1;
+    for (size_t i = 0; i < spec.full_shape.size(); ++i) {
+      elements *= static_cast<int>(i) == slice.axis ? slice.count : spec.full_shape[i];
+    }
+    params += elements;
+    group_elements[static_cast<int>(spec.group)] += elements;
+  }
   MemoryPlan plan;
   plan.parameters = params * static_cast<int64_t>(DTypeSize(o.parameter_dtype));
-  plan.master_weights = o.separate_master ? params * 4 : 0;
   plan.gradients = params * grad;
-  plan.optimizer_state = 2 * params * grad;
-  // LlamaLayerActivations: x, h_attn, x_mid, h_mlp [N, D]; u, attn [N, H*d]; k, v [N, G*d];
-  // gate, up, act [N, F]; rstd_attn, rstd_mlp [N] and lse [N, H] in the statistics dtype.
-  plan.activations_per_layer = n * act * (4 * d_model + 2 * q + 2 * kv + 3 * f + sources) +
-                               n * stat * (2 + heads + temperatures);
-  // Plus the final norm's input and output [N, D], its rstd [N] and the token/position ids.
-  plan.activations =
-      c.num_layers * plan.activations_per_layer + 2 * n * d_model * act + n * stat + 2 * n * 4;
-  plan.logits = n * c.vocab_size * act;
-  // dx, dh, d_proj [N, D]; du, dattn [N, H*d]; dk, dv [N, G*d]; dgate, dup, dact [N, F].
-  plan.backward_scratch = n * act * (3 * d_model + 2 * q + 2 * kv + 3 * f + sources);
+  const bool zero = o.distributed_optimizer && o.data_parallel > 1;
+  if (!zero) {
+    plan.master_weights = o.separate_master ? params * 4 : 0;
+    plan.optimizer_state = 2 * params * grad;
+  } else {
+    // parallel/distributed_adamw.h, per group of E elements with S = ceil(E / D): the moments
+    // [S] each; with the gradients, the reduced shard [S] and the padded exchange buffer [D * S]
+    // in the parameters' dtype.
+    for (const int64_t elements : group_elements) {
+      if (elements == 0) continue;
+      const int64_t s = (elements + o.data_parallel - 1) / o.data_parallel;
+      plan.optimizer_state += 2 * s * grad;
+      plan.gradients +=
+          s * grad + o.data_parallel * s * static_cast<int64_t>(DTypeSize(o.parameter_dtype));
+      plan.master_weights += o.separate_master ? s * 4 : 0;
+    }
+  }
+
+  // LlamaLayerActivations: x, x_mid [Nl, D]; h_attn, h_mlp [N, D]; u, attn [N, H*d]; k, v
+  // [N, G*d]; gate, up, act [N, F]; rstd_attn, rstd_mlp [Nl] and lse [N, H] in the statistics
+  // dtype (H, G, F this rank's).
+  plan.activations_per_layer =
+      act * (2 * nl * d_model + n * (2 * d_model + 2 * q + 2 * kv + 3 * f + sources)) +
+      stat * (2 * nl + n * (heads + temperatures));
+  // A slot: the layers, the token and position ids, each chunk's output [Nl, D]; on the last
+  // stage the final norm's output [N, D] and rstd [Nl], and the logits [N, V/TP].
+  const int64_t chunks = o.virtual_stages;
+  int64_t slot = stage.num_local_layers() * plan.activations_per_layer + 2 * n * 4 +
+                 chunks * nl * d_model * act;
+  if (stage.holds_head()) slot += n * d_model * act + nl * stat;
+  const int64_t slots = o.micro_batches_in_flight;
+  plan.activations = slots * slot;
+  plan.logits = stage.holds_head() ? slots * n * shard.vocab * act : 0;
+  // Per slot, each chunk's gradient [Nl, D]; shared: proj, dh [N, D]; du, dattn [N, H*d]; dk, dv
+  // [N, G*d]; dgate, dup, dact [N, F]; with sequence parallelism also a local [Nl, D] norm output,
+  // a gathered [N, D] gradient and d_proj [Nl, D] (else d_proj is proj).
+  plan.backward_scratch = slots * chunks * nl * d_model * act +
+                          n * act * (2 * d_model + 2 * q + 2 * kv + 3 * f + sources) +
+                          (o.sequence_parallel ? act * (2 * nl * d_model + n * d_model) : 0);
   return plan;
 }
 

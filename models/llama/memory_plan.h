@@ -1,6 +1,8 @@
-// The memory plan of a Llama training step, computed from the config before anything is
-// allocated: parameters, gradients, optimizer state and the activations kept for backward, per
-// category, for one rank holding the whole model. Logged at the start of training.
+// The memory plan of a Llama training step on one rank, computed from the config and the rank's
+// place in the parallel layout before anything is allocated: parameters, gradients, optimizer
+// state and the activations kept for backward, per category. It mirrors the buffers LlamaModel
+// and the optimizers allocate (tests check it against them byte for byte). Logged at the start of
+// training for the first and the last pipeline stage.
 #pragma once
 
 #include <string>
@@ -16,19 +18,28 @@ struct MemoryPlanOptions {
   DType activation_dtype = DType::kF32;  // bf16 on CUDA
   DType parameter_dtype = DType::kF32;   // the copy the forward reads
   bool separate_master = false;          // f32 master weights kept apart (bf16 training)
+  // The rank's place in the layout; the defaults are one rank holding the whole model.
+  int tensor_parallel = 1, tensor_rank = 0;
+  bool sequence_parallel = false;
+  int pipeline_parallel = 1, pipeline_rank = 0, virtual_stages = 1;
+  // Activation slots: the most micro-batches in flight on the rank under its pipeline schedule
+  // (parallel::PeakInFlightMicroBatches; 1 without pipeline parallelism).
+  int64_t micro_batches_in_flight = 1;
+  int data_parallel = 1;
+  bool distributed_optimizer = false;  // ZeRO-1: moments (and master weights) sharded over DP
 };
 
 struct MemoryPlan {
-  int64_t parameters = 0;             // bytes of the forward's parameter copy
-  int64_t master_weights = 0;         // f32 master copy when separate
-  int64_t gradients = 0;              // f32 (AccumDType) gradients
-  int64_t optimizer_state = 0;        // AdamW m and v
-  int64_t activations_per_layer = 0;  // kept for backward, one decoder layer
-  int64_t activations = 0;            // all layers + embedding output + final norm
-  int64_t logits = 0;                 // [N, V], reused in place for dlogits
-  int64_t backward_scratch = 0;       // gradient buffers of one layer
+  int64_t parameters = 0;       // bytes of the forward's parameter copy
+  int64_t master_weights = 0;   // f32 master copy when separate
+  int64_t gradients = 0;        // f32 (AccumDType) gradients (ZeRO-1: and the exchange buffers)
+  int64_t optimizer_state = 0;  // AdamW m and v (ZeRO-1: of this rank's shards)
+  int64_t activations_per_layer = 0;  // kept for backward, one decoder layer, one micro-batch
+  int64_t activations = 0;            // every slot: the rank's layers and its stage buffers
+  int64_t logits = 0;                 // [N, V/TP] per slot on the last stage, reused for dlogits
+  int64_t backward_scratch = 0;       // gradient buffers of one layer, chunk gradients per slot
   int64_t Total() const;
-  std::string ToString() const;  // one line per category, in GiB
+  std::string ToString() const;  // every category, in GiB
 };
 
 MemoryPlan PlanLlamaMemory(const LlamaConfig& config, const MemoryPlanOptions& options);

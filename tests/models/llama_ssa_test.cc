@@ -18,6 +18,7 @@
 #include "core/ops/elementwise.h"
 #include "models/llama/llama_model.h"
 #include "models/llama/memory_plan.h"
+#include "tests/models/memory_plan_check.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
@@ -256,11 +257,8 @@ TEST(LlamaSsa, MemoryPlanPredictsTheSsaBuffersExactly) {
     model.InitRandom(41);
     model.Forward(Context::Cpu(), testing::RandomInts({2, 6}, DType::kI32, 42, 0, 10),
                   PackedPositions());
-    const models::MemoryPlan plan = models::PlanLlamaMemory(config, {2, 6});
-    const models::LlamaModel::BufferBytes allocated = model.AllocatedBufferBytes();
-    EXPECT_EQ(plan.activations, allocated.activations) << "weight_sharing " << weight_sharing;
-    EXPECT_EQ(plan.backward_scratch, allocated.backward_scratch);
-    EXPECT_EQ(plan.parameters, model.parameters().NumElements() * 4);
+    SCOPED_TRACE(weight_sharing ? "weight sharing" : "own projections");
+    testing::ExpectPlanMatchesAllocations(config, {2, 6}, model);
   }
 }
 

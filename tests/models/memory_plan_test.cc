@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "models/llama/llama_model.h"
+#include "tests/models/memory_plan_check.h"
 #include "tests/testing/tensors.h"
 
 namespace kelvin {
@@ -21,12 +22,7 @@ TEST(MemoryPlan, PredictsTheModelsAllocationsExactly) {
   Tensor positions = Tensor::Empty({b, t}, DType::kI32);
   for (int64_t i = 0; i < b * t; ++i) positions.data<int32_t>()[i] = static_cast<int32_t>(i % t);
   model.Forward(Context::Cpu(), tokens, positions);
-  const models::MemoryPlan plan = models::PlanLlamaMemory(*config, {b, t});
-  const models::LlamaModel::BufferBytes allocated = model.AllocatedBufferBytes();
-  EXPECT_EQ(plan.activations, allocated.activations);
-  EXPECT_EQ(plan.logits, allocated.logits);
-  EXPECT_EQ(plan.backward_scratch, allocated.backward_scratch);
-  EXPECT_EQ(plan.parameters, model.parameters().NumElements() * 4);
+  testing::ExpectPlanMatchesAllocations(*config, {b, t}, model);
 }
 
 TEST(MemoryPlan, Llama3_8BAt8KTokensInBf16) {
@@ -41,6 +37,49 @@ TEST(MemoryPlan, Llama3_8BAt8KTokensInBf16) {
   EXPECT_EQ(plan.activations_per_layer, korthikanti + s * 4 * (2 + 32));
   EXPECT_EQ(plan.parameters, 8030261248LL * 2);
   std::printf("Llama-3-8B, 1 x 8192 tokens, bf16: %s\n", plan.ToString().c_str());
+}
+
+// Llama-3-8B at 8K tokens on a TP4 (sequence parallel) x PP2 x DP8 layout with ZeRO-1, bf16:
+// the ranks' parameters add up to the model (the norm weights, replicated over TP, 4 times), and
+// the activations of a rank's layer are a quarter of the unsharded layer's but for the parts
+// replicated over TP.
+TEST(MemoryPlan, Llama3_8BPerRankUnderTensorAndPipelineParallelism) {
+  const models::LlamaConfig config = *models::LlamaPreset("llama3-8b");
+  models::MemoryPlanOptions o{1, 8192, DType::kBF16, DType::kBF16, /*separate_master=*/true};
+  o.tensor_parallel = 4;
+  o.sequence_parallel = true;
+  o.pipeline_parallel = 2;
+  o.data_parallel = 8;
+  o.distributed_optimizer = true;
+  int64_t parameter_bytes = 0;
+  for (int pp = 0; pp < 2; ++pp) {
+    o.pipeline_rank = pp;
+    o.micro_batches_in_flight = 2 - pp;  // 1F1B: P - rank
+    for (int tp = 0; tp < 4; ++tp) {
+      o.tensor_rank = tp;
+      parameter_bytes += models::PlanLlamaMemory(config, o).parameters;
+    }
+  }
+  const int64_t norm_elements = 4096 * (2 * 32 + 1);
+  EXPECT_EQ(parameter_bytes, (8030261248LL + 3 * norm_elements) * 2);
+  o.pipeline_rank = 0;
+  o.micro_batches_in_flight = 2;
+  o.tensor_rank = 0;
+  const models::MemoryPlan first = models::PlanLlamaMemory(config, o);
+  // Per layer: x, x_mid [s/4, h]; h_attn, h_mlp [s, h]; q, attn [s, h/4]; k, v [s, h/16];
+  // gate, up, act [s, 14336/4] in bf16; rstd x2 [s/4] and the lse of 8 heads [s, 8] in f32.
+  const int64_t s = 8192, h = 4096;
+  EXPECT_EQ(first.activations_per_layer,
+            2 * (2 * s / 4 * h + s * (2 * h + 2 * h / 4 + 2 * h / 16 + 3 * 14336 / 4)) +
+                4 * (2 * s / 4 + s * 8));
+  std::printf(
+      "Llama-3-8B, 1 x 8192 tokens, bf16, TP4+SP x PP2 x DP8 ZeRO-1, first stage (2 "
+      "micro-batches in flight): %s\n",
+      first.ToString().c_str());
+  o.pipeline_rank = 1;
+  o.micro_batches_in_flight = 1;
+  std::printf("last stage (1 in flight): %s\n",
+              models::PlanLlamaMemory(config, o).ToString().c_str());
 }
 
 }  // namespace

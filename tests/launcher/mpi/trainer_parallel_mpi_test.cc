@@ -133,6 +133,15 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
   EXPECT_NEAR((*parallel)->evaluations().front().loss, expected_eval,
               testing::kF32RelTol * expected_eval);
   models::LlamaModel& model = (*parallel)->model();
+  // This rank's memory plan is what it allocated.
+  const models::MemoryPlan plan = (*parallel)->MemoryPlanOf((*parallel)->TensorParallelRank(),
+                                                            (*parallel)->PipelineParallelRank());
+  const models::LlamaModel::BufferBytes allocated = model.AllocatedBufferBytes();
+  EXPECT_EQ(plan.activations, allocated.activations);
+  EXPECT_EQ(plan.logits, allocated.logits);
+  EXPECT_EQ(plan.backward_scratch, allocated.backward_scratch);
+  EXPECT_EQ(plan.parameters, model.parameters().NumElements() * 4);
+  EXPECT_EQ(plan.optimizer_state, (*parallel)->OptimizerStateBytes());
   ParameterSet& whole = (*reference)->model().parameters();
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);

@@ -3,7 +3,8 @@
 // pushed through the stages forward then backward by hand (the order all-forward-all-backward
 // uses). The last stage's logits, every stage's parameter gradients (the tied embedding's summed
 // between the first and last stage) match the whole model in f64; the gradient-norm weights count
-// every parameter once; the export gathered from the stages equals the whole model's.
+// every parameter once; the export gathered from the stages equals the whole model's; the
+// stage's memory plan is what it allocated.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,6 +17,7 @@
 #include "core/ops/cross_entropy.h"
 #include "models/llama/llama_model.h"
 #include "parallel/communicator_factory.h"
+#include "tests/models/memory_plan_check.h"
 #include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
@@ -126,6 +128,12 @@ TEST_P(LlamaPipelineParallel, EqualsTheUnsplitModel) {
     staged->EndMicroBatch(m);
   }
   staged->FinishGradients();
+  models::MemoryPlanOptions plan_options{2, 6, DType::kF64, DType::kF64};
+  plan_options.pipeline_parallel = stages;
+  plan_options.pipeline_rank = rank;
+  plan_options.virtual_stages = virtual_stages;
+  plan_options.micro_batches_in_flight = 2;  // both forwards ran before the backwards
+  testing::ExpectPlanMatchesAllocations(config, plan_options, *staged);
   int64_t counted = 0;
   for (const ParameterSet::Entry& e : staged->parameters().entries()) {
     EXPECT_TRUE(testing::AllClose(e.grad, whole->parameters().grad(e.name), 1e-10, e.name))

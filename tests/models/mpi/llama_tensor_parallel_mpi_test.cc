@@ -2,7 +2,8 @@
 // one TP group): the same weights (one HF checkpoint, loaded sharded), non-zero temperatures,
 // packed documents; the logits of each rank's vocabulary slice, the vocab-parallel loss and every
 // parameter gradient's slice match the whole model in f64, with and without sequence parallelism
-// and weight sharing. With 4 ranks and 2 KV heads the KV heads are replicated (TP > G).
+// and weight sharing, and each rank allocates what its memory plan says. With 4 ranks and 2 KV
+// heads the KV heads are replicated (TP > G).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,6 +17,7 @@
 #include "models/llama/llama_model.h"
 #include "parallel/communicator_factory.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
+#include "tests/models/memory_plan_check.h"
 #include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
@@ -96,6 +98,11 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   whole->Backward(ctx, whole_logits);
   sharded->Backward(ctx, shard_logits);
   sharded->FinishGradients();
+  models::MemoryPlanOptions plan_options{2, 6, DType::kF64, DType::kF64};
+  plan_options.tensor_parallel = (*tp)->size();
+  plan_options.tensor_rank = (*tp)->rank();
+  plan_options.sequence_parallel = layout.sequence_parallel;
+  testing::ExpectPlanMatchesAllocations(config, plan_options, *sharded);
   for (const ParameterSet::Entry& e : sharded->parameters().entries()) {
     const models::ParameterShard shard = models::ShardOf(config, sharded->layout(), e.name);
     EXPECT_TRUE(testing::AllClose(
