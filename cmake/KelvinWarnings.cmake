@@ -1,10 +1,17 @@
-# Warning flags for every Kelvin target; -Werror when KELVIN_WERROR is on (CI), sanitizers on demand.
+# Warning flags for every Kelvin target; -Werror when KELVIN_WERROR is on (CI), sanitizers on demand,
+# and the code-generation flags every target shares, which change no result: -fno-math-errno (no
+# Kelvin code reads errno after a math call; with errno, sqrt keeps a libm call on a branch and the
+# loops around it stay scalar, e.g. the AdamW update) and -fno-trapping-math (Kelvin never enables
+# floating-point traps; with them GCC will not vectorise the selects of core/ops/cpu_vector_math.h).
 function(kelvin_set_warnings target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>
     $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${KELVIN_WERROR}>>:-Werror>
     $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra>)
 endfunction()
+
+add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>
+                    $<$<COMPILE_LANGUAGE:CXX>:-fno-trapping-math>)
 
 if(KELVIN_SANITIZE)
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>

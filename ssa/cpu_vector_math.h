@@ -1,8 +1,8 @@
 // Vectorised f32 math of the CPU SSA kernels: the exponentials of the tiled attention's softmax
 // (ssa_attention_cpu.cc: rows of exp(x - shift)) and the GeLU rows of the temperatures
-// (temperature.cc). f32 uses polynomial exp and erfc that the compiler vectorises (std::exp and
-// std::erf are scalar libm calls and dominated these loops), compiled with GCC for baseline x86-64
-// and for x86-64-v3 (AVX2), chosen at load time; f64 keeps libm (f64 is the test dtype).
+// (temperature.cc), on core's ExpF32 (core/ops/cpu_vector_math.h: std::exp and std::erf are
+// scalar libm calls and dominated these loops), each compiled for baseline x86-64 and x86-64-v3;
+// f64 keeps libm (f64 is the test dtype).
 #pragma once
 
 #include <algorithm>
@@ -10,47 +10,14 @@
 #include <cstdint>
 #include <limits>
 
-// GCC only vectorises the polynomial's selects without -ftrapping-math (its default), and only
-// clones x86 functions; other compilers get plain, still correct, code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("no-trapping-math")
-#if defined(__x86_64__)
-#define KELVIN_SSA_EXP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef KELVIN_SSA_EXP_CLONES
-#define KELVIN_SSA_EXP_CLONES
-#endif
+#include "core/ops/cpu_vector_math.h"
 
 namespace kelvin::ssa::cpu {
 
-// exp(x) in f32 within 1.02 ulp on [-87, 0] (measured against f64 exp at every float there), by
-// Cephes expf's range reduction and polynomial: n = round(x / ln 2) by the 1.5 * 2^23 rounding
-// trick, r = x - n ln 2 in two parts, exp(r) by a degree-7 polynomial, times 2^n built in the
-// exponent bits. Below -87 (and at -inf) it returns 0; NaN stays NaN.
-inline float ExpF32(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound - kRound rounds x to an integer
-  constexpr float kMin = -87.0f, kMax = 88.0f;
-  const float above_min = x < kMin ? kMin : x;
-  const float clamped = above_min > kMax ? kMax : above_min;
-  const float n = (clamped * kLog2e + kRound) - kRound;
-  const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float exp_r = p * r * r + r + 1.0f;
-  const float two_to_n = __builtin_bit_cast(float, (static_cast<int32_t>(n) + 127) << 23);
-  return x < kMin ? 0.0f : exp_r * two_to_n;
-}
+using ops::cpu::ExpF32;
 
 // x[i] = exp(x[i] - shift) for a finite shift; returns the sum of the new x.
-KELVIN_SSA_EXP_CLONES inline float ExpShiftedSum(float* x, int64_t n, float shift) {
+KELVIN_SIMD_CLONES inline float ExpShiftedSum(float* x, int64_t n, float shift) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
@@ -70,7 +37,7 @@ inline double ExpShiftedSum(double* x, int64_t n, double shift) {
 }
 
 // x[i] = exp(x[i] - shift); a shift of -inf (a row that sees no key) gives zeros.
-KELVIN_SSA_EXP_CLONES inline void ExpShifted(float* x, int64_t n, float shift) {
+KELVIN_SIMD_CLONES inline void ExpShifted(float* x, int64_t n, float shift) {
   if (shift == -std::numeric_limits<float>::infinity()) {
     std::fill(x, x + n, 0.0f);
     return;
@@ -109,8 +76,7 @@ inline float NormalCdfF32(float x) {
 }
 
 // Sum over e < d of readout[e] GeLU(source[e]), GeLU(x) = x Phi(x) (the exact GeLU).
-KELVIN_SSA_EXP_CLONES inline float GeluDotF32(const float* source, const float* readout,
-                                              int64_t d) {
+KELVIN_SIMD_CLONES inline float GeluDotF32(const float* source, const float* readout, int64_t d) {
   float z = 0;
 #pragma omp simd reduction(+ : z)
   for (int64_t e = 0; e < d; ++e) z += readout[e] * source[e] * NormalCdfF32(source[e]);
@@ -119,9 +85,9 @@ KELVIN_SSA_EXP_CLONES inline float GeluDotF32(const float* source, const float* 
 
 // The backward of GeluDotF32 scaled by dz: dreadout[e] += dz GeLU(source[e]) (f64 sums),
 // dsource[e] += dz readout[e] GeLU'(source[e]), GeLU'(x) = Phi(x) + x phi(x).
-KELVIN_SSA_EXP_CLONES inline void GeluDotBackwardF32(const float* source, const float* readout,
-                                                     float dz, double* dreadout, float* dsource,
-                                                     int64_t d) {
+KELVIN_SIMD_CLONES inline void GeluDotBackwardF32(const float* source, const float* readout,
+                                                  float dz, double* dreadout, float* dsource,
+                                                  int64_t d) {
   constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 #pragma omp simd
   for (int64_t e = 0; e < d; ++e) {
@@ -133,8 +99,3 @@ KELVIN_SSA_EXP_CLONES inline void GeluDotBackwardF32(const float* source, const 
 }
 
 }  // namespace kelvin::ssa::cpu
-
-#undef KELVIN_SSA_EXP_CLONES
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif

@@ -21,7 +21,9 @@ M ConvertTo(T x) {
 template <typename T, typename M>
 void Step(T* master, const T* grad, T* m, T* v, M* model, int64_t n, const AdamWScalars& s) {
   const internal::AdamWCoefficients<T> c(s);
-#pragma omp parallel for simd schedule(static)
+  // firstprivate: each thread's own copy, so the compiler knows the stores to the arrays cannot
+  // change the coefficients and vectorises the loop (shared, they were reloaded per element).
+#pragma omp parallel for simd schedule(static) firstprivate(c)
   for (int64_t i = 0; i < n; ++i) {
     master[i] = internal::AdamWUpdate(master[i], grad[i], m[i], v[i], c);
     if (model != nullptr) model[i] = ConvertTo<M>(master[i]);

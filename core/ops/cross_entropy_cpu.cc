@@ -1,11 +1,14 @@
 // Cross-entropy CPU kernels: OpenMP over rows; each row's log-sum-exp streams through the row in
 // chunks of kVocabChunk (chunk max, then sum of exp against the running max, rescaling the running
 // sum when the max grows), so the chunk is read twice from L1 and the row once from memory.
-// N tokens, V vocabulary.
+// N tokens, V vocabulary. f32 rows use the vectorised ExpF32 (core/ops/cpu_vector_math.h) in
+// kernels compiled for AVX2 too; f64 (tests) uses std::exp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
+#include "core/ops/cpu_vector_math.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/dispatch.h"
 
@@ -22,6 +25,9 @@ void CheckTargets(const Tensor& targets, int64_t v) {
   }
 }
 
+inline float Exp(float x) { return ExpF32(x); }
+inline double Exp(double x) { return std::exp(x); }
+
 // log(sum_i exp(x_i)) of one row x [V].
 template <typename T>
 T RowLogSumExp(const T* x, int64_t v) {
@@ -34,7 +40,7 @@ T RowLogSumExp(const T* x, int64_t v) {
     const T new_max = std::max(running_max, chunk_max);
     T chunk_sum = 0;
 #pragma omp simd reduction(+ : chunk_sum)
-    for (int64_t i = begin; i < end; ++i) chunk_sum += std::exp(x[i] - new_max);
+    for (int64_t i = begin; i < end; ++i) chunk_sum += Exp(x[i] - new_max);
     running_sum = running_sum * std::exp(running_max - new_max) + chunk_sum;
     running_max = new_max;
   }
@@ -49,8 +55,32 @@ void WriteRowGradient(T* x, int64_t v, int32_t target, T lse, T scale) {
     return;
   }
 #pragma omp simd
-  for (int64_t i = 0; i < v; ++i) x[i] = scale * std::exp(x[i] - lse);
+  for (int64_t i = 0; i < v; ++i) x[i] = scale * Exp(x[i] - lse);
   x[target] -= scale;
+}
+
+KELVIN_SIMD_CLONES float RowLogSumExpF32(const float* x, int64_t v) { return RowLogSumExp(x, v); }
+KELVIN_SIMD_CLONES void WriteRowGradientF32(float* x, int64_t v, int32_t target, float lse,
+                                            float scale) {
+  WriteRowGradient(x, v, target, lse, scale);
+}
+
+// The row kernels by dtype: the f32 ones through their AVX2-cloned instances.
+template <typename T>
+T LogSumExpOfRow(const T* x, int64_t v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return RowLogSumExpF32(x, v);
+  } else {
+    return RowLogSumExp(x, v);
+  }
+}
+template <typename T>
+void GradientOfRow(T* x, int64_t v, int32_t target, T lse, T scale) {
+  if constexpr (std::is_same_v<T, float>) {
+    WriteRowGradientF32(x, v, target, lse, scale);
+  } else {
+    WriteRowGradient(x, v, target, lse, scale);
+  }
 }
 
 template <typename T>
@@ -63,7 +93,7 @@ void Forward(const T* logits, const int32_t* targets, int64_t n, int64_t v, T* l
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < n; ++row) {
     const T* x = logits + row * v;  // [V]
-    lse[row] = RowLogSumExp(x, v);
+    lse[row] = LogSumExpOfRow(x, v);
     loss[row] = RowLoss(x, targets[row], lse[row]);
   }
 }
@@ -73,7 +103,7 @@ void Backward(T* logits, const int32_t* targets, const T* lse, int64_t n, int64_
               double grad_scale) {
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < n; ++row) {
-    WriteRowGradient(logits + row * v, v, targets[row], lse[row], static_cast<T>(grad_scale));
+    GradientOfRow(logits + row * v, v, targets[row], lse[row], static_cast<T>(grad_scale));
   }
 }
 
@@ -82,9 +112,9 @@ void Fused(T* logits, const int32_t* targets, int64_t n, int64_t v, double grad_
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < n; ++row) {
     T* x = logits + row * v;  // [V]
-    const T lse = RowLogSumExp(x, v);
+    const T lse = LogSumExpOfRow(x, v);
     loss[row] = RowLoss(x, targets[row], lse);
-    WriteRowGradient(x, v, targets[row], lse, static_cast<T>(grad_scale));
+    GradientOfRow(x, v, targets[row], lse, static_cast<T>(grad_scale));
   }
 }
 

@@ -1,12 +1,13 @@
 // SwiGLU CPU kernels: OpenMP over chunks of the N * F elements, simd within a chunk. The f32
-// sigmoid uses a branch-free e^x that vectorises (libm's expf does not), so the op stays
-// memory-bound; f64 (tests) uses std::exp.
+// sigmoid uses the vectorised ExpF32 (core/ops/cpu_vector_math.h; libm's expf does not
+// vectorise), so the op stays memory-bound; f64 (tests) uses std::exp.
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "core/ops/cpu_vector_math.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/swiglu.h"
@@ -14,35 +15,10 @@
 namespace kelvin::ops::cpu {
 namespace {
 
-// e^a for a <= 0 in f32 (relative error ~1e-7). a = n ln2 + r with |r| <= ln2 / 2 (n rounded by
-// the 1.5 * 2^23 trick, ln2 split in two so n ln2 is exact); e^r by its Taylor polynomial to
-// degree 7 (truncation < 6e-9); 2^n built in the exponent bits. a is first raised to -87 (through
-// its bits: an integer compare, which vectorises), where 2^n is still a normal f32; sigmoid and
-// silu are then off by less than 2e-38 absolute.
-inline float ExpNonPositive(float a) {
-  constexpr float kLog2e = 1.44269504088896341f, kRoundMagic = 12582912.0f;
-  constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
-  constexpr int32_t kLowestBits = std::bit_cast<int32_t>(-87.0f);  // larger = more negative
-  const int32_t bits = std::bit_cast<int32_t>(a);
-  a = std::bit_cast<float>(bits > kLowestBits ? kLowestBits : bits);
-  const float n = (a * kLog2e + kRoundMagic) - kRoundMagic;
-  const float r = (a - n * kLn2High) - n * kLn2Low;
-  float p = 1.0f / 5040;  // Horner: sum of r^k / k! for k = 7 down to 0
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
-
 // sigmoid(g) = 1 / (1 + e^-g), from t = e^-|g| (never overflows): 1 / (1 + t) for g >= 0 and
-// t / (1 + t) for g < 0. The sign picks the factor through bit masks, since a float select in
-// the loop keeps GCC from vectorising it (it will not speculate under -ftrapping-math).
+// t / (1 + t) for g < 0, the sign picking the factor through bit masks.
 inline float Sigmoid(float g) {
-  const float t = ExpNonPositive(-std::abs(g));
+  const float t = ExpF32(-std::abs(g));
   const int32_t negative = std::bit_cast<int32_t>(g) >> 31;  // all ones when g < 0
   const float factor = std::bit_cast<float>((std::bit_cast<int32_t>(t) & negative) |
                                             (std::bit_cast<int32_t>(1.0f) & ~negative));
@@ -70,21 +46,14 @@ inline void BackwardRange(const T* dy, const T* g, const T* u, int64_t begin, in
   }
 }
 
-// The f32 sigmoid is heavy enough that 4-wide SSE2 leaves the op compute-bound on 2 cores, so on
-// x86-64 GCC compiles these twice, for AVX2 and for the baseline, and picks one at load time
-// (target_clones). Neither uses FMA, so both give the same bits.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define KELVIN_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define KELVIN_AVX2_CLONES
-#endif
-
-KELVIN_AVX2_CLONES void ForwardRangeF32(const float* g, const float* u, int64_t begin, int64_t end,
+// The f32 sigmoid is heavy enough that 4-wide SSE2 leaves the op compute-bound on 2 cores: the
+// f32 kernels are compiled for AVX2 too (KELVIN_SIMD_CLONES).
+KELVIN_SIMD_CLONES void ForwardRangeF32(const float* g, const float* u, int64_t begin, int64_t end,
                                         float* o) {
   ForwardRange(g, u, begin, end, o);
 }
 
-KELVIN_AVX2_CLONES void BackwardRangeF32(const float* dy, const float* g, const float* u,
+KELVIN_SIMD_CLONES void BackwardRangeF32(const float* dy, const float* g, const float* u,
                                          int64_t begin, int64_t end, float* dg, float* du) {
   BackwardRange(dy, g, u, begin, end, dg, du);
 }
