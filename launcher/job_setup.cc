@@ -79,7 +79,9 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
         "model.precision=BF16 needs the CUDA training path, which Kelvin does not have yet; use "
         "AUTO or FP32 (CPU training runs in f32)");
   }
-  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32, parallelism);
+  const models::LlamaRecompute recompute{job.model().recompute_attention(),
+                                         job.model().recompute_mlp()};
+  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32, parallelism, recompute);
   if (job.model().has_hf_dir()) {
     KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
                             io::HfCheckpoint::Open(job.model().hf_dir()));

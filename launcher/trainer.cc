@@ -43,10 +43,6 @@ absl::Status CheckSupported(const config::JobConfig& job) {
     return absl::UnimplementedError(
         "logging.tensorboard_dir: TensorBoard output is not in this build yet; remove it");
   }
-  if (job.model().recompute_attention() || job.model().recompute_mlp()) {
-    return absl::UnimplementedError(
-        "model.recompute_attention/recompute_mlp: activation recompute is not in this build yet");
-  }
   return absl::OkStatus();
 }
 
@@ -324,6 +320,8 @@ models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) con
   models::MemoryPlanOptions o;
   o.micro_batch = t.micro_batch_size();
   o.seq_length = t.seq_length();
+  o.recompute_attention = job_.model().recompute_attention();
+  o.recompute_mlp = job_.model().recompute_mlp();
   if (grid_ != nullptr) {
     const parallel::GridSpec& g = grid_->spec();
     o.tensor_parallel = g.tensor_parallel;

@@ -32,7 +32,8 @@ void LinearBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const
 
 }  // namespace
 
-LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism)
+LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism,
+                       const LlamaRecompute& recompute)
     : config_(config),
       attention_options_(config.AttentionOptions()),
       dtype_(dtype),
@@ -41,7 +42,8 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
                             parallelism.tp ? parallelism.tp->size() : 1)),
       stage_(StageLayoutOf(config, parallelism.pp ? parallelism.pp->rank() : 0,
                            parallelism.pp ? parallelism.pp->size() : 1,
-                           parallelism.virtual_stages)) {
+                           parallelism.virtual_stages)),
+      recompute_(recompute) {
   KELVIN_CHECK(!parallelism.sequence_parallel || parallelism.tp != nullptr)
       << "sequence parallelism needs a tensor-parallel group";
   for (const LlamaParameterSpec& spec : StageParameterSpecs(config, stage_)) {
@@ -147,26 +149,27 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
   };
   slot.tokens = act({n}, DType::kI32);
   slot.positions = act({n}, DType::kI32);
+  const bool keep_attention = !recompute_.attention, keep_mlp = !recompute_.mlp;
   slot.layers.assign(static_cast<size_t>(stage_.num_local_layers()), {});
   for (LlamaLayerActivations& a : slot.layers) {
     a = {act({nl, d_model}, dtype_),
          act({n, d_model}, dtype_),
          act({nl}, acc),
-         act({n, h, d}, dtype_),
-         act({n, g, d}, dtype_),
-         act({n, g, d}, dtype_),
-         act({n, h, d}, dtype_),
-         act({n, h}, acc),
-         maybe(o.query_temperature, {n, h}, acc),
-         maybe(o.value_temperature, {n, g}, acc),
-         maybe(own_sources && o.query_temperature, {n, h, d}, dtype_),
-         maybe(own_sources && o.value_temperature, {n, g, d}, dtype_),
+         maybe(keep_attention, {n, h, d}, dtype_),
+         maybe(keep_attention, {n, g, d}, dtype_),
+         maybe(keep_attention, {n, g, d}, dtype_),
+         maybe(keep_attention, {n, h, d}, dtype_),
+         maybe(keep_attention, {n, h}, acc),
+         maybe(keep_attention && o.query_temperature, {n, h}, acc),
+         maybe(keep_attention && o.value_temperature, {n, g}, acc),
+         maybe(keep_attention && own_sources && o.query_temperature, {n, h, d}, dtype_),
+         maybe(keep_attention && own_sources && o.value_temperature, {n, g, d}, dtype_),
          act({nl, d_model}, dtype_),
          act({n, d_model}, dtype_),
          act({nl}, acc),
-         act({n, f}, dtype_),
-         act({n, f}, dtype_),
-         act({n, f}, dtype_)};
+         maybe(keep_mlp, {n, f}, dtype_),
+         maybe(keep_mlp, {n, f}, dtype_),
+         maybe(keep_mlp, {n, f}, dtype_)};
   }
   slot.outputs.clear();
   slot.output_grads.clear();
@@ -210,6 +213,23 @@ void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
   dgate_ = act({n, f});
   dup_ = act({n, f});
   dact_ = act({n, f});
+  const DType acc = AccumDType(dtype_);
+  auto stat = [&](bool needed, const Shape& shape) {
+    return needed ? Tensor::Empty(shape, acc) : Tensor();
+  };
+  const bool ra = recompute_.attention, rm = recompute_.mlp;
+  recomputed_.u = maybe(ra, {n, h, d});
+  recomputed_.k = maybe(ra, {n, g, d});
+  recomputed_.v = maybe(ra, {n, g, d});
+  recomputed_.attn = maybe(ra, {n, h, d});
+  recomputed_.lse = stat(ra, {n, h});
+  recomputed_.tau_q = stat(ra && o.query_temperature, {n, h});
+  recomputed_.tau_v = stat(ra && o.value_temperature, {n, g});
+  recomputed_.query_source = maybe(ra && own_sources && o.query_temperature, {n, h, d});
+  recomputed_.value_source = maybe(ra && own_sources && o.value_temperature, {n, g, d});
+  recomputed_.gate = maybe(rm, {n, f});
+  recomputed_.up = maybe(rm, {n, f});
+  recomputed_.act = maybe(rm, {n, f});
 }
 
 LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
@@ -238,6 +258,9 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   b.backward_scratch +=
       bytes({&dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_, &dvalue_source_,
              &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_});
+  const LlamaLayerActivations& r = recomputed_;  // the recompute buffers count as scratch
+  b.backward_scratch += bytes({&r.u, &r.k, &r.v, &r.attn, &r.lse, &r.tau_q, &r.tau_v,
+                               &r.query_source, &r.value_source, &r.gate, &r.up, &r.act});
   return b;
 }
 
@@ -250,8 +273,7 @@ Tensor& LlamaModel::LmHeadGrad() {
 }
 
 ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivations& slot,
-                                                    int64_t layer) const {
-  const LlamaLayerActivations& a = slot.layers[LocalLayer(layer)];
+                                                    const LlamaLayerActivations& a) const {
   return {a.u, slot.positions, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
 }
 
@@ -266,18 +288,7 @@ ssa::SsaParameters LlamaModel::AttentionParameters(int64_t layer, bool gradients
 }
 
 std::vector<ssa::TemperatureStatistics> LlamaModel::TemperatureStatistics() const {
-  std::vector<ssa::TemperatureStatistics> stats;
-  if (!config_.ssa.has_value() || last_forward_slot_ < 0) return stats;
-  const LlamaMicroBatchActivations& slot = slots_[last_forward_slot_];
-  for (const LlamaStageLayout::Chunk& c : stage_.chunks) {
-    for (int64_t l = c.layer_begin; l < c.layer_end; ++l) {
-      const std::string alpha = LayerParameterName(l, "self_attn.ssa.alpha");
-      const LlamaLayerActivations& a = slot.layers[LocalLayer(l)];
-      stats.push_back(ssa::ComputeTemperatureStatistics(
-          a.tau_q, a.tau_v, params_.Contains(alpha) ? params_.Get(alpha).value : Tensor()));
-    }
-  }
-  return stats;
+  return temperature_statistics_;
 }
 
 Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions) {
@@ -334,7 +345,6 @@ Tensor& LlamaModel::ChunkGradient(int micro_batch, int chunk) {
 
 Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk) {
   LlamaMicroBatchActivations& slot = Slot(micro_batch);
-  last_forward_slot_ = static_cast<int>(&slot - slots_.data());
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
   Tensor& input = slot.layers[c.local_begin].x;
   if (stage_.starts_model(chunk)) {
@@ -371,15 +381,33 @@ void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, c
   ops::Add(ctx, dx, d_proj_, dx);
 }
 
-void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
-                              Tensor& x_out) {
-  LlamaLayerActivations& a = slot.layers[LocalLayer(layer)];
-  const Tensor& x_in = a.x;
+LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer) {
+  LlamaLayerActivations a = slot.layers[LocalLayer(layer)];  // handles: writes reach the slot
+  if (recompute_.attention) {
+    a.u = recomputed_.u;
+    a.k = recomputed_.k;
+    a.v = recomputed_.v;
+    a.attn = recomputed_.attn;
+    a.lse = recomputed_.lse;
+    a.tau_q = recomputed_.tau_q;
+    a.tau_v = recomputed_.tau_v;
+    a.query_source = recomputed_.query_source;
+    a.value_source = recomputed_.value_source;
+  }
+  if (recompute_.mlp) {
+    a.gate = recomputed_.gate;
+    a.up = recomputed_.up;
+    a.act = recomputed_.act;
+  }
+  return a;
+}
+
+void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActivations& slot,
+                                  int64_t layer, LlamaLayerActivations& a) {
   auto w = [&](std::string_view suffix) -> const Tensor& {
     return params_.value(LayerParameterName(layer, suffix));
   };
   const int64_t n = a.h_attn.dim(0);
-  NormForward(ctx, x_in, w("input_layernorm.weight"), a.h_attn, a.rstd_attn);
   Tensor u = a.u.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
   Linear(ctx, a.h_attn, w("self_attn.q_proj.weight"), u);
   Linear(ctx, a.h_attn, w("self_attn.k_proj.weight"), k);
@@ -394,14 +422,34 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
   }
   ssa::SsaAttentionOutputs outputs{a.attn, a.lse, a.tau_q, a.tau_v};
   ssa::SsaAttentionForward(ctx, attention_options_, ssa::SsaBlockShape::Full(slot.batch, slot.seq),
-                           AttentionInputs(slot, layer), AttentionParameters(layer, false),
-                           outputs);
-  Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), proj_);
-  ops::Add(ctx, x_in, ReduceTokens(proj_), a.x_mid);
-  NormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), a.h_mlp, a.rstd_mlp);
-  Linear(ctx, a.h_mlp, w("mlp.gate_proj.weight"), a.gate);
-  Linear(ctx, a.h_mlp, w("mlp.up_proj.weight"), a.up);
+                           AttentionInputs(slot, a), AttentionParameters(layer, false), outputs);
+}
+
+void LlamaModel::MlpForward(const Context& ctx, int64_t layer, LlamaLayerActivations& a) {
+  Linear(ctx, a.h_mlp, params_.value(LayerParameterName(layer, "mlp.gate_proj.weight")), a.gate);
+  Linear(ctx, a.h_mlp, params_.value(LayerParameterName(layer, "mlp.up_proj.weight")), a.up);
   ops::SwiGluForward(ctx, a.gate, a.up, a.act);
+}
+
+void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
+                              Tensor& x_out) {
+  LlamaLayerActivations a = LayerBuffers(slot, layer);
+  auto w = [&](std::string_view suffix) -> const Tensor& {
+    return params_.value(LayerParameterName(layer, suffix));
+  };
+  const int64_t n = a.h_attn.dim(0);
+  NormForward(ctx, a.x, w("input_layernorm.weight"), a.h_attn, a.rstd_attn);
+  AttentionForward(ctx, slot, layer, a);
+  if (config_.ssa.has_value()) {  // kept per layer: recompute may drop the temperatures
+    temperature_statistics_.resize(static_cast<size_t>(stage_.num_local_layers()));
+    const std::string alpha = LayerParameterName(layer, "self_attn.ssa.alpha");
+    temperature_statistics_[LocalLayer(layer)] = ssa::ComputeTemperatureStatistics(
+        a.tau_q, a.tau_v, params_.Contains(alpha) ? params_.Get(alpha).value : Tensor());
+  }
+  Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), proj_);
+  ops::Add(ctx, a.x, ReduceTokens(proj_), a.x_mid);
+  NormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), a.h_mlp, a.rstd_mlp);
+  MlpForward(ctx, layer, a);
   Linear(ctx, a.act, w("mlp.down_proj.weight"), proj_);
   ops::Add(ctx, a.x_mid, ReduceTokens(proj_), x_out);
 }
@@ -434,7 +482,7 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
 
 void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                                Tensor& dx) {
-  LlamaLayerActivations& a = slot.layers[LocalLayer(layer)];
+  LlamaLayerActivations a = LayerBuffers(slot, layer);
   auto w = [&](std::string_view suffix) -> const Tensor& {
     return params_.value(LayerParameterName(layer, suffix));
   };
@@ -442,6 +490,8 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
     return params_.grad(LayerParameterName(layer, suffix));
   };
   const int64_t n = a.h_attn.dim(0);
+  // Recompute runs the same forward again (deterministic: the same bits as when kept).
+  if (recompute_.mlp) MlpForward(ctx, layer, a);
   // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
   LinearBackward(ctx, FullTokenGradient(dx), a.act, w("mlp.down_proj.weight"), dact_, false,
                  dw("mlp.down_proj.weight"));
@@ -453,6 +503,7 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
                dw("post_attention_layernorm.weight"), dx);  // dx now holds d x_mid
   // Attention: x_mid = x + o_proj(SsaAttention(q(h), k(h), v(h))), h = RMSNorm(x); the operator
   // applies RoPE and the temperatures.
+  if (recompute_.attention) AttentionForward(ctx, slot, layer, a);
   Tensor dattn = dattn_.View({n, -1});
   LinearBackward(ctx, FullTokenGradient(dx), a.attn.View({n, -1}), w("self_attn.o_proj.weight"),
                  dattn, false, dw("self_attn.o_proj.weight"));
@@ -464,7 +515,7 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
       du_, dk_, dv_, dquery_source_, dvalue_source_, AttentionParameters(layer, true)};
   const ssa::SsaAttentionOutputs saved{a.attn, a.lse, a.tau_q, a.tau_v};
   ssa::SsaAttentionBackward(ctx, attention_options_, ssa::SsaBlockShape::Full(slot.batch, slot.seq),
-                            dattn_, AttentionInputs(slot, layer), AttentionParameters(layer, false),
+                            dattn_, AttentionInputs(slot, a), AttentionParameters(layer, false),
                             saved, grads);
   LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
                  dw("self_attn.q_proj.weight"));

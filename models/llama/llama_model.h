@@ -45,7 +45,18 @@ struct LlamaParallelism {
   parallel::Communicator* embedding = nullptr;
 };
 
-// What one decoder layer keeps from forward for backward.
+// Activations recomputed in backward instead of kept per micro-batch (model.recompute_attention,
+// model.recompute_mlp): the attention's projections, outputs, log-sum-exp and temperatures (kept:
+// the normed input h_attn), and the MLP's gate, up and SwiGLU output (kept: h_mlp). Recompute runs
+// the same deterministic forward again, so gradients are bit-identical to keeping them; it costs
+// the QKV projections and the attention forward, or the gate/up GEMMs and SwiGLU, once more.
+struct LlamaRecompute {
+  bool attention = false;
+  bool mlp = false;
+};
+
+// What one decoder layer keeps from forward for backward (a recomputed field is undefined in the
+// slots and lives once in the model's recompute buffers).
 
 struct LlamaLayerActivations {
   Tensor x;          // [Nl, D] layer input (residual stream)
@@ -84,7 +95,8 @@ struct LlamaMicroBatchActivations {
 class LlamaModel {
  public:
   // Declares and allocates this rank's parameters (zero) in `dtype` (f32 or f64 on the CPU).
-  LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism = {});
+  LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism = {},
+             const LlamaRecompute& recompute = {});
 
   const LlamaConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
@@ -161,8 +173,8 @@ class LlamaModel {
   };
   BufferBytes AllocatedBufferBytes() const;
 
-  // Per layer of this rank (stage().chunks order), the temperatures of the last micro-batch's
-  // forward (SSA.md section 7); empty without SSA.
+  // Per layer of this rank (stage().chunks order), the temperatures of the layer's last forward
+  // (SSA.md section 7); empty without SSA and before the first forward.
   std::vector<ssa::TemperatureStatistics> TemperatureStatistics() const;
 
  private:
@@ -187,6 +199,14 @@ class LlamaModel {
   const Tensor& FullTokenGradient(const Tensor& local);
   void LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                     Tensor& x_out);
+  // Layer `layer`'s activation buffers: the slot's, with the recomputed ones from recomputed_.
+  LlamaLayerActivations LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer);
+  // From a.h_attn: the q, k, v (and temperature source) projections and the SSA operator's
+  // outputs (attn, lse, tau^q, tau^v) into a's buffers. Forward, and backward's recompute.
+  void AttentionForward(const Context& ctx, const LlamaMicroBatchActivations& slot, int64_t layer,
+                        LlamaLayerActivations& a);
+  // From a.h_mlp: gate, up and act = SwiGLU(gate, up) into a's buffers.
+  void MlpForward(const Context& ctx, int64_t layer, LlamaLayerActivations& a);
   // RMSNorm of the local tokens x [Nl, D] -> h [N, D] (all-gathered with sequence parallelism).
   void NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
                    Tensor& rstd);
@@ -197,10 +217,10 @@ class LlamaModel {
   // dx [N, D]: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
   void LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                      Tensor& dx);
-  // The SSA operator's view of layer `layer`: inputs over its activations, its parameters, and
-  // their gradients over the backward scratch / parameter gradients.
+  // The SSA operator's view of a layer: inputs over its activation buffers `a`, its parameters,
+  // and their gradients over the backward scratch / parameter gradients.
   ssa::SsaAttentionInputs AttentionInputs(const LlamaMicroBatchActivations& slot,
-                                          int64_t layer) const;
+                                          const LlamaLayerActivations& a) const;
   ssa::SsaParameters AttentionParameters(int64_t layer, bool gradients);
   const Tensor& LmHead();
   Tensor& LmHeadGrad();
@@ -218,7 +238,10 @@ class LlamaModel {
 
   // Activation slots, one per micro-batch in flight (kept allocated for reuse).
   std::vector<LlamaMicroBatchActivations> slots_;
-  int last_forward_slot_ = -1;  // the slot of the last ForwardChunk (temperature statistics)
+  LlamaRecompute recompute_;
+  // The recomputed fields' buffers, shared by every layer and slot (the others undefined).
+  LlamaLayerActivations recomputed_;
+  std::vector<ssa::TemperatureStatistics> temperature_statistics_;  // [local layers] with SSA
   // Scratch sized for the current micro-batch shape (reallocated when it changes).
   int64_t scratch_tokens_ = 0;
   Tensor proj_;  // [N, D] row-parallel GEMM outputs (partial sums)

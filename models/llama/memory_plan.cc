@@ -78,12 +78,16 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
     }
   }
 
-  // LlamaLayerActivations: x, x_mid [Nl, D]; h_attn, h_mlp [N, D]; u, attn [N, H*d]; k, v
-  // [N, G*d]; gate, up, act [N, F]; rstd_attn, rstd_mlp [Nl] and lse [N, H] in the statistics
-  // dtype (H, G, F this rank's).
-  plan.activations_per_layer =
-      act * (2 * nl * d_model + n * (2 * d_model + 2 * q + 2 * kv + 3 * f + sources)) +
-      stat * (2 * nl + n * (heads + temperatures));
+  // LlamaLayerActivations: x, x_mid [Nl, D]; h_attn, h_mlp [N, D]; rstd_attn, rstd_mlp [Nl] in
+  // the statistics dtype; the attention's u, attn [N, H*d], k, v [N, G*d], sources, and lse [N, H]
+  // and temperatures in the statistics dtype; the MLP's gate, up, act [N, F] (H, G, F this
+  // rank's). Recomputed parts live once, in the backward scratch.
+  const int64_t attention_bytes =
+      n * act * (2 * q + 2 * kv + sources) + n * stat * (heads + temperatures);
+  const int64_t mlp_bytes = n * act * 3 * f;
+  plan.activations_per_layer = act * (2 * nl * d_model + 2 * n * d_model) + stat * 2 * nl +
+                               (o.recompute_attention ? 0 : attention_bytes) +
+                               (o.recompute_mlp ? 0 : mlp_bytes);
   // A slot: the layers, the token and position ids, each chunk's output [Nl, D]; on the last
   // stage the final norm's output [N, D] and rstd [Nl], and the logits [N, V/TP].
   const int64_t chunks = o.virtual_stages;
@@ -95,10 +99,12 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   plan.logits = stage.holds_head() ? slots * n * shard.vocab * act : 0;
   // Per slot, each chunk's gradient [Nl, D]; shared: proj, dh [N, D]; du, dattn [N, H*d]; dk, dv
   // [N, G*d]; dgate, dup, dact [N, F]; with sequence parallelism also a local [Nl, D] norm output,
-  // a gathered [N, D] gradient and d_proj [Nl, D] (else d_proj is proj).
+  // a gathered [N, D] gradient and d_proj [Nl, D] (else d_proj is proj); the recompute buffers.
   plan.backward_scratch = slots * chunks * nl * d_model * act +
                           n * act * (2 * d_model + 2 * q + 2 * kv + 3 * f + sources) +
-                          (o.sequence_parallel ? act * (2 * nl * d_model + n * d_model) : 0);
+                          (o.sequence_parallel ? act * (2 * nl * d_model + n * d_model) : 0) +
+                          (o.recompute_attention ? attention_bytes : 0) +
+                          (o.recompute_mlp ? mlp_bytes : 0);
   return plan;
 }
 

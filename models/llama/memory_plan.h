@@ -18,6 +18,8 @@ struct MemoryPlanOptions {
   DType activation_dtype = DType::kF32;  // bf16 on CUDA
   DType parameter_dtype = DType::kF32;   // the copy the forward reads
   bool separate_master = false;          // f32 master weights kept apart (bf16 training)
+  bool recompute_attention = false;      // LlamaRecompute: recomputed in backward, not kept
+  bool recompute_mlp = false;
   // The rank's place in the layout; the defaults are one rank holding the whole model.
   int tensor_parallel = 1, tensor_rank = 0;
   bool sequence_parallel = false;
@@ -37,7 +39,8 @@ struct MemoryPlan {
   int64_t activations_per_layer = 0;  // kept for backward, one decoder layer, one micro-batch
   int64_t activations = 0;            // every slot: the rank's layers and its stage buffers
   int64_t logits = 0;                 // [N, V/TP] per slot on the last stage, reused for dlogits
-  int64_t backward_scratch = 0;       // gradient buffers of one layer, chunk gradients per slot
+  int64_t backward_scratch = 0;  // one layer's gradients and recomputed activations, chunk
+                                 // gradients per slot
   int64_t Total() const;
   std::string ToString() const;  // every category, in GiB
 };

@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "core/copy.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/ops/cross_entropy.h"
@@ -259,6 +260,50 @@ TEST(LlamaSsa, MemoryPlanPredictsTheSsaBuffersExactly) {
                   PackedPositions());
     SCOPED_TRACE(weight_sharing ? "weight sharing" : "own projections");
     testing::ExpectPlanMatchesAllocations(config, {2, 6}, model);
+  }
+}
+
+// Activation recompute (attention, MLP, both) gives the logits and every gradient of keeping
+// the activations, bit for bit, over two accumulated micro-batches, and allocates exactly what the
+// memory plan says (less per layer, the recomputed buffers once).
+TEST(LlamaSsa, RecomputeIsBitIdenticalAndPlanned) {
+  const models::LlamaConfig config = testing::TinySsaLlamaConfig(/*weight_sharing=*/false, true);
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 51, 0, 10);
+  const Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 52, 0, 10);
+  auto train = [&](const models::LlamaRecompute& recompute) {
+    auto model = std::make_unique<models::LlamaModel>(config, DType::kF64,
+                                                      models::LlamaParallelism{}, recompute);
+    model->InitRandom(53);
+    RandomizeSsa(*model, 54);
+    Loss(*model, tokens, PackedPositions(), labels, true);
+    Loss(*model, labels, PackedPositions(), tokens, true);  // a second micro-batch accumulates
+    return model;
+  };
+  const std::unique_ptr<models::LlamaModel> kept = train({});
+  const models::MemoryPlan kept_plan = models::PlanLlamaMemory(config, {2, 6, DType::kF64});
+  for (const models::LlamaRecompute recompute :
+       {models::LlamaRecompute{true, false}, models::LlamaRecompute{false, true},
+        models::LlamaRecompute{true, true}}) {
+    SCOPED_TRACE(absl::StrCat("recompute attention ", recompute.attention, " mlp ", recompute.mlp));
+    const std::unique_ptr<models::LlamaModel> recomputed = train(recompute);
+    for (const ParameterSet::Entry& e : kept->parameters().entries()) {
+      EXPECT_TRUE(
+          testing::BitIdentical(recomputed->parameters().grad(e.name), e.grad, e.name + " grad"));
+    }
+    models::MemoryPlanOptions options{2, 6, DType::kF64, DType::kF64};
+    options.recompute_attention = recompute.attention;
+    options.recompute_mlp = recompute.mlp;
+    testing::ExpectPlanMatchesAllocations(config, options, *recomputed);
+    EXPECT_LT(models::PlanLlamaMemory(config, options).activations_per_layer,
+              kept_plan.activations_per_layer);
+    // The statistics survive the recomputation (computed in forward).
+    const std::vector<ssa::TemperatureStatistics> a = kept->TemperatureStatistics(),
+                                                  b = recomputed->TemperatureStatistics();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t l = 0; l < a.size(); ++l) {
+      EXPECT_EQ(a[l].query.mean, b[l].query.mean);
+      EXPECT_EQ(a[l].value.max, b[l].value.max);
+    }
   }
 }
 

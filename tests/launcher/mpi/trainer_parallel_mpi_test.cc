@@ -38,7 +38,8 @@ struct Layout {
   int pp = 1;
   int virtual_stages = 1;
   const char* schedule = "ONE_F_ONE_B";
-  int layers = 4;  // 8 for four stages of two chunks
+  int layers = 4;          // 8 for four stages of two chunks
+  bool recompute = false;  // model.recompute_attention and recompute_mlp
 
   int world() const { return tp * dp * pp; }
 };
@@ -94,7 +95,9 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
                    layout.distributed_optimizer ? "true" : "false"),
       absl::StrCat("parallel.pipeline_parallel=", layout.pp),
       absl::StrCat("parallel.virtual_pipeline_stages=", layout.virtual_stages),
-      absl::StrCat("parallel.pipeline_schedule=", layout.schedule)};
+      absl::StrCat("parallel.pipeline_schedule=", layout.schedule),
+      absl::StrCat("model.recompute_attention=", layout.recompute ? "true" : "false"),
+      absl::StrCat("model.recompute_mlp=", layout.recompute ? "true" : "false")};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(demo, overrides);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -246,17 +249,17 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ParallelTraining,
-    ::testing::Values(Layout{"TP2", 2, 1, false}, Layout{"TP2_SP", 2, 1, true},
-                      Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
-                      Layout{"TP4", 4, 1, false}, Layout{"TP2xDP2_ZeRO1", 2, 2, false, true},
-                      Layout{"TP4_SP", 4, 1, true}, Layout{"TP2xDP2", 2, 2, false},
-                      Layout{"TP2_SPxDP2", 2, 2, true}, Layout{"DP4", 1, 4, false},
-                      Layout{"PP2_1F1B", 1, 1, false, false, 2},
-                      Layout{"PP4_V2_interleaved", 1, 1, false, false, 4, 2, "INTERLEAVED_1F1B", 8},
-                      Layout{"TP2xPP2", 2, 1, false, false, 2},
-                      Layout{"TP2_SPxPP2", 2, 1, true, false, 2},
-                      Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2},
-                      Layout{"TP2xPP2xDP2", 2, 2, false, false, 2}),
+    ::testing::Values(
+        Layout{"TP2", 2, 1, false}, Layout{"TP2_SP", 2, 1, true}, Layout{"DP2", 1, 2, false},
+        Layout{"DP2_ZeRO1", 1, 2, false, true}, Layout{"TP4", 4, 1, false},
+        Layout{"TP2xDP2_ZeRO1", 2, 2, false, true}, Layout{"TP4_SP", 4, 1, true},
+        Layout{"TP2xDP2", 2, 2, false}, Layout{"TP2_SPxDP2", 2, 2, true},
+        Layout{"DP4", 1, 4, false}, Layout{"PP2_1F1B", 1, 1, false, false, 2},
+        Layout{"PP4_V2_interleaved", 1, 1, false, false, 4, 2, "INTERLEAVED_1F1B", 8},
+        Layout{"TP2xPP2", 2, 1, false, false, 2}, Layout{"TP2_SPxPP2", 2, 1, true, false, 2},
+        Layout{"TP2_SPxPP2_recompute", 2, 1, true, false, 2, 1, "ONE_F_ONE_B", 4, true},
+        Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2},
+        Layout{"TP2xPP2xDP2", 2, 2, false, false, 2}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
 }  // namespace
