@@ -39,10 +39,6 @@ absl::Status CheckSupported(const config::JobConfig& job) {
     return absl::UnimplementedError(
         "training.device=CUDA: Kelvin trains on the CPU only so far; use AUTO or CPU");
   }
-  if (!job.logging().tensorboard_dir().empty()) {
-    return absl::UnimplementedError(
-        "logging.tensorboard_dir: TensorBoard output is not in this build yet; remove it");
-  }
   return absl::OkStatus();
 }
 
@@ -123,6 +119,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
                                                           *trainer->model_, grid->pp());
   }
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
+  const bool logging_rank = grid == nullptr || grid->world_rank() == 0;
+  if (!job.logging().tensorboard_dir().empty() && logging_rank) {
+    KELVIN_ASSIGN_OR_RETURN(trainer->tensorboard_,
+                            TensorBoardWriter::Open(job.logging().tensorboard_dir()));
+  }
   const config::OptimizerConfig& opt = job.optimizer();
   const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
                                job.model().ssa().temperature_lr_scale()};
@@ -403,6 +404,41 @@ double Trainer::ClipGradients(double max_norm) {
   return norm;
 }
 
+absl::Status Trainer::WriteTensorBoard(const StepStats& stats) {
+  if (tensorboard_ == nullptr) return absl::OkStatus();
+  const int64_t step = stats.step + 1;  // steps completed, as the progress lines count
+  std::vector<std::pair<std::string, double>> scalars = {
+      {"train/loss", stats.loss},
+      {"train/learning_rate", stats.lr},
+      {"train/grad_norm", stats.grad_norm},
+      {"train/step_seconds", stats.seconds},
+      {"train/tokens_per_second", stats.tokens * DataParallelSize() / stats.seconds}};
+  if (grid_ != nullptr) {
+    scalars.emplace_back("train/communication_share", stats.communication_seconds / stats.seconds);
+  }
+  for (size_t l = 0; l < stats.temperatures.size(); ++l) {
+    const ssa::TemperatureStatistics& t = stats.temperatures[l];
+    const std::string layer = absl::StrCat("ssa/layer_", l, "/");
+    if (t.query.count > 0) {
+      scalars.emplace_back(layer + "tau_q_mean", t.query.mean);
+      scalars.emplace_back(layer + "tau_q_std", t.query.std);
+    }
+    if (t.value.count > 0) {
+      scalars.emplace_back(layer + "tau_v_mean", t.value.mean);
+      scalars.emplace_back(layer + "tau_v_std", t.value.std);
+    }
+    if (!t.sigma_alpha.empty()) {
+      const auto [lo, hi] = std::minmax_element(t.sigma_alpha.begin(), t.sigma_alpha.end());
+      scalars.emplace_back(layer + "sigma_alpha_min", *lo);
+      scalars.emplace_back(layer + "sigma_alpha_max", *hi);
+    }
+  }
+  for (const auto& [tag, value] : scalars) {
+    KELVIN_RETURN_IF_ERROR(tensorboard_->AddScalar(tag, step, value));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   const Context ctx = Context::Cpu();
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
@@ -468,6 +504,7 @@ absl::Status Trainer::Run() {
   for (int64_t step = start_step_; step < t.steps(); ++step) {
     KELVIN_ASSIGN_OR_RETURN(const StepStats stats, TrainStep(step));
     history_.push_back(stats);
+    KELVIN_RETURN_IF_ERROR(WriteTensorBoard(stats));
     tokens += stats.tokens;
     const bool last = step + 1 == t.steps();
     if ((step + 1) % job_.logging().log_interval() == 0 || last) {
@@ -491,6 +528,13 @@ absl::Status Trainer::Run() {
     if (data_.eval != nullptr && ((step + 1) % t.eval_interval() == 0 || last)) {
       KELVIN_ASSIGN_OR_RETURN(const EvalStats eval, Evaluate(step + 1));
       evaluations_.push_back(eval);
+      if (tensorboard_ != nullptr) {
+        KELVIN_RETURN_IF_ERROR(tensorboard_->AddScalar("eval/loss", eval.step, eval.loss));
+        if (eval.retrieval_accuracy >= 0) {
+          KELVIN_RETURN_IF_ERROR(tensorboard_->AddScalar("eval/passkey_retrieval", eval.step,
+                                                         eval.retrieval_accuracy));
+        }
+      }
       KLOG_RANK0(INFO) << absl::StrFormat("eval at step %d | loss %.4f", step + 1, eval.loss)
                        << (eval.retrieval_accuracy >= 0
                                ? absl::StrFormat(" | passkey retrieval %.1f%%",

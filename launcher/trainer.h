@@ -15,6 +15,7 @@
 #include "launcher/checkpoint.h"
 #include "launcher/job_setup.h"
 #include "launcher/pipeline_runner.h"
+#include "launcher/tensorboard_writer.h"
 #include "models/llama/memory_plan.h"
 #include "parallel/distributed_adamw.h"
 #include "parallel/process_grid.h"
@@ -69,6 +70,9 @@ class Trainer {
  private:
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);
   absl::StatusOr<StepStats> TrainStepUntimed(int64_t step);
+  // The step's scalars (loss, lr, grad norm, throughput, communication share, SSA temperatures)
+  // to logging.tensorboard_dir; a no-op without it and off world rank 0.
+  absl::Status WriteTensorBoard(const StepStats& stats);
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   absl::Status SaveCheckpointAt(int64_t steps_completed);
@@ -98,9 +102,10 @@ class Trainer {
   // (parallel.distributed_optimizer).
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<parallel::DistributedAdamW> distributed_optimizer_;
-  int64_t micro_batches_ = 1;                 // per step (gradient accumulation)
-  std::unique_ptr<PipelineRunner> pipeline_;  // nullptr without pipeline parallelism
-  int64_t start_step_ = 0;                    // steps already done by the run this one resumes
+  int64_t micro_batches_ = 1;                       // per step (gradient accumulation)
+  std::unique_ptr<PipelineRunner> pipeline_;        // nullptr without pipeline parallelism
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // on world rank 0 with tensorboard_dir
+  int64_t start_step_ = 0;  // steps already done by the run this one resumes
   std::vector<StepStats> history_;
   std::vector<EvalStats> evaluations_;
 };

@@ -1,0 +1,103 @@
+// TFRecord framing with CRC32C and the scalar Events.
+#include "launcher/tensorboard_writer.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "configs/tensorboard_event.pb.h"
+#include "core/status.h"
+
+namespace kelvin::launcher {
+namespace {
+
+// The byte-at-a-time table of the reflected CRC-32C polynomial.
+std::array<uint32_t, 256> Crc32cTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1) ? 0x82F63B78u : 0u);
+    table[i] = crc;
+  }
+  return table;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string LittleEndian(uint64_t value, int bytes) {
+  std::string out(static_cast<size_t>(bytes), '\0');
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<char>((value >> (8 * i)) & 0xFF);
+  return out;
+}
+
+}  // namespace
+
+uint32_t Crc32c(std::string_view bytes) {
+  static const std::array<uint32_t, 256> table = Crc32cTable();
+  uint32_t crc = 0xFFFFFFFFu;
+  for (const char c : bytes) crc = table[(crc ^ static_cast<uint8_t>(c)) & 0xFF] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+uint32_t MaskedCrc32c(std::string_view bytes) {
+  const uint32_t crc = Crc32c(bytes);
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(
+    const std::string& directory) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat("logging.tensorboard_dir=\"", directory,
+                                                    "\": cannot create it: ", error.message()));
+  }
+  char host[256] = "localhost";
+  gethostname(host, sizeof(host) - 1);
+  const std::string path =
+      absl::StrCat(directory, "/events.out.tfevents.", static_cast<int64_t>(NowSeconds()), ".",
+                   host, ".", static_cast<int64_t>(getpid()));
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("logging.tensorboard_dir: cannot create ", path, ": ", std::strerror(errno)));
+  }
+  std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, file));
+  tensorboard::Event version;
+  version.set_wall_time(NowSeconds());
+  version.set_file_version("brain.Event:2");
+  KELVIN_RETURN_IF_ERROR(writer->WriteRecord(version.SerializeAsString()));
+  return writer;
+}
+
+TensorBoardWriter::~TensorBoardWriter() { std::fclose(file_); }
+
+absl::Status TensorBoardWriter::AddScalar(const std::string& tag, int64_t step, double value) {
+  tensorboard::Event event;
+  event.set_wall_time(NowSeconds());
+  event.set_step(step);
+  tensorboard::Summary::Value* point = event.mutable_summary()->add_value();
+  point->set_tag(tag);
+  point->set_simple_value(static_cast<float>(value));
+  return WriteRecord(event.SerializeAsString());
+}
+
+absl::Status TensorBoardWriter::WriteRecord(const std::string& event) {
+  const std::string length = LittleEndian(event.size(), 8);
+  const std::string record = absl::StrCat(length, LittleEndian(MaskedCrc32c(length), 4), event,
+                                          LittleEndian(MaskedCrc32c(event), 4));
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() ||
+      std::fflush(file_) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("cannot write TensorBoard events to ", path_, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,44 @@
+// TensorBoardWriter: scalar summaries in TensorBoard's event-file format, so `tensorboard
+// --logdir` shows a run's loss, learning rate, gradient norm, throughput, communication share,
+// evaluation and SSA temperature curves. One file per run (events.out.tfevents.<time>.<host>.<pid>
+// in the directory), TFRecord framing (length, masked CRC32C of the length, the serialized Event,
+// masked CRC32C of it); the first record names the format version. Every write is flushed, so a
+// run that dies keeps what it logged.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace kelvin::launcher {
+
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of `bytes`, and TFRecord's masking of it.
+uint32_t Crc32c(std::string_view bytes);
+uint32_t MaskedCrc32c(std::string_view bytes);
+
+class TensorBoardWriter {
+ public:
+  // Creates `directory` if needed and a new event file in it; errors name the path.
+  static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Open(const std::string& directory);
+  ~TensorBoardWriter();
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+
+  // One scalar point of the curve `tag` ("train/loss") at `step`; DataLoss when it cannot write.
+  absl::Status AddScalar(const std::string& tag, int64_t step, double value);
+  const std::string& path() const { return path_; }
+
+ private:
+  TensorBoardWriter(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+  // Appends one TFRecord holding `event` (a serialized Event) and flushes.
+  absl::Status WriteRecord(const std::string& event);
+
+  std::string path_;
+  std::FILE* file_;
+};
+
+}  // namespace kelvin::launcher
