@@ -1,5 +1,6 @@
 // Vocab-parallel cross-entropy on the CPU: local row statistics in the accumulation dtype, three
-// all-reduces (max, sum of exp, target logit) over the tensor-parallel group.
+// all-reduces (max, sum of exp, target logit) over the tensor-parallel group. OpenMP over rows;
+// f32 rows use the vectorised ExpF32 (core/ops/cpu_vector_math.h), f64 std::exp.
 #include "parallel/vocab_parallel_cross_entropy.h"
 
 #include <algorithm>
@@ -7,11 +8,15 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/ops/cpu_vector_math.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/dispatch.h"
 
 namespace kelvin::parallel {
 namespace {
+
+inline float Exp(float x) { return ops::cpu::ExpF32(x); }
+inline double Exp(double x) { return std::exp(x); }
 
 // Per token: the global row max, log-sum-exp and target logit (0 for ignored rows), all [N] in
 // the accumulation dtype A.
@@ -22,17 +27,25 @@ void GlobalRowStatistics(Communicator* tp, const Tensor& logits, const Tensor& t
   const T* x = logits.data<T>();
   const int32_t* t = targets.data<int32_t>();
   A* m = max.data<A>();
+#pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < n; ++row) {
     A best = -std::numeric_limits<A>::infinity();
-    for (int64_t j = 0; j < v; ++j) best = std::max(best, static_cast<A>(x[row * v + j]));
+#pragma omp simd reduction(max : best)
+    for (int64_t j = 0; j < v; ++j) {
+      const A xj = static_cast<A>(x[row * v + j]);
+      best = xj > best ? xj : best;
+    }
     m[row] = best;
   }
   if (tp != nullptr) tp->AllReduce(max, ReduceOp::kMax);
   A* s = lse.data<A>();
   A* target = target_logit.data<A>();
+#pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < n; ++row) {
     A sum = 0;
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<A>(x[row * v + j]) - m[row]);
+    const A row_max = m[row];
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < v; ++j) sum += Exp(static_cast<A>(x[row * v + j]) - row_max);
     s[row] = sum;
     const int64_t local = static_cast<int64_t>(t[row]) - vocab_begin;
     target[row] = t[row] != ops::kIgnoreIndex && local >= 0 && local < v
@@ -67,17 +80,22 @@ void Run(Communicator* tp, Tensor& logits, const Tensor& targets, int64_t vocab_
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
     GlobalRowStatistics<T, A>(tp, logits, targets, vocab_begin, max, lse, target_logit);
     const int32_t* t = targets.data<int32_t>();
+#pragma omp parallel for schedule(static)
     for (int64_t row = 0; row < n; ++row) {
       const bool ignored = t[row] == ops::kIgnoreIndex;
       loss.data<A>()[row] = ignored ? A(0) : lse.data<A>()[row] - target_logit.data<A>()[row];
       if (grad_scale == nullptr) continue;
       T* x = logits.data<T>() + row * v;
-      const A scale = static_cast<A>(*grad_scale), row_lse = lse.data<A>()[row];
-      const int64_t local = static_cast<int64_t>(t[row]) - vocab_begin;
-      for (int64_t j = 0; j < v; ++j) {
-        const A p = ignored ? A(0) : std::exp(static_cast<A>(x[j]) - row_lse);
-        x[j] = static_cast<T>(scale * (p - (!ignored && j == local ? A(1) : A(0))));
+      if (ignored) {
+        std::fill(x, x + v, T(0));
+        continue;
       }
+      const A scale = static_cast<A>(*grad_scale), row_lse = lse.data<A>()[row];
+#pragma omp simd
+      for (int64_t j = 0; j < v; ++j)
+        x[j] = static_cast<T>(scale * Exp(static_cast<A>(x[j]) - row_lse));
+      const int64_t local = static_cast<int64_t>(t[row]) - vocab_begin;
+      if (local >= 0 && local < v) x[local] -= static_cast<T>(scale);
     }
   });
 }
