@@ -10,13 +10,13 @@
 
 #include <csignal>
 #include <filesystem>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "launcher/job_config.h"
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
 #include "models/llama/llama_model.h"
+#include "tests/models/random_ssa_checkpoint.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 #include "tests/testing/tolerance.h"
@@ -47,26 +47,12 @@ struct Layout {
 // Rank 0 writes the tiny preset (`layers` layers) with SSA and non-zero temperature parameters;
 // everyone waits.
 std::string StartingCheckpoint(int layers) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/parallel_training_start_", layers);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
-    absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("tiny");
-    EXPECT_TRUE(config.ok());
-    config->num_layers = layers;
-    config->ssa = ssa::SsaOptions();
-    models::LlamaModel model(*config, DType::kF32);
-    model.InitRandom(17);
-    std::mt19937_64 rng(18);
-    std::normal_distribution<double> normal(0.0, 0.5);
-    for (const ParameterSet::Entry& e : model.parameters().entries()) {
-      if (e.group != ParamGroup::kTemperature) continue;
-      for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data<float>()[i] = normal(rng);
-    }
-    EXPECT_TRUE(model.ExportHf(dir).ok());
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
+  absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("tiny");
+  EXPECT_TRUE(config.ok());
+  config->num_layers = layers;
+  config->ssa = ssa::SsaOptions();
+  return testing::WriteRandomSsaCheckpoint(
+      *config, absl::StrCat(::testing::TempDir(), "/parallel_training_start_", layers), 17);
 }
 
 config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra = {}) {
