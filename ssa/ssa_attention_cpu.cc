@@ -33,8 +33,8 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/rope.h"
-#include "ssa/ssa_attention.h"
 #include "ssa/cpu_vector_math.h"
+#include "ssa/ssa_attention.h"
 #include "ssa/temperature.h"
 
 namespace kelvin::ssa::cpu {

@@ -39,8 +39,8 @@ struct MemoryPlan {
   int64_t activations_per_layer = 0;  // kept for backward, one decoder layer, one micro-batch
   int64_t activations = 0;            // every slot: the rank's layers and its stage buffers
   int64_t logits = 0;                 // [N, V/TP] per slot on the last stage, reused for dlogits
-  int64_t backward_scratch = 0;  // one layer's gradients and recomputed activations, chunk
-                                 // gradients per slot
+  int64_t backward_scratch = 0;       // one layer's gradients and recomputed activations, chunk
+                                      // gradients per slot
   int64_t Total() const;
   std::string ToString() const;  // every category, in GiB
 };
