@@ -5,8 +5,6 @@
 #include <set>
 #include <variant>
 
-#include "core/logging.h"
-
 namespace kelvin::launcher {
 namespace {
 
