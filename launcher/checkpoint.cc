@@ -54,7 +54,7 @@ absl::StatusOr<std::map<int64_t, fs::path>> CompleteCheckpoints(const std::strin
 
 // Copies every tensor of `file` named in `targets` into it, bit-exact: the names must match one
 // to one, and shapes and dtypes exactly.
-absl::Status RestoreTensors(const io::SafetensorsFile& file,
+absl::Status RestoreTensors(const Context& ctx, const io::SafetensorsFile& file,
                             const std::vector<std::pair<std::string, Tensor>>& targets) {
   for (const auto& [name, target] : targets) {
     const io::SafetensorsEntry* entry = file.Find(name);
@@ -70,7 +70,7 @@ absl::Status RestoreTensors(const io::SafetensorsFile& file,
           target.ToString(), " (model or precision changed since the checkpoint?)"));
     }
     Tensor destination = target;
-    CopyTensor(Context::Cpu(), stored, destination);
+    CopyTensor(ctx, stored, destination);
   }
   if (file.entries().size() != targets.size()) {
     for (const io::SafetensorsEntry& entry : file.entries()) {
@@ -127,15 +127,23 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
   }
   if (world != nullptr) world->Barrier();  // the directory exists before anyone writes
   if (part.writes_model) {
-    std::vector<std::pair<std::string, Tensor>> parameters;
-    for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.value);
+    std::vector<std::pair<std::string, Tensor>> parameters;  // the master weights
+    for (const ParameterSet::Entry& e : params.entries()) {
+      parameters.emplace_back(e.name, params.MasterOnHost(e.name));
+    }
     KELVIN_RETURN_IF_ERROR(
         io::WriteSafetensors((partial / part.model_file).string(), parameters,
                              {{"format", "kelvin-checkpoint-1"}, {"layout", part.layout}}));
   }
   if (part.writes_optimizer) {
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& [name, tensor] : optimizer.tensors) {
+      state.emplace_back(name, tensor.is_cpu() ? tensor
+                                               : CopyToDevice(params.context(), tensor,
+                                                              Device::Cpu()));
+    }
     KELVIN_RETURN_IF_ERROR(
-        io::WriteSafetensors((partial / part.optimizer_file).string(), optimizer.tensors,
+        io::WriteSafetensors((partial / part.optimizer_file).string(), state,
                              {{"step", std::to_string(steps_completed)},
                               {"optimizer_steps", std::to_string(optimizer.steps_taken)},
                               {"job", job_name},
@@ -193,10 +201,11 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
                           MetadataInteger(optimizer_file, "optimizer_steps"));
   KELVIN_ASSIGN_OR_RETURN(const io::SafetensorsFile model_file,
                           io::SafetensorsFile::Open((fs::path(path) / part.model_file).string()));
-  std::vector<std::pair<std::string, Tensor>> parameters;
-  for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.value);
-  KELVIN_RETURN_IF_ERROR(RestoreTensors(model_file, parameters));
-  KELVIN_RETURN_IF_ERROR(RestoreTensors(optimizer_file, optimizer.tensors));
+  std::vector<std::pair<std::string, Tensor>> parameters;  // the master weights
+  for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.master);
+  KELVIN_RETURN_IF_ERROR(RestoreTensors(params.context(), model_file, parameters));
+  KELVIN_RETURN_IF_ERROR(RestoreTensors(params.context(), optimizer_file, optimizer.tensors));
+  params.SyncModelCopy();
   return steps;
 }
 

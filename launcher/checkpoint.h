@@ -1,6 +1,7 @@
 // Training checkpoints for exact resume. A checkpoint is the directory <dir>/step_<8 digits>/ with
-//   model<part>.safetensors      every parameter (this rank's shards) by name, in its training
-//                                dtype (bit-exact);
+//   model<part>.safetensors      every parameter (this rank's shards) by name: its master
+//                                weights (f32 for a bf16 model; bit-exact), read from and
+//                                restored to the parameters' device;
 //   optimizer<part>.safetensors  the AdamW moments, metadata "step" (steps completed),
 //                                "optimizer_steps" and "job" (checked on resume);
 //   layout.txt                   the layout that wrote it (checked first on resume: a checkpoint

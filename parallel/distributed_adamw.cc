@@ -1,5 +1,5 @@
-// ZeRO-1 on the host: reduce-scatter of the padded flat gradients, AdamW on the shard, all-gather
-// of the parameters.
+// ZeRO-1 on the parameters' device: reduce-scatter of the padded flat gradients, AdamW on the
+// shard of the master weights, all-gather of the master weights (then the model copy refreshed).
 #include "parallel/distributed_adamw.h"
 
 #include <algorithm>
@@ -16,18 +16,22 @@ DistributedAdamW::DistributedAdamW(ParameterSet& params, const AdamWSettings& se
   KELVIN_CHECK(params.allocated()) << "DistributedAdamW needs allocated parameters";
   const int64_t ranks = dp.size();
   for (int g = 0; g < kNumParamGroups; ++g) {
-    const Tensor& values = params.values(static_cast<ParamGroup>(g));
-    if (!values.defined()) continue;
+    const Tensor& masters = params.masters(static_cast<ParamGroup>(g));
+    if (!masters.defined()) continue;
     GroupShard& s = groups_[g];
-    s.elements = values.numel();
+    s.elements = masters.numel();
     s.shard = (s.elements + ranks - 1) / ranks;
     s.begin = dp.rank() * s.shard;
     s.count = std::clamp<int64_t>(s.elements - s.begin, 0, s.shard);
-    const DType grad_dtype = params.grads(static_cast<ParamGroup>(g)).dtype();
-    s.padded = Tensor::ZerosCpu({ranks * s.shard}, values.dtype());
-    s.grad = Tensor::ZerosCpu({s.shard}, grad_dtype);
-    s.m = Tensor::ZerosCpu({s.shard}, values.dtype());
-    s.v = Tensor::ZerosCpu({s.shard}, values.dtype());
+    auto zeros = [&](int64_t n) {
+      Tensor t = Tensor::Empty({n}, masters.dtype(), masters.device());
+      Zero(params.context(), t);
+      return t;
+    };
+    s.padded = zeros(ranks * s.shard);  // gradients share the masters' dtype (AccumDType)
+    s.grad = zeros(s.shard);
+    s.m = zeros(s.shard);
+    s.v = zeros(s.shard);
   }
 }
 
@@ -41,7 +45,7 @@ std::vector<std::pair<std::string, Tensor>> DistributedAdamW::StateTensors() con
 }
 
 void DistributedAdamW::ReduceScatterGradients() {
-  const Context ctx = Context::Cpu();
+  const Context& ctx = params_.context();
   for (int g = 0; g < kNumParamGroups; ++g) {
     GroupShard& s = groups_[g];
     if (s.elements == 0) continue;
@@ -53,7 +57,7 @@ void DistributedAdamW::ReduceScatterGradients() {
 
 double DistributedAdamW::ShardSumOfSquares(
     const std::function<bool(const std::string&)>& counts) const {
-  const Context ctx = Context::Cpu();
+  const Context& ctx = params_.context();
   std::vector<Tensor> counted;
   for (const ParameterSet::Entry& e : params_.entries()) {
     const GroupShard& s = groups_[static_cast<int>(e.group)];
@@ -65,7 +69,7 @@ double DistributedAdamW::ShardSumOfSquares(
 }
 
 void DistributedAdamW::ScaleGradients(double coefficient) {
-  const Context ctx = Context::Cpu();
+  const Context& ctx = params_.context();
   for (GroupShard& s : groups_) {
     if (s.elements > 0) ops::Scale(ctx, s.grad, coefficient, s.grad);
   }
@@ -77,24 +81,26 @@ void DistributedAdamW::Step(const Context& ctx, double lr) {
     GroupShard& s = groups_[g];
     if (s.elements == 0) continue;
     const auto group = static_cast<ParamGroup>(g);
-    Tensor& values = params_.values(group);
+    Tensor& masters = params_.masters(group);
     if (s.count > 0) {
-      Tensor master = values.Slice(s.begin, s.begin + s.count);
+      Tensor master = masters.Slice(s.begin, s.begin + s.count);
       Tensor m = s.m.Slice(0, s.count), v = s.v.Slice(0, s.count);
-      Tensor no_model_copy;
+      Tensor no_model_copy;  // refreshed for the whole group after the all-gather
       ops::AdamWStep(ctx, master, s.grad.Slice(0, s.count), m, v, no_model_copy,
                      GroupHyperParams(settings_, group, lr), steps_);
     }
-    // Every rank's updated shard into everyone's parameters.
-    Tensor mine = Tensor::ZerosCpu({s.shard}, values.dtype());
+    // Every rank's updated shard into everyone's master weights; s.grad (free until the next
+    // reduce-scatter) carries this rank's shard, zero-padded past the group's end.
+    ops::Fill(ctx, s.grad, 0.0);
     if (s.count > 0) {
-      Tensor head = mine.Slice(0, s.count);
-      CopyTensor(ctx, values.Slice(s.begin, s.begin + s.count), head);
+      Tensor head = s.grad.Slice(0, s.count);
+      CopyTensor(ctx, masters.Slice(s.begin, s.begin + s.count), head);
     }
-    dp_.AllGather(mine, s.padded);
-    CopyTensor(ctx, s.padded.Slice(0, s.elements), values);
+    dp_.AllGather(s.grad, s.padded);
+    CopyTensor(ctx, s.padded.Slice(0, s.elements), masters);
     ops::Fill(ctx, s.padded, 0.0);  // the next reduce-scatter expects a zero tail
   }
+  params_.SyncModelCopy();
 }
 
 }  // namespace kelvin::parallel

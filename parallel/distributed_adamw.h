@@ -1,9 +1,9 @@
 // ZeRO-1, Megatron's distributed optimizer, over a data-parallel group of D ranks: each parameter
 // group's flat gradient buffer of E elements is zero-padded to D*S (S = ceil(E / D)) and
 // reduce-scattered (summed), so that rank r holds the reduced gradient of its contiguous shard
-// [r*S, min((r+1)*S, E)); AdamW updates only that shard of the parameters, with Adam moments for
-// the shard only (1/D of the optimizer state); the updated shards are all-gathered into every
-// rank's parameters. Equal to AdamWOptimizer after a gradient all-reduce, up to the summation
+// [r*S, min((r+1)*S, E)); AdamW updates only that shard of the master weights, with Adam moments
+// for the shard only (1/D of the optimizer state); the updated shards are all-gathered into every
+// rank's master weights (and a bf16 model copy refreshed from them). Equal to AdamWOptimizer after a gradient all-reduce, up to the summation
 // order of the reduction.
 #pragma once
 
@@ -46,8 +46,8 @@ class DistributedAdamW {
     int64_t shard = 0;     // S = ceil(E / D)
     int64_t begin = 0;     // r * S
     int64_t count = 0;     // elements of the shard inside [0, E): min(S, E - begin), >= 0
-    Tensor padded;         // [D * S] scratch (gradients in, parameters out), values' dtype
-    Tensor grad;           // [S] this rank's reduced gradient
+    Tensor padded;         // [D * S] scratch (gradients in, master weights out), masters' dtype
+    Tensor grad;           // [S] this rank's reduced gradient; in Step its updated masters
     Tensor m, v;           // [S] Adam moments
   };
 

@@ -1,6 +1,8 @@
 // AdamW over parameter groups.
 #include "core/optim/adamw_optimizer.h"
 
+#include "core/copy.h"
+
 namespace kelvin {
 
 ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup group, double lr) {
@@ -14,10 +16,12 @@ AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settin
     : params_(params), settings_(settings) {
   KELVIN_CHECK(params.allocated()) << "AdamWOptimizer needs allocated parameters";
   for (int g = 0; g < kNumParamGroups; ++g) {
-    const Tensor& values = params.values(static_cast<ParamGroup>(g));
-    if (!values.defined()) continue;
-    m_[g] = Tensor::ZerosCpu(values.shape(), values.dtype());
-    v_[g] = Tensor::ZerosCpu(values.shape(), values.dtype());
+    const Tensor& masters = params.masters(static_cast<ParamGroup>(g));
+    if (!masters.defined()) continue;
+    for (Tensor* moment : {&m_[g], &v_[g]}) {
+      *moment = Tensor::Empty(masters.shape(), masters.dtype(), masters.device());
+      Zero(params.context(), *moment);
+    }
   }
 }
 
@@ -25,9 +29,9 @@ void AdamWOptimizer::Step(const Context& ctx, double lr) {
   ++steps_;
   for (int g = 0; g < kNumParamGroups; ++g) {
     const auto group = static_cast<ParamGroup>(g);
-    if (!params_.values(group).defined()) continue;
-    Tensor no_model_copy;
-    ops::AdamWStep(ctx, params_.values(group), params_.grads(group), m_[g], v_[g], no_model_copy,
+    if (!params_.masters(group).defined()) continue;
+    Tensor model_copy = params_.has_model_copy() ? params_.values(group) : Tensor();
+    ops::AdamWStep(ctx, params_.masters(group), params_.grads(group), m_[g], v_[g], model_copy,
                    GroupHyperParams(settings_, group, lr), steps_);
   }
 }

@@ -1,6 +1,7 @@
 // AdamWOptimizer: AdamW over a ParameterSet's flat groups, with the moments it owns. Weight decay
 // applies to the kDecay group only (norms and SSA temperature parameters get none); the
-// kTemperature group's learning rate is scaled by temperature_lr_scale.
+// kTemperature group's learning rate is scaled by temperature_lr_scale. The moments live with the
+// master weights (their dtype and device); a model copy is refreshed by every step.
 #pragma once
 
 #include <string>
@@ -35,8 +36,8 @@ class AdamWOptimizer {
   int64_t steps_taken() const { return steps_; }
 
   // The optimizer state for checkpoints: the moments of each non-empty group by name
-  // ("adamw.m.decay", "adamw.v.decay", ...; [group elements], the parameters' dtype). The tensors
-  // share the optimizer's storage: copying into them restores the state.
+  // ("adamw.m.decay", "adamw.v.decay", ...; [group elements], the master weights' dtype and
+  // device). The tensors share the optimizer's storage: copying into them restores the state.
   std::vector<std::pair<std::string, Tensor>> StateTensors() const;
   void set_steps_taken(int64_t steps) { steps_ = steps; }
 

@@ -1,9 +1,10 @@
-// ParameterSet declaration, flat allocation and lookup.
+// ParameterSet declaration, flat allocation on a device, lookup, and the master weights / model
+// copy bookkeeping.
 #include "core/optim/parameter_set.h"
 
-#include <cstring>
-
 #include "core/check.h"
+#include "core/copy.h"
+#include "core/ops/elementwise.h"
 
 namespace kelvin {
 
@@ -12,21 +13,31 @@ void ParameterSet::Declare(const std::string& name, const Shape& shape, ParamGro
   KELVIN_CHECK(index_.find(name) == index_.end()) << "parameter " << name << " declared twice";
   const int g = static_cast<int>(group);
   index_[name] = entries_.size();
-  entries_.push_back({name, shape, group, group_elements_[g], Tensor(), Tensor()});
+  entries_.push_back({name, shape, group, group_elements_[g], Tensor(), Tensor(), Tensor()});
   group_elements_[g] += kelvin::NumElements(shape);
 }
 
-void ParameterSet::Allocate(DType dtype) {
+void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_master) {
   KELVIN_CHECK(!allocated_) << "ParameterSet allocated twice";
+  ctx_ = ctx;
+  separate_master_ = separate_master || dtype == DType::kBF16;
+  const DType accum = AccumDType(dtype);
+  auto zeros = [&](int64_t n, DType type) {
+    Tensor t = Tensor::Empty({n}, type, ctx.device());
+    Zero(ctx, t);
+    return t;
+  };
   for (int g = 0; g < kNumParamGroups; ++g) {
     if (group_elements_[g] == 0) continue;
-    values_[g] = Tensor::ZerosCpu({group_elements_[g]}, dtype);
-    grads_[g] = Tensor::ZerosCpu({group_elements_[g]}, AccumDType(dtype));
+    values_[g] = zeros(group_elements_[g], dtype);
+    masters_[g] = separate_master_ ? zeros(group_elements_[g], accum) : values_[g];
+    grads_[g] = zeros(group_elements_[g], accum);
   }
   for (Entry& e : entries_) {
     const int g = static_cast<int>(e.group);
     const int64_t n = kelvin::NumElements(e.shape);
     e.value = values_[g].Slice(e.offset, e.offset + n).View(e.shape);
+    e.master = masters_[g].Slice(e.offset, e.offset + n).View(e.shape);
     e.grad = grads_[g].Slice(e.offset, e.offset + n).View(e.shape);
   }
   allocated_ = true;
@@ -43,6 +54,11 @@ Tensor& ParameterSet::value(const std::string& name) {
   return entries_[index_.at(Get(name).name)].value;
 }
 
+Tensor& ParameterSet::master(const std::string& name) {
+  KELVIN_CHECK(allocated_) << "parameter " << name << " read before Allocate";
+  return entries_[index_.at(Get(name).name)].master;
+}
+
 Tensor& ParameterSet::grad(const std::string& name) {
   KELVIN_CHECK(allocated_) << "gradient of " << name << " read before Allocate";
   return entries_[index_.at(Get(name).name)].grad;
@@ -56,7 +72,34 @@ int64_t ParameterSet::NumElements() const {
 
 void ParameterSet::ZeroGrads() {
   for (Tensor& g : grads_) {
-    if (g.defined()) std::memset(g.raw_data(), 0, g.nbytes());
+    if (g.defined()) Zero(ctx_, g);
+  }
+}
+
+void ParameterSet::Assign(const std::string& name, const Tensor& host) {
+  Tensor& master = this->master(name);
+  KELVIN_CHECK(host.is_cpu() && host.shape() == master.shape())
+      << "parameter " << name << " " << ShapeToString(master.shape())
+      << " assigned from a host tensor of another shape: " << host.ToString();
+  if (ctx_.is_cuda()) {
+    Tensor converted = Tensor::Empty(host.shape(), master.dtype());
+    ops::Cast(Context::Cpu(), host, converted);
+    CopyTensor(ctx_, converted, master);
+  } else {
+    ops::Cast(ctx_, host, master);
+  }
+  if (separate_master_) ops::Cast(ctx_, master, value(name));
+}
+
+Tensor ParameterSet::MasterOnHost(const std::string& name) const {
+  const Tensor& master = Get(name).master;
+  return master.is_cpu() ? master : CopyToDevice(ctx_, master, Device::Cpu());
+}
+
+void ParameterSet::SyncModelCopy() {
+  if (!separate_master_) return;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    if (values_[g].defined()) ops::Cast(ctx_, masters_[g], values_[g]);
   }
 }
 

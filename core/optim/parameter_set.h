@@ -1,12 +1,17 @@
 // ParameterSet: a model's named parameters, laid out in one flat buffer per optimizer group, with
 // their gradients in a matching flat buffer, so the optimizer and gradient reductions work on a
-// few large contiguous tensors while layers see named views.
+// few large contiguous tensors while layers see named views. The buffers live on one device (the
+// Context given to Allocate).
+// Mixed precision (bf16 models): the layers read a bf16 model copy (`value`), the optimizer
+// updates f32 master weights (`master`) and the gradients are f32 (`grad`), as Megatron's and
+// PyTorch AMP's bf16 training keep them. For f32 and f64 models master and value are one tensor.
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/context.h"
 #include "core/tensor.h"
 
 namespace kelvin {
@@ -22,34 +27,55 @@ class ParameterSet {
     Shape shape;
     ParamGroup group;
     int64_t offset = 0;  // element offset inside its group's flat buffer
-    Tensor value;        // view of values(group), dtype of Allocate
+    Tensor value;        // view of values(group), dtype of Allocate: what the layers read
+    Tensor master;       // view of masters(group), AccumDType: what the optimizer updates
     Tensor grad;         // view of grads(group), AccumDType of the values
   };
 
   // Declares a parameter (before Allocate); names are unique.
   void Declare(const std::string& name, const Shape& shape, ParamGroup group);
-  // Allocates the flat buffers [elements of the group] on the host; gradients zeroed.
-  void Allocate(DType dtype);
+  // Allocates the flat buffers [elements of the group] on ctx's device, zeroed. A bf16 `dtype`
+  // gets f32 master weights apart from its values; so does any dtype with separate_master (the
+  // CPU tests run the mixed-precision bookkeeping with an f32 model this way).
+  void Allocate(const Context& ctx, DType dtype, bool separate_master = false);
+  void Allocate(DType dtype) { Allocate(Context::Cpu(), dtype); }
   bool allocated() const { return allocated_; }
+  const Context& context() const { return ctx_; }
+  // Whether the values are a model copy of separate master weights.
+  bool has_model_copy() const { return separate_master_; }
 
   const std::vector<Entry>& entries() const { return entries_; }
   bool Contains(const std::string& name) const { return index_.count(name) > 0; }
   const Entry& Get(const std::string& name) const;  // aborts on unknown names
   Tensor& value(const std::string& name);
+  Tensor& master(const std::string& name);
   Tensor& grad(const std::string& name);
 
   // Flat buffers of one group (undefined tensor when the group is empty).
   Tensor& values(ParamGroup group) { return values_[static_cast<int>(group)]; }
+  Tensor& masters(ParamGroup group) { return masters_[static_cast<int>(group)]; }
   Tensor& grads(ParamGroup group) { return grads_[static_cast<int>(group)]; }
   int64_t NumElements() const;
   void ZeroGrads();
+
+  // Parameter `name` = `host` (a host tensor of its shape, any float dtype), converted into the
+  // master weights and the model copy.
+  void Assign(const std::string& name, const Tensor& host);
+  // A host copy of parameter `name`'s master weights (the tensor itself when already on the host).
+  Tensor MasterOnHost(const std::string& name) const;
+  // values = masters (rounded to the model's dtype) after the masters changed: no-op without a
+  // model copy.
+  void SyncModelCopy();
 
  private:
   std::vector<Entry> entries_;
   std::map<std::string, size_t> index_;
   int64_t group_elements_[kNumParamGroups] = {};
-  Tensor values_[kNumParamGroups];
-  Tensor grads_[kNumParamGroups];
+  Context ctx_ = Context::Cpu();
+  Tensor values_[kNumParamGroups];   // [group elements] the model's dtype
+  Tensor masters_[kNumParamGroups];  // [group elements] AccumDType; values_ without a model copy
+  Tensor grads_[kNumParamGroups];    // [group elements] AccumDType
+  bool separate_master_ = false;
   bool allocated_ = false;
 };
 

@@ -33,10 +33,11 @@ void LinearBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism,
-                       const LlamaRecompute& recompute)
+                       const LlamaRecompute& recompute, const LlamaPlacement& placement)
     : config_(config),
       attention_options_(config.AttentionOptions()),
       dtype_(dtype),
+      ctx_(placement.ctx),
       parallelism_(parallelism),
       layout_(ShardLayoutOf(config, parallelism.tp ? parallelism.tp->rank() : 0,
                             parallelism.tp ? parallelism.tp->size() : 1)),
@@ -49,8 +50,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
   for (const LlamaParameterSpec& spec : StageParameterSpecs(config, stage_)) {
     Declare(spec.name, spec.full_shape, spec.group);
   }
-  params_.Allocate(dtype);
-  inv_freq_ = ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype));
+  params_.Allocate(ctx_, dtype, placement.separate_master);
+  inv_freq_ = CopyToDevice(
+      ctx_, ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype)),
+      ctx_.device());
   InitSsaParameters();
 }
 
@@ -92,12 +95,13 @@ void LlamaModel::FinishGradients() {
       // Sum over the ranks sharing each KV head: every rank adds its gradient into its head's
       // slot of a [G, ...] buffer, the group sums, each rank takes its head's slot back.
       const int64_t g = config_.num_key_value_heads, per_head = grad.numel();
-      Tensor slots = Tensor::ZerosCpu({g * per_head}, grad.dtype());
+      Tensor slots = Tensor::Empty({g * per_head}, grad.dtype(), ctx_.device());
+      Zero(ctx_, slots);
       Tensor mine = slots.Slice(layout_.kv_begin * per_head, (layout_.kv_begin + 1) * per_head);
-      CopyTensor(Context::Cpu(), grad.View({-1}), mine);
+      CopyTensor(ctx_, grad.View({-1}), mine);
       tp->AllReduce(slots, parallel::ReduceOp::kSum);
       Tensor flat = grad.View({-1});
-      CopyTensor(Context::Cpu(), mine, flat);
+      CopyTensor(ctx_, mine, flat);
     }
   }
 }
@@ -143,9 +147,10 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
   const DType acc = AccumDType(dtype_);
   const ssa::SsaOptions& o = attention_options_;
   const bool own_sources = !o.weight_sharing && o.token_aware;
-  auto act = [&](const Shape& shape, DType dtype) { return Tensor::Empty(shape, dtype); };
+  const Device device = ctx_.device();
+  auto act = [&](const Shape& shape, DType dtype) { return Tensor::Empty(shape, dtype, device); };
   auto maybe = [&](bool needed, const Shape& shape, DType dtype) {
-    return needed ? Tensor::Empty(shape, dtype) : Tensor();
+    return needed ? Tensor::Empty(shape, dtype, device) : Tensor();
   };
   slot.tokens = act({n}, DType::kI32);
   slot.positions = act({n}, DType::kI32);
@@ -195,9 +200,10 @@ void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
   const ssa::SsaOptions& o = attention_options_;
   const bool own_sources = !o.weight_sharing && o.token_aware;
   const bool sp = parallelism_.sequence_parallel;
-  auto act = [&](const Shape& shape) { return Tensor::Empty(shape, dtype_); };
+  const Device device = ctx_.device();
+  auto act = [&](const Shape& shape) { return Tensor::Empty(shape, dtype_, device); };
   auto maybe = [&](bool needed, const Shape& shape) {
-    return needed ? Tensor::Empty(shape, dtype_) : Tensor();
+    return needed ? Tensor::Empty(shape, dtype_, device) : Tensor();
   };
   proj_ = act({n, d_model});
   local_tokens_ = maybe(sp, {nl, d_model});
@@ -215,7 +221,7 @@ void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
   dact_ = act({n, f});
   const DType acc = AccumDType(dtype_);
   auto stat = [&](bool needed, const Shape& shape) {
-    return needed ? Tensor::Empty(shape, acc) : Tensor();
+    return needed ? Tensor::Empty(shape, acc, device) : Tensor();
   };
   const bool ra = recompute_.attention, rm = recompute_.mlp;
   recomputed_.u = maybe(ra, {n, h, d});
@@ -310,8 +316,8 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
   LlamaMicroBatchActivations& slot = slots_[free];
   AllocateSlot(slot, tokens.dim(0), tokens.dim(1));
   slot.micro_batch = micro_batch;
-  CopyTensor(Context::Cpu(), tokens.View({-1}), slot.tokens);
-  CopyTensor(Context::Cpu(), positions.View({-1}), slot.positions);
+  CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
+  CopyTensor(ctx_, positions.View({-1}), slot.positions);
 }
 
 bool LlamaModel::HoldsMicroBatch(int micro_batch) const {
@@ -443,8 +449,12 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
   if (config_.ssa.has_value()) {  // kept per layer: recompute may drop the temperatures
     temperature_statistics_.resize(static_cast<size_t>(stage_.num_local_layers()));
     const std::string alpha = LayerParameterName(layer, "self_attn.ssa.alpha");
+    auto on_host = [&](const Tensor& t) {  // (a device copy waits for the stream)
+      return t.defined() && !t.is_cpu() ? CopyToDevice(ctx, t, Device::Cpu()) : t;
+    };
     temperature_statistics_[LocalLayer(layer)] = ssa::ComputeTemperatureStatistics(
-        a.tau_q, a.tau_v, params_.Contains(alpha) ? params_.Get(alpha).value : Tensor());
+        on_host(a.tau_q), on_host(a.tau_v),
+        params_.Contains(alpha) ? params_.MasterOnHost(alpha) : Tensor());
   }
   Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), proj_);
   ops::Add(ctx, a.x, ReduceTokens(proj_), a.x_mid);

@@ -55,6 +55,14 @@ struct LlamaRecompute {
   bool mlp = false;
 };
 
+// Where the model's buffers live and how its weights are kept.
+struct LlamaPlacement {
+  Context ctx = Context::Cpu();  // every parameter, gradient and activation on ctx's device
+  // f32 master weights apart from the values the layers read (always with a bf16 model; tests
+  // set it to run the mixed-precision bookkeeping with an f32 model on the CPU).
+  bool separate_master = false;
+};
+
 // What one decoder layer keeps from forward for backward (a recomputed field is undefined in the
 // slots and lives once in the model's recompute buffers).
 
@@ -94,9 +102,10 @@ struct LlamaMicroBatchActivations {
 
 class LlamaModel {
  public:
-  // Declares and allocates this rank's parameters (zero) in `dtype` (f32 or f64 on the CPU).
+  // Declares and allocates this rank's parameters (zero) in `dtype`: f32 or f64 on the CPU, bf16
+  // on CUDA (f32 master weights and gradients; the SSA kernel runs in bf16).
   LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism = {},
-             const LlamaRecompute& recompute = {});
+             const LlamaRecompute& recompute = {}, const LlamaPlacement& placement = {});
 
   const LlamaConfig& config() const { return config_; }
   DType dtype() const { return dtype_; }
@@ -104,6 +113,7 @@ class LlamaModel {
   const ParameterSet& parameters() const { return params_; }
   const LlamaShardLayout& layout() const { return layout_; }
   parallel::Communicator* tp() const { return parallelism_.tp; }
+  const Context& context() const { return ctx_; }
 
   // Copies this rank's slice of every parameter from a Hugging Face checkpoint (converting
   // dtypes); a missing tensor or a shape mismatch is an error naming the tensor and the checkpoint.
@@ -134,7 +144,7 @@ class LlamaModel {
 
   // Pipeline steps, by micro-batch id (any int >= 0, unique among those in flight).
   // Takes a free activation slot for micro-batch `micro_batch` and copies its tokens and positions
-  // [B, T] (every stage needs the positions; the first the tokens).
+  // [B, T] (host or device; every stage needs the positions, the first the tokens).
   void BeginMicroBatch(int micro_batch, const Tensor& tokens, const Tensor& positions);
   bool HoldsMicroBatch(int micro_batch) const;
   // Gives the slot back (after the micro-batch's last backward on this rank and its sends).
@@ -228,13 +238,14 @@ class LlamaModel {
   LlamaConfig config_;
   ssa::SsaOptions attention_options_;  // config_.AttentionOptions()
   DType dtype_;
+  Context ctx_;  // the device of every buffer
   LlamaParallelism parallelism_;
   LlamaShardLayout layout_;
   LlamaStageLayout stage_;
   std::map<std::string, Shape> full_shapes_;      // by parameter name
   std::map<std::string, ParameterShard> shards_;  // by parameter name
   ParameterSet params_;
-  Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType)
+  Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType, on the model's device)
 
   // Activation slots, one per micro-batch in flight (kept allocated for reuse).
   std::vector<LlamaMicroBatchActivations> slots_;

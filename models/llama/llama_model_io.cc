@@ -45,30 +45,30 @@ uint32_t NameHash(const std::string& name) {
 
 void LlamaModel::InitSsaParameters() {
   if (!config_.ssa.has_value()) return;
-  const Context ctx = Context::Cpu();
   for (const LlamaStageLayout::Chunk& chunk : stage_.chunks) {
     for (int64_t l = chunk.layer_begin; l < chunk.layer_end; ++l) {
       for (const SsaParameterSpec& spec : SsaLayerParameters(config_)) {
-        Tensor& value = params_.value(LayerParameterName(l, spec.suffix));
+        Tensor& master = params_.master(LayerParameterName(l, spec.suffix));
         if (spec.suffix == "self_attn.ssa.alpha") {
-          ops::Fill(ctx, value, config_.ssa->alpha_init);
+          ops::Fill(ctx_, master, config_.ssa->alpha_init);
         } else if (spec.suffix == "self_attn.ssa.query_temperature_proj.weight") {
-          CopyTensor(ctx, params_.value(LayerParameterName(l, "self_attn.q_proj.weight")), value);
+          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.q_proj.weight")), master);
         } else if (spec.suffix == "self_attn.ssa.value_temperature_proj.weight") {
-          CopyTensor(ctx, params_.value(LayerParameterName(l, "self_attn.v_proj.weight")), value);
+          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.v_proj.weight")), master);
         } else {
-          ops::Fill(ctx, value, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
+          ops::Fill(ctx_, master, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
         }
       }
     }
   }
+  params_.SyncModelCopy();
 }
 
 void LlamaModel::InitRandom(uint64_t seed) {
   for (const ParameterSet::Entry& e : params_.entries()) {
-    Tensor value = e.value;
     if (e.group == ParamGroup::kNoDecay) {
-      ops::Fill(Context::Cpu(), value, 1.0);
+      Tensor master = e.master;
+      ops::Fill(ctx_, master, 1.0);
       continue;
     }
     // The full tensor's draw from a stream of its own (the seed and the name), the same on every
@@ -88,13 +88,13 @@ void LlamaModel::InitRandom(uint64_t seed) {
       slice = Tensor::Empty(local_shape, DType::kF64);
       CopyAlongAxis(full, shard.axis, shard.begin, slice, 0, shard.count);
     }
-    ops::Cast(Context::Cpu(), slice, value);
+    params_.Assign(e.name, slice);
   }
   InitSsaParameters();
+  params_.SyncModelCopy();  // the norms' ones
 }
 
 absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
-  const Context ctx = Context::Cpu();
   const int64_t ssa_tensors =
       stage_.num_local_layers() * static_cast<int64_t>(SsaLayerParameters(config_).size());
   std::vector<std::string> missing_ssa;
@@ -116,13 +116,13 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
           " but the config implies ", ShapeToString(full_shape)));
     }
     const ParameterShard& shard = shards_.at(e.name);
+    const DType master_dtype = e.master.dtype();
     KELVIN_ASSIGN_OR_RETURN(const Tensor loaded,
                             shard.axis < 0
-                                ? checkpoint.Read(e.name, dtype_)
+                                ? checkpoint.Read(e.name, master_dtype)
                                 : checkpoint.ReadSlice(e.name, shard.axis, shard.begin,
-                                                       shard.begin + shard.count, dtype_));
-    Tensor value = e.value;
-    CopyTensor(ctx, loaded, value);
+                                                       shard.begin + shard.count, master_dtype));
+    params_.Assign(e.name, loaded);
   }
   if (static_cast<int64_t>(missing_ssa.size()) == ssa_tensors && ssa_tensors > 0) {
     KLOG_RANK0(INFO) << checkpoint.path() << " has no SSA tensors: starting SSA from read-outs 0 "
@@ -154,7 +154,7 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {
     Tensor local = Tensor::Empty(e.shape, DType::kF32);
-    ops::Cast(Context::Cpu(), e.value, local);
+    ops::Cast(Context::Cpu(), params_.MasterOnHost(e.name), local);
     const ParameterShard& shard = shards_.at(e.name);
     if (shard.axis < 0) {
       tensors.emplace_back(e.name, local);
