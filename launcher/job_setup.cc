@@ -71,17 +71,39 @@ ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
   return options;
 }
 
+absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank) {
+  const config::TrainingConfig::Device device = job.training().device();
+  if (device == config::TrainingConfig::CUDA && !CudaAvailable()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("training.device=CUDA, but no CUDA device is usable here (",
+                     CudaUnavailableReason(), "); use AUTO or CPU to train on the CPU"));
+  }
+  const bool cuda =
+      device == config::TrainingConfig::CUDA || (device == config::TrainingConfig::AUTO &&
+                                                 CudaAvailable());
+  const config::ModelConfig::Precision precision = job.model().precision();
+  if (cuda && precision == config::ModelConfig::FP32) {
+    return absl::InvalidArgumentError(
+        "model.precision=FP32 with training on CUDA: the fused SSA attention kernel runs in bf16; "
+        "use BF16 (f32 master weights and gradients) or AUTO, or training.device=CPU for f32");
+  }
+  if (!cuda && precision == config::ModelConfig::BF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.precision=BF16 with training on the CPU (training.device=",
+        config::TrainingConfig::Device_Name(device),
+        "): the CPU kernels run in f32; use FP32 or AUTO, or train on a CUDA device"));
+  }
+  if (!cuda) return TrainingPlacement{};
+  return TrainingPlacement{Context::Cuda(local_rank % CudaDeviceCount()), DType::kBF16};
+}
+
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
     const config::JobConfig& job, const models::LlamaConfig& arch,
-    const models::LlamaParallelism& parallelism) {
-  if (job.model().precision() == config::ModelConfig::BF16) {
-    return absl::UnimplementedError(
-        "model.precision=BF16 needs the CUDA training path, which Kelvin does not have yet; use "
-        "AUTO or FP32 (CPU training runs in f32)");
-  }
+    const models::LlamaParallelism& parallelism, const TrainingPlacement& placement) {
   const models::LlamaRecompute recompute{job.model().recompute_attention(),
                                          job.model().recompute_mlp()};
-  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32, parallelism, recompute);
+  auto model = std::make_unique<models::LlamaModel>(arch, placement.dtype, parallelism, recompute,
+                                                    models::LlamaPlacement{placement.ctx});
   if (job.model().has_hf_dir()) {
     KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
                             io::HfCheckpoint::Open(job.model().hf_dir()));

@@ -15,11 +15,23 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
 // model.ssa (defaults resolved) as the SSA code's flags.
 ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa);
 
-// This rank's part of the model (the whole model without parallelism) in f32 on the CPU, loaded
-// from model.hf_dir or randomly initialised from the seed.
+// Where a rank trains and in which dtype.
+struct TrainingPlacement {
+  Context ctx = Context::Cpu();
+  DType dtype = DType::kF32;  // the model's: f32 on the CPU, bf16 (f32 masters) on CUDA
+};
+// training.device (AUTO: CUDA when a device is usable, else the CPU) and model.precision (AUTO:
+// FP32 on the CPU, BF16 on CUDA; the other pairs are errors naming the fields: the CPU kernels run
+// f32, the fused SSA kernel bf16). On CUDA the rank of node-local index `local_rank` takes GPU
+// local_rank % (the node's GPUs): ranks beyond the GPUs share them, which the trainer's MPI
+// communicators allow (they stage device tensors through host memory).
+absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank);
+
+// This rank's part of the model (the whole model without parallelism) placed as `placement` says,
+// loaded from model.hf_dir or randomly initialised from the seed.
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
     const config::JobConfig& job, const models::LlamaConfig& arch,
-    const models::LlamaParallelism& parallelism);
+    const models::LlamaParallelism& parallelism, const TrainingPlacement& placement);
 
 struct DataSources {
   std::unique_ptr<data::BatchSource> train;

@@ -10,7 +10,8 @@
 namespace kelvin::launcher {
 
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
-    const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world) {
+    const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
+    const Context& ctx) {
   const config::ParallelConfig& p = job.parallel();
   int mpi_initialized = 0, world_size = 1;
   MPI_Initialized(&mpi_initialized);
@@ -46,8 +47,7 @@ absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
   spec.global_batch_size = t.global_batch_size();
   parallel::CommunicatorOptions options;
   options.timeout_seconds = p.collective_timeout_seconds();
-  return parallel::ProcessGrid::Create(spec, world, parallel::CommBackend::kMpi, options,
-                                       Context::Cpu());
+  return parallel::ProcessGrid::Create(spec, world, parallel::CommBackend::kMpi, options, ctx);
 }
 
 }  // namespace kelvin::launcher

@@ -15,8 +15,10 @@ namespace kelvin::launcher {
 
 // nullptr when the layout is one process and `world` (when MPI is initialised) has one; else the
 // grid over `world` (MPI must be initialised: kelvin_main does it under mpirun/srun). Errors name
-// the parallel.* fields, the world size and the launch command to use.
+// the parallel.* fields, the world size and the launch command to use. The communicators are MPI's,
+// staging tensors on ctx's device through host memory.
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
-    const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world);
+    const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
+    const Context& ctx);
 
 }  // namespace kelvin::launcher

@@ -11,16 +11,17 @@
 #include "absl/strings/str_format.h"
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
+#include "core/mpi_check.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/grad_norm.h"
 #include "launcher/checkpoint.h"
+#include "launcher/lm_loss.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
 #include "launcher/preemption.h"
 #include "models/llama/memory_plan.h"
 #include "parallel/distributed_adamw.h"
-#include "parallel/vocab_parallel_cross_entropy.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -35,11 +36,27 @@ absl::Status CheckSupported(const config::JobConfig& job) {
         ": this build trains with tensor, sequence, pipeline and data parallelism (and the "
         "distributed optimizer); context parallelism is not in it yet: set context_parallel=1"));
   }
-  if (job.training().device() == config::TrainingConfig::CUDA) {
-    return absl::UnimplementedError(
-        "training.device=CUDA: Kelvin trains on the CPU only so far; use AUTO or CPU");
-  }
   return absl::OkStatus();
+}
+
+// This process's index among the processes of its node in `world` (0 without MPI). Collective
+// over `world` when MPI is initialised.
+int NodeLocalRank(MPI_Comm world) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return 0;
+  MPI_Comm node;
+  KELVIN_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int rank = 0;
+  KELVIN_MPI_CHECK(MPI_Comm_rank(node, &rank));
+  KELVIN_MPI_CHECK(MPI_Comm_free(&node));
+  return rank;
+}
+
+// Whether ResolvePlacement may pick CUDA (then the node-local rank is needed).
+bool MayTrainOnCuda(const config::JobConfig& job) {
+  return job.training().device() == config::TrainingConfig::CUDA ||
+         (job.training().device() == config::TrainingConfig::AUTO && CudaAvailable());
 }
 
 std::string FormatDuration(double seconds) {
@@ -51,12 +68,6 @@ std::string FormatDuration(double seconds) {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Sum(const Tensor& values) {
-  double sum = 0;
-  for (int64_t i = 0; i < values.numel(); ++i) sum += values.data<float>()[i];
-  return sum;
 }
 
 // One line per layer: tau^q and tau^v as mean +- std [min, max], and the range of sigma(alpha)
@@ -90,7 +101,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
         " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
   }
   std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
-  KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch, world));
+  KELVIN_ASSIGN_OR_RETURN(const TrainingPlacement placement,
+                          ResolvePlacement(job, MayTrainOnCuda(job) ? NodeLocalRank(world) : 0));
+  trainer->ctx_ = placement.ctx;
+  KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch, world, placement.ctx));
   models::LlamaParallelism parallelism;
   parallel::ProcessGrid* grid = trainer->grid_.get();
   if (grid != nullptr) {
@@ -113,7 +127,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
                                          static_cast<int>(trainer->micro_batches_),
                                          grid->spec().virtual_pipeline_stages));
   }
-  KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism));
+  KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism, placement));
   if (parallelism.pp != nullptr) {
     trainer->pipeline_ = std::make_unique<PipelineRunner>(schedule, std::move(program),
                                                           *trainer->model_, grid->pp());
@@ -238,7 +252,7 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
 }
 
 absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
-  const Context ctx = Context::Cpu();
+  const Context host = Context::Cpu();
   // The whole global batch first: its labelled-token count normalises every micro-batch's loss,
   // so accumulating M micro-batches gives exactly the gradient of the one big batch.
   std::vector<data::Batch> batches;
@@ -247,7 +261,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     KELVIN_ASSIGN_OR_RETURN(
         data::Batch batch,
         data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(), DataParallelSize()}));
-    labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
+    labelled += ops::CountNonIgnored(host, batch.labels.View({-1}));
     batches.push_back(std::move(batch));
   }
   labelled = static_cast<int64_t>(SumOverDataParallel(static_cast<double>(labelled)));
@@ -285,9 +299,9 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   if (distributed_optimizer_ != nullptr) {
-    distributed_optimizer_->Step(ctx, stats.lr);
+    distributed_optimizer_->Step(ctx_, stats.lr);
   } else {
-    optimizer_->Step(ctx, stats.lr);
+    optimizer_->Step(ctx_, stats.lr);
   }
   stats.temperatures = pipeline_
                            ? pipeline_->GatherTemperatureStatistics(model_->TemperatureStatistics())
@@ -297,21 +311,17 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
 
 std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& batches,
                                              double loss_scale) {
-  const Context ctx = Context::Cpu();
   // The loss of a micro-batch from its logits, leaving dlogits in place.
   auto loss = [&](Tensor& logits, int m) {
-    Tensor token_loss = Tensor::Empty({logits.dim(0)}, DType::kF32);  // [N]
-    parallel::VocabParallelSoftmaxCrossEntropy(model_->tp(), logits, batches[m].labels.View({-1}),
-                                               model_->layout().vocab_begin, loss_scale,
-                                               token_loss);
-    return Sum(token_loss);
+    return SoftmaxCrossEntropySum(ctx_, model_->tp(), logits, batches[m].labels.View({-1}),
+                                  model_->layout().vocab_begin, loss_scale);
   };
-  if (pipeline_ != nullptr) return pipeline_->RunStep(ctx, batches, loss);
+  if (pipeline_ != nullptr) return pipeline_->RunStep(ctx_, batches, loss);
   std::vector<double> losses;
   for (size_t m = 0; m < batches.size(); ++m) {
-    Tensor& logits = model_->Forward(ctx, batches[m].tokens, batches[m].positions);
+    Tensor& logits = model_->Forward(ctx_, batches[m].tokens, batches[m].positions);
     losses.push_back(loss(logits, static_cast<int>(m)));
-    model_->Backward(ctx, logits);
+    model_->Backward(ctx_, logits);
   }
   return losses;
 }
@@ -372,7 +382,6 @@ double Trainer::SumOverDataParallel(double value) {
 }
 
 double Trainer::ClipGradients(double max_norm) {
-  const Context ctx = Context::Cpu();
   ParameterSet& params = model_->parameters();
   // Each parameter of the full model once: this rank's shards, and replicated tensors only where
   // CountsInGradientNorm says; the squares summed over the tensor-parallel group (and over the
@@ -387,7 +396,7 @@ double Trainer::ClipGradients(double max_norm) {
     for (const ParameterSet::Entry& e : params.entries()) {
       if (counts(e.name)) counted.push_back(e.grad);
     }
-    squares.data<double>()[0] = ops::SumOfSquares(ctx, counted);
+    squares.data<double>()[0] = ops::SumOfSquares(ctx_, counted);
   }
   if (model_->tp() != nullptr) model_->tp()->AllReduce(squares, parallel::ReduceOp::kSum);
   if (pipeline_ != nullptr) grid_->pp().AllReduce(squares, parallel::ReduceOp::kSum);
@@ -398,7 +407,7 @@ double Trainer::ClipGradients(double max_norm) {
   } else if (coefficient < 1) {  // false for a NaN norm: the caller reports it
     for (int g = 0; g < kNumParamGroups; ++g) {
       Tensor& grads = params.grads(static_cast<ParamGroup>(g));
-      if (grads.defined()) ops::Scale(ctx, grads, coefficient, grads);
+      if (grads.defined()) ops::Scale(ctx_, grads, coefficient, grads);
     }
   }
   return norm;
@@ -440,24 +449,20 @@ absl::Status Trainer::WriteTensorBoard(const StepStats& stats) {
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
-  const Context ctx = Context::Cpu();
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0;
   for (int64_t i = 0; i < job_.training().eval_steps(); ++i) {
     KELVIN_ASSIGN_OR_RETURN(const data::Batch batch, data_.eval->BatchAt({i, 0, 1, 0, 1}));
-    labelled += ops::CountNonIgnored(ctx, batch.labels.View({-1}));
+    labelled += ops::CountNonIgnored(Context::Cpu(), batch.labels.View({-1}));
     rows += batch.rows();
-    const Tensor* logits = pipeline_ ? pipeline_->Forward(ctx, batch)
-                                     : &model_->Forward(ctx, batch.tokens, batch.positions);
+    const Tensor* logits = pipeline_ ? pipeline_->Forward(ctx_, batch)
+                                     : &model_->Forward(ctx_, batch.tokens, batch.positions);
     if (logits == nullptr) continue;  // a pipeline stage before the last
-    Tensor token_loss = Tensor::Empty({logits->dim(0)}, DType::kF32);  // [N]
-    parallel::VocabParallelCrossEntropyLoss(model_->tp(), *logits, batch.labels.View({-1}),
-                                            model_->layout().vocab_begin, token_loss);
-    stats.loss += Sum(token_loss);
+    Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
+    stats.loss += CrossEntropySum(ctx_, model_->tp(), *logits, batch.labels.View({-1}),
+                                  model_->layout().vocab_begin,
+                                  data_.passkey ? &predictions : nullptr);
     if (data_.passkey) {
-      Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
-      parallel::VocabParallelArgmax(model_->tp(), *logits, model_->layout().vocab_begin,
-                                    predictions);
       retrieved += data::CountRetrieved(batch, predictions.View(batch.tokens.shape()));
     }
   }
@@ -474,7 +479,10 @@ absl::Status Trainer::Run() {
                    << ", " << arch_.num_attention_heads << "/" << arch_.num_key_value_heads
                    << " heads, vocab " << arch_.vocab_size << ", " << arch_.NumParameters()
                    << " parameters (" << model_->parameters().NumElements()
-                   << " on each rank; f32, CPU, " << omp_get_max_threads() << " threads)";
+                   << " on each rank; " << DTypeName(model_->dtype())
+                   << (model_->parameters().has_model_copy() ? " with f32 master weights" : "")
+                   << ", " << ctx_.device().ToString() << ", " << omp_get_max_threads()
+                   << " CPU threads)";
   if (grid_ != nullptr) {
     const parallel::GridSpec& g = grid_->spec();
     KLOG_RANK0(INFO) << "layout: " << g.world_size << " processes = tensor " << g.tensor_parallel
