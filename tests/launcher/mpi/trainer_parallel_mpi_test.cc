@@ -10,6 +10,8 @@
 
 #include <csignal>
 #include <filesystem>
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "launcher/job_config.h"
@@ -17,6 +19,7 @@
 #include "launcher/trainer.h"
 #include "models/llama/llama_model.h"
 #include "tests/models/random_ssa_checkpoint.h"
+#include "tests/testing/backends.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 #include "tests/testing/tolerance.h"
@@ -40,24 +43,33 @@ struct Layout {
   const char* schedule = "ONE_F_ONE_B";
   int layers = 4;          // 8 for four stages of two chunks
   bool recompute = false;  // model.recompute_attention and recompute_mlp
+  int hidden = 128;        // 256: head dim 64, a size the CUDA kernel runs
+  const char* device = "CPU";
 
   int world() const { return tp * dp * pp; }
 };
 
-// Rank 0 writes the tiny preset (`layers` layers) with SSA and non-zero temperature parameters;
-// everyone waits.
-std::string StartingCheckpoint(int layers) {
+// Rank 0 writes the tiny preset (`layers` layers, `hidden` wide) with SSA and non-zero
+// temperature parameters; everyone waits.
+std::string StartingCheckpoint(int layers, int hidden) {
   absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("tiny");
   EXPECT_TRUE(config.ok());
   config->num_layers = layers;
+  config->hidden_size = hidden;
+  config->head_dim = hidden / config->num_attention_heads;
   config->ssa = ssa::SsaOptions();
   return testing::WriteRandomSsaCheckpoint(
-      *config, absl::StrCat(::testing::TempDir(), "/parallel_training_start_", layers), 17);
+      *config, absl::StrCat(::testing::TempDir(), "/parallel_training_start_", layers, "_", hidden),
+      17);
 }
 
 config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra = {}) {
-  static const std::string start4 = StartingCheckpoint(4), start8 = StartingCheckpoint(8);
-  const std::string& start = layout.layers == 8 ? start8 : start4;
+  // Written once per shape (collectively: every rank builds the same jobs in the same order), so
+  // no rank rewrites a checkpoint another may still be reading.
+  static std::map<std::pair<int, int>, std::string> starts;
+  const std::pair<int, int> shape{layout.layers, layout.hidden};
+  if (!starts.count(shape)) starts[shape] = StartingCheckpoint(layout.layers, layout.hidden);
+  const std::string& start = starts.at(shape);
   const std::string demo = (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() /
                             "configs" / "passkey_tiny_cpu.textproto")
                                .string();
@@ -83,7 +95,9 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
       absl::StrCat("parallel.virtual_pipeline_stages=", layout.virtual_stages),
       absl::StrCat("parallel.pipeline_schedule=", layout.schedule),
       absl::StrCat("model.recompute_attention=", layout.recompute ? "true" : "false"),
-      absl::StrCat("model.recompute_mlp=", layout.recompute ? "true" : "false")};
+      absl::StrCat("model.recompute_mlp=", layout.recompute ? "true" : "false"),
+      absl::StrCat("training.device=", layout.device),
+      "model.precision=AUTO"};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(demo, overrides);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -231,6 +245,45 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
       << other.status();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+// On a GPU machine: TP2xPP2 with its 4 processes sharing one GPU (the MPI communicators stage the
+// device tensors through host memory), in bf16 with f32 master weights, follows the f32
+// one-process CPU run within bf16 tolerances.
+TEST(ParallelTrainingCuda, Tp2Pp2SharingOneGpuFollowsTheCpuRun) {
+  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
+  if (WorldSize() != 4) GTEST_SKIP() << "TP2xPP2 needs 4 ranks";
+  Layout one{"one", 1, 1, false};
+  one.hidden = 256;
+  Layout layout{"TP2xPP2_cuda", 2, 1, false, false, 2};
+  layout.hidden = 256;
+  layout.device = "CUDA";
+  absl::StatusOr<std::unique_ptr<Trainer>> reference =
+      Trainer::Create(SmallJob(one), MPI_COMM_SELF);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_TRUE((*reference)->Run().ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> parallel = Trainer::Create(SmallJob(layout));
+  ASSERT_TRUE(parallel.ok()) << parallel.status();
+  ASSERT_TRUE((*parallel)->Run().ok());
+  EXPECT_TRUE((*parallel)->model().context().is_cuda());
+
+  const std::vector<StepStats>& expected = (*reference)->history();
+  const std::vector<StepStats>& got = (*parallel)->history();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i].loss, expected[i].loss, 2e-2 * expected[i].loss) << "step " << i + 1;
+  }
+  const double expected_eval = (*reference)->evaluations().front().loss;
+  EXPECT_NEAR((*parallel)->evaluations().front().loss, expected_eval, 2e-2 * expected_eval);
+  models::LlamaModel& model = (*parallel)->model();
+  ParameterSet& whole = (*reference)->model().parameters();
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
+    const Tensor expected_slice =
+        testing::SliceAlong(whole.value(e.name), shard.axis, shard.begin, shard.count);
+    EXPECT_TRUE(
+        testing::AllClose(model.parameters().MasterOnHost(e.name), expected_slice, 3e-2, e.name));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

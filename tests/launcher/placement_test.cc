@@ -1,0 +1,59 @@
+// Where a job trains: training.device and model.precision resolve to a device and a model dtype,
+// and the pairs Kelvin cannot run are errors naming both fields.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "launcher/job_config.h"
+#include "launcher/job_setup.h"
+
+namespace kelvin::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+config::JobConfig Job(const std::string& device, const std::string& precision) {
+  config::JobConfig job;
+  EXPECT_TRUE(ApplyOverride("training.device=" + device, job).ok());
+  EXPECT_TRUE(ApplyOverride("model.precision=" + precision, job).ok());
+  return job;
+}
+
+TEST(Placement, CpuTrainsInF32) {
+  for (const char* precision : {"AUTO", "FP32"}) {
+    const absl::StatusOr<TrainingPlacement> placement = ResolvePlacement(Job("CPU", precision), 0);
+    ASSERT_TRUE(placement.ok()) << placement.status();
+    EXPECT_TRUE(placement->ctx.device().is_cpu());
+    EXPECT_EQ(placement->dtype, DType::kF32);
+  }
+}
+
+TEST(Placement, Bf16OnTheCpuIsAnErrorNamingTheFields) {
+  const absl::StatusOr<TrainingPlacement> placement = ResolvePlacement(Job("CPU", "BF16"), 0);
+  ASSERT_FALSE(placement.ok());
+  EXPECT_THAT(std::string(placement.status().message()),
+              HasSubstr("model.precision=BF16 with training on the CPU (training.device=CPU): the "
+                        "CPU kernels run in f32; use FP32 or AUTO"));
+}
+
+TEST(Placement, AutoPicksCudaOnlyWhereADeviceIsUsable) {
+  const absl::StatusOr<TrainingPlacement> placement = ResolvePlacement(Job("AUTO", "AUTO"), 0);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  EXPECT_EQ(placement->ctx.is_cuda(), CudaAvailable());
+  EXPECT_EQ(placement->dtype, CudaAvailable() ? DType::kBF16 : DType::kF32);
+}
+
+TEST(Placement, CudaWithoutADeviceOrInF32IsAnError) {
+  const absl::StatusOr<TrainingPlacement> placement = ResolvePlacement(Job("CUDA", "FP32"), 0);
+  ASSERT_FALSE(placement.ok());
+  const std::string message(placement.status().message());
+  if (CudaAvailable()) {
+    EXPECT_THAT(message, HasSubstr("model.precision=FP32 with training on CUDA: the fused SSA "
+                                   "attention kernel runs in bf16"));
+  } else {
+    EXPECT_THAT(message, HasSubstr("training.device=CUDA, but no CUDA device is usable here ("));
+    EXPECT_THAT(message, HasSubstr(CudaUnavailableReason()));
+  }
+}
+
+}  // namespace
+}  // namespace kelvin::launcher

@@ -1,0 +1,90 @@
+// The trainer on CUDA (skipped without a device): the demo job with SSA in bf16 (f32 master
+// weights) follows the f32 CPU run of the same job within bf16 tolerances, and its checkpoint (the
+// f32 masters, copied from and back to the device) resumes the master weights bit for bit.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "launcher/job_config.h"
+#include "launcher/trainer.h"
+#include "tests/testing/backends.h"
+#include "tests/testing/compare.h"
+
+namespace kelvin::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The demo job with SSA, 3 steps, head dim 64 (a size the CUDA kernel runs), on `device`.
+config::JobConfig SmallJob(const std::string& device, const std::string& checkpoint_dir = "") {
+  const std::string demo =
+      (fs::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
+       "passkey_tiny_cpu.textproto")
+          .string();
+  std::vector<std::string> overrides = {
+      "model.ssa.enabled=true",           "model.architecture.hidden_size=256",
+      "model.precision=AUTO",             "training.device=" + device,
+      "lr_schedule.warmup_steps=1",       "training.steps=3",
+      "training.seq_length=128",          "training.micro_batch_size=2",
+      "training.global_batch_size=4",     "training.eval_interval=3",
+      "training.eval_steps=1",            "training.export_hf_dir=\"\"",
+      "logging.log_interval=1",           "optimizer.lr=1e-3"};
+  if (!checkpoint_dir.empty()) overrides.push_back("checkpoint.dir=\"" + checkpoint_dir + "\"");
+  absl::StatusOr<config::JobConfig> job = LoadJobConfig(demo, overrides);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.value_or(config::JobConfig());
+}
+
+std::unique_ptr<Trainer> RunOrDie(const config::JobConfig& job) {
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(job);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return nullptr;
+  const absl::Status run = (*trainer)->Run();
+  EXPECT_TRUE(run.ok()) << run;
+  return std::move(*trainer);
+}
+
+TEST(TrainerCuda, DemoInBf16FollowsTheF32CpuRun) {
+  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
+  const std::unique_ptr<Trainer> cpu = RunOrDie(SmallJob("CPU"));
+  const std::unique_ptr<Trainer> gpu = RunOrDie(SmallJob("CUDA"));
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(gpu->model().dtype(), DType::kBF16);
+  EXPECT_TRUE(gpu->model().context().is_cuda());
+  ASSERT_EQ(gpu->history().size(), cpu->history().size());
+  for (size_t i = 0; i < cpu->history().size(); ++i) {
+    const StepStats &expected = cpu->history()[i], &got = gpu->history()[i];
+    EXPECT_NEAR(got.loss, expected.loss, 2e-2 * expected.loss) << "step " << i + 1;
+    EXPECT_NEAR(got.grad_norm, expected.grad_norm, 1e-1 * expected.grad_norm) << "step " << i + 1;
+    ASSERT_EQ(got.temperatures.size(), expected.temperatures.size());
+  }
+  ASSERT_EQ(gpu->evaluations().size(), 1u);
+  const double expected_eval = cpu->evaluations().front().loss;
+  EXPECT_NEAR(gpu->evaluations().front().loss, expected_eval, 2e-2 * expected_eval);
+  ParameterSet& trained = gpu->model().parameters();
+  for (const ParameterSet::Entry& e : cpu->model().parameters().entries()) {
+    EXPECT_TRUE(testing::AllClose(trained.MasterOnHost(e.name), e.value, 3e-2, e.name));
+  }
+}
+
+TEST(TrainerCuda, CheckpointRestoresTheF32MastersOnTheDevice) {
+  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
+  const std::string dir = (fs::path(::testing::TempDir()) / "kelvin_cuda_checkpoint").string();
+  fs::remove_all(dir);
+  const std::unique_ptr<Trainer> trained = RunOrDie(SmallJob("CUDA", dir));
+  ASSERT_NE(trained, nullptr);
+  absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(SmallJob("CUDA", dir));
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ((*resumed)->start_step(), 3);
+  ParameterSet& expected = trained->model().parameters();
+  ParameterSet& got = (*resumed)->model().parameters();
+  for (const ParameterSet::Entry& e : got.entries()) {
+    EXPECT_TRUE(testing::BitIdentical(got.MasterOnHost(e.name), expected.MasterOnHost(e.name),
+                                      e.name + " master"));
+    EXPECT_TRUE(testing::BitIdentical(e.value, expected.value(e.name), e.name + " model copy"));
+  }
+}
+
+}  // namespace
+}  // namespace kelvin::launcher

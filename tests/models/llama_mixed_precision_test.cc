@@ -1,0 +1,166 @@
+// Mixed precision: f32 master weights with a bf16 model copy. On the CPU, the bookkeeping (the
+// copy follows the masters through Assign and AdamW; a separate f32 master trains the model bit for
+// bit like the plain one). On CUDA (skipped without a device), the bf16 Llama+SSA forward and
+// backward follow the f32 CPU model on the same weights.
+#include <gtest/gtest.h>
+
+#include "core/copy.h"
+#include "core/ops/cross_entropy.h"
+#include "core/optim/adamw_optimizer.h"
+#include "models/llama/llama_model.h"
+#include "tests/models/tiny_ssa_llama.h"
+#include "tests/testing/backends.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
+
+namespace kelvin {
+namespace {
+
+// Two packed documents per row: positions 0..first-1, then 0..t-first-1.
+Tensor PackedPositions(int64_t rows, int64_t t, int64_t first) {
+  Tensor p = Tensor::Empty({rows, t}, DType::kI32);
+  for (int64_t i = 0; i < rows * t; ++i) {
+    const int64_t col = i % t;
+    p.data<int32_t>()[i] = static_cast<int32_t>(col < first ? col : col - first);
+  }
+  return p;
+}
+
+TEST(MasterWeights, Bf16ModelCopyFollowsF32Masters) {
+  ParameterSet mixed, plain;
+  for (ParameterSet* set : {&mixed, &plain}) {
+    set->Declare("w", {3, 5}, ParamGroup::kDecay);
+    set->Declare("norm", {5}, ParamGroup::kNoDecay);
+  }
+  mixed.Allocate(Context::Cpu(), DType::kBF16);
+  plain.Allocate(DType::kF32);
+  ASSERT_TRUE(mixed.has_model_copy());
+  EXPECT_FALSE(plain.has_model_copy());
+  EXPECT_EQ(mixed.value("w").dtype(), DType::kBF16);
+  EXPECT_EQ(mixed.master("w").dtype(), DType::kF32);
+  EXPECT_EQ(mixed.grad("w").dtype(), DType::kF32);
+  EXPECT_EQ(plain.master("w").raw_data(), plain.value("w").raw_data());
+
+  for (const char* name : {"w", "norm"}) {
+    const Tensor init = testing::Random(mixed.Get(name).shape, DType::kF64, 7);
+    mixed.Assign(name, init);
+    plain.Assign(name, init);
+    const Tensor grad = testing::Random(mixed.Get(name).shape, DType::kF32, 8);
+    CopyTensor(Context::Cpu(), grad, mixed.grad(name));
+    CopyTensor(Context::Cpu(), grad, plain.grad(name));
+  }
+  EXPECT_TRUE(testing::BitIdentical(mixed.master("w"), plain.value("w"), "master after Assign"));
+  EXPECT_TRUE(testing::BitIdentical(mixed.value("w"), testing::Cast(plain.value("w"), DType::kBF16),
+                                    "model copy after Assign"));
+
+  AdamWOptimizer mixed_adam(mixed, {}), plain_adam(plain, {});
+  for (int step = 0; step < 2; ++step) {
+    mixed_adam.Step(Context::Cpu(), 1e-2);
+    plain_adam.Step(Context::Cpu(), 1e-2);
+  }
+  for (const char* name : {"w", "norm"}) {
+    EXPECT_TRUE(testing::BitIdentical(mixed.master(name), plain.value(name), name));
+    EXPECT_TRUE(testing::BitIdentical(mixed.value(name),
+                                      testing::Cast(plain.value(name), DType::kBF16), name));
+    EXPECT_TRUE(testing::BitIdentical(mixed.MasterOnHost(name), plain.value(name), name));
+  }
+  // The state lives with the masters: f32.
+  for (const auto& [name, moment] : mixed_adam.StateTensors()) {
+    EXPECT_EQ(moment.dtype(), DType::kF32) << name;
+  }
+}
+
+// Two steps of forward, backward and AdamW on `model` from random weights with SSA.
+void TrainTwoSteps(models::LlamaModel& model) {
+  const Context ctx = Context::Cpu();
+  model.InitRandom(11);
+  const Tensor tokens = testing::RandomInts({2, 8}, DType::kI32, 1, 0, 11);
+  const Tensor labels = testing::RandomInts({16}, DType::kI32, 2, 0, 11);
+  AdamWOptimizer adam(model.parameters(), {});
+  for (int step = 0; step < 2; ++step) {
+    model.parameters().ZeroGrads();
+    Tensor& logits = model.Forward(ctx, tokens, PackedPositions(2, 8, 3));
+    ops::SoftmaxCrossEntropyMean(ctx, logits, labels);
+    model.Backward(ctx, logits);
+    adam.Step(ctx, 1e-2);
+  }
+}
+
+TEST(MasterWeights, SeparateF32MastersTrainBitIdentically) {
+  const models::LlamaConfig config = testing::TinySsaLlamaConfig(true, true);
+  models::LlamaModel plain(config, DType::kF32);
+  models::LlamaModel separate(config, DType::kF32, {}, {}, {Context::Cpu(), true});
+  ASSERT_TRUE(separate.parameters().has_model_copy());
+  TrainTwoSteps(plain);
+  TrainTwoSteps(separate);
+  for (const ParameterSet::Entry& e : separate.parameters().entries()) {
+    const ParameterSet::Entry& expected = plain.parameters().Get(e.name);
+    EXPECT_TRUE(testing::BitIdentical(e.master, expected.value, e.name + " master"));
+    EXPECT_TRUE(testing::BitIdentical(e.value, expected.value, e.name + " model copy"));
+    EXPECT_TRUE(testing::BitIdentical(e.grad, expected.grad, e.name + " gradient"));
+  }
+}
+
+// A small Llama+SSA the CUDA kernel runs: head dim 64 (its sizes are 64 and 128), GQA 4/2.
+models::LlamaConfig CudaSizedConfig() {
+  models::LlamaConfig c = testing::TinySsaLlamaConfig(true, true);
+  c.hidden_size = 256;
+  c.intermediate_size = 384;
+  c.head_dim = 64;
+  c.vocab_size = 96;
+  c.max_position_embeddings = 256;
+  return c;
+}
+
+// bf16 on CUDA against f32 on the CPU, same weights (non-zero temperatures) and packed inputs.
+// Tolerances (relative L2): bf16 keeps 8 significant bits (unit roundoff 2^-9); every GEMM, norm
+// and the attention round their outputs once, so two layers give errors of ~1e-2 on the logits and
+// a few 1e-2 on the gradients, which reduce over all tokens.
+TEST(LlamaCuda, Bf16ForwardBackwardFollowsCpuF32) {
+  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
+  const Context cpu = Context::Cpu();
+  const Context& gpu = testing::ContextFor(Device::Cuda());
+  const models::LlamaConfig config = CudaSizedConfig();
+  models::LlamaModel reference(config, DType::kF32);
+  models::LlamaModel model(config, DType::kBF16, {}, {}, {gpu, false});
+  ASSERT_TRUE(model.parameters().has_model_copy());
+  reference.InitRandom(5);
+  uint64_t seed = 100;
+  for (const ParameterSet::Entry& e : reference.parameters().entries()) {
+    Tensor weights = reference.parameters().MasterOnHost(e.name);
+    if (e.group == ParamGroup::kTemperature) {  // non-zero read-outs and alphas
+      weights = testing::Random(e.shape, DType::kF32, ++seed, -0.5, 0.5);
+      reference.parameters().Assign(e.name, weights);
+    }
+    model.parameters().Assign(e.name, weights);
+  }
+  const int64_t rows = 2, t = 96;
+  const Tensor tokens = testing::RandomInts({rows, t}, DType::kI32, 3, 0, config.vocab_size - 1);
+  const Tensor positions = PackedPositions(rows, t, 40);
+  Tensor labels = testing::RandomInts({rows * t}, DType::kI32, 4, 0, config.vocab_size - 1);
+  for (int64_t i = 0; i < rows * t; i += 7) labels.data<int32_t>()[i] = ops::kIgnoreIndex;
+
+  Tensor& expected_logits = reference.Forward(cpu, tokens, positions);
+  Tensor& logits = model.Forward(gpu, tokens, positions);
+  EXPECT_TRUE(testing::AllClose(logits, expected_logits, 3e-2, "logits"));
+  const double expected_loss = ops::SoftmaxCrossEntropyMean(cpu, expected_logits, labels);
+  const double loss =
+      ops::SoftmaxCrossEntropyMean(gpu, logits, CopyToDevice(gpu, labels, gpu.device()));
+  EXPECT_NEAR(loss, expected_loss, 1e-2 * expected_loss);
+  reference.Backward(cpu, expected_logits);
+  model.Backward(gpu, logits);
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    EXPECT_EQ(e.grad.dtype(), DType::kF32) << e.name;
+    EXPECT_TRUE(testing::AllClose(e.grad, reference.parameters().Get(e.name).grad, 6e-2, e.name));
+  }
+  const std::vector<ssa::TemperatureStatistics> stats = model.TemperatureStatistics();
+  const std::vector<ssa::TemperatureStatistics> expected_stats = reference.TemperatureStatistics();
+  ASSERT_EQ(stats.size(), expected_stats.size());
+  for (size_t l = 0; l < stats.size(); ++l) {
+    EXPECT_NEAR(stats[l].query.mean, expected_stats[l].query.mean, 1e-2) << "layer " << l;
+    EXPECT_NEAR(stats[l].value.mean, expected_stats[l].value.mean, 1e-2) << "layer " << l;
+  }
+}
+
+}  // namespace
+}  // namespace kelvin
