@@ -1,0 +1,94 @@
+// Training-step throughput of Kelvin's Llama on one GPU: a Llama-3-8B-shaped model cut to a few
+// decoder layers (default 2; embedding, final norm and the 128K-vocabulary LM head included), bf16
+// with f32 master weights, B x T tokens; one step = forward, fused cross-entropy, backward and the
+// AdamW update. SSA on (the default temperatures, weight-shared) and off, in the same run.
+// Prints one JSON line per variant with the step time, tokens/s, achieved TFLOP/s and MFU.
+// FLOPs (the Megatron/PaLM model-FLOPs count, named "model_flops" in the output): per step
+//   6 * P_gemm * N  +  6 * L * T * D * N   (N = B*T tokens; causal attention: half of 12 L T D N)
+// where P_gemm are the parameters inside GEMMs (every decoder matrix and the LM head; not the
+// embedding table, a lookup). MFU = achieved / 989.4e12 (H100/H200 SXM dense bf16 peak); the SSA
+// temperatures' extra work is not counted, so SSA's MFU is comparable with vanilla's.
+// Usage: llama_layers_gpu [layers] [batch] [seq] [timed_steps]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "bench/gpu/cuda_event_timer.h"
+#include "core/copy.h"
+#include "core/ops/cross_entropy.h"
+#include "core/optim/adamw_optimizer.h"
+#include "models/llama/llama_model.h"
+
+namespace kelvin {
+namespace {
+
+constexpr double kPeakBf16Flops = 989.4e12;
+
+// Model FLOPs of one training step (see the file comment).
+double StepFlops(const models::LlamaConfig& c, int64_t batch, int64_t seq) {
+  const double n = static_cast<double>(batch * seq), d = static_cast<double>(c.hidden_size);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim);
+  const double per_layer = d * d * 2 + d * kv * 2 + 3 * d * static_cast<double>(c.intermediate_size);
+  const double gemm_params = static_cast<double>(c.num_layers) * per_layer +
+                             static_cast<double>(c.vocab_size) * d;
+  return 6 * gemm_params * n + 6 * static_cast<double>(c.num_layers) * static_cast<double>(seq) *
+                                   d * n;
+}
+
+int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {
+  if (!CudaAvailable()) {
+    std::fprintf(stderr, "no CUDA device: %s\n", CudaUnavailableReason().c_str());
+    return 2;
+  }
+  const Context ctx = Context::Cuda(0);
+  for (const bool ssa : {true, false}) {
+    absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("llama3-8b");
+    if (!config.ok()) return 2;
+    config->num_layers = layers;
+    if (ssa) config->ssa = ssa::SsaOptions();
+    models::LlamaModel model(*config, DType::kBF16, {}, {}, {ctx, false});
+    model.InitRandom(1);
+    AdamWOptimizer optimizer(model.parameters(), AdamWSettings{});
+    Tensor tokens = Tensor::Empty({batch, seq}, DType::kI32);     // [B, T]
+    Tensor positions = Tensor::Empty({batch, seq}, DType::kI32);  // [B, T]
+    Tensor labels = Tensor::Empty({batch * seq}, DType::kI32);    // [B*T]
+    for (int64_t i = 0; i < batch * seq; ++i) {
+      tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % config->vocab_size);
+      labels.data<int32_t>()[i] = static_cast<int32_t>((i * 104729 + 1) % config->vocab_size);
+      positions.data<int32_t>()[i] = static_cast<int32_t>(i % seq);
+    }
+    const Tensor device_labels = CopyToDevice(ctx, labels, ctx.device());
+    Tensor token_loss = Tensor::Empty({batch * seq}, DType::kF32, ctx.device());  // [B*T]
+    auto step = [&] {
+      model.parameters().ZeroGrads();
+      Tensor& logits = model.Forward(ctx, tokens, positions);
+      ops::SoftmaxCrossEntropy(ctx, logits, device_labels, 1.0 / static_cast<double>(batch * seq),
+                               token_loss);
+      model.Backward(ctx, logits);
+      optimizer.Step(ctx, 1e-5);
+    };
+    const double ms = bench::MeanCudaMs(ctx, 2, timed_steps, step);
+    const double flops = StepFlops(*config, batch, seq);
+    const double achieved = flops / (ms * 1e-3);
+    std::printf(
+        "{\"impl\": \"kelvin_%s\", \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, "
+        "\"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"model_flops\": %.4g, \"tflops\": %.1f, "
+        "\"mfu\": %.4f}\n",
+        ssa ? "ssa" : "vanilla", static_cast<long long>(layers), static_cast<long long>(batch),
+        static_cast<long long>(seq), ms, static_cast<double>(batch * seq) / (ms * 1e-3), flops,
+        achieved / 1e12, achieved / kPeakBf16Flops);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kelvin
+
+int main(int argc, char** argv) {
+  const int64_t layers = argc > 1 ? std::atoll(argv[1]) : 2;
+  const int64_t batch = argc > 2 ? std::atoll(argv[2]) : 1;
+  const int64_t seq = argc > 3 ? std::atoll(argv[3]) : 8192;
+  const int timed_steps = argc > 4 ? std::atoi(argv[4]) : 5;
+  return kelvin::Run(layers, batch, seq, timed_steps);
+}
