@@ -333,6 +333,9 @@ models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) con
   o.seq_length = t.seq_length();
   o.recompute_attention = job_.model().recompute_attention();
   o.recompute_mlp = job_.model().recompute_mlp();
+  o.activation_dtype = model_->dtype();
+  o.parameter_dtype = model_->dtype();
+  o.separate_master = model_->parameters().has_model_copy();
   if (grid_ != nullptr) {
     const parallel::GridSpec& g = grid_->spec();
     o.tensor_parallel = g.tensor_parallel;

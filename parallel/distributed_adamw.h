@@ -3,8 +3,10 @@
 // reduce-scattered (summed), so that rank r holds the reduced gradient of its contiguous shard
 // [r*S, min((r+1)*S, E)); AdamW updates only that shard of the master weights, with Adam moments
 // for the shard only (1/D of the optimizer state); the updated shards are all-gathered into every
-// rank's master weights (and a bf16 model copy refreshed from them). Equal to AdamWOptimizer after a gradient all-reduce, up to the summation
-// order of the reduction.
+// rank's master weights (and a bf16 model copy refreshed from them). Unlike Megatron the f32
+// masters stay whole on every rank (sharding them too would save 4 bytes per parameter x
+// (D-1)/D). Equal to AdamWOptimizer after a gradient all-reduce, up to the summation order of the
+// reduction.
 #pragma once
 
 #include <functional>

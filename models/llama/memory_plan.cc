@@ -60,21 +60,19 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   MemoryPlan plan;
   plan.parameters = params * static_cast<int64_t>(DTypeSize(o.parameter_dtype));
   plan.gradients = params * grad;
+  plan.master_weights = o.separate_master ? params * 4 : 0;  // whole on every rank, ZeRO-1 too
   const bool zero = o.distributed_optimizer && o.data_parallel > 1;
   if (!zero) {
-    plan.master_weights = o.separate_master ? params * 4 : 0;
     plan.optimizer_state = 2 * params * grad;
   } else {
     // parallel/distributed_adamw.h, per group of E elements with S = ceil(E / D): the moments
     // [S] each; with the gradients, the reduced shard [S] and the padded exchange buffer [D * S]
-    // in the parameters' dtype.
+    // in the master weights' dtype (that of the gradients).
     for (const int64_t elements : group_elements) {
       if (elements == 0) continue;
       const int64_t s = (elements + o.data_parallel - 1) / o.data_parallel;
       plan.optimizer_state += 2 * s * grad;
-      plan.gradients +=
-          s * grad + o.data_parallel * s * static_cast<int64_t>(DTypeSize(o.parameter_dtype));
-      plan.master_weights += o.separate_master ? s * 4 : 0;
+      plan.gradients += s * grad + o.data_parallel * s * grad;
     }
   }
 

@@ -28,7 +28,7 @@ struct MemoryPlanOptions {
   // (parallel::PeakInFlightMicroBatches; 1 without pipeline parallelism).
   int64_t micro_batches_in_flight = 1;
   int data_parallel = 1;
-  bool distributed_optimizer = false;  // ZeRO-1: moments (and master weights) sharded over DP
+  bool distributed_optimizer = false;  // ZeRO-1: moments sharded over DP (masters stay whole)
 };
 
 struct MemoryPlan {

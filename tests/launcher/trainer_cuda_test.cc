@@ -66,6 +66,17 @@ TEST(TrainerCuda, DemoInBf16FollowsTheF32CpuRun) {
   for (const ParameterSet::Entry& e : cpu->model().parameters().entries()) {
     EXPECT_TRUE(testing::AllClose(trained.MasterOnHost(e.name), e.value, 3e-2, e.name));
   }
+  // The memory plan of bf16 training is what the device holds: bf16 activations and parameters,
+  // f32 masters, gradients and moments.
+  const models::MemoryPlan plan = gpu->MemoryPlanOf(0, 0);
+  const models::LlamaModel::BufferBytes allocated = gpu->model().AllocatedBufferBytes();
+  EXPECT_EQ(plan.activations, allocated.activations);
+  EXPECT_EQ(plan.logits, allocated.logits);
+  EXPECT_EQ(plan.backward_scratch, allocated.backward_scratch);
+  EXPECT_EQ(plan.parameters, trained.NumElements() * 2);
+  EXPECT_EQ(plan.master_weights, trained.NumElements() * 4);
+  EXPECT_EQ(plan.gradients, trained.NumElements() * 4);
+  EXPECT_EQ(plan.optimizer_state, gpu->OptimizerStateBytes());
 }
 
 TEST(TrainerCuda, CheckpointRestoresTheF32MastersOnTheDevice) {
