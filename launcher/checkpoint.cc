@@ -138,9 +138,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
   if (part.writes_optimizer) {
     std::vector<std::pair<std::string, Tensor>> state;
     for (const auto& [name, tensor] : optimizer.tensors) {
-      state.emplace_back(name, tensor.is_cpu() ? tensor
-                                               : CopyToDevice(params.context(), tensor,
-                                                              Device::Cpu()));
+      state.emplace_back(
+          name, tensor.is_cpu() ? tensor : CopyToDevice(params.context(), tensor, Device::Cpu()));
     }
     KELVIN_RETURN_IF_ERROR(
         io::WriteSafetensors((partial / part.optimizer_file).string(), state,

@@ -78,9 +78,8 @@ absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job,
         absl::StrCat("training.device=CUDA, but no CUDA device is usable here (",
                      CudaUnavailableReason(), "); use AUTO or CPU to train on the CPU"));
   }
-  const bool cuda =
-      device == config::TrainingConfig::CUDA || (device == config::TrainingConfig::AUTO &&
-                                                 CudaAvailable());
+  const bool cuda = device == config::TrainingConfig::CUDA ||
+                    (device == config::TrainingConfig::AUTO && CudaAvailable());
   const config::ModelConfig::Precision precision = job.model().precision();
   if (cuda && precision == config::ModelConfig::FP32) {
     return absl::InvalidArgumentError(
@@ -88,10 +87,10 @@ absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job,
         "use BF16 (f32 master weights and gradients) or AUTO, or training.device=CPU for f32");
   }
   if (!cuda && precision == config::ModelConfig::BF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.precision=BF16 with training on the CPU (training.device=",
-        config::TrainingConfig::Device_Name(device),
-        "): the CPU kernels run in f32; use FP32 or AUTO, or train on a CUDA device"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.precision=BF16 with training on the CPU (training.device=",
+                     config::TrainingConfig::Device_Name(device),
+                     "): the CPU kernels run in f32; use FP32 or AUTO, or train on a CUDA device"));
   }
   if (!cuda) return TrainingPlacement{};
   return TrainingPlacement{Context::Cuda(local_rank % CudaDeviceCount()), DType::kBF16};

@@ -49,7 +49,7 @@ double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator* tp, Te
 double CrossEntropySum(const Context& ctx, parallel::Communicator* tp, const Tensor& logits,
                        const Tensor& labels, int64_t vocab_begin, Tensor* predictions) {
   const Tensor host = logits.is_cpu() ? logits : StageToHost(ctx, logits);  // [N, V]
-  Tensor loss = Tensor::Empty({host.dim(0)}, DType::kF32);                 // [N]
+  Tensor loss = Tensor::Empty({host.dim(0)}, DType::kF32);                  // [N]
   parallel::VocabParallelCrossEntropyLoss(tp, host, labels, vocab_begin, loss);
   if (predictions != nullptr) parallel::VocabParallelArgmax(tp, host, vocab_begin, *predictions);
   return Sum(loss);

@@ -462,9 +462,9 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
                                      : &model_->Forward(ctx_, batch.tokens, batch.positions);
     if (logits == nullptr) continue;  // a pipeline stage before the last
     Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
-    stats.loss += CrossEntropySum(ctx_, model_->tp(), *logits, batch.labels.View({-1}),
-                                  model_->layout().vocab_begin,
-                                  data_.passkey ? &predictions : nullptr);
+    stats.loss +=
+        CrossEntropySum(ctx_, model_->tp(), *logits, batch.labels.View({-1}),
+                        model_->layout().vocab_begin, data_.passkey ? &predictions : nullptr);
     if (data_.passkey) {
       retrieved += data::CountRetrieved(batch, predictions.View(batch.tokens.shape()));
     }
@@ -481,8 +481,8 @@ absl::Status Trainer::Run() {
   KLOG_RANK0(INFO) << "model: " << arch_.num_layers << " layers, hidden " << arch_.hidden_size
                    << ", " << arch_.num_attention_heads << "/" << arch_.num_key_value_heads
                    << " heads, vocab " << arch_.vocab_size << ", " << arch_.NumParameters()
-                   << " parameters (" << model_->parameters().NumElements()
-                   << " on each rank; " << DTypeName(model_->dtype())
+                   << " parameters (" << model_->parameters().NumElements() << " on each rank; "
+                   << DTypeName(model_->dtype())
                    << (model_->parameters().has_model_copy() ? " with f32 master weights" : "")
                    << ", " << ctx_.device().ToString() << ", " << omp_get_max_threads()
                    << " CPU threads)";

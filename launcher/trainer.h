@@ -1,11 +1,11 @@
 // Trainer: the training loop of `kelvin train` on the CPU (f32) or a CUDA device (bf16 with f32
 // master weights), one process or a tensor/sequence/pipeline/data parallel grid under mpirun (MPI
-// communicators; device tensors staged through host memory). Read top to bottom in trainer.cc: per step, each
-// data-parallel rank's micro-batches run forward and backward with the loss normalised by the
-// global batch's labelled tokens, gradients are summed over data-parallel ranks and clipped by the
-// norm of the full model, the learning rate comes from the schedule, AdamW steps; progress lines,
-// periodic evaluation, checkpoints (resume, every checkpoint.interval_steps, at the end and on a
-// preemption signal), export at the end.
+// communicators; device tensors staged through host memory). Read top to bottom in trainer.cc: per
+// step, each data-parallel rank's micro-batches run forward and backward with the loss normalised
+// by the global batch's labelled tokens, gradients are summed over data-parallel ranks and clipped
+// by the norm of the full model, the learning rate comes from the schedule, AdamW steps; progress
+// lines, periodic evaluation, checkpoints (resume, every checkpoint.interval_steps, at the end and
+// on a preemption signal), export at the end.
 #pragma once
 
 #include <memory>
@@ -96,7 +96,7 @@ class Trainer {
 
   config::JobConfig job_;
   models::LlamaConfig arch_;
-  Context ctx_ = Context::Cpu();                  // this rank's device
+  Context ctx_ = Context::Cpu();                 // this rank's device
   std::unique_ptr<parallel::ProcessGrid> grid_;  // nullptr: one process
   std::unique_ptr<models::LlamaModel> model_;
   DataSources data_;

@@ -28,11 +28,12 @@ constexpr double kPeakBf16Flops = 989.4e12;
 double StepFlops(const models::LlamaConfig& c, int64_t batch, int64_t seq) {
   const double n = static_cast<double>(batch * seq), d = static_cast<double>(c.hidden_size);
   const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim);
-  const double per_layer = d * d * 2 + d * kv * 2 + 3 * d * static_cast<double>(c.intermediate_size);
-  const double gemm_params = static_cast<double>(c.num_layers) * per_layer +
-                             static_cast<double>(c.vocab_size) * d;
-  return 6 * gemm_params * n + 6 * static_cast<double>(c.num_layers) * static_cast<double>(seq) *
-                                   d * n;
+  const double per_layer =
+      d * d * 2 + d * kv * 2 + 3 * d * static_cast<double>(c.intermediate_size);
+  const double gemm_params =
+      static_cast<double>(c.num_layers) * per_layer + static_cast<double>(c.vocab_size) * d;
+  return 6 * gemm_params * n +
+         6 * static_cast<double>(c.num_layers) * static_cast<double>(seq) * d * n;
 }
 
 int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {

@@ -52,9 +52,11 @@ void LlamaModel::InitSsaParameters() {
         if (spec.suffix == "self_attn.ssa.alpha") {
           ops::Fill(ctx_, master, config_.ssa->alpha_init);
         } else if (spec.suffix == "self_attn.ssa.query_temperature_proj.weight") {
-          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.q_proj.weight")), master);
+          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.q_proj.weight")),
+                     master);
         } else if (spec.suffix == "self_attn.ssa.value_temperature_proj.weight") {
-          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.v_proj.weight")), master);
+          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.v_proj.weight")),
+                     master);
         } else {
           ops::Fill(ctx_, master, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
         }

@@ -17,18 +17,17 @@ namespace fs = std::filesystem;
 
 // The demo job with SSA, 3 steps, head dim 64 (a size the CUDA kernel runs), on `device`.
 config::JobConfig SmallJob(const std::string& device, const std::string& checkpoint_dir = "") {
-  const std::string demo =
-      (fs::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
-       "passkey_tiny_cpu.textproto")
-          .string();
+  const std::string demo = (fs::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
+                            "passkey_tiny_cpu.textproto")
+                               .string();
   std::vector<std::string> overrides = {
-      "model.ssa.enabled=true",           "model.architecture.hidden_size=256",
-      "model.precision=AUTO",             "training.device=" + device,
-      "lr_schedule.warmup_steps=1",       "training.steps=3",
-      "training.seq_length=128",          "training.micro_batch_size=2",
-      "training.global_batch_size=4",     "training.eval_interval=3",
-      "training.eval_steps=1",            "training.export_hf_dir=\"\"",
-      "logging.log_interval=1",           "optimizer.lr=1e-3"};
+      "model.ssa.enabled=true",       "model.architecture.hidden_size=256",
+      "model.precision=AUTO",         "training.device=" + device,
+      "lr_schedule.warmup_steps=1",   "training.steps=3",
+      "training.seq_length=128",      "training.micro_batch_size=2",
+      "training.global_batch_size=4", "training.eval_interval=3",
+      "training.eval_steps=1",        "training.export_hf_dir=\"\"",
+      "logging.log_interval=1",       "optimizer.lr=1e-3"};
   if (!checkpoint_dir.empty()) overrides.push_back("checkpoint.dir=\"" + checkpoint_dir + "\"");
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(demo, overrides);
   EXPECT_TRUE(job.ok()) << job.status();
