@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "bench/synthetic_llama_batch.h"
 #include "core/ops/cross_entropy.h"
 #include "core/optim/adamw_optimizer.h"
 #include "models/llama/llama_model.h"
@@ -27,19 +28,13 @@ int Run(const std::string& preset, int64_t batch, int64_t seq, int timed_steps) 
   model.InitRandom(1);
   AdamWOptimizer optimizer(model.parameters(), AdamWSettings{});
   const Context ctx = Context::Cpu();
-  Tensor tokens = Tensor::Empty({batch, seq}, DType::kI32);     // [B, T]
-  Tensor positions = Tensor::Empty({batch, seq}, DType::kI32);  // [B, T]
-  Tensor labels = Tensor::Empty({batch * seq}, DType::kI32);    // [B*T]
-  for (int64_t i = 0; i < batch * seq; ++i) {
-    tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % config->vocab_size);
-    labels.data<int32_t>()[i] = static_cast<int32_t>((i * 104729 + 1) % config->vocab_size);
-    positions.data<int32_t>()[i] = static_cast<int32_t>(i % seq);
-  }
+  const bench::SyntheticLlamaBatch data =
+      bench::MakeSyntheticLlamaBatch(batch, seq, config->vocab_size);
   Tensor token_loss = Tensor::Empty({batch * seq}, DType::kF32);  // [B*T]
   auto step = [&] {
     model.parameters().ZeroGrads();
-    Tensor& logits = model.Forward(ctx, tokens, positions);
-    ops::SoftmaxCrossEntropy(ctx, logits, labels, 1.0 / static_cast<double>(batch * seq),
+    Tensor& logits = model.Forward(ctx, data.tokens, data.positions);
+    ops::SoftmaxCrossEntropy(ctx, logits, data.labels, 1.0 / static_cast<double>(batch * seq),
                              token_loss);
     model.Backward(ctx, logits);
     optimizer.Step(ctx, 1e-4);

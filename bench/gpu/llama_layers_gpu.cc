@@ -14,6 +14,7 @@
 #include <string>
 
 #include "bench/gpu/cuda_event_timer.h"
+#include "bench/synthetic_llama_batch.h"
 #include "core/copy.h"
 #include "core/ops/cross_entropy.h"
 #include "core/optim/adamw_optimizer.h"
@@ -50,19 +51,13 @@ int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {
     models::LlamaModel model(*config, DType::kBF16, {}, {}, {ctx, false});
     model.InitRandom(1);
     AdamWOptimizer optimizer(model.parameters(), AdamWSettings{});
-    Tensor tokens = Tensor::Empty({batch, seq}, DType::kI32);     // [B, T]
-    Tensor positions = Tensor::Empty({batch, seq}, DType::kI32);  // [B, T]
-    Tensor labels = Tensor::Empty({batch * seq}, DType::kI32);    // [B*T]
-    for (int64_t i = 0; i < batch * seq; ++i) {
-      tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % config->vocab_size);
-      labels.data<int32_t>()[i] = static_cast<int32_t>((i * 104729 + 1) % config->vocab_size);
-      positions.data<int32_t>()[i] = static_cast<int32_t>(i % seq);
-    }
-    const Tensor device_labels = CopyToDevice(ctx, labels, ctx.device());
+    const bench::SyntheticLlamaBatch data =
+        bench::MakeSyntheticLlamaBatch(batch, seq, config->vocab_size);
+    const Tensor device_labels = CopyToDevice(ctx, data.labels, ctx.device());
     Tensor token_loss = Tensor::Empty({batch * seq}, DType::kF32, ctx.device());  // [B*T]
     auto step = [&] {
       model.parameters().ZeroGrads();
-      Tensor& logits = model.Forward(ctx, tokens, positions);
+      Tensor& logits = model.Forward(ctx, data.tokens, data.positions);
       ops::SoftmaxCrossEntropy(ctx, logits, device_labels, 1.0 / static_cast<double>(batch * seq),
                                token_loss);
       model.Backward(ctx, logits);
