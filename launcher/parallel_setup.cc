@@ -6,12 +6,52 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/logging.h"
+#include "core/mpi_check.h"
 
 namespace kelvin::launcher {
 
+NodePlace NodePlaceOf(MPI_Comm world) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return {};
+  MPI_Comm node;
+  KELVIN_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  NodePlace place;
+  KELVIN_MPI_CHECK(MPI_Comm_rank(node, &place.rank));
+  KELVIN_MPI_CHECK(MPI_Comm_size(node, &place.size));
+  KELVIN_MPI_CHECK(MPI_Comm_free(&node));
+  return place;
+}
+
+absl::StatusOr<parallel::CommBackend> ResolveBackend(const config::ParallelConfig& parallel,
+                                                     const Context& ctx, int node_processes) {
+  const int gpus = ctx.is_cuda() ? CudaDeviceCount() : 0;
+  switch (parallel.communication_backend()) {
+    case config::ParallelConfig::MPI:
+      return parallel::CommBackend::kMpi;
+    case config::ParallelConfig::NCCL:
+      if (!ctx.is_cuda()) {
+        return absl::InvalidArgumentError(
+            "parallel.communication_backend=NCCL needs training on CUDA, but this job trains on "
+            "the CPU (training.device): use AUTO or MPI");
+      }
+      if (node_processes > gpus) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parallel.communication_backend=NCCL needs a GPU per process, but ", node_processes,
+            " processes share this node's ", gpus, " GPU(s): start at most ", gpus,
+            " per node, or use MPI (device tensors staged through host memory)"));
+      }
+      return parallel::CommBackend::kNccl;
+    default:
+      return ctx.is_cuda() && node_processes <= gpus ? parallel::CommBackend::kNccl
+                                                      : parallel::CommBackend::kMpi;
+  }
+}
+
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
     const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
-    const Context& ctx) {
+    const Context& ctx, int node_processes) {
   const config::ParallelConfig& p = job.parallel();
   int mpi_initialized = 0, world_size = 1;
   MPI_Initialized(&mpi_initialized);
@@ -45,9 +85,16 @@ absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
           ? t.gradient_accumulation_steps()
           : t.global_batch_size() / std::max<int64_t>(t.micro_batch_size() * data_parallel, 1);
   spec.global_batch_size = t.global_batch_size();
+  KELVIN_ASSIGN_OR_RETURN(const parallel::CommBackend backend,
+                          ResolveBackend(p, ctx, node_processes));
+  KLOG_RANK0(INFO) << "communicators: "
+                   << (backend == parallel::CommBackend::kNccl
+                           ? "NCCL (one GPU per process)"
+                           : (ctx.is_cuda() ? "MPI (device tensors staged through host memory)"
+                                            : "MPI"));
   parallel::CommunicatorOptions options;
   options.timeout_seconds = p.collective_timeout_seconds();
-  return parallel::ProcessGrid::Create(spec, world, parallel::CommBackend::kMpi, options, ctx);
+  return parallel::ProcessGrid::Create(spec, world, backend, options, ctx);
 }
 
 }  // namespace kelvin::launcher

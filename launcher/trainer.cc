@@ -11,7 +11,6 @@
 #include "absl/strings/str_format.h"
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
-#include "core/mpi_check.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/grad_norm.h"
@@ -37,20 +36,6 @@ absl::Status CheckSupported(const config::JobConfig& job) {
         "distributed optimizer); context parallelism is not in it yet: set context_parallel=1"));
   }
   return absl::OkStatus();
-}
-
-// This process's index among the processes of its node in `world` (0 without MPI). Collective
-// over `world` when MPI is initialised.
-int NodeLocalRank(MPI_Comm world) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) return 0;
-  MPI_Comm node;
-  KELVIN_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int rank = 0;
-  KELVIN_MPI_CHECK(MPI_Comm_rank(node, &rank));
-  KELVIN_MPI_CHECK(MPI_Comm_free(&node));
-  return rank;
 }
 
 // Whether ResolvePlacement may pick CUDA (then the node-local rank is needed).
@@ -101,10 +86,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
         " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
   }
   std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
-  KELVIN_ASSIGN_OR_RETURN(const TrainingPlacement placement,
-                          ResolvePlacement(job, MayTrainOnCuda(job) ? NodeLocalRank(world) : 0));
+  // The node's processes pick their GPUs (a collective over `world`, only where CUDA may be used).
+  const NodePlace node = MayTrainOnCuda(job) ? NodePlaceOf(world) : NodePlace{};
+  KELVIN_ASSIGN_OR_RETURN(const TrainingPlacement placement, ResolvePlacement(job, node.rank));
   trainer->ctx_ = placement.ctx;
-  KELVIN_ASSIGN_OR_RETURN(trainer->grid_, BuildProcessGrid(job, arch, world, placement.ctx));
+  KELVIN_ASSIGN_OR_RETURN(trainer->grid_,
+                          BuildProcessGrid(job, arch, world, placement.ctx, node.size));
   models::LlamaParallelism parallelism;
   parallel::ProcessGrid* grid = trainer->grid_.get();
   if (grid != nullptr) {

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/copy.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/logging.h"
@@ -258,10 +259,17 @@ std::string NcclCommunicator::Describe(std::string_view call, std::string_view d
                       std::string(DTypeName(tensor.dtype())), " elements");
 }
 
-void NcclCommunicator::CheckOnDevice(const Tensor& tensor, std::string_view call) const {
-  KELVIN_CHECK(tensor.device() == ctx_.device())
+Tensor NcclCommunicator::Stage(const Tensor& tensor, bool read, std::string_view call) const {
+  KELVIN_CHECK(tensor.is_cpu() || tensor.device() == ctx_.device())
       << call << " on " << name() << ": " << tensor.ToString() << " is not on "
-      << ctx_.device().ToString() << ", the communicator's device";
+      << ctx_.device().ToString() << ", the communicator's device (nor on the host)";
+  if (!tensor.is_cpu()) return tensor;
+  if (read) return CopyToDevice(ctx_, tensor, ctx_.device());
+  return Tensor::Empty(tensor.shape(), tensor.dtype(), ctx_.device());
+}
+
+void NcclCommunicator::Unstage(const Tensor& staged, Tensor& tensor) const {
+  if (!staged.SameStorage(tensor)) CopyTensor(ctx_, staged, tensor);  // waits for the stream
 }
 
 void NcclCommunicator::Launch(const std::string& description,
@@ -279,87 +287,94 @@ void NcclCommunicator::Launch(const std::string& description,
 }
 
 void NcclCommunicator::AllReduce(Tensor& tensor, ReduceOp op) {
-  CheckOnDevice(tensor, "AllReduce");
-  Launch(Describe("AllReduce", ReduceOpName(op), tensor), [&](cudaStream_t stream) {
-    KELVIN_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(),
-                                    static_cast<size_t>(tensor.numel()), NcclType(tensor.dtype()),
-                                    NcclOp(op, tensor.dtype()), comm_, stream));
+  Tensor data = Stage(tensor, true, "AllReduce");
+  Launch(Describe("AllReduce", ReduceOpName(op), data), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclAllReduce(data.raw_data(), data.raw_data(),
+                                    static_cast<size_t>(data.numel()), NcclType(data.dtype()),
+                                    NcclOp(op, data.dtype()), comm_, stream));
   });
+  Unstage(data, tensor);
 }
 
 void NcclCommunicator::AllGather(const Tensor& input, Tensor& output) {
-  CheckOnDevice(input, "AllGather");
-  CheckOnDevice(output, "AllGather");
   KELVIN_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size())
       << "AllGather from " << input.ToString() << " to " << output.ToString() << " on " << name();
-  Launch(Describe("AllGather", "", input), [&](cudaStream_t stream) {
-    KELVIN_NCCL_CHECK(ncclAllGather(input.raw_data(), output.raw_data(),
-                                    static_cast<size_t>(input.numel()), NcclType(input.dtype()),
-                                    comm_, stream));
+  const Tensor in = Stage(input, true, "AllGather");
+  Tensor out = Stage(output, false, "AllGather");
+  Launch(Describe("AllGather", "", in), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclAllGather(in.raw_data(), out.raw_data(), static_cast<size_t>(in.numel()),
+                                    NcclType(in.dtype()), comm_, stream));
   });
+  Unstage(out, output);
 }
 
 void NcclCommunicator::ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  CheckOnDevice(input, "ReduceScatter");
-  CheckOnDevice(output, "ReduceScatter");
   KELVIN_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size())
       << "ReduceScatter from " << input.ToString() << " to " << output.ToString() << " on "
       << name();
-  Launch(Describe("ReduceScatter", ReduceOpName(op), input), [&](cudaStream_t stream) {
-    KELVIN_NCCL_CHECK(
-        ncclReduceScatter(input.raw_data(), output.raw_data(), static_cast<size_t>(output.numel()),
-                          NcclType(input.dtype()), NcclOp(op, input.dtype()), comm_, stream));
+  const Tensor in = Stage(input, true, "ReduceScatter");
+  Tensor out = Stage(output, false, "ReduceScatter");
+  Launch(Describe("ReduceScatter", ReduceOpName(op), in), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclReduceScatter(in.raw_data(), out.raw_data(),
+                                        static_cast<size_t>(out.numel()), NcclType(in.dtype()),
+                                        NcclOp(op, in.dtype()), comm_, stream));
   });
+  Unstage(out, output);
 }
 
 void NcclCommunicator::Broadcast(Tensor& tensor, int root) {
-  CheckOnDevice(tensor, "Broadcast");
   KELVIN_CHECK(root >= 0 && root < size()) << "Broadcast root " << root << " on " << name();
-  Launch(Describe("Broadcast", absl::StrCat("root ", root), tensor), [&](cudaStream_t stream) {
-    KELVIN_NCCL_CHECK(ncclBroadcast(tensor.raw_data(), tensor.raw_data(),
-                                    static_cast<size_t>(tensor.numel()), NcclType(tensor.dtype()),
+  Tensor data = Stage(tensor, rank() == root, "Broadcast");
+  Launch(Describe("Broadcast", absl::StrCat("root ", root), data), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclBroadcast(data.raw_data(), data.raw_data(),
+                                    static_cast<size_t>(data.numel()), NcclType(data.dtype()),
                                     root, comm_, stream));
   });
+  Unstage(data, tensor);
 }
 
 void NcclCommunicator::Send(const Tensor& tensor, int peer) {
-  CheckOnDevice(tensor, "Send");
   KELVIN_CHECK(peer >= 0 && peer < size() && peer != rank())
       << "Send to " << peer << " on " << name();
-  Launch(Describe("Send", absl::StrCat("to group rank ", peer), tensor), [&](cudaStream_t stream) {
-    KELVIN_NCCL_CHECK(ncclSend(tensor.raw_data(), static_cast<size_t>(tensor.numel()),
-                               NcclType(tensor.dtype()), peer, comm_, stream));
+  const Tensor data = Stage(tensor, true, "Send");
+  Launch(Describe("Send", absl::StrCat("to group rank ", peer), data), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclSend(data.raw_data(), static_cast<size_t>(data.numel()),
+                               NcclType(data.dtype()), peer, comm_, stream));
   });
+  // A staged copy must outlive the send: wait for it (device tensors return at once).
+  if (!data.SameStorage(tensor)) KELVIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void NcclCommunicator::Recv(Tensor& tensor, int peer) {
-  CheckOnDevice(tensor, "Recv");
   KELVIN_CHECK(peer >= 0 && peer < size() && peer != rank())
       << "Recv from " << peer << " on " << name();
-  Launch(Describe("Recv", absl::StrCat("from group rank ", peer), tensor),
+  Tensor data = Stage(tensor, false, "Recv");
+  Launch(Describe("Recv", absl::StrCat("from group rank ", peer), data),
          [&](cudaStream_t stream) {
-           KELVIN_NCCL_CHECK(ncclRecv(tensor.raw_data(), static_cast<size_t>(tensor.numel()),
-                                      NcclType(tensor.dtype()), peer, comm_, stream));
+           KELVIN_NCCL_CHECK(ncclRecv(data.raw_data(), static_cast<size_t>(data.numel()),
+                                      NcclType(data.dtype()), peer, comm_, stream));
          });
+  Unstage(data, tensor);
 }
 
 void NcclCommunicator::AllToAll(const Tensor& input, Tensor& output) {
-  CheckOnDevice(input, "AllToAll");
-  CheckOnDevice(output, "AllToAll");
   KELVIN_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() &&
                input.numel() % size() == 0)
       << "AllToAll from " << input.ToString() << " to " << output.ToString() << " on " << name();
-  const int64_t chunk = input.numel() / size();
-  Launch(Describe("AllToAll", "", input), [&](cudaStream_t stream) {
+  const Tensor in = Stage(input, true, "AllToAll");
+  Tensor out = Stage(output, false, "AllToAll");
+  const int64_t chunk = in.numel() / size();
+  Launch(Describe("AllToAll", "", in), [&](cudaStream_t stream) {
     KELVIN_NCCL_CHECK(ncclGroupStart());
     for (int peer = 0; peer < size(); ++peer) {
-      KELVIN_NCCL_CHECK(ncclSend(ChunkOf(input, peer, chunk), static_cast<size_t>(chunk),
-                                 NcclType(input.dtype()), peer, comm_, stream));
-      KELVIN_NCCL_CHECK(ncclRecv(ChunkOf(output, peer, chunk), static_cast<size_t>(chunk),
-                                 NcclType(input.dtype()), peer, comm_, stream));
+      KELVIN_NCCL_CHECK(ncclSend(ChunkOf(in, peer, chunk), static_cast<size_t>(chunk),
+                                 NcclType(in.dtype()), peer, comm_, stream));
+      KELVIN_NCCL_CHECK(ncclRecv(ChunkOf(out, peer, chunk), static_cast<size_t>(chunk),
+                                 NcclType(in.dtype()), peer, comm_, stream));
     }
     KELVIN_NCCL_CHECK(ncclGroupEnd());
   });
+  Unstage(out, output);
 }
 
 void NcclCommunicator::Barrier() {

@@ -1,10 +1,13 @@
 // Where a job trains: training.device and model.precision resolve to a device and a model dtype,
-// and the pairs Kelvin cannot run are errors naming both fields.
+// parallel.communication_backend to a communicator library, and the combinations Kelvin cannot run
+// are errors naming the fields.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "launcher/job_config.h"
 #include "launcher/job_setup.h"
+#include "launcher/parallel_setup.h"
+#include "tests/testing/backends.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -53,6 +56,43 @@ TEST(Placement, CudaWithoutADeviceOrInF32IsAnError) {
     EXPECT_THAT(message, HasSubstr("training.device=CUDA, but no CUDA device is usable here ("));
     EXPECT_THAT(message, HasSubstr(CudaUnavailableReason()));
   }
+}
+
+config::ParallelConfig Backend(const std::string& backend) {
+  config::JobConfig job;
+  EXPECT_TRUE(ApplyOverride("parallel.communication_backend=" + backend, job).ok());
+  return job.parallel();
+}
+
+TEST(Placement, CpuTrainingCommunicatesOverMpi) {
+  for (const char* backend : {"AUTO", "MPI"}) {
+    const absl::StatusOr<parallel::CommBackend> resolved =
+        ResolveBackend(Backend(backend), Context::Cpu(), 4);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_EQ(*resolved, parallel::CommBackend::kMpi) << backend;
+  }
+  const absl::StatusOr<parallel::CommBackend> nccl =
+      ResolveBackend(Backend("NCCL"), Context::Cpu(), 1);
+  ASSERT_FALSE(nccl.ok());
+  EXPECT_THAT(std::string(nccl.status().message()),
+              HasSubstr("parallel.communication_backend=NCCL needs training on CUDA"));
+}
+
+TEST(Placement, CudaNcclNeedsAGpuPerProcess) {
+  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
+  const Context ctx = Context::Cuda(0);
+  const int gpus = CudaDeviceCount();
+  const absl::StatusOr<parallel::CommBackend> fits = ResolveBackend(Backend("AUTO"), ctx, gpus);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(*fits, parallel::CommBackend::kNccl);
+  const absl::StatusOr<parallel::CommBackend> shared =
+      ResolveBackend(Backend("AUTO"), ctx, gpus + 1);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(*shared, parallel::CommBackend::kMpi);
+  const absl::StatusOr<parallel::CommBackend> refused =
+      ResolveBackend(Backend("NCCL"), ctx, gpus + 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("needs a GPU per process"));
 }
 
 }  // namespace

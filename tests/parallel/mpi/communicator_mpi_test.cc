@@ -339,5 +339,41 @@ TEST(NcclCommunicatorCudaTest, AllReduceAllGatherAndBroadcast) {
   (*comm)->Barrier();
 }
 
+// The NCCL backend on host tensors (the trainer's scalars): staged through the device, results on
+// the host, in f64 and i32 as the trainer reduces them.
+TEST(NcclCommunicatorCudaTest, StagesHostTensorsThroughTheDevice) {
+  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (world_size > CudaDeviceCount()) {
+    GTEST_SKIP() << "no CUDA device: NCCL needs one GPU per rank (" << world_size << " ranks, "
+                 << CudaDeviceCount() << " devices)";
+  }
+  const Context& ctx = kelvin::testing::ContextFor(Device::Cuda());
+  auto comm = CreateCommunicator(CommBackend::kNccl, MPI_COMM_WORLD, "world", TestOptions(), ctx);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const int rank = (*comm)->rank(), size = (*comm)->size();
+  for (const DType dtype : {DType::kF64, DType::kI32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Tensor host = TensorOf(dtype, RankValues(dtype, rank, 0, 5));
+    (*comm)->AllReduce(host, ReduceOp::kMax);
+    ASSERT_TRUE(host.is_cpu());
+    const std::vector<double> got = ValuesOf(host);
+    for (int64_t i = 0; i < 5; ++i) {
+      std::vector<double> per_rank;
+      for (int r = 0; r < size; ++r) per_rank.push_back(TestValue(dtype, r, i));
+      EXPECT_EQ(got[static_cast<size_t>(i)], Reduced(dtype, ReduceOp::kMax, per_rank));
+    }
+    Tensor gathered = Tensor::Empty({size * 5}, dtype);
+    (*comm)->AllGather(TensorOf(dtype, RankValues(dtype, rank, 0, 5)), gathered);
+    std::vector<double> expected;
+    for (int r = 0; r < size; ++r) {
+      const std::vector<double> chunk = RankValues(dtype, r, 0, 5);
+      expected.insert(expected.end(), chunk.begin(), chunk.end());
+    }
+    EXPECT_EQ(ValuesOf(gathered), expected);
+  }
+}
+
 }  // namespace
 }  // namespace kelvin::parallel
