@@ -19,6 +19,7 @@
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
 #include "launcher/preemption.h"
+#include "models/llama/context_parallel.h"
 #include "models/llama/memory_plan.h"
 #include "parallel/distributed_adamw.h"
 
@@ -27,17 +28,6 @@ namespace {
 
 // Features the schema describes that this build does not run yet: refuse them up front rather
 // than train without them.
-absl::Status CheckSupported(const config::JobConfig& job) {
-  const config::ParallelConfig& p = job.parallel();
-  if (p.context_parallel() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallel.context_parallel=", p.context_parallel(),
-        ": this build trains with tensor, sequence, pipeline and data parallelism (and the "
-        "distributed optimizer); context parallelism is not in it yet: set context_parallel=1"));
-  }
-  return absl::OkStatus();
-}
-
 // Whether ResolvePlacement may pick CUDA (then the node-local rank is needed).
 bool MayTrainOnCuda(const config::JobConfig& job) {
   return job.training().device() == config::TrainingConfig::CUDA ||
@@ -78,7 +68,6 @@ void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& lay
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job,
                                                          MPI_Comm world) {
-  KELVIN_RETURN_IF_ERROR(CheckSupported(job));
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
   if (job.training().seq_length() > arch.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -97,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   if (grid != nullptr) {
     const parallel::GridSpec& spec = grid->spec();
     if (spec.tensor_parallel > 1) parallelism.tp = &grid->tp();
+    if (spec.context_parallel > 1) parallelism.cp = &grid->cp();
     parallelism.sequence_parallel = spec.sequence_parallel;
     if (spec.pipeline_parallel > 1) {
       parallelism.pp = &grid->pp();
@@ -128,9 +118,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   const config::OptimizerConfig& opt = job.optimizer();
   const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
                                job.model().ssa().temperature_lr_scale()};
-  if (job.parallel().distributed_optimizer() && trainer->DataParallelSize() > 1) {
+  if (job.parallel().distributed_optimizer() && trainer->GradientReplicas() > 1) {
     trainer->distributed_optimizer_ = std::make_unique<parallel::DistributedAdamW>(
-        trainer->model_->parameters(), settings, trainer->grid_->dp());
+        trainer->model_->parameters(), settings, trainer->grid_->dp_cp());
   } else {
     trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
   }
@@ -172,16 +162,19 @@ CheckpointPart Trainer::CheckpointPartOf() const {
   const std::string pp = g.pipeline_parallel > 1 ? absl::StrCat(" pp", g.pipeline_parallel, " vp",
                                                                 g.virtual_pipeline_stages)
                                                  : "";
-  part.layout = absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", pp, " dp",
-                             g.data_parallel, zero ? " zero1" : "");
+  const std::string cp = g.context_parallel > 1 ? absl::StrCat(" cp", g.context_parallel) : "";
+  part.layout = absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", cp, pp,
+                             " dp", g.data_parallel, zero ? " zero1" : "");
   const std::string tp =
       absl::StrCat(".tp", grid_->tp_rank(),
                    g.pipeline_parallel > 1 ? absl::StrCat(".pp", grid_->pp_rank()) : "");
   part.model_file = absl::StrCat("model", tp, ".safetensors");
-  part.optimizer_file = absl::StrCat(
-      "optimizer", tp, zero ? absl::StrCat(".dp", grid_->dp_rank()) : "", ".safetensors");
-  part.writes_model = grid_->dp_rank() == 0;
-  part.writes_optimizer = zero || grid_->dp_rank() == 0;
+  // The ranks of a (cp, dp) group hold the same model; ZeRO-1 shards over all of them.
+  const int replica = grid_->dp_cp().rank();
+  part.optimizer_file = absl::StrCat("optimizer", tp, zero ? absl::StrCat(".dp", replica) : "",
+                                     ".safetensors");
+  part.writes_model = replica == 0;
+  part.writes_optimizer = zero || replica == 0;
   return part;
 }
 
@@ -248,10 +241,10 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     KELVIN_ASSIGN_OR_RETURN(
         data::Batch batch,
         data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(), DataParallelSize()}));
-    labelled += ops::CountNonIgnored(host, batch.labels.View({-1}));
+    labelled += ops::CountNonIgnored(host, LocalLabels(batch));
     batches.push_back(std::move(batch));
   }
-  labelled = static_cast<int64_t>(SumOverDataParallel(static_cast<double>(labelled)));
+  labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   StepStats stats;
   stats.step = step;
   ParameterSet& params = model_->parameters();
@@ -266,7 +259,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   }
   stats.micro_batch_seconds = SecondsSince(micro_batches_start);
   for (const data::Batch& batch : batches) stats.tokens += batch.tokens.numel();
-  stats.loss = FromLastStage(SumOverDataParallel(stats.loss)) / static_cast<double>(labelled);
+  stats.loss = FromLastStage(SumOverReplicas(stats.loss)) / static_cast<double>(labelled);
   if (!std::isfinite(stats.loss)) {
     return absl::InternalError(absl::StrCat("the loss became ", stats.loss, " at step ", step,
                                             ": training diverged; lower optimizer.lr (now ",
@@ -276,10 +269,10 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   model_->FinishGradients();
   if (distributed_optimizer_ != nullptr) {
     distributed_optimizer_->ReduceScatterGradients();
-  } else if (DataParallelSize() > 1) {
+  } else if (GradientReplicas() > 1) {
     for (int g = 0; g < kNumParamGroups; ++g) {
       Tensor& grads = params.grads(static_cast<ParamGroup>(g));
-      if (grads.defined()) grid_->dp().AllReduce(grads, parallel::ReduceOp::kSum);
+      if (grads.defined()) grid_->dp_cp().AllReduce(grads, parallel::ReduceOp::kSum);
     }
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
@@ -300,7 +293,7 @@ std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& bat
                                              double loss_scale) {
   // The loss of a micro-batch from its logits, leaving dlogits in place.
   auto loss = [&](Tensor& logits, int m) {
-    return SoftmaxCrossEntropySum(ctx_, model_->tp(), logits, batches[m].labels.View({-1}),
+    return SoftmaxCrossEntropySum(ctx_, model_->tp(), logits, LocalLabels(batches[m]),
                                   model_->layout().vocab_begin, loss_scale);
   };
   if (pipeline_ != nullptr) return pipeline_->RunStep(ctx_, batches, loss);
@@ -328,6 +321,7 @@ models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) con
     o.tensor_parallel = g.tensor_parallel;
     o.tensor_rank = tensor_rank;
     o.sequence_parallel = g.sequence_parallel;
+    o.context_parallel = g.context_parallel;
     o.pipeline_parallel = g.pipeline_parallel;
     o.pipeline_rank = pipeline_rank;
     o.virtual_stages = g.virtual_pipeline_stages;
@@ -363,12 +357,30 @@ double Trainer::FromLastStage(double value) {
   return sum.data<double>()[0];
 }
 
-double Trainer::SumOverDataParallel(double value) {
-  if (DataParallelSize() == 1) return value;
+namespace {
+
+// The sum of `value` over `group`'s ranks.
+double SumOver(parallel::Communicator& group, double value) {
   Tensor sum = Tensor::Empty({1}, DType::kF64);
   sum.data<double>()[0] = value;
-  grid_->dp().AllReduce(sum, parallel::ReduceOp::kSum);
+  group.AllReduce(sum, parallel::ReduceOp::kSum);
   return sum.data<double>()[0];
+}
+
+}  // namespace
+
+double Trainer::SumOverReplicas(double value) {
+  return GradientReplicas() == 1 ? value : SumOver(grid_->dp_cp(), value);
+}
+
+double Trainer::SumOverContextParallel(double value) {
+  return ContextParallelSize() == 1 ? value : SumOver(grid_->cp(), value);
+}
+
+Tensor Trainer::LocalLabels(const data::Batch& batch) const {
+  if (ContextParallelSize() == 1) return batch.labels.View({-1});
+  return models::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(),
+                               ContextParallelSize());
 }
 
 double Trainer::ClipGradients(double max_norm) {
@@ -380,7 +392,7 @@ double Trainer::ClipGradients(double max_norm) {
   Tensor squares = Tensor::Empty({1}, DType::kF64);
   if (distributed_optimizer_ != nullptr) {
     squares.data<double>()[0] = distributed_optimizer_->ShardSumOfSquares(counts);
-    grid_->dp().AllReduce(squares, parallel::ReduceOp::kSum);
+    grid_->dp_cp().AllReduce(squares, parallel::ReduceOp::kSum);
   } else {
     std::vector<Tensor> counted;
     for (const ParameterSet::Entry& e : params.entries()) {
@@ -443,20 +455,30 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   int64_t labelled = 0, rows = 0, retrieved = 0;
   for (int64_t i = 0; i < job_.training().eval_steps(); ++i) {
     KELVIN_ASSIGN_OR_RETURN(const data::Batch batch, data_.eval->BatchAt({i, 0, 1, 0, 1}));
-    labelled += ops::CountNonIgnored(Context::Cpu(), batch.labels.View({-1}));
+    const Tensor labels = LocalLabels(batch);  // [N] this rank's tokens
+    labelled += ops::CountNonIgnored(Context::Cpu(), labels);
     rows += batch.rows();
     const Tensor* logits = pipeline_ ? pipeline_->Forward(ctx_, batch)
                                      : &model_->Forward(ctx_, batch.tokens, batch.positions);
     if (logits == nullptr) continue;  // a pipeline stage before the last
     Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
-    stats.loss +=
-        CrossEntropySum(ctx_, model_->tp(), *logits, batch.labels.View({-1}),
-                        model_->layout().vocab_begin, data_.passkey ? &predictions : nullptr);
+    stats.loss += CrossEntropySum(ctx_, model_->tp(), *logits, labels,
+                                  model_->layout().vocab_begin,
+                                  data_.passkey ? &predictions : nullptr);
     if (data_.passkey) {
-      retrieved += data::CountRetrieved(batch, predictions.View(batch.tokens.shape()));
+      Tensor all = predictions;  // [B, T] every context-parallel rank's tokens
+      if (ContextParallelSize() > 1) {
+        all = Tensor::Empty(batch.tokens.shape(), DType::kI32);
+        Tensor scratch = Tensor::Empty({all.numel()}, DType::kI32);
+        models::GatherSequence(Context::Cpu(), grid_->cp(), batch.rows(), predictions, scratch,
+                               all);
+      }
+      retrieved += data::CountRetrieved(batch, all.View(batch.tokens.shape()));
     }
   }
-  stats.loss = FromLastStage(stats.loss) / static_cast<double>(std::max<int64_t>(labelled, 1));
+  labelled = static_cast<int64_t>(SumOverContextParallel(static_cast<double>(labelled)));
+  stats.loss = FromLastStage(SumOverContextParallel(stats.loss)) /
+               static_cast<double>(std::max<int64_t>(labelled, 1));
   if (data_.passkey) {
     stats.retrieval_accuracy = FromLastStage(static_cast<double>(retrieved)) / rows;
   }
@@ -476,7 +498,8 @@ absl::Status Trainer::Run() {
   if (grid_ != nullptr) {
     const parallel::GridSpec& g = grid_->spec();
     KLOG_RANK0(INFO) << "layout: " << g.world_size << " processes = tensor " << g.tensor_parallel
-                     << (g.sequence_parallel ? " (sequence parallel)" : "") << " x pipeline "
+                     << (g.sequence_parallel ? " (sequence parallel)" : "") << " x context "
+                     << g.context_parallel << " x pipeline "
                      << g.pipeline_parallel << " x data " << g.data_parallel
                      << (distributed_optimizer_ ? " (distributed optimizer)" : "");
     if (pipeline_ != nullptr) {

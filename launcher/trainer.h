@@ -83,7 +83,15 @@ class Trainer {
   int AgreedPreemptionSignal();
   int DataParallelRank() const;
   int DataParallelSize() const;
-  double SumOverDataParallel(double value);
+  int ContextParallelSize() const { return grid_ ? grid_->spec().context_parallel : 1; }
+  // The ranks that share the model but split the data: the data-parallel replicas and, within
+  // each, the context-parallel ranks (each holding its tokens of every row). Gradients, losses and
+  // token counts are summed over them.
+  int GradientReplicas() const { return DataParallelSize() * ContextParallelSize(); }
+  double SumOverReplicas(double value);
+  double SumOverContextParallel(double value);
+  // This rank's labels of a batch [B*T/CP]: its context-parallel tokens of every row.
+  Tensor LocalLabels(const data::Batch& batch) const;
   // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).
   double FromLastStage(double value);
   // The forward and backward of every micro-batch of the step: one process runs them in turn, a

@@ -14,6 +14,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
+#include "models/llama/context_parallel.h"
 #include "ssa/ssa_attention.h"
 
 namespace kelvin::models {
@@ -142,7 +143,9 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
   if (batch == slot.batch && seq == slot.seq) return;
   slot.batch = batch;
   slot.seq = seq;
-  const int64_t n = batch * seq, nl = LocalTokens(n), d_model = config_.hidden_size;
+  const bool cp = parallelism_.cp != nullptr;
+  const int64_t nk = batch * seq, n = nk / ContextParallelSize(), nl = LocalTokens(n);
+  const int64_t d_model = config_.hidden_size;
   const int64_t f = layout_.ffn, h = layout_.heads, g = layout_.kv_heads, d = config_.head_dim;
   const DType acc = AccumDType(dtype_);
   const ssa::SsaOptions& o = attention_options_;
@@ -154,6 +157,7 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
   };
   slot.tokens = act({n}, DType::kI32);
   slot.positions = act({n}, DType::kI32);
+  slot.key_positions = maybe(cp, {nk}, DType::kI32);
   const bool keep_attention = !recompute_.attention, keep_mlp = !recompute_.mlp;
   slot.layers.assign(static_cast<size_t>(stage_.num_local_layers()), {});
   for (LlamaLayerActivations& a : slot.layers) {
@@ -166,9 +170,12 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
          maybe(keep_attention, {n, h, d}, dtype_),
          maybe(keep_attention, {n, h}, acc),
          maybe(keep_attention && o.query_temperature, {n, h}, acc),
-         maybe(keep_attention && o.value_temperature, {n, g}, acc),
+         maybe(keep_attention && o.value_temperature, {nk, g}, acc),
          maybe(keep_attention && own_sources && o.query_temperature, {n, h, d}, dtype_),
          maybe(keep_attention && own_sources && o.value_temperature, {n, g, d}, dtype_),
+         maybe(keep_attention && cp, {nk, g, d}, dtype_),
+         maybe(keep_attention && cp, {nk, g, d}, dtype_),
+         maybe(keep_attention && cp && own_sources && o.value_temperature, {nk, g, d}, dtype_),
          act({nl, d_model}, dtype_),
          act({n, d_model}, dtype_),
          act({nl}, acc),
@@ -189,9 +196,13 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
 }
 
 void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
-  const int64_t n = batch * seq;
-  if (n == scratch_tokens_) return;
-  scratch_tokens_ = n;
+  KELVIN_CHECK(seq % ContextParallelSize() == 0)
+      << "context parallelism: T=" << seq << " tokens per row do not split over "
+      << ContextParallelSize() << " ranks";
+  const int64_t nk = batch * seq, n = nk / ContextParallelSize();
+  if (nk == scratch_tokens_) return;
+  scratch_tokens_ = nk;
+  const bool cp = parallelism_.cp != nullptr;
   const int64_t nl = LocalTokens(n), d_model = config_.hidden_size;
   const int64_t f = layout_.ffn, h = layout_.heads, g = layout_.kv_heads, d = config_.head_dim;
   KELVIN_CHECK(nl * layout_.tp_size == n || !parallelism_.sequence_parallel)
@@ -212,10 +223,14 @@ void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
   d_proj_ = sp ? act({nl, d_model}) : proj_;
   du_ = act({n, h, d});
   dattn_ = act({n, h, d});
-  dk_ = act({n, g, d});
-  dv_ = act({n, g, d});
+  dk_ = act({nk, g, d});
+  dv_ = act({nk, g, d});
   dquery_source_ = maybe(own_sources && o.query_temperature, {n, h, d});
-  dvalue_source_ = maybe(own_sources && o.value_temperature, {n, g, d});
+  dvalue_source_ = maybe(own_sources && o.value_temperature, {nk, g, d});
+  dk_local_ = maybe(cp, {n, g, d});
+  dv_local_ = maybe(cp, {n, g, d});
+  dvalue_source_local_ = maybe(cp && own_sources && o.value_temperature, {n, g, d});
+  cp_scratch_ = maybe(cp, {nk * g * d});
   dgate_ = act({n, f});
   dup_ = act({n, f});
   dact_ = act({n, f});
@@ -230,9 +245,12 @@ void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
   recomputed_.attn = maybe(ra, {n, h, d});
   recomputed_.lse = stat(ra, {n, h});
   recomputed_.tau_q = stat(ra && o.query_temperature, {n, h});
-  recomputed_.tau_v = stat(ra && o.value_temperature, {n, g});
+  recomputed_.tau_v = stat(ra && o.value_temperature, {nk, g});
   recomputed_.query_source = maybe(ra && own_sources && o.query_temperature, {n, h, d});
   recomputed_.value_source = maybe(ra && own_sources && o.value_temperature, {n, g, d});
+  recomputed_.k_all = maybe(ra && cp, {nk, g, d});
+  recomputed_.v_all = maybe(ra && cp, {nk, g, d});
+  recomputed_.value_source_all = maybe(ra && cp && own_sources && o.value_temperature, {nk, g, d});
   recomputed_.gate = maybe(rm, {n, f});
   recomputed_.up = maybe(rm, {n, f});
   recomputed_.act = maybe(rm, {n, f});
@@ -253,20 +271,24 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   for (const LlamaMicroBatchActivations& slot : slots_) {
     for (const LlamaLayerActivations& a : slot.layers) {
       b.activations += bytes({&a.x, &a.h_attn, &a.rstd_attn, &a.u, &a.k, &a.v, &a.attn, &a.lse,
-                              &a.tau_q, &a.tau_v, &a.query_source, &a.value_source, &a.x_mid,
-                              &a.h_mlp, &a.rstd_mlp, &a.gate, &a.up, &a.act});
+                              &a.tau_q, &a.tau_v, &a.query_source, &a.value_source, &a.k_all,
+                              &a.v_all, &a.value_source_all, &a.x_mid, &a.h_mlp, &a.rstd_mlp,
+                              &a.gate, &a.up, &a.act});
     }
     for (const Tensor& t : slot.outputs) b.activations += bytes({&t});
-    b.activations += bytes({&slot.h_final, &slot.rstd_final, &slot.tokens, &slot.positions});
+    b.activations += bytes(
+        {&slot.h_final, &slot.rstd_final, &slot.tokens, &slot.positions, &slot.key_positions});
     b.logits += bytes({&slot.logits});
     for (const Tensor& t : slot.output_grads) b.backward_scratch += bytes({&t});
   }
   b.backward_scratch +=
       bytes({&dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_, &dvalue_source_,
-             &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_});
+             &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_, &dk_local_, &dv_local_,
+             &dvalue_source_local_, &cp_scratch_});
   const LlamaLayerActivations& r = recomputed_;  // the recompute buffers count as scratch
-  b.backward_scratch += bytes({&r.u, &r.k, &r.v, &r.attn, &r.lse, &r.tau_q, &r.tau_v,
-                               &r.query_source, &r.value_source, &r.gate, &r.up, &r.act});
+  b.backward_scratch +=
+      bytes({&r.u, &r.k, &r.v, &r.attn, &r.lse, &r.tau_q, &r.tau_v, &r.query_source,
+             &r.value_source, &r.k_all, &r.v_all, &r.value_source_all, &r.gate, &r.up, &r.act});
   return b;
 }
 
@@ -280,7 +302,17 @@ Tensor& LlamaModel::LmHeadGrad() {
 
 ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivations& slot,
                                                     const LlamaLayerActivations& a) const {
-  return {a.u, slot.positions, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
+  if (parallelism_.cp == nullptr) {
+    return {a.u, slot.positions, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
+  }
+  return {a.u,     slot.positions, a.query_source,       a.k_all,
+          a.v_all, slot.key_positions, a.value_source_all, inv_freq_};
+}
+
+ssa::SsaBlockShape LlamaModel::AttentionShape(const LlamaMicroBatchActivations& slot) const {
+  if (parallelism_.cp == nullptr) return ssa::SsaBlockShape::Full(slot.batch, slot.seq);
+  const int64_t tl = slot.seq / ContextParallelSize();
+  return {slot.batch, parallelism_.cp->rank() * tl, tl, 0, slot.seq};
 }
 
 ssa::SsaParameters LlamaModel::AttentionParameters(int64_t layer, bool gradients) {
@@ -316,8 +348,17 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
   LlamaMicroBatchActivations& slot = slots_[free];
   AllocateSlot(slot, tokens.dim(0), tokens.dim(1));
   slot.micro_batch = micro_batch;
-  CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
-  CopyTensor(ctx_, positions.View({-1}), slot.positions);
+  if (parallelism_.cp == nullptr) {
+    CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
+    CopyTensor(ctx_, positions.View({-1}), slot.positions);
+    return;
+  }
+  KELVIN_CHECK(tokens.is_cpu() && positions.is_cpu())
+      << "context parallelism takes the micro-batch's tokens and positions on the host";
+  const int rank = parallelism_.cp->rank(), ranks = ContextParallelSize();
+  CopyTensor(ctx_, LocalSequence(tokens, tokens.dim(0), rank, ranks), slot.tokens);
+  CopyTensor(ctx_, LocalSequence(positions, tokens.dim(0), rank, ranks), slot.positions);
+  CopyTensor(ctx_, positions.View({-1}), slot.key_positions);
 }
 
 bool LlamaModel::HoldsMicroBatch(int micro_batch) const {
@@ -399,6 +440,9 @@ LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot,
     a.tau_v = recomputed_.tau_v;
     a.query_source = recomputed_.query_source;
     a.value_source = recomputed_.value_source;
+    a.k_all = recomputed_.k_all;
+    a.v_all = recomputed_.v_all;
+    a.value_source_all = recomputed_.value_source_all;
   }
   if (recompute_.mlp) {
     a.gate = recomputed_.gate;
@@ -426,9 +470,17 @@ void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActiv
     Tensor source = a.value_source.View({n, -1});
     Linear(ctx, a.h_attn, w("self_attn.ssa.value_temperature_proj.weight"), source);
   }
+  if (parallelism_.cp != nullptr) {  // the whole sequence's keys, values and value source
+    GatherSequence(ctx, *parallelism_.cp, slot.batch, a.k, cp_scratch_, a.k_all);
+    GatherSequence(ctx, *parallelism_.cp, slot.batch, a.v, cp_scratch_, a.v_all);
+    if (a.value_source_all.defined()) {
+      GatherSequence(ctx, *parallelism_.cp, slot.batch, a.value_source, cp_scratch_,
+                     a.value_source_all);
+    }
+  }
   ssa::SsaAttentionOutputs outputs{a.attn, a.lse, a.tau_q, a.tau_v};
-  ssa::SsaAttentionForward(ctx, attention_options_, ssa::SsaBlockShape::Full(slot.batch, slot.seq),
-                           AttentionInputs(slot, a), AttentionParameters(layer, false), outputs);
+  ssa::SsaAttentionForward(ctx, attention_options_, AttentionShape(slot), AttentionInputs(slot, a),
+                           AttentionParameters(layer, false), outputs);
 }
 
 void LlamaModel::MlpForward(const Context& ctx, int64_t layer, LlamaLayerActivations& a) {
@@ -524,22 +576,36 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
   ssa::SsaAttentionGrads grads{
       du_, dk_, dv_, dquery_source_, dvalue_source_, AttentionParameters(layer, true)};
   const ssa::SsaAttentionOutputs saved{a.attn, a.lse, a.tau_q, a.tau_v};
-  ssa::SsaAttentionBackward(ctx, attention_options_, ssa::SsaBlockShape::Full(slot.batch, slot.seq),
-                            dattn_, AttentionInputs(slot, a), AttentionParameters(layer, false),
-                            saved, grads);
+  ssa::SsaAttentionBackward(ctx, attention_options_, AttentionShape(slot), dattn_,
+                            AttentionInputs(slot, a), AttentionParameters(layer, false), saved,
+                            grads);
+  // With context parallelism the key-side gradients cover the whole sequence, partial over this
+  // rank's queries: summed over the group, each rank keeps its tokens'.
+  Tensor dk = dk_, dv = dv_, dvalue_source = dvalue_source_;
+  if (parallelism_.cp != nullptr) {
+    ReduceScatterSequence(ctx, *parallelism_.cp, slot.batch, dk_, cp_scratch_, dk_local_);
+    ReduceScatterSequence(ctx, *parallelism_.cp, slot.batch, dv_, cp_scratch_, dv_local_);
+    dk = dk_local_;
+    dv = dv_local_;
+    if (dvalue_source_.defined()) {
+      ReduceScatterSequence(ctx, *parallelism_.cp, slot.batch, dvalue_source_, cp_scratch_,
+                            dvalue_source_local_);
+      dvalue_source = dvalue_source_local_;
+    }
+  }
   LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
                  dw("self_attn.q_proj.weight"));
-  LinearBackward(ctx, dk_.View({n, -1}), a.h_attn, w("self_attn.k_proj.weight"), dh_, true,
+  LinearBackward(ctx, dk.View({n, -1}), a.h_attn, w("self_attn.k_proj.weight"), dh_, true,
                  dw("self_attn.k_proj.weight"));
-  LinearBackward(ctx, dv_.View({n, -1}), a.h_attn, w("self_attn.v_proj.weight"), dh_, true,
+  LinearBackward(ctx, dv.View({n, -1}), a.h_attn, w("self_attn.v_proj.weight"), dh_, true,
                  dw("self_attn.v_proj.weight"));
   if (dquery_source_.defined()) {
     LinearBackward(ctx, dquery_source_.View({n, -1}), a.h_attn,
                    w("self_attn.ssa.query_temperature_proj.weight"), dh_, true,
                    dw("self_attn.ssa.query_temperature_proj.weight"));
   }
-  if (dvalue_source_.defined()) {
-    LinearBackward(ctx, dvalue_source_.View({n, -1}), a.h_attn,
+  if (dvalue_source.defined()) {
+    LinearBackward(ctx, dvalue_source.View({n, -1}), a.h_attn,
                    w("self_attn.ssa.value_temperature_proj.weight"), dh_, true,
                    dw("self_attn.ssa.value_temperature_proj.weight"));
   }

@@ -6,12 +6,17 @@
 // holds H/TP query heads, its KV heads, F/TP FFN columns and V/TP vocabulary rows; the row-parallel
 // outputs are all-reduced (or, with sequence parallelism, reduce-scattered along the tokens, and
 // the norm/residual regions hold N/TP tokens, all-gathered before the column-parallel GEMMs).
+// Context parallelism (models/llama/context_parallel.h): each rank of the CP group holds T/CP
+// consecutive tokens of every row; attention all-gathers the whole sequence's keys and values (and
+// the value-temperature source) and reduce-scatters their gradients; everything else is
+// token-local. Parameter gradients are partial per CP rank (the trainer sums them with DP's).
 // Pipeline parallelism (models/llama/llama_pipeline_stage.h): each rank holds the layers of its
 // model chunks; a chunk's forward and backward run per micro-batch (ForwardChunk, BackwardChunk)
 // and the trainer moves the activations and gradients between ranks. Every micro-batch in flight
 // has its own activations (a slot, taken by BeginMicroBatch and given back by EndMicroBatch), so
 // memory follows the schedule's peak of micro-batches in flight.
-// B rows of T tokens flattened to N = B*T; Nl = N / TP with sequence parallelism, else N; D
+// B rows of T tokens, N = B*T/CP of them this rank's (B*T without context parallelism), Nk = B*T
+// the keys attention sees; Nl = N / TP with sequence parallelism, else N; D
 // hidden, H/G query/kv heads, d head dim, F ffn, V vocab, each of H, G, F, V local to the rank.
 // Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads; call
 // FinishGradients once per step before the optimizer.
@@ -38,6 +43,7 @@ namespace kelvin::models {
 struct LlamaParallelism {
   parallel::Communicator* tp = nullptr;  // the tensor-parallel group; nullptr: the whole model
   bool sequence_parallel = false;        // norm and residual regions split along the tokens
+  parallel::Communicator* cp = nullptr;  // the context-parallel group; nullptr: whole rows
   parallel::Communicator* pp = nullptr;  // the pipeline group; nullptr: every layer
   int virtual_stages = 1;                // model chunks per pipeline rank
   // The first and last pipeline stages, which sum their tied embeddings' gradients (used when
@@ -74,10 +80,12 @@ struct LlamaLayerActivations {
   Tensor attn;       // [N, H, d] attention output
   Tensor lse;        // [N, H] attention log-sum-exp
   Tensor tau_q;      // [N, H] SSA query temperature (undefined when off)
-  Tensor tau_v;      // [N, G] SSA value temperature (undefined when off)
+  Tensor tau_v;      // [Nk, G] SSA value temperature (undefined when off)
   // Without weight sharing: W_tmp x, what the temperatures read (undefined otherwise).
   Tensor query_source;  // [N, H, d]
   Tensor value_source;  // [N, G, d]
+  // Context parallelism only (undefined otherwise): the whole sequence's k, v and value source.
+  Tensor k_all, v_all, value_source_all;  // [Nk, G, d]
   Tensor x_mid;         // [Nl, D] x + attention projection
   Tensor h_mlp;         // [N, D] RMSNorm(x_mid) (all-gathered with sequence parallelism)
   Tensor rstd_mlp;      // [Nl]
@@ -89,7 +97,8 @@ struct LlamaLayerActivations {
 struct LlamaMicroBatchActivations {
   int micro_batch = -1;  // the micro-batch using the slot; -1: free
   int64_t batch = 0, seq = 0;
-  Tensor tokens, positions;                   // [N] i32 copies of the inputs
+  Tensor tokens, positions;                   // [N] i32 copies of this rank's inputs
+  Tensor key_positions;                       // [Nk] i32 whole rows (context parallel only)
   std::vector<LlamaLayerActivations> layers;  // [local layers]; a chunk's input is its first x
   // [V] each [Nl, D]: the chunk's output (on the last virtual stage the final norm's input).
   std::vector<Tensor> outputs;
@@ -198,6 +207,9 @@ class LlamaModel {
   void AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq);
   void AllocateScratch(int64_t batch, int64_t seq);
   int64_t LocalTokens(int64_t tokens) const;  // Nl of N tokens
+  int ContextParallelSize() const { return parallelism_.cp ? parallelism_.cp->size() : 1; }
+  // The attention's query block (this rank's tokens of each row) against the whole rows' keys.
+  ssa::SsaBlockShape AttentionShape(const LlamaMicroBatchActivations& slot) const;
   int64_t LocalLayer(int64_t layer) const;    // the index of layer `layer` among this rank's
   // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
   // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'
@@ -263,9 +275,12 @@ class LlamaModel {
   Tensor d_proj_;              // [Nl, D] a norm's input gradient (proj_ without sequence parallel)
   Tensor dh_;                  // [N, D]
   Tensor du_, dattn_;          // [N, H, d]
-  Tensor dk_, dv_;             // [N, G, d]
+  Tensor dk_, dv_;             // [Nk, G, d]
   Tensor dquery_source_;       // [N, H, d] without weight sharing (else undefined)
-  Tensor dvalue_source_;       // [N, G, d] without weight sharing (else undefined)
+  Tensor dvalue_source_;       // [Nk, G, d] without weight sharing (else undefined)
+  // Context parallelism only: this rank's share of dk_, dv_, dvalue_source_ [N, G, d], and the
+  // sequence collectives' reordering buffer [Nk * G * d].
+  Tensor dk_local_, dv_local_, dvalue_source_local_, cp_scratch_;
   Tensor dgate_, dup_, dact_;  // [N, F]
 };
 

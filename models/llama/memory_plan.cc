@@ -28,7 +28,9 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const LlamaShardLayout shard = ShardLayoutOf(c, o.tensor_rank, o.tensor_parallel);
   const LlamaStageLayout stage =
       StageLayoutOf(c, o.pipeline_rank, o.pipeline_parallel, o.virtual_stages);
-  const int64_t n = o.micro_batch * o.seq_length;                      // tokens
+  const bool cp = o.context_parallel > 1;
+  const int64_t nk = o.micro_batch * o.seq_length;                     // tokens attention sees
+  const int64_t n = nk / o.context_parallel;                           // this rank's tokens
   const int64_t nl = o.sequence_parallel ? n / o.tensor_parallel : n;  // of the norm regions
   const int64_t act = static_cast<int64_t>(DTypeSize(o.activation_dtype));
   const int64_t stat = static_cast<int64_t>(DTypeSize(AccumDType(o.activation_dtype)));
@@ -36,14 +38,14 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const int64_t d_model = c.hidden_size, d = c.head_dim, f = shard.ffn;
   const int64_t heads = shard.heads, kv_heads = shard.kv_heads;
   const int64_t q = heads * d, kv = kv_heads * d;
-  // SSA (llama_model.cc): tau^q [N, H] and tau^v [N, G] in the statistics dtype; without weight
+  // SSA (llama_model.cc): tau^q [N, H] and tau^v [Nk, G] in the statistics dtype; without weight
   // sharing also the temperature sources [N, H*d], [N, G*d] and their gradients.
   const ssa::SsaOptions ssa = c.AttentionOptions();
   const bool own_sources = !ssa.weight_sharing && ssa.token_aware;
-  const int64_t temperatures =
-      (ssa.query_temperature ? heads : 0) + (ssa.value_temperature ? kv_heads : 0);
-  const int64_t sources =
-      own_sources ? (ssa.query_temperature ? q : 0) + (ssa.value_temperature ? kv : 0) : 0;
+  const int64_t query_temperatures = ssa.query_temperature ? heads : 0;
+  const int64_t value_temperatures = ssa.value_temperature ? kv_heads : 0;
+  const int64_t query_source = own_sources && ssa.query_temperature ? q : 0;
+  const int64_t value_source = own_sources && ssa.value_temperature ? kv : 0;
 
   // The rank's parameters: its stage's tensors, sliced by its tensor-parallel shard, by group.
   int64_t params = 0;
@@ -61,27 +63,31 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   plan.parameters = params * static_cast<int64_t>(DTypeSize(o.parameter_dtype));
   plan.gradients = params * grad;
   plan.master_weights = o.separate_master ? params * 4 : 0;  // whole on every rank, ZeRO-1 too
-  const bool zero = o.distributed_optimizer && o.data_parallel > 1;
+  const int64_t replicas = int64_t{o.data_parallel} * o.context_parallel;  // ZeRO-1's shards
+  const bool zero = o.distributed_optimizer && replicas > 1;
   if (!zero) {
     plan.optimizer_state = 2 * params * grad;
   } else {
-    // parallel/distributed_adamw.h, per group of E elements with S = ceil(E / D): the moments
-    // [S] each; with the gradients, the reduced shard [S] and the padded exchange buffer [D * S]
-    // in the master weights' dtype (that of the gradients).
+    // parallel/distributed_adamw.h over D = DP x CP ranks, per group of E elements with
+    // S = ceil(E / D): the moments [S] each; with the gradients, the reduced shard [S] and the
+    // padded exchange buffer [D * S] in the master weights' dtype (that of the gradients).
     for (const int64_t elements : group_elements) {
       if (elements == 0) continue;
-      const int64_t s = (elements + o.data_parallel - 1) / o.data_parallel;
+      const int64_t s = (elements + replicas - 1) / replicas;
       plan.optimizer_state += 2 * s * grad;
-      plan.gradients += s * grad + o.data_parallel * s * grad;
+      plan.gradients += s * grad + replicas * s * grad;
     }
   }
 
   // LlamaLayerActivations: x, x_mid [Nl, D]; h_attn, h_mlp [N, D]; rstd_attn, rstd_mlp [Nl] in
-  // the statistics dtype; the attention's u, attn [N, H*d], k, v [N, G*d], sources, and lse [N, H]
-  // and temperatures in the statistics dtype; the MLP's gate, up, act [N, F] (H, G, F this
+  // the statistics dtype; the attention's u, attn [N, H*d], k, v [N, G*d], sources, and lse
+  // [N, H], tau^q [N, H], tau^v [Nk, G] in the statistics dtype; with context parallelism the
+  // gathered k, v and value source [Nk, G*d]; the MLP's gate, up, act [N, F] (H, G, F this
   // rank's). Recomputed parts live once, in the backward scratch.
   const int64_t attention_bytes =
-      n * act * (2 * q + 2 * kv + sources) + n * stat * (heads + temperatures);
+      n * act * (2 * q + 2 * kv + query_source + value_source) +
+      n * stat * (heads + query_temperatures) + nk * stat * value_temperatures +
+      (cp ? nk * act * (2 * kv + value_source) : 0);
   const int64_t mlp_bytes = n * act * 3 * f;
   plan.activations_per_layer = act * (2 * nl * d_model + 2 * n * d_model) + stat * 2 * nl +
                                (o.recompute_attention ? 0 : attention_bytes) +
@@ -90,16 +96,20 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   // stage the final norm's output [N, D] and rstd [Nl], and the logits [N, V/TP].
   const int64_t chunks = o.virtual_stages;
   int64_t slot = stage.num_local_layers() * plan.activations_per_layer + 2 * n * 4 +
-                 chunks * nl * d_model * act;
+                 (cp ? nk * 4 : 0) + chunks * nl * d_model * act;
   if (stage.holds_head()) slot += n * d_model * act + nl * stat;
   const int64_t slots = o.micro_batches_in_flight;
   plan.activations = slots * slot;
   plan.logits = stage.holds_head() ? slots * n * shard.vocab * act : 0;
   // Per slot, each chunk's gradient [Nl, D]; shared: proj, dh [N, D]; du, dattn [N, H*d]; dk, dv
-  // [N, G*d]; dgate, dup, dact [N, F]; with sequence parallelism also a local [Nl, D] norm output,
-  // a gathered [N, D] gradient and d_proj [Nl, D] (else d_proj is proj); the recompute buffers.
+  // [Nk, G*d]; the source gradients [N, H*d], [Nk, G*d]; dgate, dup, dact [N, F]; with sequence
+  // parallelism also a local [Nl, D] norm output, a gathered [N, D] gradient and d_proj [Nl, D]
+  // (else d_proj is proj); with context parallelism this rank's dk, dv, dvalue source [N, G*d]
+  // and the reordering buffer [Nk * G*d]; the recompute buffers.
   plan.backward_scratch = slots * chunks * nl * d_model * act +
-                          n * act * (2 * d_model + 2 * q + 2 * kv + 3 * f + sources) +
+                          n * act * (2 * d_model + 2 * q + 3 * f + query_source) +
+                          nk * act * (2 * kv + value_source) +
+                          (cp ? act * (n * (2 * kv + value_source) + nk * kv) : 0) +
                           (o.sequence_parallel ? act * (2 * nl * d_model + n * d_model) : 0) +
                           (o.recompute_attention ? attention_bytes : 0) +
                           (o.recompute_mlp ? mlp_bytes : 0);

@@ -23,12 +23,13 @@ struct MemoryPlanOptions {
   // The rank's place in the layout; the defaults are one rank holding the whole model.
   int tensor_parallel = 1, tensor_rank = 0;
   bool sequence_parallel = false;
+  int context_parallel = 1;  // the rank holds T / CP tokens of each row
   int pipeline_parallel = 1, pipeline_rank = 0, virtual_stages = 1;
   // Activation slots: the most micro-batches in flight on the rank under its pipeline schedule
   // (parallel::PeakInFlightMicroBatches; 1 without pipeline parallelism).
   int64_t micro_batches_in_flight = 1;
   int data_parallel = 1;
-  bool distributed_optimizer = false;  // ZeRO-1: moments sharded over DP (masters stay whole)
+  bool distributed_optimizer = false;  // ZeRO-1: moments sharded over DP x CP (masters whole)
 };
 
 struct MemoryPlan {

@@ -45,8 +45,9 @@ struct Layout {
   bool recompute = false;  // model.recompute_attention and recompute_mlp
   int hidden = 128;        // 256: head dim 64, a size the CUDA kernel runs
   const char* device = "CPU";
+  int cp = 1;  // context parallel
 
-  int world() const { return tp * dp * pp; }
+  int world() const { return tp * dp * pp * cp; }
 };
 
 // Rank 0 writes the tiny preset (`layers` layers, `hidden` wide) with SSA and non-zero
@@ -92,6 +93,7 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
       absl::StrCat("parallel.distributed_optimizer=",
                    layout.distributed_optimizer ? "true" : "false"),
       absl::StrCat("parallel.pipeline_parallel=", layout.pp),
+      absl::StrCat("parallel.context_parallel=", layout.cp),
       absl::StrCat("parallel.virtual_pipeline_stages=", layout.virtual_stages),
       absl::StrCat("parallel.pipeline_schedule=", layout.schedule),
       absl::StrCat("model.recompute_attention=", layout.recompute ? "true" : "false"),
@@ -286,7 +288,26 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"TP2xPP2", 2, 1, false, false, 2}, Layout{"TP2_SPxPP2", 2, 1, true, false, 2},
         Layout{"TP2_SPxPP2_recompute", 2, 1, true, false, 2, 1, "ONE_F_ONE_B", 4, true},
         Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2},
-        Layout{"TP2xPP2xDP2", 2, 2, false, false, 2}),
+        Layout{"TP2xPP2xDP2", 2, 2, false, false, 2},
+        // Context parallel: each rank 1/CP of every row's tokens, the keys all-gathered.
+        Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
+        Layout{.name = "CP4", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 4},
+        Layout{.name = "CP2xDP2_ZeRO1",
+               .tp = 1,
+               .dp = 2,
+               .sequence_parallel = false,
+               .distributed_optimizer = true,
+               .cp = 2},
+        Layout{.name = "TP2_SPxCP2", .tp = 2, .dp = 1, .sequence_parallel = true, .cp = 2},
+        Layout{.name = "CP2xPP2_recompute",
+               .tp = 1,
+               .dp = 1,
+               .sequence_parallel = false,
+               .pp = 2,
+               .recompute = true,
+               .cp = 2},
+        Layout{.name = "TP2xCP2xPP2", .tp = 2, .dp = 1, .sequence_parallel = false, .pp = 2,
+               .cp = 2}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
 }  // namespace
