@@ -45,7 +45,7 @@ absl::StatusOr<parallel::CommBackend> ResolveBackend(const config::ParallelConfi
       return parallel::CommBackend::kNccl;
     default:
       return ctx.is_cuda() && node_processes <= gpus ? parallel::CommBackend::kNccl
-                                                      : parallel::CommBackend::kMpi;
+                                                     : parallel::CommBackend::kMpi;
   }
 }
 

@@ -171,8 +171,8 @@ CheckpointPart Trainer::CheckpointPartOf() const {
   part.model_file = absl::StrCat("model", tp, ".safetensors");
   // The ranks of a (cp, dp) group hold the same model; ZeRO-1 shards over all of them.
   const int replica = grid_->dp_cp().rank();
-  part.optimizer_file = absl::StrCat("optimizer", tp, zero ? absl::StrCat(".dp", replica) : "",
-                                     ".safetensors");
+  part.optimizer_file =
+      absl::StrCat("optimizer", tp, zero ? absl::StrCat(".dp", replica) : "", ".safetensors");
   part.writes_model = replica == 0;
   part.writes_optimizer = zero || replica == 0;
   return part;
@@ -379,8 +379,7 @@ double Trainer::SumOverContextParallel(double value) {
 
 Tensor Trainer::LocalLabels(const data::Batch& batch) const {
   if (ContextParallelSize() == 1) return batch.labels.View({-1});
-  return models::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(),
-                               ContextParallelSize());
+  return models::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(), ContextParallelSize());
 }
 
 double Trainer::ClipGradients(double max_norm) {
@@ -462,8 +461,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
                                      : &model_->Forward(ctx_, batch.tokens, batch.positions);
     if (logits == nullptr) continue;  // a pipeline stage before the last
     Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
-    stats.loss += CrossEntropySum(ctx_, model_->tp(), *logits, labels,
-                                  model_->layout().vocab_begin,
+    stats.loss += CrossEntropySum(ctx_, model_->tp(), *logits, labels, model_->layout().vocab_begin,
                                   data_.passkey ? &predictions : nullptr);
     if (data_.passkey) {
       Tensor all = predictions;  // [B, T] every context-parallel rank's tokens
@@ -499,8 +497,8 @@ absl::Status Trainer::Run() {
     const parallel::GridSpec& g = grid_->spec();
     KLOG_RANK0(INFO) << "layout: " << g.world_size << " processes = tensor " << g.tensor_parallel
                      << (g.sequence_parallel ? " (sequence parallel)" : "") << " x context "
-                     << g.context_parallel << " x pipeline "
-                     << g.pipeline_parallel << " x data " << g.data_parallel
+                     << g.context_parallel << " x pipeline " << g.pipeline_parallel << " x data "
+                     << g.data_parallel
                      << (distributed_optimizer_ ? " (distributed optimizer)" : "");
     if (pipeline_ != nullptr) {
       KLOG_RANK0(INFO) << "pipeline: " << PipelineScheduleKindName(pipeline_->kind()) << ", "

@@ -327,8 +327,8 @@ void NcclCommunicator::Broadcast(Tensor& tensor, int root) {
   Tensor data = Stage(tensor, rank() == root, "Broadcast");
   Launch(Describe("Broadcast", absl::StrCat("root ", root), data), [&](cudaStream_t stream) {
     KELVIN_NCCL_CHECK(ncclBroadcast(data.raw_data(), data.raw_data(),
-                                    static_cast<size_t>(data.numel()), NcclType(data.dtype()),
-                                    root, comm_, stream));
+                                    static_cast<size_t>(data.numel()), NcclType(data.dtype()), root,
+                                    comm_, stream));
   });
   Unstage(data, tensor);
 }
@@ -349,11 +349,10 @@ void NcclCommunicator::Recv(Tensor& tensor, int peer) {
   KELVIN_CHECK(peer >= 0 && peer < size() && peer != rank())
       << "Recv from " << peer << " on " << name();
   Tensor data = Stage(tensor, false, "Recv");
-  Launch(Describe("Recv", absl::StrCat("from group rank ", peer), data),
-         [&](cudaStream_t stream) {
-           KELVIN_NCCL_CHECK(ncclRecv(data.raw_data(), static_cast<size_t>(data.numel()),
-                                      NcclType(data.dtype()), peer, comm_, stream));
-         });
+  Launch(Describe("Recv", absl::StrCat("from group rank ", peer), data), [&](cudaStream_t stream) {
+    KELVIN_NCCL_CHECK(ncclRecv(data.raw_data(), static_cast<size_t>(data.numel()),
+                               NcclType(data.dtype()), peer, comm_, stream));
+  });
   Unstage(data, tensor);
 }
 

@@ -270,10 +270,27 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   BufferBytes b;
   for (const LlamaMicroBatchActivations& slot : slots_) {
     for (const LlamaLayerActivations& a : slot.layers) {
-      b.activations += bytes({&a.x, &a.h_attn, &a.rstd_attn, &a.u, &a.k, &a.v, &a.attn, &a.lse,
-                              &a.tau_q, &a.tau_v, &a.query_source, &a.value_source, &a.k_all,
-                              &a.v_all, &a.value_source_all, &a.x_mid, &a.h_mlp, &a.rstd_mlp,
-                              &a.gate, &a.up, &a.act});
+      b.activations += bytes({&a.x,
+                              &a.h_attn,
+                              &a.rstd_attn,
+                              &a.u,
+                              &a.k,
+                              &a.v,
+                              &a.attn,
+                              &a.lse,
+                              &a.tau_q,
+                              &a.tau_v,
+                              &a.query_source,
+                              &a.value_source,
+                              &a.k_all,
+                              &a.v_all,
+                              &a.value_source_all,
+                              &a.x_mid,
+                              &a.h_mlp,
+                              &a.rstd_mlp,
+                              &a.gate,
+                              &a.up,
+                              &a.act});
     }
     for (const Tensor& t : slot.outputs) b.activations += bytes({&t});
     b.activations += bytes(
@@ -305,7 +322,7 @@ ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivat
   if (parallelism_.cp == nullptr) {
     return {a.u, slot.positions, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
   }
-  return {a.u,     slot.positions, a.query_source,       a.k_all,
+  return {a.u,     slot.positions,     a.query_source,     a.k_all,
           a.v_all, slot.key_positions, a.value_source_all, inv_freq_};
 }
 

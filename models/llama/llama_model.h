@@ -86,11 +86,11 @@ struct LlamaLayerActivations {
   Tensor value_source;  // [N, G, d]
   // Context parallelism only (undefined otherwise): the whole sequence's k, v and value source.
   Tensor k_all, v_all, value_source_all;  // [Nk, G, d]
-  Tensor x_mid;         // [Nl, D] x + attention projection
-  Tensor h_mlp;         // [N, D] RMSNorm(x_mid) (all-gathered with sequence parallelism)
-  Tensor rstd_mlp;      // [Nl]
-  Tensor gate, up;      // [N, F]
-  Tensor act;           // [N, F] SiLU(gate) * up
+  Tensor x_mid;                           // [Nl, D] x + attention projection
+  Tensor h_mlp;     // [N, D] RMSNorm(x_mid) (all-gathered with sequence parallelism)
+  Tensor rstd_mlp;  // [Nl]
+  Tensor gate, up;  // [N, F]
+  Tensor act;       // [N, F] SiLU(gate) * up
 };
 
 // One micro-batch's activations on this rank: every layer of its chunks and the stage buffers.
@@ -210,7 +210,7 @@ class LlamaModel {
   int ContextParallelSize() const { return parallelism_.cp ? parallelism_.cp->size() : 1; }
   // The attention's query block (this rank's tokens of each row) against the whole rows' keys.
   ssa::SsaBlockShape AttentionShape(const LlamaMicroBatchActivations& slot) const;
-  int64_t LocalLayer(int64_t layer) const;    // the index of layer `layer` among this rank's
+  int64_t LocalLayer(int64_t layer) const;  // the index of layer `layer` among this rank's
   // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
   // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'
   // row-parallel GEMMs -> summed: in place (no sequence parallelism; `local` is then `partial`) or
@@ -272,12 +272,12 @@ class LlamaModel {
   // projection, and [N, D] an all-gathered gradient.
   Tensor local_tokens_, gathered_grad_;
   // Backward scratch.
-  Tensor d_proj_;              // [Nl, D] a norm's input gradient (proj_ without sequence parallel)
-  Tensor dh_;                  // [N, D]
-  Tensor du_, dattn_;          // [N, H, d]
-  Tensor dk_, dv_;             // [Nk, G, d]
-  Tensor dquery_source_;       // [N, H, d] without weight sharing (else undefined)
-  Tensor dvalue_source_;       // [Nk, G, d] without weight sharing (else undefined)
+  Tensor d_proj_;         // [Nl, D] a norm's input gradient (proj_ without sequence parallel)
+  Tensor dh_;             // [N, D]
+  Tensor du_, dattn_;     // [N, H, d]
+  Tensor dk_, dv_;        // [Nk, G, d]
+  Tensor dquery_source_;  // [N, H, d] without weight sharing (else undefined)
+  Tensor dvalue_source_;  // [Nk, G, d] without weight sharing (else undefined)
   // Context parallelism only: this rank's share of dk_, dv_, dvalue_source_ [N, G, d], and the
   // sequence collectives' reordering buffer [Nk * G * d].
   Tensor dk_local_, dv_local_, dvalue_source_local_, cp_scratch_;

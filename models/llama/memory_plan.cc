@@ -84,10 +84,10 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   // [N, H], tau^q [N, H], tau^v [Nk, G] in the statistics dtype; with context parallelism the
   // gathered k, v and value source [Nk, G*d]; the MLP's gate, up, act [N, F] (H, G, F this
   // rank's). Recomputed parts live once, in the backward scratch.
-  const int64_t attention_bytes =
-      n * act * (2 * q + 2 * kv + query_source + value_source) +
-      n * stat * (heads + query_temperatures) + nk * stat * value_temperatures +
-      (cp ? nk * act * (2 * kv + value_source) : 0);
+  const int64_t attention_bytes = n * act * (2 * q + 2 * kv + query_source + value_source) +
+                                  n * stat * (heads + query_temperatures) +
+                                  nk * stat * value_temperatures +
+                                  (cp ? nk * act * (2 * kv + value_source) : 0);
   const int64_t mlp_bytes = n * act * 3 * f;
   plan.activations_per_layer = act * (2 * nl * d_model + 2 * n * d_model) + stat * 2 * nl +
                                (o.recompute_attention ? 0 : attention_bytes) +
@@ -106,13 +106,12 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   // parallelism also a local [Nl, D] norm output, a gathered [N, D] gradient and d_proj [Nl, D]
   // (else d_proj is proj); with context parallelism this rank's dk, dv, dvalue source [N, G*d]
   // and the reordering buffer [Nk * G*d]; the recompute buffers.
-  plan.backward_scratch = slots * chunks * nl * d_model * act +
-                          n * act * (2 * d_model + 2 * q + 3 * f + query_source) +
-                          nk * act * (2 * kv + value_source) +
-                          (cp ? act * (n * (2 * kv + value_source) + nk * kv) : 0) +
-                          (o.sequence_parallel ? act * (2 * nl * d_model + n * d_model) : 0) +
-                          (o.recompute_attention ? attention_bytes : 0) +
-                          (o.recompute_mlp ? mlp_bytes : 0);
+  plan.backward_scratch =
+      slots * chunks * nl * d_model * act + n * act * (2 * d_model + 2 * q + 3 * f + query_source) +
+      nk * act * (2 * kv + value_source) +
+      (cp ? act * (n * (2 * kv + value_source) + nk * kv) : 0) +
+      (o.sequence_parallel ? act * (2 * nl * d_model + n * d_model) : 0) +
+      (o.recompute_attention ? attention_bytes : 0) + (o.recompute_mlp ? mlp_bytes : 0);
   return plan;
 }
 

@@ -287,8 +287,7 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"PP4_V2_interleaved", 1, 1, false, false, 4, 2, "INTERLEAVED_1F1B", 8},
         Layout{"TP2xPP2", 2, 1, false, false, 2}, Layout{"TP2_SPxPP2", 2, 1, true, false, 2},
         Layout{"TP2_SPxPP2_recompute", 2, 1, true, false, 2, 1, "ONE_F_ONE_B", 4, true},
-        Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2},
-        Layout{"TP2xPP2xDP2", 2, 2, false, false, 2},
+        Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2}, Layout{"TP2xPP2xDP2", 2, 2, false, false, 2},
         // Context parallel: each rank 1/CP of every row's tokens, the keys all-gathered.
         Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
         Layout{.name = "CP4", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 4},
@@ -306,8 +305,8 @@ INSTANTIATE_TEST_SUITE_P(
                .pp = 2,
                .recompute = true,
                .cp = 2},
-        Layout{.name = "TP2xCP2xPP2", .tp = 2, .dp = 1, .sequence_parallel = false, .pp = 2,
-               .cp = 2}),
+        Layout{
+            .name = "TP2xCP2xPP2", .tp = 2, .dp = 1, .sequence_parallel = false, .pp = 2, .cp = 2}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
 }  // namespace
