@@ -7,17 +7,21 @@
 namespace kelvin::models {
 namespace {
 
-// Copies between the full layout [B, CP, Tl, W] and the collective's [CP, B, Tl, W] (both flat):
-// to_chunks: full -> chunks, else chunks -> full.
-void Reorder(const Context& ctx, int64_t batch, int64_t ranks, const Tensor& from, Tensor& to,
-             bool to_chunks) {
-  const int64_t span = from.numel() / (batch * ranks);  // Tl * W
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t r = 0; r < ranks; ++r) {
-      const int64_t full_at = (b * ranks + r) * span, chunk_at = (r * batch + b) * span;
-      const int64_t src = to_chunks ? full_at : chunk_at, dst = to_chunks ? chunk_at : full_at;
-      Tensor out = to.Slice(dst, dst + span);
-      CopyTensor(ctx, from.Slice(src, src + span), out);
+// Copies between the full layout [B][2 CP][Tc*W] and the collective's [CP][2][B][Tc*W] (both
+// flat): to_collective: full -> collective, else collective -> full.
+void Reorder(const Context& ctx, int64_t batch, int ranks, const Tensor& from, Tensor& to,
+             bool to_collective) {
+  const int64_t span = from.numel() / (batch * 2 * ranks);  // Tc * W
+  for (int r = 0; r < ranks; ++r) {
+    for (int block = 0; block < 2; ++block) {
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t full_at = (b * 2 * ranks + ContextChunk(r, block, ranks)) * span;
+        const int64_t collective_at = ((r * 2 + block) * batch + b) * span;
+        const int64_t src = to_collective ? full_at : collective_at;
+        const int64_t dst = to_collective ? collective_at : full_at;
+        Tensor out = to.Slice(dst, dst + span);
+        CopyTensor(ctx, from.Slice(src, src + span), out);
+      }
     }
   }
 }
@@ -26,15 +30,18 @@ void Reorder(const Context& ctx, int64_t batch, int64_t ranks, const Tensor& fro
 
 Tensor LocalSequence(const Tensor& full, int64_t batch, int cp_rank, int cp_size) {
   const Tensor flat = full.View({-1});
-  KELVIN_CHECK(flat.numel() % (batch * cp_size) == 0)
-      << "context parallelism: " << full.ToString() << " does not split into " << cp_size
+  KELVIN_CHECK(flat.numel() % (batch * 2 * cp_size) == 0)
+      << "context parallelism: " << full.ToString() << " does not split into 2 x " << cp_size
       << " chunks per row of " << batch << " rows";
-  const int64_t tl = flat.numel() / (batch * cp_size);
-  Tensor local = Tensor::Empty({batch * tl}, full.dtype(), full.device());
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t at = (b * cp_size + cp_rank) * tl;
-    Tensor out = local.Slice(b * tl, (b + 1) * tl);
-    CopyTensor(Context::Cpu(), flat.Slice(at, at + tl), out);
+  const int64_t tc = flat.numel() / (batch * 2 * cp_size);
+  Tensor local = Tensor::Empty({2 * batch * tc}, full.dtype(), full.device());
+  for (int block = 0; block < 2; ++block) {
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t at = (b * 2 * cp_size + ContextChunk(cp_rank, block, cp_size)) * tc;
+      const int64_t to = (block * batch + b) * tc;
+      Tensor out = local.Slice(to, to + tc);
+      CopyTensor(Context::Cpu(), flat.Slice(at, at + tc), out);
+    }
   }
   return local;
 }
@@ -42,25 +49,17 @@ Tensor LocalSequence(const Tensor& full, int64_t batch, int cp_rank, int cp_size
 void GatherSequence(const Context& ctx, parallel::Communicator& cp, int64_t batch,
                     const Tensor& local, Tensor& scratch, Tensor& full) {
   Tensor out = full.View({-1});
-  if (batch == 1) {
-    cp.AllGather(local.View({-1}), out);
-    return;
-  }
-  Tensor chunks = scratch.Slice(0, out.numel());
-  cp.AllGather(local.View({-1}), chunks);
-  Reorder(ctx, batch, cp.size(), chunks, out, false);
+  Tensor collective = scratch.Slice(0, out.numel());
+  cp.AllGather(local.View({-1}), collective);
+  Reorder(ctx, batch, cp.size(), collective, out, false);
 }
 
 void ReduceScatterSequence(const Context& ctx, parallel::Communicator& cp, int64_t batch,
                            const Tensor& full, Tensor& scratch, Tensor& local) {
   Tensor out = local.View({-1});
-  if (batch == 1) {
-    cp.ReduceScatter(full.View({-1}), out, parallel::ReduceOp::kSum);
-    return;
-  }
-  Tensor chunks = scratch.Slice(0, full.numel());
-  Reorder(ctx, batch, cp.size(), full.View({-1}), chunks, true);
-  cp.ReduceScatter(chunks, out, parallel::ReduceOp::kSum);
+  Tensor collective = scratch.Slice(0, full.numel());
+  Reorder(ctx, batch, cp.size(), full.View({-1}), collective, true);
+  cp.ReduceScatter(collective, out, parallel::ReduceOp::kSum);
 }
 
 }  // namespace kelvin::models

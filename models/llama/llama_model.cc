@@ -31,6 +31,23 @@ void LinearBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const
   ops::GemmBackward(ctx, dy, x, false, w, true, &dx, &dw, accumulate_dx, true);
 }
 
+// Rows [block * n / blocks, (block + 1) * n / blocks) of a query-side tensor [n, ...] (an
+// undefined tensor stays undefined).
+Tensor QueryRows(const Tensor& t, int block, int blocks) {
+  if (!t.defined() || blocks == 1) return t;
+  const int64_t rows = t.dim(0) / blocks;
+  return t.Slice(block * rows, (block + 1) * rows);
+}
+
+// The attention inputs of one query block: its rows of the query side, every key.
+ssa::SsaAttentionInputs QueryBlockInputs(const ssa::SsaAttentionInputs& in, int block, int blocks) {
+  ssa::SsaAttentionInputs part = in;
+  part.u = QueryRows(in.u, block, blocks);
+  part.query_positions = QueryRows(in.query_positions, block, blocks);
+  part.query_source = QueryRows(in.query_source, block, blocks);
+  return part;
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism,
@@ -196,9 +213,9 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
 }
 
 void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
-  KELVIN_CHECK(seq % ContextParallelSize() == 0)
-      << "context parallelism: T=" << seq << " tokens per row do not split over "
-      << ContextParallelSize() << " ranks";
+  KELVIN_CHECK(parallelism_.cp == nullptr || seq % (2 * ContextParallelSize()) == 0)
+      << "context parallelism: T=" << seq << " tokens per row do not split into 2 x "
+      << ContextParallelSize() << " chunks";
   const int64_t nk = batch * seq, n = nk / ContextParallelSize();
   if (nk == scratch_tokens_) return;
   scratch_tokens_ = nk;
@@ -326,10 +343,14 @@ ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivat
           a.v_all, slot.key_positions, a.value_source_all, inv_freq_};
 }
 
-ssa::SsaBlockShape LlamaModel::AttentionShape(const LlamaMicroBatchActivations& slot) const {
+int LlamaModel::AttentionBlocks() const { return parallelism_.cp == nullptr ? 1 : 2; }
+
+ssa::SsaBlockShape LlamaModel::AttentionShape(const LlamaMicroBatchActivations& slot,
+                                              int block) const {
   if (parallelism_.cp == nullptr) return ssa::SsaBlockShape::Full(slot.batch, slot.seq);
-  const int64_t tl = slot.seq / ContextParallelSize();
-  return {slot.batch, parallelism_.cp->rank() * tl, tl, 0, slot.seq};
+  const int ranks = ContextParallelSize();
+  const int64_t tc = slot.seq / (2 * ranks);
+  return {slot.batch, ContextChunk(parallelism_.cp->rank(), block, ranks) * tc, tc, 0, slot.seq};
 }
 
 ssa::SsaParameters LlamaModel::AttentionParameters(int64_t layer, bool gradients) {
@@ -495,9 +516,16 @@ void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActiv
                      a.value_source_all);
     }
   }
-  ssa::SsaAttentionOutputs outputs{a.attn, a.lse, a.tau_q, a.tau_v};
-  ssa::SsaAttentionForward(ctx, attention_options_, AttentionShape(slot), AttentionInputs(slot, a),
-                           AttentionParameters(layer, false), outputs);
+  const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
+  const ssa::SsaParameters params = AttentionParameters(layer, false);
+  const int blocks = AttentionBlocks();
+  for (int block = 0; block < blocks; ++block) {
+    ssa::SsaAttentionOutputs outputs{QueryRows(a.attn, block, blocks),
+                                     QueryRows(a.lse, block, blocks),
+                                     QueryRows(a.tau_q, block, blocks), a.tau_v};
+    ssa::SsaAttentionForward(ctx, attention_options_, AttentionShape(slot, block),
+                             QueryBlockInputs(inputs, block, blocks), params, outputs);
+  }
 }
 
 void LlamaModel::MlpForward(const Context& ctx, int64_t layer, LlamaLayerActivations& a) {
@@ -592,10 +620,20 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
   }
   ssa::SsaAttentionGrads grads{
       du_, dk_, dv_, dquery_source_, dvalue_source_, AttentionParameters(layer, true)};
-  const ssa::SsaAttentionOutputs saved{a.attn, a.lse, a.tau_q, a.tau_v};
-  ssa::SsaAttentionBackward(ctx, attention_options_, AttentionShape(slot), dattn_,
-                            AttentionInputs(slot, a), AttentionParameters(layer, false), saved,
-                            grads);
+  const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
+  const ssa::SsaParameters params = AttentionParameters(layer, false);
+  const int blocks = AttentionBlocks();
+  for (int block = 0; block < blocks; ++block) {  // the key-side gradients accumulate
+    const ssa::SsaAttentionOutputs saved{QueryRows(a.attn, block, blocks),
+                                         QueryRows(a.lse, block, blocks),
+                                         QueryRows(a.tau_q, block, blocks), a.tau_v};
+    ssa::SsaAttentionGrads block_grads = grads;
+    block_grads.du = QueryRows(grads.du, block, blocks);
+    block_grads.dquery_source = QueryRows(grads.dquery_source, block, blocks);
+    ssa::SsaAttentionBackward(ctx, attention_options_, AttentionShape(slot, block),
+                              QueryRows(dattn_, block, blocks),
+                              QueryBlockInputs(inputs, block, blocks), params, saved, block_grads);
+  }
   // With context parallelism the key-side gradients cover the whole sequence, partial over this
   // rank's queries: summed over the group, each rank keeps its tokens'.
   Tensor dk = dk_, dv = dv_, dvalue_source = dvalue_source_;

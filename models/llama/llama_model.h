@@ -6,8 +6,9 @@
 // holds H/TP query heads, its KV heads, F/TP FFN columns and V/TP vocabulary rows; the row-parallel
 // outputs are all-reduced (or, with sequence parallelism, reduce-scattered along the tokens, and
 // the norm/residual regions hold N/TP tokens, all-gathered before the column-parallel GEMMs).
-// Context parallelism (models/llama/context_parallel.h): each rank of the CP group holds T/CP
-// consecutive tokens of every row; attention all-gathers the whole sequence's keys and values (and
+// Context parallelism (models/llama/context_parallel.h): each rank of the CP group holds two
+// chunks of T/(2 CP) tokens of every row (an early and a late one, balancing the causal work);
+// attention all-gathers the whole sequence's keys and values (and
 // the value-temperature source) and reduce-scatters their gradients; everything else is
 // token-local. Parameter gradients are partial per CP rank (the trainer sums them with DP's).
 // Pipeline parallelism (models/llama/llama_pipeline_stage.h): each rank holds the layers of its
@@ -208,8 +209,11 @@ class LlamaModel {
   void AllocateScratch(int64_t batch, int64_t seq);
   int64_t LocalTokens(int64_t tokens) const;  // Nl of N tokens
   int ContextParallelSize() const { return parallelism_.cp ? parallelism_.cp->size() : 1; }
-  // The attention's query block (this rank's tokens of each row) against the whole rows' keys.
-  ssa::SsaBlockShape AttentionShape(const LlamaMicroBatchActivations& slot) const;
+  // The attention's query blocks against the whole rows' keys: one, the whole rows, without
+  // context parallelism; with it two, this rank's early and late chunk of every row (the rows
+  // [block * N/2, (block + 1) * N/2) of the query-side tensors).
+  int AttentionBlocks() const;
+  ssa::SsaBlockShape AttentionShape(const LlamaMicroBatchActivations& slot, int block) const;
   int64_t LocalLayer(int64_t layer) const;  // the index of layer `layer` among this rank's
   // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
   // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'

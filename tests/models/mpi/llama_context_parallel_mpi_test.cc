@@ -1,5 +1,6 @@
 // Context-parallel Llama+SSA equals its unsharded self (run under mpirun; every rank of the world
-// is one CP group holding T/CP tokens of each row): the same weights (non-zero temperatures),
+// is one CP group, each rank holding an early and a late chunk of T/(2 CP) tokens of each row):
+// the same weights (non-zero temperatures),
 // packed documents that cross the ranks' chunk boundaries, two rows (so the sequence collectives
 // reorder); each rank's logits are the whole model's rows of its tokens, and after the backward of
 // the same upstream gradient the ranks' parameter gradients sum to the whole model's, in f64, with
@@ -23,7 +24,7 @@
 namespace kelvin {
 namespace {
 
-// The rows of `t` [B*T, W] at this CP rank's tokens [B*Tl, W] (the token layout LocalSequence
+// The rows of `t` [B*T, W] at this CP rank's tokens [2*B*Tc, W] (the token layout LocalSequence
 // gives, applied to row indices).
 Tensor LocalRows(const Tensor& t, int64_t batch, int rank, int ranks) {
   Tensor index = Tensor::Empty({t.dim(0)}, DType::kI32);
