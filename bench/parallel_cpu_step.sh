@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CPU step time of tensor and pipeline parallelism against one rank on the same model and global
-# batch (bench/parallel_step_time.cc under mpirun): small-25m, 8 micro-batches of 1 x 256 tokens
-# per step, one OpenMP thread per rank. Baselines measured in the same run: one rank with one
+# CPU step time of tensor, pipeline and context parallelism against one rank on the same model and
+# global batch (bench/parallel_step_time.cc under mpirun): small-25m, 8 micro-batches of 1 x 256
+# tokens per step, one OpenMP thread per rank. Baselines measured in the same run: one rank with one
 # thread, and one rank with as many threads as the parallel runs have ranks (the same cores).
 # Prints each layout's median step time, its speed-up over both baselines, its communication
 # share, and for the pipeline the measured share of the forward/backward phase spent waiting in
@@ -27,12 +27,13 @@ one_thread="$(run 1 1)"
 two_threads="$(run 1 2)"
 tp2="$(run 2 1 --set parallel.tensor_parallel=2)"
 pp2="$(run 2 1 --set parallel.pipeline_parallel=2)"
-printf '1 rank 1 thread : %s\n1 rank 2 threads: %s\nTP2             : %s\nPP2 (1F1B)      : %s\n' \
-  "$one_thread" "$two_threads" "$tp2" "$pp2"
-python3 - "$one_thread" "$two_threads" "$tp2" "$pp2" <<'PY'
+cp2="$(run 2 1 --set parallel.context_parallel=2)"
+printf '1 rank 1 thread : %s\n1 rank 2 threads: %s\nTP2             : %s\nPP2 (1F1B)      : %s\nCP2             : %s\n' \
+  "$one_thread" "$two_threads" "$tp2" "$pp2" "$cp2"
+python3 - "$one_thread" "$two_threads" "$tp2" "$pp2" "$cp2" <<'PY'
 import json, sys
-one, two, tp2, pp2 = (json.loads(a) for a in sys.argv[1:])
-for name, r in (("TP2", tp2), ("PP2 1F1B", pp2)):
+one, two, tp2, pp2, cp2 = (json.loads(a) for a in sys.argv[1:])
+for name, r in (("TP2", tp2), ("PP2 1F1B", pp2), ("CP2", cp2)):
     print(f"{name}: {r['step_seconds']:.3f} s/step, {one['step_seconds'] / r['step_seconds']:.2f}x "
           f"1 rank x 1 thread ({one['step_seconds']:.3f} s), "
           f"{two['step_seconds'] / r['step_seconds']:.2f}x 1 rank x 2 threads "

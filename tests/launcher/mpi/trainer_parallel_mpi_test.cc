@@ -171,11 +171,19 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
   ExpectFollowsTheOneProcessRun(layout, {testing::kF32RelTol, 1e-4, testing::kF32RelTol});
 }
 
-// The layout of this world size that exercises most: sequence parallelism and, with 4 ranks, the
-// distributed optimizer's sharded state, with 8 pipeline stages too.
+// The layout of this world size that exercises most: sequence parallelism and, with 4 ranks,
+// context parallelism with the distributed optimizer's state sharded over it, with 8 pipeline
+// stages and data parallelism too.
 Layout CheckpointLayout() {
   if (WorldSize() == 2) return Layout{"TP2_SP", 2, 1, true};
-  if (WorldSize() == 4) return Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true};
+  if (WorldSize() == 4) {  // ZeRO-1 over the context-parallel ranks
+    return Layout{.name = "TP2_SPxCP2_ZeRO1",
+                  .tp = 2,
+                  .dp = 1,
+                  .sequence_parallel = true,
+                  .distributed_optimizer = true,
+                  .cp = 2};
+  }
   return Layout{"TP2_SPxPP2xDP2_ZeRO1", 2, 2, true, true, 2};
 }
 
