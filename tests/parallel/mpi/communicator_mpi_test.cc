@@ -297,25 +297,37 @@ TEST(MpiCommunicatorCudaTest, StagesDeviceTensorsThroughTheHost) {
   }
 }
 
-// The NCCL backend's 1-rank-per-GPU cases (the GPU machine runs them with -np 1).
-TEST(NcclCommunicatorCudaTest, AllReduceAllGatherAndBroadcast) {
-  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
-  int world_size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  if (world_size > CudaDeviceCount()) {
-    GTEST_SKIP() << "no CUDA device: NCCL needs one GPU per rank (" << world_size << " ranks, "
-                 << CudaDeviceCount() << " devices)";
+// The NCCL backend over the world, one GPU per rank (the GPU machine runs these with -np 1);
+// skipped without a device or with more ranks than GPUs.
+class NcclCommunicatorCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
+    int world_size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (world_size > CudaDeviceCount()) {
+      GTEST_SKIP() << "no CUDA device: NCCL needs one GPU per rank (" << world_size << " ranks, "
+                   << CudaDeviceCount() << " devices)";
+    }
+    ctx = &kelvin::testing::ContextFor(Device::Cuda());
+    absl::StatusOr<std::unique_ptr<Communicator>> created =
+        CreateCommunicator(CommBackend::kNccl, MPI_COMM_WORLD, "world", TestOptions(), *ctx);
+    ASSERT_TRUE(created.ok()) << created.status();
+    comm = std::move(*created);
   }
-  const Context& ctx = kelvin::testing::ContextFor(Device::Cuda());
-  auto comm = CreateCommunicator(CommBackend::kNccl, MPI_COMM_WORLD, "world", TestOptions(), ctx);
-  ASSERT_TRUE(comm.ok()) << comm.status();
-  const int rank = (*comm)->rank(), size = (*comm)->size();
+
+  const Context* ctx = nullptr;  // the GPU's (set once a device is known to be there)
+  std::unique_ptr<Communicator> comm;
+};
+
+TEST_F(NcclCommunicatorCudaTest, AllReduceAllGatherAndBroadcast) {
+  const int rank = comm->rank(), size = comm->size();
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kI64}) {
     SCOPED_TRACE(DTypeName(dtype));
     Tensor device = kelvin::testing::ToDevice(TensorOf(dtype, RankValues(dtype, rank, 0, 1001)),
                                               Device::Cuda());
-    (*comm)->AllReduce(device, ReduceOp::kSum);
-    const std::vector<double> got = ValuesOf(CopyToDevice(ctx, device, Device::Cpu()));
+    comm->AllReduce(device, ReduceOp::kSum);
+    const std::vector<double> got = ValuesOf(CopyToDevice(*ctx, device, Device::Cpu()));
     for (int64_t i = 0; i < 1001; ++i) {
       std::vector<double> per_rank;
       for (int r = 0; r < size; ++r) per_rank.push_back(TestValue(dtype, r, i));
@@ -324,39 +336,29 @@ TEST(NcclCommunicatorCudaTest, AllReduceAllGatherAndBroadcast) {
     const Tensor input =
         kelvin::testing::ToDevice(TensorOf(dtype, RankValues(dtype, rank, 0, 7)), Device::Cuda());
     Tensor gathered = Tensor::Empty({size * 7}, dtype, Device::Cuda());
-    (*comm)->AllGather(input, gathered);
+    comm->AllGather(input, gathered);
     std::vector<double> expected;
     for (int r = 0; r < size; ++r) {
       const std::vector<double> chunk = RankValues(dtype, r, 0, 7);
       expected.insert(expected.end(), chunk.begin(), chunk.end());
     }
-    EXPECT_EQ(ValuesOf(CopyToDevice(ctx, gathered, Device::Cpu())), expected);
+    EXPECT_EQ(ValuesOf(CopyToDevice(*ctx, gathered, Device::Cpu())), expected);
     Tensor broadcast =
         kelvin::testing::ToDevice(TensorOf(dtype, RankValues(dtype, rank, 0, 7)), Device::Cuda());
-    (*comm)->Broadcast(broadcast, 0);
-    EXPECT_EQ(ValuesOf(CopyToDevice(ctx, broadcast, Device::Cpu())), RankValues(dtype, 0, 0, 7));
+    comm->Broadcast(broadcast, 0);
+    EXPECT_EQ(ValuesOf(CopyToDevice(*ctx, broadcast, Device::Cpu())), RankValues(dtype, 0, 0, 7));
   }
-  (*comm)->Barrier();
+  comm->Barrier();
 }
 
 // The NCCL backend on host tensors (the trainer's scalars): staged through the device, results on
 // the host, in f64 and i32 as the trainer reduces them.
-TEST(NcclCommunicatorCudaTest, StagesHostTensorsThroughTheDevice) {
-  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
-  int world_size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  if (world_size > CudaDeviceCount()) {
-    GTEST_SKIP() << "no CUDA device: NCCL needs one GPU per rank (" << world_size << " ranks, "
-                 << CudaDeviceCount() << " devices)";
-  }
-  const Context& ctx = kelvin::testing::ContextFor(Device::Cuda());
-  auto comm = CreateCommunicator(CommBackend::kNccl, MPI_COMM_WORLD, "world", TestOptions(), ctx);
-  ASSERT_TRUE(comm.ok()) << comm.status();
-  const int rank = (*comm)->rank(), size = (*comm)->size();
+TEST_F(NcclCommunicatorCudaTest, StagesHostTensorsThroughTheDevice) {
+  const int rank = comm->rank(), size = comm->size();
   for (const DType dtype : {DType::kF64, DType::kI32}) {
     SCOPED_TRACE(DTypeName(dtype));
     Tensor host = TensorOf(dtype, RankValues(dtype, rank, 0, 5));
-    (*comm)->AllReduce(host, ReduceOp::kMax);
+    comm->AllReduce(host, ReduceOp::kMax);
     ASSERT_TRUE(host.is_cpu());
     const std::vector<double> got = ValuesOf(host);
     for (int64_t i = 0; i < 5; ++i) {
@@ -365,7 +367,7 @@ TEST(NcclCommunicatorCudaTest, StagesHostTensorsThroughTheDevice) {
       EXPECT_EQ(got[static_cast<size_t>(i)], Reduced(dtype, ReduceOp::kMax, per_rank));
     }
     Tensor gathered = Tensor::Empty({size * 5}, dtype);
-    (*comm)->AllGather(TensorOf(dtype, RankValues(dtype, rank, 0, 5)), gathered);
+    comm->AllGather(TensorOf(dtype, RankValues(dtype, rank, 0, 5)), gathered);
     std::vector<double> expected;
     for (int r = 0; r < size; ++r) {
       const std::vector<double> chunk = RankValues(dtype, r, 0, 5);
