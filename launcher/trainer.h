@@ -1,11 +1,11 @@
 // Trainer: the training loop of `kelvin train` on the CPU (f32) or a CUDA device (bf16 with f32
-// master weights), one process or a tensor/sequence/pipeline/data parallel grid under mpirun (MPI
-// communicators; device tensors staged through host memory). Read top to bottom in trainer.cc: per
-// step, each data-parallel rank's micro-batches run forward and backward with the loss normalised
-// by the global batch's labelled tokens, gradients are summed over data-parallel ranks and clipped
-// by the norm of the full model, the learning rate comes from the schedule, AdamW steps; progress
-// lines, periodic evaluation, checkpoints (resume, every checkpoint.interval_steps, at the end and
-// on a preemption signal), export at the end.
+// master weights), one process or a tensor/sequence/context/pipeline/data parallel grid under
+// mpirun (MPI or NCCL communicators, parallel.communication_backend). Read top to bottom in
+// trainer.cc: per step, each data-parallel rank's micro-batches run forward and backward with the
+// loss normalised by the global batch's labelled tokens, gradients are summed over the data- and
+// context-parallel ranks and clipped by the norm of the full model, the learning rate comes from
+// the schedule, AdamW steps; progress lines, periodic evaluation, checkpoints (resume, every
+// checkpoint.interval_steps, at the end and on a preemption signal), export at the end.
 #pragma once
 
 #include <memory>
