@@ -492,7 +492,7 @@ absl::Status Trainer::Run() {
                    << DTypeName(model_->dtype())
                    << (model_->parameters().has_model_copy() ? " with f32 master weights" : "")
                    << ", " << ctx_.device().ToString() << ", " << omp_get_max_threads()
-                   << " CPU threads)";
+                   << (omp_get_max_threads() == 1 ? " CPU thread)" : " CPU threads)");
   if (grid_ != nullptr) {
     const parallel::GridSpec& g = grid_->spec();
     KLOG_RANK0(INFO) << "layout: " << g.world_size << " processes = tensor " << g.tensor_parallel
