@@ -519,12 +519,12 @@ absl::Status Trainer::Run() {
   const auto start = std::chrono::steady_clock::now();
   const bool checkpoints = !job_.checkpoint().dir().empty();
   if (checkpoints) InstallPreemptionHandlers();
-  int64_t tokens = 0;
+  int64_t tokens = 0;  // of every data-parallel replica (as TensorBoard's tokens_per_second)
   for (int64_t step = start_step_; step < t.steps(); ++step) {
     KELVIN_ASSIGN_OR_RETURN(const StepStats stats, TrainStep(step));
     history_.push_back(stats);
     KELVIN_RETURN_IF_ERROR(WriteTensorBoard(stats));
-    tokens += stats.tokens;
+    tokens += stats.tokens * DataParallelSize();
     const bool last = step + 1 == t.steps();
     if ((step + 1) % job_.logging().log_interval() == 0 || last) {
       const double elapsed =
