@@ -105,6 +105,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
                                          grid->spec().virtual_pipeline_stages));
   }
   KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism, placement));
+  // The steps report the temperatures of their last micro-batch.
+  trainer->model_->RecordTemperatureStatisticsOf(static_cast<int>(trainer->micro_batches_) - 1);
   if (parallelism.pp != nullptr) {
     trainer->pipeline_ = std::make_unique<PipelineRunner>(schedule, std::move(program),
                                                           *trainer->model_, grid->pp());
@@ -297,11 +299,13 @@ std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& bat
                                   model_->layout().vocab_begin, loss_scale);
   };
   if (pipeline_ != nullptr) return pipeline_->RunStep(ctx_, batches, loss);
-  std::vector<double> losses;
-  for (size_t m = 0; m < batches.size(); ++m) {
-    Tensor& logits = model_->Forward(ctx_, batches[m].tokens, batches[m].positions);
-    losses.push_back(loss(logits, static_cast<int>(m)));
-    model_->Backward(ctx_, logits);
+  std::vector<double> losses;  // one stage: micro-batch m through the whole model (chunk 0)
+  for (int m = 0; m < static_cast<int>(batches.size()); ++m) {
+    model_->BeginMicroBatch(m, batches[m].tokens, batches[m].positions);
+    Tensor& logits = model_->ForwardChunk(ctx_, m, 0);
+    losses.push_back(loss(logits, m));
+    model_->BackwardChunk(ctx_, m, 0);
+    model_->EndMicroBatch(m);
   }
   return losses;
 }
