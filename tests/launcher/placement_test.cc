@@ -38,14 +38,14 @@ TEST(Placement, Bf16OnTheCpuIsAnErrorNamingTheFields) {
                         "CPU kernels run in f32; use FP32 or AUTO"));
 }
 
-TEST(Placement, AutoPicksCudaOnlyWhereADeviceIsUsable) {
+TEST(Placement, AutoPicksTheGpuOnlyWhereADeviceIsUsable) {
   const absl::StatusOr<TrainingPlacement> placement = ResolvePlacement(Job("AUTO", "AUTO"), 0);
   ASSERT_TRUE(placement.ok()) << placement.status();
   EXPECT_EQ(placement->ctx.is_cuda(), CudaAvailable());
   EXPECT_EQ(placement->dtype, CudaAvailable() ? DType::kBF16 : DType::kF32);
 }
 
-TEST(Placement, CudaWithoutADeviceOrInF32IsAnError) {
+TEST(Placement, GpuTrainingWithoutADeviceOrInF32IsAnError) {
   const absl::StatusOr<TrainingPlacement> placement = ResolvePlacement(Job("CUDA", "FP32"), 0);
   ASSERT_FALSE(placement.ok());
   const std::string message(placement.status().message());

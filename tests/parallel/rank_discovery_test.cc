@@ -169,7 +169,7 @@ TEST(RankDiscoveryTest, WithoutMpiReadsTheProcessEnvironment) {
   }
 }
 
-TEST(RankDiscoveryTest, CudaDeviceForLocalRankNeedsThatManyDevices) {
+TEST(RankDiscoveryTest, DeviceForLocalRankNeedsThatManyDevices) {
   const int devices = CudaDeviceCount();
   const absl::StatusOr<int> beyond = CudaDeviceForLocalRank(devices);
   ASSERT_FALSE(beyond.ok());

@@ -183,7 +183,8 @@ TEST(ProcessGridMpiTest, LayoutErrorsComeBackOnEveryRank) {
                                      " is not divisible by tensor_parallel=", world)));
 }
 
-TEST(ProcessGridMpiTest, NcclNeedsACudaBuildOrDevice) {
+// A CPU case (no "Cuda" in its name, so the CPU entries run it): without a device, NCCL is refused.
+TEST(ProcessGridMpiTest, NcclWithoutADeviceIsRefused) {
   if (CudaAvailable()) GTEST_SKIP() << "CUDA is available: the NCCL backend may be built";
   auto grid = ProcessGrid::Create(SpecFor(WorldSize(), 1, 1, 1), MPI_COMM_WORLD, CommBackend::kNccl,
                                   CommunicatorOptions(), Context::Cpu());
