@@ -251,14 +251,23 @@ absl::StatusOr<const pb::FieldDescriptor*> ScalarFieldAt(
   return field;
 }
 
-// The schema has singular fields only (KELVIN_CHECKed so that a new repeated field is noticed).
+// Repeated fields are strings (KELVIN_CHECKed so that another kind is noticed).
 void PrintMessage(const pb::Message& message, int depth, std::string& out) {
   const pb::Reflection& reflection = *message.GetReflection();
   const pb::Descriptor& type = *message.GetDescriptor();
   const std::string indent(2 * depth, ' ');
   for (int i = 0; i < type.field_count(); ++i) {
     const pb::FieldDescriptor& field = *type.field(i);
-    KELVIN_CHECK(!field.is_repeated()) << "print repeated field " << field.full_name();
+    if (field.is_repeated()) {  // strings only (launch.*): one line per element
+      KELVIN_CHECK(field.cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING)
+          << "print repeated field " << field.full_name();
+      for (int e = 0; e < reflection.FieldSize(message, &field); ++e) {
+        std::string value;
+        pb::TextFormat::PrintFieldValueToString(message, &field, e, &value);
+        absl::StrAppend(&out, indent, field.name(), ": ", value, "\n");
+      }
+      continue;
+    }
     if (field.has_presence() && !reflection.HasField(message, &field)) {
       continue;  // unset oneof member, message or optional scalar
     }
@@ -386,6 +395,13 @@ void ResolveDefaults(config::JobConfig& config) {
   if (!parallel.has_virtual_pipeline_stages()) parallel.set_virtual_pipeline_stages(1);
   if (!parallel.has_context_parallel()) parallel.set_context_parallel(1);
   if (!parallel.has_collective_timeout_seconds()) parallel.set_collective_timeout_seconds(600);
+
+  config::LaunchConfig& launch = *config.mutable_launch();
+  if (!launch.has_nodes()) launch.set_nodes(1);
+  if (!launch.has_processes_per_node()) launch.set_processes_per_node(1);
+  if (launch.run_dir().empty() && !config.name().empty()) {
+    launch.set_run_dir("runs/" + config.name());
+  }
 
   if (model.precision() == config::ModelConfig::AUTO) {
     if (training.device() == config::TrainingConfig::CPU) {

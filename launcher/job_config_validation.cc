@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/data/passkey_task.h"
 #include "launcher/job_config.h"
@@ -71,13 +72,17 @@ std::optional<int64_t> CheckedProduct(int64_t a, int64_t b) {
 }
 
 // Every double of the job is finite, every enum holds a named value (proto3 enums accept any
-// number in text format). The schema has singular fields only.
+// number in text format). The schema's repeated fields are strings.
 void CheckNumbersAndEnums(const pb::Message& message, const std::string& path, Problems& problems) {
   const pb::Reflection& reflection = *message.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
   reflection.ListFields(message, &fields);
   for (const pb::FieldDescriptor* field : fields) {
-    KELVIN_CHECK(!field->is_repeated()) << "check repeated field " << field->full_name();
+    if (field->is_repeated()) {  // strings only (launch.*): no number or enum inside
+      KELVIN_CHECK(field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING)
+          << "check repeated field " << field->full_name();
+      continue;
+    }
     const std::string field_path = path.empty() ? field->name() : path + "." + field->name();
     switch (field->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_MESSAGE:
@@ -463,6 +468,67 @@ void CheckParallel(const config::JobConfig& job, Problems& problems) {
   }
 }
 
+// "MM", "HH:MM:SS" or "D-HH:MM:SS" (sbatch accepts more forms; these are the unambiguous ones).
+bool IsSlurmTime(absl::string_view time) {
+  const auto digits = [](absl::string_view part, size_t min_size, size_t max_size) {
+    return part.size() >= min_size && part.size() <= max_size &&
+           std::all_of(part.begin(), part.end(),
+                       [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
+  };
+  const size_t dash = time.find('-');
+  if (dash != absl::string_view::npos) {
+    if (!digits(time.substr(0, dash), 1, 3)) return false;
+    time = time.substr(dash + 1);
+  } else if (digits(time, 1, 6)) {
+    return true;  // minutes
+  }
+  const std::vector<absl::string_view> parts = absl::StrSplit(time, ':');
+  return parts.size() == 3 && digits(parts[0], 1, 3) && digits(parts[1], 2, 2) &&
+         digits(parts[2], 2, 2) && parts[1] < "60" && parts[2] < "60";
+}
+
+void CheckLaunch(const config::JobConfig& job, Problems& problems) {
+  const config::LaunchConfig& launch = job.launch();
+  AtLeast(problems, "launch.nodes", launch.nodes(), 1);
+  AtLeast(problems, "launch.processes_per_node", launch.processes_per_node(), 1);
+  AtLeast(problems, "launch.gpus_per_node", launch.gpus_per_node(), 0);
+  AtLeast(problems, "launch.cpus_per_process", launch.cpus_per_process(), 0);
+  AtLeast(problems, "launch.preemption_warning_seconds", launch.preemption_warning_seconds(), 0);
+  if (!launch.time_limit().empty() && !IsSlurmTime(launch.time_limit())) {
+    problems.Add("launch.time_limit=\"", launch.time_limit(),
+                 "\": write minutes (\"90\"), \"HH:MM:SS\" or \"D-HH:MM:SS\"");
+  }
+  if (launch.gpus_per_node() > 0 && launch.processes_per_node() > launch.gpus_per_node() &&
+      job.parallel().communication_backend() == config::ParallelConfig::NCCL) {
+    problems.Add("launch.processes_per_node=", launch.processes_per_node(),
+                 " > gpus_per_node=", launch.gpus_per_node(),
+                 " with parallel.communication_backend=NCCL: NCCL needs a GPU per process");
+  }
+  const bool checkpoints = !job.checkpoint().dir().empty();
+  if (launch.preemption_warning_seconds() > 0 && !checkpoints) {
+    problems.Add("launch.preemption_warning_seconds=", launch.preemption_warning_seconds(),
+                 " needs checkpoint.dir: the warning only helps when the trainer can save");
+  }
+  if (launch.requeue() && !checkpoints) {
+    problems.Add("launch.requeue needs checkpoint.dir: a requeued job would start over");
+  } else if (launch.requeue() && job.checkpoint().resume() != config::CheckpointConfig::AUTO) {
+    problems.Add("launch.requeue needs checkpoint.resume=AUTO (it is ",
+                 config::CheckpointConfig::Resume_Name(job.checkpoint().resume()),
+                 "): the requeued job must continue from the latest checkpoint");
+  }
+  for (const std::string& option : launch.extra_sbatch_options()) {
+    if (!absl::StartsWith(option, "--") || absl::StrContains(option, "\n")) {
+      problems.Add("launch.extra_sbatch_options \"", option,
+                   "\": write one sbatch option per entry, as \"--name=value\"");
+    }
+  }
+  for (const std::string& line : launch.setup_commands()) {
+    if (absl::StrContains(line, "\n")) {
+      problems.Add("launch.setup_commands \"", line, "\": one shell line per entry");
+    }
+  }
+}
+
 int EditDistance(std::string_view a, std::string_view b) {
   std::vector<int> previous(b.size() + 1), current(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) previous[j] = static_cast<int>(j);
@@ -511,6 +577,7 @@ absl::Status ValidateJobConfig(const config::JobConfig& config) {
   CheckCheckpoint(job.checkpoint(), problems);
   AtLeast(problems, "logging.log_interval", job.logging().log_interval(), 1);
   CheckParallel(job, problems);
+  CheckLaunch(job, problems);
   return problems.ToStatus();
 }
 

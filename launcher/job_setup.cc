@@ -71,15 +71,14 @@ ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
   return options;
 }
 
-absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank) {
-  const config::TrainingConfig::Device device = job.training().device();
-  if (device == config::TrainingConfig::CUDA && !CudaAvailable()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("training.device=CUDA, but no CUDA device is usable here (",
-                     CudaUnavailableReason(), "); use AUTO or CPU to train on the CPU"));
-  }
-  const bool cuda = device == config::TrainingConfig::CUDA ||
-                    (device == config::TrainingConfig::AUTO && CudaAvailable());
+absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch) {
+  if (job.training().seq_length() <= arch.max_position_embeddings) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("training.seq_length=", job.training().seq_length(),
+                   " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
+}
+
+absl::StatusOr<DType> ResolveModelDType(const config::JobConfig& job, bool cuda) {
   const config::ModelConfig::Precision precision = job.model().precision();
   if (cuda && precision == config::ModelConfig::FP32) {
     return absl::InvalidArgumentError(
@@ -89,11 +88,24 @@ absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job,
   if (!cuda && precision == config::ModelConfig::BF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.precision=BF16 with training on the CPU (training.device=",
-                     config::TrainingConfig::Device_Name(device),
+                     config::TrainingConfig::Device_Name(job.training().device()),
                      "): the CPU kernels run in f32; use FP32 or AUTO, or train on a CUDA device"));
   }
+  return cuda ? DType::kBF16 : DType::kF32;
+}
+
+absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank) {
+  const config::TrainingConfig::Device device = job.training().device();
+  if (device == config::TrainingConfig::CUDA && !CudaAvailable()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("training.device=CUDA, but no CUDA device is usable here (",
+                     CudaUnavailableReason(), "); use AUTO or CPU to train on the CPU"));
+  }
+  const bool cuda = device == config::TrainingConfig::CUDA ||
+                    (device == config::TrainingConfig::AUTO && CudaAvailable());
+  KELVIN_ASSIGN_OR_RETURN(const DType dtype, ResolveModelDType(job, cuda));
   if (!cuda) return TrainingPlacement{};
-  return TrainingPlacement{Context::Cuda(local_rank % CudaDeviceCount()), DType::kBF16};
+  return TrainingPlacement{Context::Cuda(local_rank % CudaDeviceCount()), dtype};
 }
 
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(

@@ -12,6 +12,8 @@
 namespace kelvin::launcher {
 
 absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::ModelConfig& model);
+// training.seq_length within the model's max_position_embeddings.
+absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);
 // model.ssa (defaults resolved) as the SSA code's flags.
 ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa);
 
@@ -20,9 +22,11 @@ struct TrainingPlacement {
   Context ctx = Context::Cpu();
   DType dtype = DType::kF32;  // the model's: f32 on the CPU, bf16 (f32 masters) on CUDA
 };
-// training.device (AUTO: CUDA when a device is usable, else the CPU) and model.precision (AUTO:
-// FP32 on the CPU, BF16 on CUDA; the other pairs are errors naming the fields: the CPU kernels run
-// f32, the fused SSA kernel bf16). On CUDA the rank of node-local index `local_rank` takes GPU
+// The model's dtype when training on CUDA (`cuda`) or the CPU: model.precision AUTO gives bf16 on
+// CUDA, f32 on the CPU; FP32 on CUDA and BF16 on the CPU are errors naming the fields.
+absl::StatusOr<DType> ResolveModelDType(const config::JobConfig& job, bool cuda);
+// training.device (AUTO: CUDA when a device is usable, else the CPU) and model.precision
+// (ResolveModelDType). On CUDA the rank of node-local index `local_rank` takes GPU
 // local_rank % (the node's GPUs): ranks beyond the GPUs share them, which the trainer's MPI
 // communicators allow (they stage device tensors through host memory).
 absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank);

@@ -1,23 +1,54 @@
-// The `kelvin` command: `kelvin train JOB.textproto [--set field.path=value ...]`, one process or
-// under mpirun/srun (MPI is initialised when the launcher's environment names more than one
-// process). Every user error ends here as one message on stderr and exit code 1 (2 for usage
-// errors); with several processes a rank that fails aborts the whole job, so none waits forever.
+// The `kelvin` command: `kelvin train|plan|launch JOB.textproto [--set field.path=value ...]`.
+// train runs one process or, under mpirun/srun, one rank (MPI is initialised when the launcher's
+// environment names more than one process); plan prints the job's layout and memory per rank
+// without training; launch checks the same and writes (--submit: submits) its SLURM batch job.
+// Every user error ends here as one message on stderr and exit code 1 (2 for usage errors); with
+// several processes a rank that fails aborts the whole job, so none waits forever.
 #include <mpi.h>
+#include <unistd.h>
 
+#include <climits>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "core/logging.h"
 #include "launcher/job_config.h"
+#include "launcher/job_plan.h"
+#include "launcher/job_setup.h"
+#include "launcher/slurm_batch.h"
 #include "launcher/trainer.h"
 #include "parallel/rank_discovery.h"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: kelvin train JOB.textproto [--set field.path=value ...]\n"
+    "usage: kelvin COMMAND JOB.textproto [OPTIONS] [--set field.path=value ...]\n"
+    "  train   train the job: one process, or one rank under mpirun / srun\n"
+    "  plan    print the job's layout and memory per rank, without training; options:\n"
+    "            --processes N   world size to plan for (default: launch.nodes x\n"
+    "                            launch.processes_per_node)\n"
+    "            --device cpu|cuda  (default: training.device; AUTO: cuda when\n"
+    "                            launch.gpus_per_node > 0)\n"
+    "  launch  check the layout on launch.nodes x processes_per_node, then write the SLURM\n"
+    "          batch script and the resolved job into launch.run_dir; --submit: also sbatch it\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n";
+
+// The command line after the command and the job: overrides and the commands' options.
+struct Arguments {
+  std::string command, job_path;
+  std::vector<std::string> overrides;
+  int processes = 0;    // plan --processes (0: from launch.*)
+  std::string device;   // plan --device: "", "cpu" or "cuda"
+  bool submit = false;  // launch --submit
+};
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr, "kelvin: %s\n%s", problem.c_str(), kUsage);
+  return 2;
+}
 
 // 1 after printing `status` (every rank prints its own failure: ranks can fail differently).
 int Fail(const absl::Status& status) {
@@ -49,24 +80,118 @@ int TrainUnderLauncher(const std::string& path, const std::vector<std::string>& 
   return result;
 }
 
+// Whether the job plans for CUDA: training.device, or with AUTO whether launch.* asks for GPUs.
+bool PlansForCuda(const kelvin::config::JobConfig& job, const std::string& device_flag) {
+  if (!device_flag.empty()) return device_flag == "cuda";
+  const kelvin::config::TrainingConfig::Device device = job.training().device();
+  if (device != kelvin::config::TrainingConfig::AUTO) {
+    return device == kelvin::config::TrainingConfig::CUDA;
+  }
+  return job.launch().gpus_per_node() > 0;
+}
+
+// The job, its architecture and its layout on `processes` (0: launch.nodes x processes_per_node).
+struct PlannedJob {
+  kelvin::config::JobConfig job;
+  kelvin::models::LlamaConfig arch;
+  kelvin::launcher::JobLayout layout;
+};
+absl::StatusOr<PlannedJob> PlanJob(const Arguments& a) {
+  PlannedJob planned;
+  KELVIN_ASSIGN_OR_RETURN(planned.job, kelvin::launcher::LoadJobConfig(a.job_path, a.overrides));
+  KELVIN_ASSIGN_OR_RETURN(planned.arch,
+                          kelvin::launcher::ResolveModelArchitecture(planned.job.model()));
+  const kelvin::config::LaunchConfig& launch = planned.job.launch();
+  const int64_t launched = int64_t{launch.nodes()} * launch.processes_per_node();
+  if (a.processes == 0 && launched > INT_MAX) {
+    return absl::InvalidArgumentError("launch.nodes x launch.processes_per_node is too large");
+  }
+  const int processes = a.processes > 0 ? a.processes : static_cast<int>(launched);
+  KELVIN_ASSIGN_OR_RETURN(planned.layout,
+                          kelvin::launcher::PlanJobLayout(planned.job, planned.arch, processes,
+                                                          PlansForCuda(planned.job, a.device)));
+  return planned;
+}
+
+int Plan(const Arguments& a) {
+  const absl::StatusOr<PlannedJob> planned = PlanJob(a);
+  if (!planned.ok()) return Fail(planned.status());
+  const absl::StatusOr<std::string> report =
+      kelvin::launcher::FormatJobPlan(planned->job, planned->arch, planned->layout);
+  if (!report.ok()) return Fail(report.status());
+  std::printf("%s", report->c_str());
+  return 0;
+}
+
+// The path of this kelvin binary, which the batch job runs.
+std::string SelfPath() {
+  std::vector<char> path(PATH_MAX + 1, '\0');
+  const ssize_t n = readlink("/proc/self/exe", path.data(), PATH_MAX);
+  return n > 0 ? std::string(path.data(), static_cast<size_t>(n)) : std::string("kelvin");
+}
+
+int Launch(const Arguments& a) {
+  const absl::StatusOr<PlannedJob> planned = PlanJob(a);
+  if (!planned.ok()) return Fail(planned.status());
+  const kelvin::config::JobConfig& job = planned->job;
+  if (job.training().device() == kelvin::config::TrainingConfig::CUDA &&
+      job.launch().gpus_per_node() == 0) {
+    return Fail(absl::InvalidArgumentError(
+        "training.device=CUDA but launch.gpus_per_node=0: request the GPUs per node"));
+  }
+  const absl::StatusOr<std::string> report =
+      kelvin::launcher::FormatJobPlan(job, planned->arch, planned->layout);
+  if (!report.ok()) return Fail(report.status());
+  std::printf("%s", report->c_str());
+  const absl::StatusOr<kelvin::launcher::BatchJob> batch =
+      kelvin::launcher::WriteBatchJob(job, SelfPath());
+  if (!batch.ok()) return Fail(batch.status());
+  std::printf("wrote %s\n  and %s\n", batch->script_path.c_str(), batch->config_path.c_str());
+  if (!a.submit) {
+    std::printf("submit it with: sbatch %s   (or kelvin launch ... --submit)\n",
+                batch->script_path.c_str());
+    return 0;
+  }
+  const absl::StatusOr<std::string> id = kelvin::launcher::SubmitBatchJob(batch->script_path);
+  if (!id.ok()) return Fail(id.status());
+  std::printf("submitted batch job %s; its log: %s/slurm-%s.out\n", id->c_str(),
+              std::filesystem::path(batch->script_path).parent_path().c_str(), id->c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.size() >= 2 && args[0] == "train") {
-    std::vector<std::string> overrides;
-    for (size_t i = 2; i < args.size(); ++i) {
-      if (args[i] == "--set" && i + 1 < args.size()) {
-        overrides.push_back(args[++i]);
-      } else if (args[i].rfind("--set=", 0) == 0) {
-        overrides.push_back(args[i].substr(6));
-      } else {
-        std::fprintf(stderr, "kelvin: unexpected argument \"%s\"\n%s", args[i].c_str(), kUsage);
-        return 2;
-      }
-    }
-    return TrainUnderLauncher(args[1], overrides);
+  if (args.size() < 2) return Usage("a command and a job file are needed");
+  Arguments a;
+  a.command = args[0];
+  a.job_path = args[1];
+  if (a.command != "train" && a.command != "plan" && a.command != "launch") {
+    return Usage("unknown command \"" + a.command + "\"");
   }
-  std::fprintf(stderr, "%s", kUsage);
-  return 2;
+  for (size_t i = 2; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const bool has_value = i + 1 < args.size();
+    if (arg == "--set" && has_value) {
+      a.overrides.push_back(args[++i]);
+    } else if (arg.rfind("--set=", 0) == 0) {
+      a.overrides.push_back(arg.substr(6));
+    } else if (a.command == "plan" && arg == "--processes" && has_value) {
+      if (!absl::SimpleAtoi(args[++i], &a.processes) || a.processes < 1) {
+        return Usage("--processes " + args[i] + ": give a process count >= 1");
+      }
+    } else if (a.command == "plan" && arg == "--device" && has_value) {
+      a.device = args[++i];
+      if (a.device != "cpu" && a.device != "cuda") {
+        return Usage("--device " + a.device + ": use cpu or cuda");
+      }
+    } else if (a.command == "launch" && arg == "--submit") {
+      a.submit = true;
+    } else {
+      return Usage("unexpected argument \"" + arg + "\" for " + a.command);
+    }
+  }
+  if (a.command == "train") return TrainUnderLauncher(a.job_path, a.overrides);
+  return a.command == "plan" ? Plan(a) : Launch(a);
 }

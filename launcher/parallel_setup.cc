@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "core/mpi_check.h"
+#include "launcher/job_plan.h"
 
 namespace kelvin::launcher {
 
@@ -66,25 +67,7 @@ absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
         " processes but kelvin runs as one: start it with mpirun -np ",
         model_parallel * data_parallel, " kelvin train ... (or srun inside an allocation)"));
   }
-  const config::TrainingConfig& t = job.training();
-  parallel::GridSpec spec;
-  spec.world_size = world_size;
-  spec.tensor_parallel = p.tensor_parallel();
-  spec.context_parallel = p.context_parallel();
-  spec.data_parallel = data_parallel;
-  spec.pipeline_parallel = p.pipeline_parallel();
-  spec.virtual_pipeline_stages = p.virtual_pipeline_stages();
-  spec.sequence_parallel = p.sequence_parallel();
-  spec.num_attention_heads = arch.num_attention_heads;
-  spec.num_key_value_heads = arch.num_key_value_heads;
-  spec.num_layers = arch.num_layers;
-  spec.seq_length = t.seq_length();
-  spec.micro_batch_size = t.micro_batch_size();
-  spec.gradient_accumulation_steps =
-      t.gradient_accumulation_steps() > 0
-          ? t.gradient_accumulation_steps()
-          : t.global_batch_size() / std::max<int64_t>(t.micro_batch_size() * data_parallel, 1);
-  spec.global_batch_size = t.global_batch_size();
+  KELVIN_ASSIGN_OR_RETURN(const parallel::GridSpec spec, GridSpecOf(job, arch, world_size));
   KELVIN_ASSIGN_OR_RETURN(const parallel::CommBackend backend,
                           ResolveBackend(p, ctx, node_processes));
   KLOG_RANK0(INFO) << "communicators: "

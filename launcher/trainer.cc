@@ -15,6 +15,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/grad_norm.h"
 #include "launcher/checkpoint.h"
+#include "launcher/job_plan.h"
 #include "launcher/lm_loss.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
@@ -69,11 +70,7 @@ void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& lay
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job,
                                                          MPI_Comm world) {
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
-  if (job.training().seq_length() > arch.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.seq_length=", job.training().seq_length(),
-        " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
-  }
+  KELVIN_RETURN_IF_ERROR(CheckSequenceLength(job, arch));
   std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
   // The node's processes pick their GPUs (a collective over `world`, only where CUDA may be used).
   const NodePlace node = MayTrainOnCuda(job) ? NodePlaceOf(world) : NodePlace{};
@@ -311,35 +308,17 @@ std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& bat
 }
 
 models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) const {
-  const config::TrainingConfig& t = job_.training();
-  models::MemoryPlanOptions o;
-  o.micro_batch = t.micro_batch_size();
-  o.seq_length = t.seq_length();
-  o.recompute_attention = job_.model().recompute_attention();
-  o.recompute_mlp = job_.model().recompute_mlp();
-  o.activation_dtype = model_->dtype();
-  o.parameter_dtype = model_->dtype();
-  o.separate_master = model_->parameters().has_model_copy();
-  if (grid_ != nullptr) {
-    const parallel::GridSpec& g = grid_->spec();
-    o.tensor_parallel = g.tensor_parallel;
-    o.tensor_rank = tensor_rank;
-    o.sequence_parallel = g.sequence_parallel;
-    o.context_parallel = g.context_parallel;
-    o.pipeline_parallel = g.pipeline_parallel;
-    o.pipeline_rank = pipeline_rank;
-    o.virtual_stages = g.virtual_pipeline_stages;
-    o.data_parallel = g.data_parallel;
-    o.distributed_optimizer = distributed_optimizer_ != nullptr;
-  }
-  if (pipeline_ != nullptr) {
-    const absl::StatusOr<std::vector<parallel::PipelineStep>> program =
-        parallel::BuildPipelineProgram(pipeline_->kind(), o.pipeline_parallel, pipeline_rank,
-                                       static_cast<int>(micro_batches_), o.virtual_stages);
-    KELVIN_CHECK(program.ok()) << program.status();  // this rank's was built the same way
-    o.micro_batches_in_flight = PipelineRunner::SlotsNeeded(*program, pipeline_rank);
-  }
-  return models::PlanLlamaMemory(arch_, o);
+  JobLayout layout;
+  if (grid_ != nullptr) layout.spec = grid_->spec();
+  layout.spec.micro_batch_size = job_.training().micro_batch_size();
+  layout.spec.gradient_accumulation_steps = micro_batches_;
+  layout.dtype = model_->dtype();
+  layout.separate_master = model_->parameters().has_model_copy();
+  layout.distributed_optimizer = distributed_optimizer_ != nullptr;
+  const absl::StatusOr<models::MemoryPlan> plan =
+      PlanRankMemory(job_, arch_, layout, tensor_rank, pipeline_rank);
+  KELVIN_CHECK(plan.ok()) << plan.status();  // this rank's pipeline program was built the same way
+  return *plan;
 }
 
 int64_t Trainer::OptimizerStateBytes() const {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "launcher/job_config.h"
 
 namespace kelvin::launcher {
@@ -37,6 +38,12 @@ std::string ProblemsWith(const std::vector<std::string>& overrides) {
 }
 
 TEST(JobConfigValidation, MinimalJobIsValid) { EXPECT_EQ(ProblemsWith({}), ""); }
+
+TEST(JobConfigValidation, SlurmTimeLimitsInEachFormAreValid) {
+  for (const char* time : {"90", "01:30:00", "2-00:00:00", "0-12:00:00"}) {
+    EXPECT_EQ(ProblemsWith({absl::StrCat("launch.time_limit=", time)}), "") << time;
+  }
+}
 
 struct Rule {
   std::vector<std::string> overrides;
@@ -169,6 +176,22 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"model.ssa.alpha_init=-inf"}, "model.ssa.alpha_init=-inf: must be a finite number"},
       {{"training.device=7"},
        "training.device=7: not a value of Device; use one of AUTO, CPU, CUDA"},
+      {{"launch.nodes=0"}, "launch.nodes=0: must be >= 1"},
+      {{"launch.processes_per_node=-1"}, "launch.processes_per_node=-1: must be >= 1"},
+      {{"launch.gpus_per_node=-8"}, "launch.gpus_per_node=-8: must be >= 0"},
+      {{"launch.time_limit=2h"},
+       "launch.time_limit=\"2h\": write minutes (\"90\"), \"HH:MM:SS\" or \"D-HH:MM:SS\""},
+      {{"launch.time_limit=1:75:00"}, "launch.time_limit=\"1:75:00\": write minutes"},
+      {{"launch.gpus_per_node=4", "launch.processes_per_node=8",
+        "parallel.communication_backend=NCCL"},
+       "launch.processes_per_node=8 > gpus_per_node=4 with parallel.communication_backend=NCCL: "
+       "NCCL needs a GPU per process"},
+      {{"launch.preemption_warning_seconds=120"},
+       "launch.preemption_warning_seconds=120 needs checkpoint.dir"},
+      {{"launch.requeue=true"},
+       "launch.requeue needs checkpoint.dir: a requeued job would start over"},
+      {{"launch.requeue=true", "checkpoint.dir=/c", "checkpoint.resume=NEVER"},
+       "launch.requeue needs checkpoint.resume=AUTO (it is NEVER)"},
   };
   for (const Rule& rule : rules) {
     SCOPED_TRACE(testing::PrintToString(rule.overrides));

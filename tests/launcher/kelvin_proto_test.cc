@@ -40,14 +40,14 @@ std::string CommentAbove(const std::vector<std::string>& lines, size_t index) {
 
 TEST(KelvinProto, EveryFieldHasACommentWithItsDefault) {
   const std::vector<std::string> lines = SchemaLines();
-  const std::regex field_line(R"(^\s*(optional\s+)?[\w.]+\s+(\w+)\s*=\s*\d+;)");
+  const std::regex field_line(R"(^\s*((optional|repeated)\s+)?[\w.]+\s+(\w+)\s*=\s*\d+;)");
   int documented_fields = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     std::smatch match;
     if (!std::regex_search(lines[i], match, field_line)) continue;
     const std::string comment = absl::AsciiStrToLower(CommentAbove(lines, i));
     EXPECT_TRUE(absl::StrContains(comment, "default") || absl::StrContains(comment, "required"))
-        << "kelvin.proto:" << i + 1 << ": field " << match[2]
+        << "kelvin.proto:" << i + 1 << ": field " << match[3]
         << " needs a comment stating its default (or that it is required)";
     ++documented_fields;
   }

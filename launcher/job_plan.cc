@@ -1,0 +1,152 @@
+// The job's layout and memory plans, worked out from its config.
+#include "launcher/job_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+#include "core/status.h"
+#include "launcher/job_setup.h"
+#include "launcher/pipeline_runner.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace kelvin::launcher {
+
+absl::StatusOr<parallel::GridSpec> GridSpecOf(const config::JobConfig& job,
+                                              const models::LlamaConfig& arch, int world_size) {
+  const config::ParallelConfig& p = job.parallel();
+  const config::TrainingConfig& t = job.training();
+  const int model_parallel = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel();
+  const int data_parallel =
+      p.data_parallel() > 0 ? p.data_parallel() : std::max(world_size / model_parallel, 1);
+  parallel::GridSpec spec;
+  spec.world_size = world_size;
+  spec.tensor_parallel = p.tensor_parallel();
+  spec.context_parallel = p.context_parallel();
+  spec.data_parallel = data_parallel;
+  spec.pipeline_parallel = p.pipeline_parallel();
+  spec.virtual_pipeline_stages = p.virtual_pipeline_stages();
+  spec.sequence_parallel = p.sequence_parallel();
+  spec.num_attention_heads = arch.num_attention_heads;
+  spec.num_key_value_heads = arch.num_key_value_heads;
+  spec.num_layers = arch.num_layers;
+  spec.seq_length = t.seq_length();
+  spec.micro_batch_size = t.micro_batch_size();
+  spec.gradient_accumulation_steps =
+      t.gradient_accumulation_steps() > 0
+          ? t.gradient_accumulation_steps()
+          : t.global_batch_size() / std::max<int64_t>(t.micro_batch_size() * data_parallel, 1);
+  spec.global_batch_size = t.global_batch_size();
+  KELVIN_RETURN_IF_ERROR(parallel::ValidateGridSpec(spec));
+  return spec;
+}
+
+absl::StatusOr<JobLayout> PlanJobLayout(const config::JobConfig& job,
+                                        const models::LlamaConfig& arch, int world_size,
+                                        bool cuda) {
+  KELVIN_RETURN_IF_ERROR(CheckSequenceLength(job, arch));
+  JobLayout layout;
+  KELVIN_ASSIGN_OR_RETURN(layout.spec, GridSpecOf(job, arch, world_size));
+  KELVIN_ASSIGN_OR_RETURN(layout.dtype, ResolveModelDType(job, cuda));
+  layout.separate_master = layout.dtype != DType::kF32;
+  layout.distributed_optimizer = job.parallel().distributed_optimizer() &&
+                                 layout.spec.data_parallel * layout.spec.context_parallel > 1;
+  return layout;
+}
+
+absl::StatusOr<models::MemoryPlan> PlanRankMemory(const config::JobConfig& job,
+                                                  const models::LlamaConfig& arch,
+                                                  const JobLayout& layout, int tensor_rank,
+                                                  int pipeline_rank) {
+  const parallel::GridSpec& g = layout.spec;
+  models::MemoryPlanOptions o;
+  o.micro_batch = job.training().micro_batch_size();
+  o.seq_length = job.training().seq_length();
+  o.recompute_attention = job.model().recompute_attention();
+  o.recompute_mlp = job.model().recompute_mlp();
+  o.activation_dtype = layout.dtype;
+  o.parameter_dtype = layout.dtype;
+  o.separate_master = layout.separate_master;
+  o.tensor_parallel = g.tensor_parallel;
+  o.tensor_rank = tensor_rank;
+  o.sequence_parallel = g.sequence_parallel;
+  o.context_parallel = g.context_parallel;
+  o.pipeline_parallel = g.pipeline_parallel;
+  o.pipeline_rank = pipeline_rank;
+  o.virtual_stages = g.virtual_pipeline_stages;
+  o.data_parallel = g.data_parallel;
+  o.distributed_optimizer = layout.distributed_optimizer;
+  if (g.pipeline_parallel > 1) {
+    KELVIN_ASSIGN_OR_RETURN(
+        const std::vector<parallel::PipelineStep> program,
+        parallel::BuildPipelineProgram(PipelineScheduleKindOf(job.parallel().pipeline_schedule()),
+                                       g.pipeline_parallel, pipeline_rank,
+                                       static_cast<int>(g.gradient_accumulation_steps),
+                                       g.virtual_pipeline_stages));
+    o.micro_batches_in_flight = PipelineRunner::SlotsNeeded(program, pipeline_rank);
+  }
+  return models::PlanLlamaMemory(arch, o);
+}
+
+namespace {
+
+// The largest plan over the tensor ranks of one pipeline stage.
+absl::StatusOr<PeakMemory> StagePeak(const config::JobConfig& job, const models::LlamaConfig& arch,
+                                     const JobLayout& layout, int pipeline_rank) {
+  PeakMemory peak;
+  for (int tp = 0; tp < layout.spec.tensor_parallel; ++tp) {
+    KELVIN_ASSIGN_OR_RETURN(const models::MemoryPlan plan,
+                            PlanRankMemory(job, arch, layout, tp, pipeline_rank));
+    if (tp == 0 || plan.Total() > peak.plan.Total()) peak = {plan, tp, pipeline_rank};
+  }
+  return peak;
+}
+
+}  // namespace
+
+absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
+                                          const models::LlamaConfig& arch,
+                                          const JobLayout& layout) {
+  PeakMemory peak;
+  for (int pp = 0; pp < layout.spec.pipeline_parallel; ++pp) {
+    KELVIN_ASSIGN_OR_RETURN(const PeakMemory stage, StagePeak(job, arch, layout, pp));
+    if (pp == 0 || stage.plan.Total() > peak.plan.Total()) peak = stage;
+  }
+  return peak;
+}
+
+absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
+                                          const models::LlamaConfig& arch,
+                                          const JobLayout& layout) {
+  const parallel::GridSpec& g = layout.spec;
+  std::string out = absl::StrFormat(
+      "job %s: %d layers, hidden %d, %d/%d heads, vocab %d, %.3g M parameters, %s%s\n", job.name(),
+      arch.num_layers, arch.hidden_size, arch.num_attention_heads, arch.num_key_value_heads,
+      arch.vocab_size, arch.NumParameters() / 1e6, DTypeName(layout.dtype),
+      layout.separate_master ? " with f32 master weights" : "");
+  absl::StrAppendFormat(&out,
+                        "layout: %d processes = tensor %d%s x context %d x pipeline %d (%d model "
+                        "chunk(s) per stage) x data %d%s\n",
+                        g.world_size, g.tensor_parallel,
+                        g.sequence_parallel ? " (sequence parallel)" : "", g.context_parallel,
+                        g.pipeline_parallel, g.virtual_pipeline_stages, g.data_parallel,
+                        layout.distributed_optimizer ? " (distributed optimizer)" : "");
+  absl::StrAppendFormat(&out,
+                        "batch: %d sequences of %d tokens per step = %d micro-batches of %d per "
+                        "data-parallel rank\n",
+                        g.global_batch_size, g.seq_length, g.gradient_accumulation_steps,
+                        g.micro_batch_size);
+  for (int pp = 0; pp < g.pipeline_parallel; ++pp) {
+    KELVIN_ASSIGN_OR_RETURN(const PeakMemory stage, StagePeak(job, arch, layout, pp));
+    absl::StrAppend(&out, "memory per rank",
+                    g.pipeline_parallel > 1 ? absl::StrCat(", pipeline stage ", pp) : "",
+                    g.tensor_parallel > 1
+                        ? absl::StrCat(" (tensor rank ", stage.tensor_rank, ", the largest)")
+                        : "",
+                    ": ", stage.plan.ToString(), "\n");
+  }
+  return out;
+}
+
+}  // namespace kelvin::launcher

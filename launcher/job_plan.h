@@ -1,0 +1,54 @@
+// What a job needs before it runs, from its config alone (no MPI, no allocation): the layout on a
+// given number of processes (the grid spec, validated against the model and the batch) and each
+// rank's memory plan. `kelvin plan` prints it, `kelvin launch` checks it before submitting, and the
+// trainer logs the plan of its own layout at the start.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "configs/kelvin.pb.h"
+#include "core/dtype.h"
+#include "models/llama/llama_config.h"
+#include "models/llama/memory_plan.h"
+#include "parallel/process_grid.h"
+
+namespace kelvin::launcher {
+
+// parallel.* on `world_size` processes: data parallel derived when 0 (world size / TP x CP x PP),
+// gradient accumulation from the batch; errors are ValidateGridSpec's.
+absl::StatusOr<parallel::GridSpec> GridSpecOf(const config::JobConfig& job,
+                                              const models::LlamaConfig& arch, int world_size);
+
+// A job's layout on `world_size` processes training on CUDA (`cuda`) or the CPU.
+struct JobLayout {
+  parallel::GridSpec spec;
+  DType dtype = DType::kF32;           // the model's (ResolveModelDType)
+  bool separate_master = false;        // f32 master weights beside a bf16 model
+  bool distributed_optimizer = false;  // asked for, and more than one gradient replica (DP x CP)
+};
+absl::StatusOr<JobLayout> PlanJobLayout(const config::JobConfig& job,
+                                        const models::LlamaConfig& arch, int world_size, bool cuda);
+
+// The memory plan of the rank at (tensor_rank, pipeline_rank) of `layout`: its pipeline schedule
+// gives the micro-batches it holds at once.
+absl::StatusOr<models::MemoryPlan> PlanRankMemory(const config::JobConfig& job,
+                                                  const models::LlamaConfig& arch,
+                                                  const JobLayout& layout, int tensor_rank,
+                                                  int pipeline_rank);
+
+// The largest plan over the ranks: the pipeline stage and tensor rank whose total is largest.
+struct PeakMemory {
+  models::MemoryPlan plan;
+  int tensor_rank = 0, pipeline_rank = 0;
+};
+absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
+                                          const models::LlamaConfig& arch, const JobLayout& layout);
+
+// The report of `kelvin plan`: the model, the layout, the batch and the memory plan of every
+// pipeline stage (its largest tensor rank) in GiB.
+absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
+                                          const models::LlamaConfig& arch, const JobLayout& layout);
+
+}  // namespace kelvin::launcher
