@@ -50,12 +50,11 @@ absl::Status WriteFile(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-std::string SbatchScript(const config::JobConfig& job, const std::string& kelvin_binary,
-                         const std::string& config_path, const std::string& log_path) {
+std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths) {
   const config::LaunchConfig& l = job.launch();
   std::string s = absl::StrCat("#!/bin/bash\n# Kelvin job ", job.name(),
                                ", written by `kelvin launch`; submit it with sbatch.\n# It trains ",
-                               config_path, "\n");
+                               paths.config_path, "\n");
   const auto directive = [&s](const std::string& option) {
     absl::StrAppend(&s, "#SBATCH ", option, "\n");
   };
@@ -74,7 +73,8 @@ std::string SbatchScript(const config::JobConfig& job, const std::string& kelvin
   }
   if (l.requeue()) directive("--requeue");
   directive("--open-mode=append");  // a requeued job continues the same log
-  directive("--output=" + log_path);
+  directive("--output=" + paths.log_path);
+  directive("--chdir=" + paths.working_dir);  // relative paths of the job as at launch
   for (const std::string& option : l.extra_sbatch_options()) directive(option);
   absl::StrAppend(&s, "set -euo pipefail\n");
   for (const std::string& line : l.setup_commands()) absl::StrAppend(&s, line, "\n");
@@ -86,8 +86,8 @@ std::string SbatchScript(const config::JobConfig& job, const std::string& kelvin
                   "restart ${SLURM_RESTART_COUNT:-0}\"\n",
                   // pmix: Debian's OpenMPI starts under srun only with it; a rank that fails
                   // ends every other one at once.
-                  "srun --mpi=pmix --kill-on-bad-exit=1 ", ShellQuote(kelvin_binary), " train ",
-                  ShellQuote(config_path), "\n");
+                  "srun --mpi=pmix --kill-on-bad-exit=1 ", ShellQuote(paths.kelvin_binary),
+                  " train ", ShellQuote(paths.config_path), "\n");
   return s;
 }
 
@@ -95,10 +95,11 @@ absl::StatusOr<BatchJob> WriteBatchJob(const config::JobConfig& job,
                                        const std::string& kelvin_binary) {
   std::error_code error;
   const fs::path dir = fs::absolute(job.launch().run_dir(), error);
-  if (error || HasSpace(dir.string())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("launch.run_dir=\"", job.launch().run_dir(),
-                     "\": use a directory path without spaces (it goes into #SBATCH --output)"));
+  const fs::path working_dir = fs::current_path(error);
+  if (error || HasSpace(dir.string()) || HasSpace(working_dir.string())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launch.run_dir=\"", job.launch().run_dir(), "\" from ", working_dir.string(),
+        ": use directories without spaces (they go into #SBATCH --output and --chdir)"));
   }
   fs::create_directories(dir, error);
   if (error) {
@@ -111,9 +112,9 @@ absl::StatusOr<BatchJob> WriteBatchJob(const config::JobConfig& job,
       batch.config_path,
       absl::StrCat("# ", job.name(), ": the job config as `kelvin launch` ",
                    "resolved it (defaults and overrides applied)\n", FormatResolvedConfig(job))));
-  KELVIN_RETURN_IF_ERROR(WriteFile(
-      batch.script_path,
-      SbatchScript(job, kelvin_binary, batch.config_path, (dir / "slurm-%j.out").string())));
+  const BatchPaths paths{kelvin_binary, batch.config_path, (dir / "slurm-%j.out").string(),
+                         working_dir.string()};
+  KELVIN_RETURN_IF_ERROR(WriteFile(batch.script_path, SbatchScript(job, paths)));
   return batch;
 }
 

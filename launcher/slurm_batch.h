@@ -11,10 +11,16 @@
 
 namespace kelvin::launcher {
 
-// The batch script of `job` (defaults resolved, validated): `kelvin_binary` and `config_path`
-// (absolute) are what srun runs, `log_path` the SLURM output pattern.
-std::string SbatchScript(const config::JobConfig& job, const std::string& kelvin_binary,
-                         const std::string& config_path, const std::string& log_path);
+// Where a batch job runs: what srun starts, where SLURM writes its output, and the working
+// directory the job's relative paths (data, checkpoints, exports) mean: absolute paths.
+struct BatchPaths {
+  std::string kelvin_binary;
+  std::string config_path;  // the resolved job config
+  std::string log_path;     // SLURM's output pattern (%j: the job id)
+  std::string working_dir;  // where `kelvin launch` ran
+};
+// The batch script of `job` (defaults resolved, validated).
+std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths);
 
 struct BatchJob {
   std::string script_path;  // <run dir>/<name>.sbatch

@@ -52,8 +52,8 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
   config::JobConfig with_lists = job;
   with_lists.mutable_launch()->add_setup_commands("module load cuda/13");
   with_lists.mutable_launch()->add_extra_sbatch_options("--exclusive");
-  EXPECT_EQ(SbatchScript(with_lists, "/opt/kelvin/bin/kelvin", "/runs/ssa8b/ssa8b.textproto",
-                         "/runs/ssa8b/slurm-%j.out"),
+  EXPECT_EQ(SbatchScript(with_lists, {"/opt/kelvin/bin/kelvin", "/runs/ssa8b/ssa8b.textproto",
+                                      "/runs/ssa8b/slurm-%j.out", "/home/me/kelvin"}),
             "#!/bin/bash\n"
             "# Kelvin job ssa8b, written by `kelvin launch`; submit it with sbatch.\n"
             "# It trains /runs/ssa8b/ssa8b.textproto\n"
@@ -70,6 +70,7 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
             "#SBATCH --requeue\n"
             "#SBATCH --open-mode=append\n"
             "#SBATCH --output=/runs/ssa8b/slurm-%j.out\n"
+            "#SBATCH --chdir=/home/me/kelvin\n"
             "#SBATCH --exclusive\n"
             "set -euo pipefail\n"
             "module load cuda/13\n"
@@ -81,7 +82,7 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
 }
 
 TEST(SlurmBatch, DefaultLaunchAsksForOneTaskAndNothingElse) {
-  const std::string script = SbatchScript(Job({}), "/k", "/c.textproto", "/r/slurm-%j.out");
+  const std::string script = SbatchScript(Job({}), {"/k", "/c.textproto", "/r/slurm-%j.out", "/w"});
   EXPECT_THAT(script, HasSubstr("#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n"));
   for (const char* absent : {"--gpus", "--cpus", "--time", "--partition", "--account", "--qos",
                              "--signal", "--requeue", "OMP_NUM_THREADS"}) {
@@ -119,8 +120,10 @@ TEST_F(SlurmBatchFiles, WritesTheScriptAndTheResolvedJobThatParsesBack) {
   const absl::StatusOr<BatchJob> batch = WriteBatchJob(job, "/opt/kelvin");
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(batch->script_path, (dir_ / "run" / "ssa8b.sbatch").string());
-  EXPECT_EQ(ReadFile(batch->script_path), SbatchScript(job, "/opt/kelvin", batch->config_path,
-                                                       (dir_ / "run" / "slurm-%j.out").string()));
+  EXPECT_EQ(
+      ReadFile(batch->script_path),
+      SbatchScript(job, {"/opt/kelvin", batch->config_path,
+                         (dir_ / "run" / "slurm-%j.out").string(), fs::current_path().string()}));
   const absl::StatusOr<config::JobConfig> back = LoadJobConfig(batch->config_path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(FormatResolvedConfig(*back), FormatResolvedConfig(job));
@@ -130,7 +133,8 @@ TEST_F(SlurmBatchFiles, RunDirWithASpaceIsRefused) {
   const absl::StatusOr<BatchJob> batch =
       WriteBatchJob(Job({"launch.run_dir=" + (dir_ / "my runs").string()}), "/k");
   EXPECT_THAT(batch.status().message(),
-              HasSubstr("\": use a directory path without spaces (it goes into #SBATCH"));
+              HasSubstr(": use directories without spaces (they go into #SBATCH --output and "
+                        "--chdir)"));
 }
 
 TEST_F(SlurmBatchFiles, SubmitReturnsSbatchsJobId) {
