@@ -146,6 +146,10 @@ absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                         : "",
                     ": ", stage.plan.ToString(), "\n");
   }
+  KELVIN_ASSIGN_OR_RETURN(const PeakMemory peak, PlanPeakMemory(job, arch, layout));
+  absl::StrAppendFormat(&out, "largest rank: pipeline stage %d, tensor rank %d: %.3f GiB\n",
+                        peak.pipeline_rank, peak.tensor_rank,
+                        static_cast<double>(peak.plan.Total()) / (1 << 30));
   return out;
 }
 

@@ -46,8 +46,8 @@ struct PeakMemory {
 absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
                                           const models::LlamaConfig& arch, const JobLayout& layout);
 
-// The report of `kelvin plan`: the model, the layout, the batch and the memory plan of every
-// pipeline stage (its largest tensor rank) in GiB.
+// The report of `kelvin plan`: the model, the layout, the batch, the memory plan of every
+// pipeline stage (its largest tensor rank) in GiB and the largest rank's total.
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                                           const models::LlamaConfig& arch, const JobLayout& layout);
 

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_format.h"
 #include "launcher/job_config.h"
 #include "launcher/job_setup.h"
 
@@ -97,6 +98,10 @@ TEST(JobPlan, PeakIsTheLargestRankAndTheReportListsEveryStage) {
   EXPECT_THAT(*report, HasSubstr("batch: 16 sequences of 128 tokens per step = 16 micro-batches"));
   EXPECT_THAT(*report, HasSubstr("memory per rank, pipeline stage 0 (tensor rank "));
   EXPECT_THAT(*report, HasSubstr("memory per rank, pipeline stage 1 (tensor rank "));
+  EXPECT_THAT(*report, HasSubstr(absl::StrFormat("largest rank: pipeline stage %d, tensor rank %d: "
+                                                 "%.3f GiB\n",
+                                                 peak->pipeline_rank, peak->tensor_rank,
+                                                 static_cast<double>(largest) / (1 << 30))));
 }
 
 }  // namespace
