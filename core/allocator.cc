@@ -1,6 +1,8 @@
 // CPU allocator and the device-independent caching allocator.
 #include "core/allocator.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -12,6 +14,19 @@ namespace {
 
 class AlignedCpuAllocator final : public Allocator {
  public:
+  // glibc unmaps a large freed block (and trims the heap top past 128 KiB), so the next step's
+  // same-sized scratch faults every page in and zeroes it again: ~6% of a T = 2048 SSA attention
+  // step on the CPU (bench/RESULTS.md, 2026-11-30). Kelvin allocates the same sizes every step, so
+  // the process keeps freed host memory for reuse: blocks up to 32 MiB (glibc's largest threshold)
+  // come from the heap, and the heap is trimmed only past 1 GiB free at its top. Process-wide:
+  // std::vector scratch of the CPU kernels profits too.
+  AlignedCpuAllocator() {
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+  }
+
   void* Allocate(size_t bytes) override {
     const size_t rounded =
         (std::max<size_t>(bytes, 1) + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
