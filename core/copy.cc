@@ -31,4 +31,10 @@ void Zero(const Context& ctx, Tensor& t) {
   }
 }
 
+Tensor Zeros(const Context& ctx, const Shape& shape, DType dtype) {
+  Tensor t = Tensor::Empty(shape, dtype, ctx.device());
+  Zero(ctx, t);
+  return t;
+}
+
 }  // namespace kelvin

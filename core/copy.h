@@ -16,6 +16,9 @@ Tensor CopyToDevice(const Context& ctx, const Tensor& src, Device device);
 // Sets every byte of t to zero (0.0 in every float dtype).
 void Zero(const Context& ctx, Tensor& t);
 
+// A new tensor of zeros on ctx's device.
+Tensor Zeros(const Context& ctx, const Shape& shape, DType dtype);
+
 namespace internal {
 // The CUDA side of CopyTensor/Zero (core/cuda/cuda_copy.cc; aborts in CPU-only builds).
 void CudaCopyBytes(const Context& ctx, const Tensor& src, Tensor& dst);

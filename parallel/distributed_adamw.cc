@@ -23,15 +23,11 @@ DistributedAdamW::DistributedAdamW(ParameterSet& params, const AdamWSettings& se
     s.shard = (s.elements + ranks - 1) / ranks;
     s.begin = dp.rank() * s.shard;
     s.count = std::clamp<int64_t>(s.elements - s.begin, 0, s.shard);
-    auto zeros = [&](int64_t n) {
-      Tensor t = Tensor::Empty({n}, masters.dtype(), masters.device());
-      Zero(params.context(), t);
-      return t;
-    };
-    s.padded = zeros(ranks * s.shard);  // gradients share the masters' dtype (AccumDType)
-    s.grad = zeros(s.shard);
-    s.m = zeros(s.shard);
-    s.v = zeros(s.shard);
+    // gradients share the masters' dtype (AccumDType)
+    s.padded = Zeros(params.context(), {ranks * s.shard}, masters.dtype());
+    s.grad = Zeros(params.context(), {s.shard}, masters.dtype());
+    s.m = Zeros(params.context(), {s.shard}, masters.dtype());
+    s.v = Zeros(params.context(), {s.shard}, masters.dtype());
   }
 }
 

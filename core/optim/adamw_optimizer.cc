@@ -18,10 +18,8 @@ AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settin
   for (int g = 0; g < kNumParamGroups; ++g) {
     const Tensor& masters = params.masters(static_cast<ParamGroup>(g));
     if (!masters.defined()) continue;
-    for (Tensor* moment : {&m_[g], &v_[g]}) {
-      *moment = Tensor::Empty(masters.shape(), masters.dtype(), masters.device());
-      Zero(params.context(), *moment);
-    }
+    m_[g] = Zeros(params.context(), masters.shape(), masters.dtype());
+    v_[g] = Zeros(params.context(), masters.shape(), masters.dtype());
   }
 }
 

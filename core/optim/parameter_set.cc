@@ -22,16 +22,11 @@ void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_maste
   ctx_ = ctx;
   separate_master_ = separate_master || dtype == DType::kBF16;
   const DType accum = AccumDType(dtype);
-  auto zeros = [&](int64_t n, DType type) {
-    Tensor t = Tensor::Empty({n}, type, ctx.device());
-    Zero(ctx, t);
-    return t;
-  };
   for (int g = 0; g < kNumParamGroups; ++g) {
     if (group_elements_[g] == 0) continue;
-    values_[g] = zeros(group_elements_[g], dtype);
-    masters_[g] = separate_master_ ? zeros(group_elements_[g], accum) : values_[g];
-    grads_[g] = zeros(group_elements_[g], accum);
+    values_[g] = Zeros(ctx, {group_elements_[g]}, dtype);
+    masters_[g] = separate_master_ ? Zeros(ctx, {group_elements_[g]}, accum) : values_[g];
+    grads_[g] = Zeros(ctx, {group_elements_[g]}, accum);
   }
   for (Entry& e : entries_) {
     const int g = static_cast<int>(e.group);

@@ -113,8 +113,7 @@ void LlamaModel::FinishGradients() {
       // Sum over the ranks sharing each KV head: every rank adds its gradient into its head's
       // slot of a [G, ...] buffer, the group sums, each rank takes its head's slot back.
       const int64_t g = config_.num_key_value_heads, per_head = grad.numel();
-      Tensor slots = Tensor::Empty({g * per_head}, grad.dtype(), ctx_.device());
-      Zero(ctx_, slots);
+      Tensor slots = Zeros(ctx_, {g * per_head}, grad.dtype());
       Tensor mine = slots.Slice(layout_.kv_begin * per_head, (layout_.kv_begin + 1) * per_head);
       CopyTensor(ctx_, grad.View({-1}), mine);
       tp->AllReduce(slots, parallel::ReduceOp::kSum);
