@@ -1,7 +1,8 @@
-// The `kelvin` command: `kelvin train|plan|launch JOB.textproto [--set field.path=value ...]`.
-// train runs one process or, under mpirun/srun, one rank (MPI is initialised when the launcher's
-// environment names more than one process); plan prints the job's layout and memory per rank
-// without training; launch checks the same and writes (--submit: submits) its SLURM batch job.
+// The `kelvin` command: `kelvin train|plan|launch|eval|convert JOB.textproto [--set path=value]`.
+// train, eval and convert run one process or, under mpirun/srun, one rank (MPI is initialised
+// when the launcher's environment names more than one process); plan prints the job's layout and
+// memory per rank without training; launch checks the same and writes (--submit: submits) its
+// SLURM batch job.
 // Every user error ends here as one message on stderr and exit code 1 (2 for usage errors); with
 // several processes a rank that fails aborts the whole job, so none waits forever.
 #include <mpi.h>
@@ -14,7 +15,9 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "core/logging.h"
+#include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/job_plan.h"
 #include "launcher/job_setup.h"
@@ -34,6 +37,11 @@ constexpr const char* kUsage =
     "                            launch.gpus_per_node > 0)\n"
     "  launch  check the layout on launch.nodes x processes_per_node, then write the SLURM\n"
     "          batch script and the resolved job into launch.run_dir; --submit: also sbatch it\n"
+    "  eval    the held-out loss (and passkey retrieval) of the job's model: its latest\n"
+    "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation\n"
+    "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
+    "  train, eval and convert run one process, or one rank each under mpirun / srun with the\n"
+    "  job's layout (for eval and convert: the layout that wrote the checkpoint)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n";
 
 // The command line after the command and the job: overrides and the commands' options.
@@ -43,6 +51,7 @@ struct Arguments {
   int processes = 0;    // plan --processes (0: from launch.*)
   std::string device;   // plan --device: "", "cpu" or "cuda"
   bool submit = false;  // launch --submit
+  std::string out;      // convert --out
 };
 
 int Usage(const std::string& problem) {
@@ -56,25 +65,51 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-int Train(const std::string& path, const std::vector<std::string>& overrides) {
-  absl::StatusOr<kelvin::config::JobConfig> job = kelvin::launcher::LoadJobConfig(path, overrides);
-  if (!job.ok()) return Fail(job.status());
-  KLOG_RANK0(INFO) << "resolved job config:\n" << kelvin::launcher::FormatResolvedConfig(*job);
+int Train(const kelvin::config::JobConfig& job) {
+  KLOG_RANK0(INFO) << "resolved job config:\n" << kelvin::launcher::FormatResolvedConfig(job);
   absl::StatusOr<std::unique_ptr<kelvin::launcher::Trainer>> trainer =
-      kelvin::launcher::Trainer::Create(*job);
+      kelvin::launcher::Trainer::Create(job);
   absl::Status status = trainer.ok() ? (*trainer)->Run() : trainer.status();
   return status.ok() ? 0 : Fail(status);
 }
 
-// Runs `train` with MPI around it when the launcher started several processes.
-int TrainUnderLauncher(const std::string& path, const std::vector<std::string>& overrides) {
+int Eval(const kelvin::config::JobConfig& job) {
+  const absl::StatusOr<kelvin::launcher::EvalStats> eval = kelvin::launcher::EvaluateJob(job);
+  if (!eval.ok()) return Fail(eval.status());
+  KLOG_RANK0(INFO) << absl::StrFormat("eval of %s at step %d | loss %.4f", job.name(), eval->step,
+                                      eval->loss)
+                   << (eval->retrieval_accuracy >= 0
+                           ? absl::StrFormat(" | passkey retrieval %.1f%%",
+                                             100 * eval->retrieval_accuracy)
+                           : "");
+  return 0;
+}
+
+int Convert(const kelvin::config::JobConfig& job, const std::string& out) {
+  const absl::StatusOr<int64_t> step = kelvin::launcher::ConvertCheckpointToHf(job, out);
+  if (!step.ok()) return Fail(step.status());
+  KLOG_RANK0(INFO) << "converted the checkpoint of step " << *step << " in "
+                   << job.checkpoint().dir() << " to " << out << " (Hugging Face format)";
+  return 0;
+}
+
+// Runs train, eval or convert on the job, with MPI around it when the launcher started several
+// processes.
+int RunUnderLauncher(const Arguments& a) {
   const absl::StatusOr<kelvin::parallel::RankInfo> launched =
       kelvin::parallel::RankInfoFromEnvironment(kelvin::parallel::ProcessEnvironment());
   if (!launched.ok()) return Fail(launched.status());
-  if (launched->world_size == 1) return Train(path, overrides);
+  const auto run = [&a] {
+    const absl::StatusOr<kelvin::config::JobConfig> job =
+        kelvin::launcher::LoadJobConfig(a.job_path, a.overrides);
+    if (!job.ok()) return Fail(job.status());
+    if (a.command == "train") return Train(*job);
+    return a.command == "eval" ? Eval(*job) : Convert(*job, a.out);
+  };
+  if (launched->world_size == 1) return run();
   kelvin::SetLogRank(launched->rank);  // the progress lines come from rank 0 only
   MPI_Init(nullptr, nullptr);
-  const int result = Train(path, overrides);
+  const int result = run();
   if (result != 0) MPI_Abort(MPI_COMM_WORLD, result);
   MPI_Finalize();
   return result;
@@ -167,7 +202,8 @@ int main(int argc, char** argv) {
   Arguments a;
   a.command = args[0];
   a.job_path = args[1];
-  if (a.command != "train" && a.command != "plan" && a.command != "launch") {
+  if (a.command != "train" && a.command != "plan" && a.command != "launch" && a.command != "eval" &&
+      a.command != "convert") {
     return Usage("unknown command \"" + a.command + "\"");
   }
   for (size_t i = 2; i < args.size(); ++i) {
@@ -188,10 +224,13 @@ int main(int argc, char** argv) {
       }
     } else if (a.command == "launch" && arg == "--submit") {
       a.submit = true;
+    } else if (a.command == "convert" && arg == "--out" && has_value) {
+      a.out = args[++i];
     } else {
       return Usage("unexpected argument \"" + arg + "\" for " + a.command);
     }
   }
-  if (a.command == "train") return TrainUnderLauncher(a.job_path, a.overrides);
-  return a.command == "plan" ? Plan(a) : Launch(a);
+  if (a.command == "convert" && a.out.empty()) return Usage("convert needs --out DIR");
+  if (a.command == "plan") return Plan(a);
+  return a.command == "launch" ? Launch(a) : RunUnderLauncher(a);
 }

@@ -433,6 +433,10 @@ absl::Status Trainer::WriteTensorBoard(const StepStats& stats) {
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
+  if (data_.eval == nullptr) {
+    return absl::FailedPreconditionError(
+        "the job has no held-out data: use data.passkey, or set data.eval_fraction for a corpus");
+  }
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0;
   for (int64_t i = 0; i < job_.training().eval_steps(); ++i) {
@@ -555,12 +559,19 @@ absl::Status Trainer::Run() {
                        t.steps(), "; the checkpoint is saved: run the same job again to resume"));
     }
   }
-  if (!t.export_hf_dir().empty() && DataParallelRank() == 0) {
-    KELVIN_RETURN_IF_ERROR(model_->ExportHf(t.export_hf_dir()));
+  if (!t.export_hf_dir().empty()) {
+    KELVIN_RETURN_IF_ERROR(ExportHf(t.export_hf_dir()));
     KLOG_RANK0(INFO) << "exported the trained model to " << t.export_hf_dir()
                      << " (Hugging Face format)";
   }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::ExportHf(const std::string& directory) {
+  // One replica writes: data-parallel rank 0 and, of its context-parallel ranks (each holding the
+  // whole replica's weights), rank 0; its tensor and pipeline ranks gather.
+  const bool writes = DataParallelRank() == 0 && (grid_ == nullptr || grid_->cp_rank() == 0);
+  return writes ? model_->ExportHf(directory) : absl::OkStatus();
 }
 
 }  // namespace kelvin::launcher

@@ -54,7 +54,13 @@ class Trainer {
 
   absl::Status Run();
   absl::StatusOr<StepStats> TrainStep(int64_t step);  // timed
+  // The held-out loss (and passkey retrieval) over training.eval_steps batches; an error naming
+  // the data fields when the job has no held-out data.
   absl::StatusOr<EvalStats> Evaluate(int64_t step);
+  // The model (as built, or as restored from the checkpoint) to a Hugging Face directory
+  // (config.json + safetensors), gathered over the tensor and pipeline ranks; written once, by
+  // one replica's ranks (data- and context-parallel rank 0). Every rank calls it.
+  absl::Status ExportHf(const std::string& directory);
 
   const std::vector<StepStats>& history() const { return history_; }
   const std::vector<EvalStats>& evaluations() const { return evaluations_; }

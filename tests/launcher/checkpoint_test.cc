@@ -1,7 +1,8 @@
 // Checkpoints and exact resume: a run stopped by a preemption signal and resumed gives the
 // uninterrupted run's losses and final parameters bit for bit; interval saves are pruned to
 // keep_last; REQUIRED without a checkpoint, a damaged file, another job's checkpoint and another
-// model's checkpoint are clear errors; a half-written (.partial) checkpoint is ignored.
+// model's checkpoint are clear errors; a half-written (.partial) checkpoint is ignored. kelvin
+// convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores them.
 #include "launcher/checkpoint.h"
 
 #include <gmock/gmock.h>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
@@ -102,6 +104,42 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ(fs::path(**latest).filename(), "step_00000006");
   fs::remove_all(dir);
+}
+
+TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
+  const std::string dir = CheckpointDir("convert");
+  std::unique_ptr<Trainer> trained = CreateOrDie(SmallJob(dir, {"training.eval_interval=6"}));
+  ASSERT_NE(trained, nullptr);
+  ASSERT_TRUE(trained->Run().ok());
+  ASSERT_EQ(trained->evaluations().size(), 1u);
+
+  const std::string hf = CheckpointDir("convert_hf");
+  const absl::StatusOr<int64_t> step = ConvertCheckpointToHf(SmallJob(dir), hf);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 6);
+  // The converted directory loads as a model source and holds the trained weights bit for bit.
+  std::unique_ptr<Trainer> loaded = CreateOrDie(SmallJob("", {"model.hf_dir=\"" + hf + "\""}));
+  ASSERT_NE(loaded, nullptr);
+  for (const ParameterSet::Entry& e : trained->model().parameters().entries()) {
+    EXPECT_TRUE(testing::BitIdentical(loaded->model().parameters().value(e.name), e.value, e.name));
+  }
+  // eval restores the checkpoint and scores what the run's own last evaluation scored.
+  const absl::StatusOr<EvalStats> eval = EvaluateJob(SmallJob(dir));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(eval->step, 6);
+  EXPECT_EQ(eval->loss, trained->evaluations()[0].loss);
+  EXPECT_EQ(eval->retrieval_accuracy, trained->evaluations()[0].retrieval_accuracy);
+  fs::remove_all(dir);
+  fs::remove_all(hf);
+}
+
+TEST(Checkpoint, ConvertNeedsACheckpoint) {
+  EXPECT_THAT(ConvertCheckpointToHf(SmallJob(""), "/tmp/unused").status().message(),
+              HasSubstr("kelvin convert reads the job's checkpoints: set checkpoint.dir"));
+  const std::string dir = CheckpointDir("convert_empty");
+  EXPECT_THAT(ConvertCheckpointToHf(SmallJob(dir), "/tmp/unused").status().message(),
+              HasSubstr("checkpoint.resume=REQUIRED but checkpoint.dir=\"" + dir +
+                        "\" holds no complete checkpoint"));
 }
 
 TEST(Checkpoint, RequiredWithoutACheckpointIsAClearError) {

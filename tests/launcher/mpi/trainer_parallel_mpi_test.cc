@@ -4,7 +4,8 @@
 // parameters (each rank's slices) within the f32 tolerance on the same global batch. The
 // one-process reference runs on every rank over MPI_COMM_SELF. The pipeline schedules give
 // bit-identical runs. A parallel run stopped by a preemption signal that reaches one rank only,
-// and resumed from its checkpoint, equals the uninterrupted run bit for bit.
+// and resumed from its checkpoint, equals the uninterrupted run bit for bit; kelvin convert and
+// kelvin eval under the layout give back its weights and its evaluation.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
@@ -268,8 +270,29 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
   EXPECT_NE(std::string(other.status().message()).find("was saved by the layout"),
             std::string::npos)
       << other.status();
+
+  // kelvin convert under the layout: the gathered Hugging Face files load back, sharded, to the
+  // same weights; kelvin eval scores the checkpoint as the run's last evaluation did.
+  const std::string hf = dir + "_hf";
+  const absl::StatusOr<int64_t> converted = ConvertCheckpointToHf(job, hf);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(*converted, 3);
+  MPI_Barrier(MPI_COMM_WORLD);  // the writing ranks are done
+  absl::StatusOr<std::unique_ptr<Trainer>> loaded =
+      Trainer::Create(SmallJob(layout, {"model.hf_dir=\"" + hf + "\""}));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (const ParameterSet::Entry& e : (*second)->model().parameters().entries()) {
+    EXPECT_TRUE(
+        testing::BitIdentical((*loaded)->model().parameters().value(e.name), e.value, e.name));
+  }
+  const absl::StatusOr<EvalStats> eval = EvaluateJob(job);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(eval->loss, (*second)->evaluations().back().loss);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) std::filesystem::remove_all(dir);
+  if (rank == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove_all(hf);
+  }
 }
 
 // On a GPU machine: TP2xPP2 with its 4 processes sharing one GPU (the MPI communicators stage the
