@@ -494,6 +494,7 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
   AtLeast(problems, "launch.gpus_per_node", launch.gpus_per_node(), 0);
   AtLeast(problems, "launch.cpus_per_process", launch.cpus_per_process(), 0);
   AtLeast(problems, "launch.preemption_warning_seconds", launch.preemption_warning_seconds(), 0);
+  AtLeast(problems, "launch.gpu_memory_gib", launch.gpu_memory_gib(), 0);
   if (!launch.time_limit().empty() && !IsSlurmTime(launch.time_limit())) {
     problems.Add("launch.time_limit=\"", launch.time_limit(),
                  "\": write minutes (\"90\"), \"HH:MM:SS\" or \"D-HH:MM:SS\"");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "core/status.h"
 #include "launcher/job_setup.h"
@@ -114,6 +115,27 @@ absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
     if (pp == 0 || stage.plan.Total() > peak.plan.Total()) peak = stage;
   }
   return peak;
+}
+
+absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& layout,
+                              const PeakMemory& peak) {
+  const int64_t gib = job.launch().gpu_memory_gib();
+  constexpr double kGiB = 1 << 30;
+  if (gib == 0 || layout.dtype == DType::kF32 || peak.plan.Total() <= gib * (int64_t{1} << 30)) {
+    return absl::OkStatus();  // f32: the layout trains on the CPU
+  }
+  // The settings that shrink a rank's memory, those the job does not use yet.
+  std::vector<std::string> remedies = {"raise parallel.tensor_parallel or pipeline_parallel"};
+  if (!layout.distributed_optimizer) remedies.push_back("turn on parallel.distributed_optimizer");
+  if (!job.model().recompute_attention() || !job.model().recompute_mlp()) {
+    remedies.push_back("turn on model.recompute_attention / recompute_mlp");
+  }
+  if (job.training().micro_batch_size() > 1) remedies.push_back("lower training.micro_batch_size");
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the largest rank (pipeline stage %d, tensor rank %d) plans %.2f GiB, more than "
+      "launch.gpu_memory_gib=%d: %s",
+      peak.pipeline_rank, peak.tensor_rank, static_cast<double>(peak.plan.Total()) / kGiB, gib,
+      absl::StrJoin(remedies, ", or ")));
 }
 
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,

@@ -46,6 +46,11 @@ struct PeakMemory {
 absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
                                           const models::LlamaConfig& arch, const JobLayout& layout);
 
+// With launch.gpu_memory_gib set and the layout on CUDA: an error when the largest rank's plan
+// exceeds it, naming the rank, the bytes and the settings not yet in use that shrink them.
+absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& layout,
+                              const PeakMemory& peak);
+
 // The report of `kelvin plan`: the model, the layout, the batch, the memory plan of every
 // pipeline stage (its largest tensor rank) in GiB and the largest rank's total.
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/logging.h"
+#include "core/status.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/job_plan.h"
@@ -148,14 +149,23 @@ absl::StatusOr<PlannedJob> PlanJob(const Arguments& a) {
   return planned;
 }
 
+// Prints the job's plan; an error when its largest rank does not fit launch.gpu_memory_gib.
+absl::Status PrintPlan(const PlannedJob& planned) {
+  KELVIN_ASSIGN_OR_RETURN(const std::string report, kelvin::launcher::FormatJobPlan(
+                                                        planned.job, planned.arch, planned.layout));
+  std::printf("%s", report.c_str());
+  std::fflush(stdout);  // before a fit error on stderr
+  KELVIN_ASSIGN_OR_RETURN(
+      const kelvin::launcher::PeakMemory peak,
+      kelvin::launcher::PlanPeakMemory(planned.job, planned.arch, planned.layout));
+  return kelvin::launcher::CheckPlanFitsGpu(planned.job, planned.layout, peak);
+}
+
 int Plan(const Arguments& a) {
   const absl::StatusOr<PlannedJob> planned = PlanJob(a);
   if (!planned.ok()) return Fail(planned.status());
-  const absl::StatusOr<std::string> report =
-      kelvin::launcher::FormatJobPlan(planned->job, planned->arch, planned->layout);
-  if (!report.ok()) return Fail(report.status());
-  std::printf("%s", report->c_str());
-  return 0;
+  const absl::Status printed = PrintPlan(*planned);
+  return printed.ok() ? 0 : Fail(printed);
 }
 
 // The path of this kelvin binary, which the batch job runs.
@@ -174,10 +184,8 @@ int Launch(const Arguments& a) {
     return Fail(absl::InvalidArgumentError(
         "training.device=CUDA but launch.gpus_per_node=0: request the GPUs per node"));
   }
-  const absl::StatusOr<std::string> report =
-      kelvin::launcher::FormatJobPlan(job, planned->arch, planned->layout);
-  if (!report.ok()) return Fail(report.status());
-  std::printf("%s", report->c_str());
+  const absl::Status printed = PrintPlan(*planned);
+  if (!printed.ok()) return Fail(printed);
   const absl::StatusOr<kelvin::launcher::BatchJob> batch =
       kelvin::launcher::WriteBatchJob(job, SelfPath());
   if (!batch.ok()) return Fail(batch.status());

@@ -14,6 +14,7 @@ namespace kelvin::launcher {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kJob[] = R"pb(
   name: "plan"
@@ -102,6 +103,38 @@ TEST(JobPlan, PeakIsTheLargestRankAndTheReportListsEveryStage) {
                                                  "%.3f GiB\n",
                                                  peak->pipeline_rank, peak->tensor_rank,
                                                  static_cast<double>(largest) / (1 << 30))));
+}
+
+TEST(JobPlan, TheLargestRankMustFitTheGpuMemoryWhenGiven) {
+  const auto check = [](const std::vector<std::string>& overrides, int world, bool cuda) {
+    const Planned p = Job(overrides);
+    const absl::StatusOr<JobLayout> layout = PlanJobLayout(p.job, p.arch, world, cuda);
+    EXPECT_TRUE(layout.ok()) << layout.status();
+    const absl::StatusOr<PeakMemory> peak = PlanPeakMemory(p.job, p.arch, *layout);
+    EXPECT_TRUE(peak.ok()) << peak.status();
+    return CheckPlanFitsGpu(p.job, *layout, *peak);
+  };
+  // Llama-3.1-8B on one GPU: bf16 weights, f32 masters, gradients and moments alone are 120 GB.
+  const std::vector<std::string> one_gpu = {"model.preset=llama3.1-8b", "launch.gpu_memory_gib=80"};
+  const absl::Status too_big = check(one_gpu, 1, true);
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_big.message(),
+              HasSubstr("the largest rank (pipeline stage 0, tensor rank 0) plans "));
+  EXPECT_THAT(too_big.message(),
+              HasSubstr(" GiB, more than launch.gpu_memory_gib=80: raise parallel.tensor_parallel "
+                        "or pipeline_parallel, or turn on parallel.distributed_optimizer, or turn "
+                        "on model.recompute_attention / recompute_mlp"));
+  // Remedies already in use are not offered.
+  std::vector<std::string> recomputing = one_gpu;
+  recomputing.insert(recomputing.end(),
+                     {"model.recompute_attention=true", "model.recompute_mlp=true"});
+  EXPECT_THAT(check(recomputing, 1, true).message(), Not(HasSubstr("recompute")));
+  // Sharded over TP8 x PP2 it fits; unchecked without gpu_memory_gib, and on the CPU.
+  std::vector<std::string> sharded = one_gpu;
+  sharded.insert(sharded.end(), {"parallel.tensor_parallel=8", "parallel.pipeline_parallel=2"});
+  EXPECT_TRUE(check(sharded, 16, true).ok());
+  EXPECT_TRUE(check({"model.preset=llama3.1-8b"}, 1, true).ok());
+  EXPECT_TRUE(check(one_gpu, 1, false).ok());
 }
 
 }  // namespace
