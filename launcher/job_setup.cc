@@ -110,11 +110,13 @@ absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job,
 
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
     const config::JobConfig& job, const models::LlamaConfig& arch,
-    const models::LlamaParallelism& parallelism, const TrainingPlacement& placement) {
+    const models::LlamaParallelism& parallelism, const TrainingPlacement& placement,
+    int64_t gradient_shards) {
   const models::LlamaRecompute recompute{job.model().recompute_attention(),
                                          job.model().recompute_mlp()};
-  auto model = std::make_unique<models::LlamaModel>(arch, placement.dtype, parallelism, recompute,
-                                                    models::LlamaPlacement{placement.ctx});
+  auto model = std::make_unique<models::LlamaModel>(
+      arch, placement.dtype, parallelism, recompute,
+      models::LlamaPlacement{.ctx = placement.ctx, .gradient_shards = gradient_shards});
   if (job.model().has_hf_dir()) {
     KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
                             io::HfCheckpoint::Open(job.model().hf_dir()));

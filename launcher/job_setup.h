@@ -32,10 +32,12 @@ absl::StatusOr<DType> ResolveModelDType(const config::JobConfig& job, bool cuda)
 absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank);
 
 // This rank's part of the model (the whole model without parallelism) placed as `placement` says,
-// loaded from model.hf_dir or randomly initialised from the seed.
+// loaded from model.hf_dir or randomly initialised from the seed; gradient_shards: the
+// distributed optimizer's shard count (1 without it).
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
     const config::JobConfig& job, const models::LlamaConfig& arch,
-    const models::LlamaParallelism& parallelism, const TrainingPlacement& placement);
+    const models::LlamaParallelism& parallelism, const TrainingPlacement& placement,
+    int64_t gradient_shards);
 
 struct DataSources {
   std::unique_ptr<data::BatchSource> train;

@@ -101,7 +101,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
                                          static_cast<int>(trainer->micro_batches_),
                                          grid->spec().virtual_pipeline_stages));
   }
-  KELVIN_ASSIGN_OR_RETURN(trainer->model_, BuildModel(job, arch, parallelism, placement));
+  const bool distributed_optimizer =
+      job.parallel().distributed_optimizer() && trainer->GradientReplicas() > 1;
+  KELVIN_ASSIGN_OR_RETURN(trainer->model_,
+                          BuildModel(job, arch, parallelism, placement,
+                                     distributed_optimizer ? trainer->GradientReplicas() : 1));
   // The steps report the temperatures of their last micro-batch.
   trainer->model_->RecordTemperatureStatisticsOf(static_cast<int>(trainer->micro_batches_) - 1);
   if (parallelism.pp != nullptr) {
@@ -117,7 +121,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   const config::OptimizerConfig& opt = job.optimizer();
   const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
                                job.model().ssa().temperature_lr_scale()};
-  if (job.parallel().distributed_optimizer() && trainer->GradientReplicas() > 1) {
+  if (distributed_optimizer) {
     trainer->distributed_optimizer_ = std::make_unique<parallel::DistributedAdamW>(
         trainer->model_->parameters(), settings, trainer->grid_->dp_cp());
   } else {

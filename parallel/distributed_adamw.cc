@@ -1,5 +1,6 @@
 // ZeRO-1 on the parameters' device: reduce-scatter of the padded flat gradients, AdamW on the
-// shard of the master weights, all-gather of the master weights (then the model copy refreshed).
+// shard of the master weights, all-gather of the master weights through the gradient buffer (then
+// the model copy refreshed).
 #include "parallel/distributed_adamw.h"
 
 #include <algorithm>
@@ -23,8 +24,10 @@ DistributedAdamW::DistributedAdamW(ParameterSet& params, const AdamWSettings& se
     s.shard = (s.elements + ranks - 1) / ranks;
     s.begin = dp.rank() * s.shard;
     s.count = std::clamp<int64_t>(s.elements - s.begin, 0, s.shard);
+    KELVIN_CHECK(params.padded_grads(static_cast<ParamGroup>(g)).numel() == ranks * s.shard)
+        << "DistributedAdamW over " << ranks
+        << " ranks needs ParameterSet::Allocate with gradient_shards " << ranks;
     // gradients share the masters' dtype (AccumDType)
-    s.padded = Zeros(params.context(), {ranks * s.shard}, masters.dtype());
     s.grad = Zeros(params.context(), {s.shard}, masters.dtype());
     s.m = Zeros(params.context(), {s.shard}, masters.dtype());
     s.v = Zeros(params.context(), {s.shard}, masters.dtype());
@@ -41,13 +44,11 @@ std::vector<std::pair<std::string, Tensor>> DistributedAdamW::StateTensors() con
 }
 
 void DistributedAdamW::ReduceScatterGradients() {
-  const Context& ctx = params_.context();
   for (int g = 0; g < kNumParamGroups; ++g) {
     GroupShard& s = groups_[g];
     if (s.elements == 0) continue;
-    Tensor used = s.padded.Slice(0, s.elements);  // the tail [E, D*S) stays zero
-    CopyTensor(ctx, params_.grads(static_cast<ParamGroup>(g)), used);
-    dp_.ReduceScatter(s.padded, s.grad, ReduceOp::kSum);
+    // The tail [E, D*S) is zero: Allocate zeroed it, Step leaves it zero.
+    dp_.ReduceScatter(params_.padded_grads(static_cast<ParamGroup>(g)), s.grad, ReduceOp::kSum);
   }
 }
 
@@ -92,9 +93,10 @@ void DistributedAdamW::Step(const Context& ctx, double lr) {
       Tensor head = s.grad.Slice(0, s.count);
       CopyTensor(ctx, masters.Slice(s.begin, s.begin + s.count), head);
     }
-    dp_.AllGather(s.grad, s.padded);
-    CopyTensor(ctx, s.padded.Slice(0, s.elements), masters);
-    ops::Fill(ctx, s.padded, 0.0);  // the next reduce-scatter expects a zero tail
+    Tensor& gathered = params_.padded_grads(group);  // free: the step's gradients are used
+    dp_.AllGather(s.grad, gathered);
+    CopyTensor(ctx, gathered.Slice(0, s.elements), masters);
+    ops::Fill(ctx, gathered, 0.0);  // the next step accumulates from zero, over a zero tail
   }
   params_.SyncModelCopy();
 }

@@ -17,7 +17,9 @@ void ParameterSet::Declare(const std::string& name, const Shape& shape, ParamGro
   group_elements_[g] += kelvin::NumElements(shape);
 }
 
-void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_master) {
+void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_master,
+                            int64_t gradient_shards) {
+  KELVIN_CHECK(gradient_shards >= 1) << "gradient_shards " << gradient_shards;
   KELVIN_CHECK(!allocated_) << "ParameterSet allocated twice";
   ctx_ = ctx;
   separate_master_ = separate_master || dtype == DType::kBF16;
@@ -26,7 +28,10 @@ void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_maste
     if (group_elements_[g] == 0) continue;
     values_[g] = Zeros(ctx, {group_elements_[g]}, dtype);
     masters_[g] = separate_master_ ? Zeros(ctx, {group_elements_[g]}, accum) : values_[g];
-    grads_[g] = Zeros(ctx, {group_elements_[g]}, accum);
+    const int64_t padded =
+        (group_elements_[g] + gradient_shards - 1) / gradient_shards * gradient_shards;
+    padded_grads_[g] = Zeros(ctx, {padded}, accum);
+    grads_[g] = padded_grads_[g].Slice(0, group_elements_[g]);
   }
   for (Entry& e : entries_) {
     const int g = static_cast<int>(e.group);

@@ -36,8 +36,11 @@ class ParameterSet {
   void Declare(const std::string& name, const Shape& shape, ParamGroup group);
   // Allocates the flat buffers [elements of the group] on ctx's device, zeroed. A bf16 `dtype`
   // gets f32 master weights apart from its values; so does any dtype with separate_master (the
-  // CPU tests run the mixed-precision bookkeeping with an f32 model this way).
-  void Allocate(const Context& ctx, DType dtype, bool separate_master = false);
+  // CPU tests run the mixed-precision bookkeeping with an f32 model this way). `gradient_shards`
+  // (ZeRO-1's shard count): each gradient buffer lies in a zero-padded one of a multiple of it,
+  // which the distributed optimizer reduce-scatters and all-gathers in place.
+  void Allocate(const Context& ctx, DType dtype, bool separate_master = false,
+                int64_t gradient_shards = 1);
   void Allocate(DType dtype) { Allocate(Context::Cpu(), dtype); }
   bool allocated() const { return allocated_; }
   const Context& context() const { return ctx_; }
@@ -55,6 +58,8 @@ class ParameterSet {
   Tensor& values(ParamGroup group) { return values_[static_cast<int>(group)]; }
   Tensor& masters(ParamGroup group) { return masters_[static_cast<int>(group)]; }
   Tensor& grads(ParamGroup group) { return grads_[static_cast<int>(group)]; }
+  // grads(group) and its zero tail [a multiple of gradient_shards elements].
+  Tensor& padded_grads(ParamGroup group) { return padded_grads_[static_cast<int>(group)]; }
   int64_t NumElements() const;
   void ZeroGrads();
 
@@ -74,7 +79,8 @@ class ParameterSet {
   Context ctx_ = Context::Cpu();
   Tensor values_[kNumParamGroups];   // [group elements] the model's dtype
   Tensor masters_[kNumParamGroups];  // [group elements] AccumDType; values_ without a model copy
-  Tensor grads_[kNumParamGroups];    // [group elements] AccumDType
+  Tensor grads_[kNumParamGroups];    // [group elements] AccumDType, views of padded_grads_
+  Tensor padded_grads_[kNumParamGroups];  // [group elements rounded up to gradient_shards]
   bool separate_master_ = false;
   bool allocated_ = false;
 };

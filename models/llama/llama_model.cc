@@ -68,7 +68,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
   for (const LlamaParameterSpec& spec : StageParameterSpecs(config, stage_)) {
     Declare(spec.name, spec.full_shape, spec.group);
   }
-  params_.Allocate(ctx_, dtype, placement.separate_master);
+  params_.Allocate(ctx_, dtype, placement.separate_master, placement.gradient_shards);
   inv_freq_ = CopyToDevice(
       ctx_, ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype)),
       ctx_.device());

@@ -68,6 +68,9 @@ struct LlamaPlacement {
   // f32 master weights apart from the values the layers read (always with a bf16 model; tests
   // set it to run the mixed-precision bookkeeping with an f32 model on the CPU).
   bool separate_master = false;
+  // ZeRO-1's shard count (DP x CP with the distributed optimizer, else 1): the gradient buffers
+  // are padded to a multiple of it (ParameterSet::Allocate).
+  int64_t gradient_shards = 1;
 };
 
 // What one decoder layer keeps from forward for backward (a recomputed field is undefined in the

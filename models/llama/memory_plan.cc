@@ -69,13 +69,13 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
     plan.optimizer_state = 2 * params * grad;
   } else {
     // parallel/distributed_adamw.h over D = DP x CP ranks, per group of E elements with
-    // S = ceil(E / D): the moments [S] each; with the gradients, the reduced shard [S] and the
-    // padded exchange buffer [D * S] in the master weights' dtype (that of the gradients).
+    // S = ceil(E / D): the moments [S] each; the gradients padded to [D * S] (their zero tail)
+    // and the reduced shard [S], in the master weights' dtype (that of the gradients).
     for (const int64_t elements : group_elements) {
       if (elements == 0) continue;
       const int64_t s = (elements + replicas - 1) / replicas;
       plan.optimizer_state += 2 * s * grad;
-      plan.gradients += s * grad + replicas * s * grad;
+      plan.gradients += (replicas * s - elements) * grad + s * grad;
     }
   }
 

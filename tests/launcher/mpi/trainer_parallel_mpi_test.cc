@@ -153,6 +153,15 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol) 
   EXPECT_EQ(plan.parameters,
             model.parameters().NumElements() * static_cast<int64_t>(DTypeSize(model.dtype())));
   EXPECT_EQ(plan.optimizer_state, (*parallel)->OptimizerStateBytes());
+  int64_t gradient_bytes = 0;  // the padded gradient buffers, and ZeRO-1's reduced shards [S]
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    const Tensor& padded = model.parameters().padded_grads(static_cast<ParamGroup>(g));
+    if (padded.defined()) gradient_bytes += static_cast<int64_t>(padded.nbytes());
+  }
+  if (layout.distributed_optimizer && layout.dp * layout.cp > 1) {
+    gradient_bytes += (*parallel)->OptimizerStateBytes() / 2;  // a shard per moment pair
+  }
+  EXPECT_EQ(plan.gradients, gradient_bytes);
   ParameterSet& whole = (*reference)->model().parameters();
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
