@@ -14,13 +14,16 @@
 
 namespace kelvin::launcher {
 
+int DataParallelOf(const config::ParallelConfig& p, int world_size) {
+  const int model_parallel = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel();
+  return p.data_parallel() > 0 ? p.data_parallel() : std::max(world_size / model_parallel, 1);
+}
+
 absl::StatusOr<parallel::GridSpec> GridSpecOf(const config::JobConfig& job,
                                               const models::LlamaConfig& arch, int world_size) {
   const config::ParallelConfig& p = job.parallel();
   const config::TrainingConfig& t = job.training();
-  const int model_parallel = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel();
-  const int data_parallel =
-      p.data_parallel() > 0 ? p.data_parallel() : std::max(world_size / model_parallel, 1);
+  const int data_parallel = DataParallelOf(p, world_size);
   parallel::GridSpec spec;
   spec.world_size = world_size;
   spec.tensor_parallel = p.tensor_parallel();

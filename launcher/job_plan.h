@@ -16,6 +16,9 @@
 
 namespace kelvin::launcher {
 
+// parallel.data_parallel, or when 0 derived: world_size / (TP x CP x PP), at least 1.
+int DataParallelOf(const config::ParallelConfig& parallel, int world_size);
+
 // parallel.* on `world_size` processes: data parallel derived when 0 (world size / TP x CP x PP),
 // gradient accumulation from the batch; errors are ValidateGridSpec's.
 absl::StatusOr<parallel::GridSpec> GridSpecOf(const config::JobConfig& job,

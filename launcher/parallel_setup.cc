@@ -3,8 +3,6 @@
 
 #include <mpi.h>
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "core/mpi_check.h"
@@ -57,15 +55,14 @@ absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
   int mpi_initialized = 0, world_size = 1;
   MPI_Initialized(&mpi_initialized);
   if (mpi_initialized) MPI_Comm_size(world, &world_size);
-  const int model_parallel = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel();
-  const int data_parallel =
-      p.data_parallel() > 0 ? p.data_parallel() : std::max(world_size / model_parallel, 1);
-  if (model_parallel * data_parallel == 1 && world_size == 1) return nullptr;
+  const int processes = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel() *
+                        DataParallelOf(p, world_size);
+  if (processes == 1 && world_size == 1) return nullptr;
   if (!mpi_initialized) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "parallel: the layout needs ", model_parallel * data_parallel,
-        " processes but kelvin runs as one: start it with mpirun -np ",
-        model_parallel * data_parallel, " kelvin train ... (or srun inside an allocation)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("parallel: the layout needs ", processes,
+                     " processes but kelvin runs as one: start it with mpirun -np ", processes,
+                     " kelvin train ... (or srun inside an allocation)"));
   }
   KELVIN_ASSIGN_OR_RETURN(const parallel::GridSpec spec, GridSpecOf(job, arch, world_size));
   KELVIN_ASSIGN_OR_RETURN(const parallel::CommBackend backend,
