@@ -1,13 +1,17 @@
-// Training checkpoints: save to a .partial directory and rename, find the newest, restore with
-// every tensor checked, prune old ones.
+// Training checkpoints: every rank writes its pieces into a .partial directory that is renamed
+// when complete; restore assembles each rank's tensors from whichever pieces hold them, every
+// piece checked; the newest is found and old ones pruned.
 #include "launcher/checkpoint.h"
 
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,7 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kPrefix = "step_";
-constexpr const char* kLayoutFile = "layout.txt";  // the layout, one line, written by rank 0
 
 std::string StepDirectoryName(int64_t step) { return absl::StrFormat("%s%08d", kPrefix, step); }
 
@@ -52,104 +55,167 @@ absl::StatusOr<std::map<int64_t, fs::path>> CompleteCheckpoints(const std::strin
   return found;
 }
 
-// Copies every tensor of `file` named in `targets` into it, bit-exact: the names must match one
-// to one, and shapes and dtypes exactly.
-absl::Status RestoreTensors(const Context& ctx, const io::SafetensorsFile& file,
-                            const std::vector<std::pair<std::string, Tensor>>& targets) {
-  for (const auto& [name, target] : targets) {
-    const io::SafetensorsEntry* entry = file.Find(name);
-    if (entry == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat(file.path(), " has no tensor \"", name,
-                       "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
-    }
-    KELVIN_ASSIGN_OR_RETURN(const Tensor stored, file.Read(name));
-    if (stored.shape() != target.shape() || stored.dtype() != target.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file.path(), ": tensor \"", name, "\" is ", stored.ToString(), " but the job needs ",
-          target.ToString(), " (model or precision changed since the checkpoint?)"));
-    }
-    Tensor destination = target;
-    CopyTensor(ctx, stored, destination);
+constexpr const char* kFormat = "kelvin-checkpoint-2";
+constexpr const char* kIndexFile = "checkpoint.json";  // written by rank 0
+constexpr const char* kRegionKey = "region:";           // + tensor name, in each part's metadata
+
+std::string PartFileName(int rank, int parts) {
+  return absl::StrFormat("part_%d_of_%d.safetensors", rank, parts);
+}
+
+// What checkpoint.json records.
+struct CheckpointIndex {
+  std::string job, layout;
+  int64_t steps_completed = 0, optimizer_steps = 0;
+  int parts = 0;
+};
+
+absl::StatusOr<CheckpointIndex> ReadIndex(const fs::path& checkpoint) {
+  const fs::path path = checkpoint / kIndexFile;
+  std::ifstream file(path);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!file || json.is_discarded() || !json.is_object() || json.value("format", "") != kFormat) {
+    return absl::DataLossError(absl::StrCat(
+        path.string(), " is missing or not a \"", kFormat,
+        "\" index: not a complete Kelvin checkpoint (delete the directory, or point "
+        "checkpoint.dir elsewhere)"));
   }
-  if (file.entries().size() != targets.size()) {
-    for (const io::SafetensorsEntry& entry : file.entries()) {
-      const bool known = std::any_of(targets.begin(), targets.end(), [&](const auto& target) {
-        return target.first == entry.name;
-      });
-      if (!known) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            file.path(), " has tensor \"", entry.name,
-            "\", which this job's model does not: the checkpoint is of another model"));
-      }
+  CheckpointIndex index;
+  const auto count = [&](const char* key) -> absl::StatusOr<int64_t> {
+    const auto found = json.find(key);
+    if (found == json.end() || !found->is_number_integer() || found->get<int64_t>() < 0) {
+      return absl::DataLossError(
+          absl::StrCat(path.string(), ": \"", key, "\" is missing or not a count"));
     }
+    return found->get<int64_t>();
+  };
+  KELVIN_ASSIGN_OR_RETURN(index.steps_completed, count("step"));
+  KELVIN_ASSIGN_OR_RETURN(index.optimizer_steps, count("optimizer_steps"));
+  KELVIN_ASSIGN_OR_RETURN(const int64_t parts, count("parts"));
+  index.parts = static_cast<int>(parts);
+  index.job = json.value("job", "");
+  index.layout = json.value("layout", "");
+  return index;
+}
+
+absl::Status WriteIndex(const fs::path& checkpoint, const CheckpointIndex& index) {
+  const nlohmann::json json = {{"format", kFormat},
+                               {"job", index.job},
+                               {"step", index.steps_completed},
+                               {"optimizer_steps", index.optimizer_steps},
+                               {"layout", index.layout},
+                               {"parts", index.parts}};
+  std::ofstream file(checkpoint / kIndexFile);
+  file << json.dump(2) << "\n";
+  if (!file) {
+    return absl::DataLossError(absl::StrCat("cannot write ", (checkpoint / kIndexFile).string()));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> MetadataInteger(const io::SafetensorsFile& file, const std::string& key) {
-  const auto found = file.metadata().find(key);
-  int64_t value = 0;
-  if (found != file.metadata().end()) {
-    const std::string& text = found->second;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (error == std::errc() && end == text.data() + text.size() && value >= 0) return value;
+// One stored piece of a logical tensor.
+struct StoredPiece {
+  const io::SafetensorsFile* file = nullptr;
+  std::string entry;  // its name in the file (the logical tensor's)
+  io::TensorRegion region;
+};
+
+// Every part file's pieces by logical tensor name, each region checked against its entry.
+absl::StatusOr<std::map<std::string, std::vector<StoredPiece>>> IndexPieces(
+    const std::vector<io::SafetensorsFile>& parts) {
+  std::map<std::string, std::vector<StoredPiece>> pieces;
+  for (const io::SafetensorsFile& file : parts) {
+    for (const io::SafetensorsEntry& entry : file.entries()) {
+      const auto found = file.metadata().find(kRegionKey + entry.name);
+      if (found == file.metadata().end()) {
+        return absl::DataLossError(absl::StrCat(file.path(), ": tensor \"", entry.name,
+                                                "\" has no \"", kRegionKey,
+                                                "\" metadata: not a Kelvin checkpoint part"));
+      }
+      absl::StatusOr<io::TensorRegion> region = io::TensorRegion::Decode(found->second);
+      if (!region.ok()) {
+        return absl::DataLossError(absl::StrCat(file.path(), ": tensor \"", entry.name,
+                                                "\": ", region.status().message()));
+      }
+      if (NumElements(entry.shape) != region->numel()) {
+        return absl::DataLossError(absl::StrCat(
+            file.path(), ": tensor \"", entry.name, "\" has ", NumElements(entry.shape),
+            " elements, its region ", region->ToString(), " ", region->numel()));
+      }
+      pieces[entry.name].push_back({&file, entry.name, *region});
+    }
   }
-  return absl::DataLossError(absl::StrCat(file.path(), ": metadata \"", key,
-                                          "\" is missing or not a count: not a Kelvin checkpoint"));
+  return pieces;
+}
+
+// Fills `target` (the data of its region) from the stored pieces, bit-exact.
+absl::Status RestoreTensor(const Context& ctx, const std::string& checkpoint,
+                           const std::vector<StoredPiece>& pieces, const CheckpointTensor& target) {
+  Tensor staging = Tensor::Empty({target.region.numel()}, target.data.dtype());
+  int64_t copied = 0;
+  for (const StoredPiece& piece : pieces) {
+    if (piece.region.full_shape != target.region.full_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          piece.file->path(), ": tensor \"", target.name, "\" is ",
+          ShapeToString(piece.region.full_shape), " but the job's model has ",
+          ShapeToString(target.region.full_shape), ": the checkpoint is of another model"));
+    }
+    const std::vector<io::RegionOverlap> overlaps = io::OverlapOf(piece.region, target.region);
+    if (overlaps.empty()) continue;
+    KELVIN_ASSIGN_OR_RETURN(const Tensor stored, piece.file->Read(piece.entry));
+    if (stored.dtype() != staging.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          piece.file->path(), ": tensor \"", target.name, "\" is ", std::string(DTypeName(stored.dtype())),
+          " but the job keeps it in ", std::string(DTypeName(staging.dtype())),
+          " (training.dtype changed since the checkpoint?)"));
+    }
+    copied += io::CopyOverlap(overlaps, stored, staging);
+  }
+  if (copied != target.region.numel()) {
+    return absl::DataLossError(absl::StrCat(
+        checkpoint, ": its parts hold ", copied, " of the ", target.region.numel(),
+        " elements of \"", target.name, "\" ", target.region.ToString(),
+        " this rank needs (a damaged or foreign part file?)"));
+  }
+  Tensor destination = target.data;
+  CopyTensor(ctx, staging.View(target.data.shape()), destination);
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
-                                           const std::string& job_name, const CheckpointPart& part,
-                                           const ParameterSet& params,
-                                           const OptimizerState& optimizer,
-                                           parallel::Communicator* world) {
+                                           const std::string& job_name, const TrainingState& state,
+                                           const Context& ctx, parallel::Communicator* world) {
   const fs::path final_path = fs::path(dir) / StepDirectoryName(steps_completed);
   const fs::path partial = fs::path(dir) / (StepDirectoryName(steps_completed) + ".partial");
-  const bool leader = world == nullptr || world->rank() == 0;
+  const int rank = world == nullptr ? 0 : world->rank();
+  const int parts = world == nullptr ? 1 : world->size();
   std::error_code error;
-  if (leader) {
+  if (rank == 0) {
     fs::remove_all(partial, error);
     fs::create_directories(partial, error);
     if (error) {
       return absl::PermissionDeniedError(absl::StrCat("cannot create checkpoint directory ",
                                                       partial.string(), ": ", error.message()));
     }
-  }
-  if (leader) {
-    std::ofstream layout(partial / kLayoutFile);
-    layout << part.layout << "\n";
-    if (!layout) {
-      return absl::DataLossError(absl::StrCat("cannot write ", (partial / kLayoutFile).string()));
-    }
+    KELVIN_RETURN_IF_ERROR(WriteIndex(partial, {job_name, state.layout, steps_completed,
+                                                state.optimizer_steps, parts}));
   }
   if (world != nullptr) world->Barrier();  // the directory exists before anyone writes
-  if (part.writes_model) {
-    std::vector<std::pair<std::string, Tensor>> parameters;  // the master weights
-    for (const ParameterSet::Entry& e : params.entries()) {
-      parameters.emplace_back(e.name, params.MasterOnHost(e.name));
-    }
-    KELVIN_RETURN_IF_ERROR(
-        io::WriteSafetensors((partial / part.model_file).string(), parameters,
-                             {{"format", "kelvin-checkpoint-1"}, {"layout", part.layout}}));
+  std::vector<std::pair<std::string, Tensor>> pieces;  // host copies, 1-d
+  std::map<std::string, std::string> metadata = {{"format", kFormat}};
+  for (const CheckpointTensor& t : state.tensors) {
+    if (!t.written) continue;
+    const Tensor host = t.data.is_cpu() ? t.data : CopyToDevice(ctx, t.data, Device::Cpu());
+    pieces.emplace_back(t.name, host.View({-1}));
+    metadata[kRegionKey + t.name] = t.region.Encode();
   }
-  if (part.writes_optimizer) {
-    std::vector<std::pair<std::string, Tensor>> state;
-    for (const auto& [name, tensor] : optimizer.tensors) {
-      state.emplace_back(
-          name, tensor.is_cpu() ? tensor : CopyToDevice(params.context(), tensor, Device::Cpu()));
-    }
-    KELVIN_RETURN_IF_ERROR(
-        io::WriteSafetensors((partial / part.optimizer_file).string(), state,
-                             {{"step", std::to_string(steps_completed)},
-                              {"optimizer_steps", std::to_string(optimizer.steps_taken)},
-                              {"job", job_name},
-                              {"layout", part.layout}}));
-  }
+  KELVIN_RETURN_IF_ERROR(
+      io::WriteSafetensors((partial / PartFileName(rank, parts)).string(), pieces, metadata));
   if (world != nullptr) world->Barrier();  // every part is written
-  if (leader) {
+  if (rank == 0) {
     fs::remove_all(final_path, error);  // an older save of the same step (a rerun)
     fs::rename(partial, final_path, error);
     if (error) {
@@ -169,43 +235,39 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& d
 }
 
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
-                                             const CheckpointPart& part, ParameterSet& params,
-                                             const OptimizerState& optimizer) {
-  std::ifstream layout_file(fs::path(path) / kLayoutFile);
-  std::string saved_layout;
-  if (!std::getline(layout_file, saved_layout)) {
-    return absl::DataLossError(
-        absl::StrCat(path, " has no readable ", kLayoutFile, ": not a complete Kelvin checkpoint"));
-  }
-  if (saved_layout != part.layout) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " was saved by the layout \"", saved_layout, "\", this job runs \"", part.layout,
-        "\": resume with the parallel.* settings and process count it was saved with "
-        "(resharding a checkpoint is not supported yet)"));
-  }
-  KELVIN_ASSIGN_OR_RETURN(
-      const io::SafetensorsFile optimizer_file,
-      io::SafetensorsFile::Open((fs::path(path) / part.optimizer_file).string()));
-  const auto job = optimizer_file.metadata().find("job");
-  if (job == optimizer_file.metadata().end() || job->second != job_name) {
+                                             const TrainingState& state, const Context& ctx) {
+  KELVIN_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(path));
+  if (index.job != job_name) {
     return absl::FailedPreconditionError(
-        absl::StrCat(path, " is a checkpoint of job \"",
-                     job == optimizer_file.metadata().end() ? std::string("?") : job->second,
-                     "\", not of this job \"", job_name,
+        absl::StrCat(path, " is a checkpoint of job \"", index.job, "\", not of this job \"",
+                     job_name,
                      "\": give this job its own checkpoint.dir, or set checkpoint.resume=NEVER"));
   }
-  RestoredSteps steps;
-  KELVIN_ASSIGN_OR_RETURN(steps.steps_completed, MetadataInteger(optimizer_file, "step"));
-  KELVIN_ASSIGN_OR_RETURN(steps.optimizer_steps,
-                          MetadataInteger(optimizer_file, "optimizer_steps"));
-  KELVIN_ASSIGN_OR_RETURN(const io::SafetensorsFile model_file,
-                          io::SafetensorsFile::Open((fs::path(path) / part.model_file).string()));
-  std::vector<std::pair<std::string, Tensor>> parameters;  // the master weights
-  for (const ParameterSet::Entry& e : params.entries()) parameters.emplace_back(e.name, e.master);
-  KELVIN_RETURN_IF_ERROR(RestoreTensors(params.context(), model_file, parameters));
-  KELVIN_RETURN_IF_ERROR(RestoreTensors(params.context(), optimizer_file, optimizer.tensors));
-  params.SyncModelCopy();
-  return steps;
+  std::vector<io::SafetensorsFile> parts;
+  for (int r = 0; r < index.parts; ++r) {
+    KELVIN_ASSIGN_OR_RETURN(
+        io::SafetensorsFile part,
+        io::SafetensorsFile::Open((fs::path(path) / PartFileName(r, index.parts)).string()));
+    parts.push_back(std::move(part));
+  }
+  KELVIN_ASSIGN_OR_RETURN(const auto pieces, IndexPieces(parts));
+  for (const auto& [name, stored] : pieces) {
+    if (!state.job_tensors.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          stored.front().file->path(), " has tensor \"", name,
+          "\", which this job's model does not: the checkpoint is of another model"));
+    }
+  }
+  for (const CheckpointTensor& target : state.tensors) {
+    const auto found = pieces.find(target.name);
+    if (found == pieces.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          path, " has no tensor \"", target.name,
+          "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
+    }
+    KELVIN_RETURN_IF_ERROR(RestoreTensor(ctx, path, found->second, target));
+  }
+  return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout};
 }
 
 absl::Status PruneCheckpoints(const std::string& dir, int keep_last) {

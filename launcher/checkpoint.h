@@ -1,69 +1,78 @@
-// Training checkpoints for exact resume. A checkpoint is the directory <dir>/step_<8 digits>/ with
-//   model<part>.safetensors      every parameter (this rank's shards) by name: its master
-//                                weights (f32 for a bf16 model; bit-exact), read from and
-//                                restored to the parameters' device;
-//   optimizer<part>.safetensors  the AdamW moments, metadata "step" (steps completed),
-//                                "optimizer_steps" and "job" (checked on resume);
-//   layout.txt                   the layout that wrote it (checked first on resume: a checkpoint
-//                                resumes with its own layout).
-// One process writes "model.safetensors" and "optimizer.safetensors"; a parallel layout one
-// model file per tensor-parallel rank (".tp<r>", written by data-parallel rank 0) and one
-// optimizer file per tensor-parallel rank, or per (tp, dp) rank with the distributed optimizer.
-// It is written as step_<N>.partial/ and renamed when complete (after every rank wrote), so a
-// directory named step_<N> is always whole; a crash mid-write leaves only a .partial directory,
-// which resume ignores (and the next save of that step replaces). The data order and the learning
-// rate are functions of the step, so parameters + moments + step are the whole training state.
+// Training checkpoints for exact resume, under the layout that wrote them or any other. A
+// checkpoint is the directory <dir>/step_<8 digits>/ with
+//   checkpoint.json                  {"format": "kelvin-checkpoint-2", "job", "step" (steps
+//                                    completed), "optimizer_steps", "layout" (that wrote it),
+//                                    "parts": N};
+//   part_<r>_of_<N>.safetensors      one per process r: the pieces of the training state it
+//                                    writes, each a 1-d tensor named by its logical tensor, with
+//                                    its region (core/io/tensor_region.h) in the metadata entry
+//                                    "region:<name>".
+// The logical tensors are the whole model's, unsharded: every parameter's master weights under its
+// Hugging Face name (f32 for a bf16 model: bit-exact) and its AdamW moments "adamw.m:<name>" and
+// "adamw.v:<name>". Each element is written once (the copies of replicas are not), so every
+// layout reads back exactly the values that were saved: a job resumes on another number of
+// processes or another TP/PP/DP/CP split, with or without ZeRO-1, as long as the global batch is
+// the same (the data order and the learning rate are functions of the step, so parameters +
+// moments + step are the whole training state). After a change of layout, sums are taken in
+// another order: the run continues within rounding of the one it would have been.
+// A checkpoint is written as step_<N>.partial/ and renamed when complete (after every rank
+// wrote), so a directory named step_<N> is always whole; a crash mid-write leaves only a .partial
+// directory, which resume ignores (and the next save of that step replaces).
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "core/optim/parameter_set.h"
+#include "core/context.h"
+#include "core/io/tensor_region.h"
 #include "core/status.h"
 #include "parallel/communicator.h"
 
 namespace kelvin::launcher {
 
-// This rank's part of a checkpoint: which files it writes and reads, and the layout they belong to.
-struct CheckpointPart {
-  std::string layout = "one process";  // e.g. "tp2 sp dp2 zero1"
-  std::string model_file = "model.safetensors";
-  std::string optimizer_file = "optimizer.safetensors";
-  bool writes_model = true;      // false on data-parallel replicas (rank 0 writes their shard)
-  bool writes_optimizer = true;  // false on replicas without the distributed optimizer
+// One piece of this rank's training state.
+struct CheckpointTensor {
+  std::string name;         // its logical tensor, e.g. "adamw.m:model.norm.weight"
+  io::TensorRegion region;  // where `data` sits in the logical tensor
+  Tensor data;              // region.numel() elements, contiguous, on any device
+  bool written = true;      // false: a replica's copy of a piece another rank writes
 };
 
-// The optimizer's state as a checkpoint holds it: named moments sharing the optimizer's storage.
-struct OptimizerState {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  int64_t steps_taken = 0;
+// This rank's training state, as the trainer lays it out.
+struct TrainingState {
+  std::string layout = "one process";  // e.g. "tp2 sp dp2 zero1"
+  std::vector<CheckpointTensor> tensors;
+  int64_t optimizer_steps = 0;
+  // The logical tensors of the whole job (every rank's): a checkpoint holding another is of
+  // another model.
+  std::set<std::string> job_tensors;
 };
 
 // Writes the checkpoint of `steps_completed` steps under `dir` (created if missing) and returns
 // its path. Collective over `world` (nullptr: one process): every rank writes its part, rank 0
 // renames the directory once all have.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
-                                           const std::string& job_name, const CheckpointPart& part,
-                                           const ParameterSet& params,
-                                           const OptimizerState& optimizer,
-                                           parallel::Communicator* world);
+                                           const std::string& job_name, const TrainingState& state,
+                                           const Context& ctx, parallel::Communicator* world);
 
 // The newest complete checkpoint under `dir`, or nullopt when there is none (or no `dir`).
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir);
 
-// Restores this rank's parameters and optimizer state from `path`; returns the steps completed
-// and the optimizer's step count. Every mismatch (missing or extra tensor, shape, dtype, another
-// job's checkpoint or layout, a damaged file) is an error naming the file and the tensor; on
-// error the parameters may be partly overwritten.
+// Restores every tensor of this rank's `state` from the checkpoint at `path` (on ctx's device;
+// a model copy of master weights is the caller's to refresh); returns the steps completed, the
+// optimizer's step count and the layout that saved it. Every mismatch (a missing or extra tensor,
+// another shape or dtype, another job's checkpoint, a missing or damaged file, elements no part
+// holds) is an error naming the file and the tensor; on error the state may be partly
+// overwritten.
 struct RestoredSteps {
   int64_t steps_completed = 0;
   int64_t optimizer_steps = 0;
+  std::string saved_layout;
 };
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
-                                             const CheckpointPart& part, ParameterSet& params,
-                                             const OptimizerState& optimizer);
+                                             const TrainingState& state, const Context& ctx);
 
 // Deletes all but the newest `keep_last` complete checkpoints under `dir` (0 keeps all).
 absl::Status PruneCheckpoints(const std::string& dir, int keep_last);

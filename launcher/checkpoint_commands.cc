@@ -11,8 +11,7 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
                                               const std::string& directory) {
   if (job.checkpoint().dir().empty()) {
     return absl::InvalidArgumentError(
-        "kelvin convert reads the job's checkpoints: set checkpoint.dir (and run it with the "
-        "layout that wrote them)");
+        "kelvin convert reads the job's checkpoints: set checkpoint.dir");
   }
   config::JobConfig restoring = job;
   restoring.mutable_checkpoint()->set_resume(config::CheckpointConfig::REQUIRED);

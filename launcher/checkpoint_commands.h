@@ -1,6 +1,6 @@
 // `kelvin convert` and `kelvin eval`: a job's latest checkpoint as a Hugging Face directory, and
-// the held-out loss of the job's model. Both run under the layout that wrote the checkpoint (the
-// same process count and parallel.*), every rank calling them.
+// the held-out loss of the job's model. Both run under any valid layout of the job (checkpoints
+// reshard on load; launcher/checkpoint.h), every rank calling them.
 #pragma once
 
 #include <string>

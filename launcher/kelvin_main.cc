@@ -42,7 +42,7 @@ constexpr const char* kUsage =
     "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation\n"
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
     "  train, eval and convert run one process, or one rank each under mpirun / srun with the\n"
-    "  job's layout (for eval and convert: the layout that wrote the checkpoint)\n"
+    "  job's layout (checkpoints resume under any layout)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n";
 
 // The command line after the command and the job: overrides and the commands' options.

@@ -20,6 +20,7 @@
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
 #include "launcher/preemption.h"
+#include "launcher/training_state.h"
 #include "models/llama/context_parallel.h"
 #include "models/llama/memory_plan.h"
 #include "parallel/distributed_adamw.h"
@@ -143,9 +144,10 @@ absl::Status Trainer::Resume() {
     }
     return absl::OkStatus();
   }
+  const TrainingState state = CurrentTrainingState();
   KELVIN_ASSIGN_OR_RETURN(const RestoredSteps restored,
-                          LoadCheckpoint(*latest, job_.name(), CheckpointPartOf(),
-                                         model_->parameters(), CurrentOptimizerState()));
+                          LoadCheckpoint(*latest, job_.name(), state, ctx_));
+  model_->parameters().SyncModelCopy();
   start_step_ = restored.steps_completed;
   if (distributed_optimizer_ != nullptr) {
     distributed_optimizer_->set_steps_taken(restored.optimizer_steps);
@@ -153,46 +155,41 @@ absl::Status Trainer::Resume() {
     optimizer_->set_steps_taken(restored.optimizer_steps);
   }
   KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
+  if (restored.saved_layout != state.layout) {
+    KLOG_RANK0(INFO) << "resharded the checkpoint of layout \"" << restored.saved_layout
+                     << "\" to this job's \"" << state.layout
+                     << "\": the run continues within rounding of the saved one's";
+  }
   return absl::OkStatus();
 }
 
-CheckpointPart Trainer::CheckpointPartOf() const {
-  CheckpointPart part;
-  if (grid_ == nullptr) return part;
+std::string Trainer::LayoutName() const {
+  if (grid_ == nullptr) return "one process";
   const parallel::GridSpec& g = grid_->spec();
-  const bool zero = distributed_optimizer_ != nullptr;
-  // Pipeline sizes join the layout only when used, so earlier checkpoints keep their names.
   const std::string pp = g.pipeline_parallel > 1 ? absl::StrCat(" pp", g.pipeline_parallel, " vp",
                                                                 g.virtual_pipeline_stages)
                                                  : "";
   const std::string cp = g.context_parallel > 1 ? absl::StrCat(" cp", g.context_parallel) : "";
-  part.layout = absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", cp, pp,
-                             " dp", g.data_parallel, zero ? " zero1" : "");
-  const std::string tp =
-      absl::StrCat(".tp", grid_->tp_rank(),
-                   g.pipeline_parallel > 1 ? absl::StrCat(".pp", grid_->pp_rank()) : "");
-  part.model_file = absl::StrCat("model", tp, ".safetensors");
-  // The ranks of a (cp, dp) group hold the same model; ZeRO-1 shards over all of them.
-  const int replica = grid_->dp_cp().rank();
-  part.optimizer_file =
-      absl::StrCat("optimizer", tp, zero ? absl::StrCat(".dp", replica) : "", ".safetensors");
-  part.writes_model = replica == 0;
-  part.writes_optimizer = zero || replica == 0;
-  return part;
+  return absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", cp, pp, " dp",
+                      g.data_parallel, distributed_optimizer_ != nullptr ? " zero1" : "");
 }
 
-OptimizerState Trainer::CurrentOptimizerState() const {
+TrainingState Trainer::CurrentTrainingState() const {
+  // The ranks of a (cp, dp) group hold the same model slice; ZeRO-1 shards over all of them.
+  const ReplicaPlace place{grid_ ? grid_->dp_cp().rank() : 0, distributed_optimizer_ != nullptr};
   if (distributed_optimizer_ != nullptr) {
-    return {distributed_optimizer_->StateTensors(), distributed_optimizer_->steps_taken()};
+    return TrainingStateOf(*model_, distributed_optimizer_->MomentSpans(),
+                           distributed_optimizer_->steps_taken(), place, LayoutName());
   }
-  return {optimizer_->StateTensors(), optimizer_->steps_taken()};
+  return TrainingStateOf(*model_, optimizer_->MomentSpans(), optimizer_->steps_taken(), place,
+                         LayoutName());
 }
 
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed) {
   const config::CheckpointConfig& c = job_.checkpoint();
   KELVIN_ASSIGN_OR_RETURN(const std::string path,
-                          SaveCheckpoint(c.dir(), steps_completed, job_.name(), CheckpointPartOf(),
-                                         model_->parameters(), CurrentOptimizerState(),
+                          SaveCheckpoint(c.dir(), steps_completed, job_.name(),
+                                         CurrentTrainingState(), ctx_,
                                          grid_ ? &grid_->world() : nullptr));
   if (grid_ == nullptr || grid_->world_rank() == 0) {
     KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
@@ -326,11 +323,8 @@ models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) con
 }
 
 int64_t Trainer::OptimizerStateBytes() const {
-  int64_t bytes = 0;
-  for (const auto& [name, tensor] : CurrentOptimizerState().tensors) {
-    bytes += static_cast<int64_t>(tensor.nbytes());
-  }
-  return bytes;
+  return distributed_optimizer_ != nullptr ? distributed_optimizer_->StateBytes()
+                                           : optimizer_->StateBytes();
 }
 
 int Trainer::DataParallelRank() const { return grid_ ? grid_->dp_rank() : 0; }
@@ -372,9 +366,9 @@ Tensor Trainer::LocalLabels(const data::Batch& batch) const {
 double Trainer::ClipGradients(double max_norm) {
   ParameterSet& params = model_->parameters();
   // Each parameter of the full model once: this rank's shards, and replicated tensors only where
-  // CountsInGradientNorm says; the squares summed over the tensor-parallel group (and over the
+  // IsCanonicalCopy says; the squares summed over the tensor-parallel group (and over the
   // data-parallel group when each rank holds a shard of the reduced gradients).
-  const auto counts = [&](const std::string& name) { return model_->CountsInGradientNorm(name); };
+  const auto counts = [&](const std::string& name) { return model_->IsCanonicalCopy(name); };
   Tensor squares = Tensor::Empty({1}, DType::kF64);
   if (distributed_optimizer_ != nullptr) {
     squares.data<double>()[0] = distributed_optimizer_->ShardSumOfSquares(counts);

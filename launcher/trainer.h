@@ -83,8 +83,8 @@ class Trainer {
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   absl::Status SaveCheckpointAt(int64_t steps_completed);
-  CheckpointPart CheckpointPartOf() const;  // this rank's files under the layout
-  OptimizerState CurrentOptimizerState() const;
+  std::string LayoutName() const;  // e.g. "tp2 sp pp2 vp1 dp2 zero1", for checkpoints and logs
+  TrainingState CurrentTrainingState() const;  // this rank's, as checkpoints hold it
   // The preemption signal any rank received (0: none), the same on every rank.
   int AgreedPreemptionSignal();
   int DataParallelRank() const;

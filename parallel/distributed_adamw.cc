@@ -34,13 +34,24 @@ DistributedAdamW::DistributedAdamW(ParameterSet& params, const AdamWSettings& se
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> DistributedAdamW::StateTensors() const {
-  std::vector<std::pair<std::string, Tensor>> state;
+std::vector<MomentSpan> DistributedAdamW::MomentSpans() const {
+  std::vector<MomentSpan> spans;
   for (int g = 0; g < kNumParamGroups; ++g) {
     const GroupShard& s = groups_[g];
-    if (s.elements > 0) AppendMomentState(static_cast<ParamGroup>(g), s.m, s.v, state);
+    if (s.count == 0) continue;  // the shard lies in the padding
+    std::vector<MomentSpan> group = MomentSpansOf(params_, static_cast<ParamGroup>(g), s.begin,
+                                                  s.m.Slice(0, s.count), s.v.Slice(0, s.count));
+    spans.insert(spans.end(), group.begin(), group.end());
   }
-  return state;
+  return spans;
+}
+
+int64_t DistributedAdamW::StateBytes() const {
+  int64_t bytes = 0;
+  for (const GroupShard& s : groups_) {
+    if (s.elements > 0) bytes += static_cast<int64_t>(s.m.nbytes() + s.v.nbytes());
+  }
+  return bytes;
 }
 
 void DistributedAdamW::ReduceScatterGradients() {

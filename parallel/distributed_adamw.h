@@ -31,7 +31,7 @@ class DistributedAdamW {
   // are left as they were until Step).
   void ReduceScatterGradients();
   // Sum of squares of this rank's reduced shards, over the elements of the parameters for which
-  // `counts(name)` is true (see LlamaModel::CountsInGradientNorm): summed over the DP group (and
+  // `counts(name)` is true (see LlamaModel::IsCanonicalCopy): summed over the DP group (and
   // the model-parallel groups) it is the squared global gradient norm.
   double ShardSumOfSquares(const std::function<bool(const std::string&)>& counts) const;
   // Multiplies the reduced shards by `coefficient` (gradient clipping).
@@ -41,9 +41,10 @@ class DistributedAdamW {
   void Step(const Context& ctx, double lr);
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
-  // This rank's optimizer state for checkpoints, as AdamWOptimizer::StateTensors: the moments of
-  // its shard of each group ("adamw.m.decay", ...; [S]), sharing the optimizer's storage.
-  std::vector<std::pair<std::string, Tensor>> StateTensors() const;
+  // This rank's optimizer state for checkpoints, as AdamWOptimizer::MomentSpans: the moments of
+  // the parameters' stretches inside its shards.
+  std::vector<MomentSpan> MomentSpans() const;
+  int64_t StateBytes() const;  // of the moments' [S] buffers
 
  private:
   struct GroupShard {

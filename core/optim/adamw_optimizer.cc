@@ -1,6 +1,8 @@
 // AdamW over parameter groups.
 #include "core/optim/adamw_optimizer.h"
 
+#include <algorithm>
+
 #include "core/copy.h"
 
 namespace kelvin {
@@ -34,20 +36,37 @@ void AdamWOptimizer::Step(const Context& ctx, double lr) {
   }
 }
 
-void AppendMomentState(ParamGroup group, const Tensor& m, const Tensor& v,
-                       std::vector<std::pair<std::string, Tensor>>& state) {
-  static constexpr const char* kGroupNames[kNumParamGroups] = {"decay", "no_decay", "temperature"};
-  const std::string name = kGroupNames[static_cast<int>(group)];
-  state.emplace_back("adamw.m." + name, m);
-  state.emplace_back("adamw.v." + name, v);
+std::vector<MomentSpan> MomentSpansOf(const ParameterSet& params, ParamGroup group, int64_t begin,
+                                      const Tensor& m, const Tensor& v) {
+  const int64_t end = begin + m.numel();
+  std::vector<MomentSpan> spans;
+  for (const ParameterSet::Entry& e : params.entries()) {
+    if (e.group != group) continue;
+    const int64_t first = std::max(begin, e.offset);
+    const int64_t last = std::min(end, e.offset + NumElements(e.shape));
+    if (first >= last) continue;
+    spans.push_back({e.name, first - e.offset, last - first, m.Slice(first - begin, last - begin),
+                     v.Slice(first - begin, last - begin)});
+  }
+  return spans;
 }
 
-std::vector<std::pair<std::string, Tensor>> AdamWOptimizer::StateTensors() const {
-  std::vector<std::pair<std::string, Tensor>> state;
+std::vector<MomentSpan> AdamWOptimizer::MomentSpans() const {
+  std::vector<MomentSpan> spans;
   for (int g = 0; g < kNumParamGroups; ++g) {
-    if (m_[g].defined()) AppendMomentState(static_cast<ParamGroup>(g), m_[g], v_[g], state);
+    if (!m_[g].defined()) continue;
+    std::vector<MomentSpan> group = MomentSpansOf(params_, static_cast<ParamGroup>(g), 0, m_[g], v_[g]);
+    spans.insert(spans.end(), group.begin(), group.end());
   }
-  return state;
+  return spans;
+}
+
+int64_t AdamWOptimizer::StateBytes() const {
+  int64_t bytes = 0;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    if (m_[g].defined()) bytes += static_cast<int64_t>(m_[g].nbytes() + v_[g].nbytes());
+  }
+  return bytes;
 }
 
 }  // namespace kelvin

@@ -23,10 +23,18 @@ struct AdamWSettings {
 // kDecay only, the learning rate scaled by temperature_lr_scale for kTemperature.
 ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup group, double lr);
 
-// Adds a group's moments to a checkpoint's state list as "adamw.m.<group>", "adamw.v.<group>"
-// (group: decay, no_decay, temperature).
-void AppendMomentState(ParamGroup group, const Tensor& m, const Tensor& v,
-                       std::vector<std::pair<std::string, Tensor>>& state);
+// A stretch of one parameter's Adam moments, as checkpoints keep them: the elements
+// [begin, begin + count) of the parameter's (this rank's) tensor in row-major order.
+struct MomentSpan {
+  std::string parameter;
+  int64_t begin = 0, count = 0;
+  Tensor m, v;  // [count] views of the optimizer's storage: copying into them restores the state
+};
+
+// The spans of `group`'s parameters that the moments m, v [n] hold, when they are the elements
+// [begin, begin + n) of the group's flat buffer (the whole buffer, or ZeRO-1's shard of it).
+std::vector<MomentSpan> MomentSpansOf(const ParameterSet& params, ParamGroup group, int64_t begin,
+                                      const Tensor& m, const Tensor& v);
 
 class AdamWOptimizer {
  public:
@@ -35,10 +43,10 @@ class AdamWOptimizer {
   void Step(const Context& ctx, double lr);
   int64_t steps_taken() const { return steps_; }
 
-  // The optimizer state for checkpoints: the moments of each non-empty group by name
-  // ("adamw.m.decay", "adamw.v.decay", ...; [group elements], the master weights' dtype and
-  // device). The tensors share the optimizer's storage: copying into them restores the state.
-  std::vector<std::pair<std::string, Tensor>> StateTensors() const;
+  // The optimizer state for checkpoints: every parameter's moments (the master weights' dtype
+  // and device).
+  std::vector<MomentSpan> MomentSpans() const;
+  int64_t StateBytes() const;  // of the moments' buffers
   void set_steps_taken(int64_t steps) { steps_ = steps; }
 
  private:

@@ -84,7 +84,7 @@ void LlamaModel::Declare(const std::string& name, const Shape& full_shape, Param
   shards_[name] = shard;
 }
 
-bool LlamaModel::CountsInGradientNorm(const std::string& name) const {
+bool LlamaModel::IsCanonicalCopy(const std::string& name) const {
   // The last stage's tied embedding is a copy of the first stage's.
   if (name == kEmbeddingName && !stage_.holds_embedding_input()) return false;
   const parallel::Communicator* tp = parallelism_.tp;
@@ -94,6 +94,13 @@ bool LlamaModel::CountsInGradientNorm(const std::string& name) const {
   // Replicated KV heads: the first rank holding each head counts it.
   if (shard.replicated_kv) return tp->rank() % (tp->size() / config_.num_key_value_heads) == 0;
   return true;
+}
+
+io::TensorRegion LlamaModel::RegionOf(const std::string& name) const {
+  const Shape& full_shape = full_shapes_.at(name);
+  const ParameterShard& shard = shards_.at(name);
+  if (shard.axis < 0) return io::TensorRegion::Whole(full_shape);
+  return io::TensorRegion::Slice(full_shape, shard.axis, shard.begin, shard.count);
 }
 
 void LlamaModel::FinishGradients() {

@@ -29,6 +29,7 @@
 
 #include "core/context.h"
 #include "core/io/hf_checkpoint.h"
+#include "core/io/tensor_region.h"
 #include "core/optim/parameter_set.h"
 #include "core/tensor.h"
 #include "models/llama/llama_config.h"
@@ -183,11 +184,13 @@ class LlamaModel {
   // rank (norm weights under sequence parallelism; replicated KV heads when TP > G), and the tied
   // embeddings' gradients of the first and last pipeline stages.
   void FinishGradients();
-  // Each parameter's weight in the global gradient norm: 1 where this rank's copy counts, 0 for
-  // the copies of replicated parameters on all but one rank (and the last stage's tied
-  // embedding), so that summing the weighted squares over the TP and pipeline groups counts every
-  // parameter of the full model once.
-  bool CountsInGradientNorm(const std::string& name) const;
+  // Whether this rank's tensor of parameter `name` is the one copy of its elements among the TP
+  // and pipeline ranks: false for the copies of replicated parameters on all but one rank (and
+  // for the last stage's tied embedding). Summing over the canonical copies counts every element
+  // of the full model once (the global gradient norm); checkpoints write those copies only.
+  bool IsCanonicalCopy(const std::string& name) const;
+  // Where this rank's tensor of parameter `name` sits in the full one.
+  io::TensorRegion RegionOf(const std::string& name) const;
 
   // Bytes of the buffers allocated for the current micro-batch shape, by the memory plan's
   // categories (what PlanLlamaMemory predicts): activations, logits, backward scratch.

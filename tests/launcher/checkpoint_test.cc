@@ -1,7 +1,8 @@
 // Checkpoints and exact resume: a run stopped by a preemption signal and resumed gives the
 // uninterrupted run's losses and final parameters bit for bit; interval saves are pruned to
 // keep_last; REQUIRED without a checkpoint, a damaged file, another job's checkpoint and another
-// model's checkpoint are clear errors; a half-written (.partial) checkpoint is ignored. kelvin
+// model's checkpoint, a part holding half a tensor, a truncated or missing part and a missing index
+// are clear errors; a half-written (.partial) checkpoint is ignored. kelvin
 // convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores them.
 #include "launcher/checkpoint.h"
 
@@ -11,7 +12,10 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 
+#include "core/io/safetensors.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/preemption.h"
@@ -98,8 +102,8 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
   EXPECT_EQ(trainer->start_step(), 0);
   ASSERT_TRUE(trainer->Run().ok());
   EXPECT_FALSE(fs::exists(fs::path(dir) / "step_00000002"));
-  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000004" / "model.safetensors"));
-  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000006" / "optimizer.safetensors"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000004" / "part_0_of_1.safetensors"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000006" / "checkpoint.json"));
   const absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(dir);
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ(fs::path(**latest).filename(), "step_00000006");
@@ -178,12 +182,58 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   EXPECT_THAT(std::string(vanilla.status().message()),
               HasSubstr("which this job's model does not: the checkpoint is of another model"));
 
-  // A truncated weights file.
-  const fs::path weights = checkpoint / "model.safetensors";
-  fs::resize_file(weights, fs::file_size(weights) / 2);
+  // A part that holds only half of a tensor (its region says so, consistently).
+  const fs::path part = checkpoint / "part_0_of_1.safetensors";
+  const std::string norm = "model.norm.weight";
+  {
+    absl::StatusOr<io::SafetensorsFile> file = io::SafetensorsFile::Open(part.string());
+    ASSERT_TRUE(file.ok()) << file.status();
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const io::SafetensorsEntry& entry : file->entries()) {
+      absl::StatusOr<Tensor> data = file->Read(entry.name);
+      ASSERT_TRUE(data.ok()) << data.status();
+      tensors.emplace_back(entry.name, *data);
+    }
+    std::map<std::string, std::string> metadata = file->metadata();
+    absl::StatusOr<io::TensorRegion> region =
+        io::TensorRegion::Decode(metadata.at("region:" + norm));
+    ASSERT_TRUE(region.ok()) << region.status();
+    const int64_t half = region->numel() / 2;
+    metadata["region:" + norm] = region->Elements(0, half).Encode();
+    for (auto& [name, data] : tensors) {
+      if (name == norm) data = data.Slice(0, half);
+    }
+    file = absl::InternalError("closed");  // unmap before the rewrite
+    ASSERT_TRUE(io::WriteSafetensors(part.string(), tensors, metadata).ok());
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> partial = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(partial.ok());
+  EXPECT_THAT(std::string(partial.status().message()),
+              HasSubstr("its parts hold 64 of the 128 elements of \"" + norm + "\""));
+
+  // A truncated part file.
+  fs::resize_file(part, fs::file_size(part) / 2);
   absl::StatusOr<std::unique_ptr<Trainer>> damaged = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(damaged.ok());
-  EXPECT_THAT(std::string(damaged.status().message()), HasSubstr(weights.string()));
+  EXPECT_THAT(std::string(damaged.status().message()), HasSubstr(part.string()));
+
+  // A part file missing (the index counts two).
+  const fs::path index = checkpoint / "checkpoint.json";
+  std::ifstream in(index);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("\"parts\": 1"), 10, "\"parts\": 2");
+  std::ofstream(index) << text;
+  absl::StatusOr<std::unique_ptr<Trainer>> missing = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr((checkpoint / "part_0_of_2.safetensors").string()));
+
+  // No index: not a (complete) checkpoint.
+  fs::remove(index);
+  absl::StatusOr<std::unique_ptr<Trainer>> unindexed = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(unindexed.ok());
+  EXPECT_THAT(std::string(unindexed.status().message()),
+              HasSubstr("not a complete Kelvin checkpoint"));
   fs::remove_all(dir);
 }
 

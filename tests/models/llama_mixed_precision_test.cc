@@ -65,8 +65,9 @@ TEST(MasterWeights, Bf16ModelCopyFollowsF32Masters) {
     EXPECT_TRUE(testing::BitIdentical(mixed.MasterOnHost(name), plain.value(name), name));
   }
   // The state lives with the masters: f32.
-  for (const auto& [name, moment] : mixed_adam.StateTensors()) {
-    EXPECT_EQ(moment.dtype(), DType::kF32) << name;
+  for (const MomentSpan& span : mixed_adam.MomentSpans()) {
+    EXPECT_EQ(span.m.dtype(), DType::kF32) << span.parameter;
+    EXPECT_EQ(span.v.dtype(), DType::kF32) << span.parameter;
   }
 }
 

@@ -4,8 +4,9 @@
 // parameters (each rank's slices) within the f32 tolerance on the same global batch. The
 // one-process reference runs on every rank over MPI_COMM_SELF. The pipeline schedules give
 // bit-identical runs. A parallel run stopped by a preemption signal that reaches one rank only,
-// and resumed from its checkpoint, equals the uninterrupted run bit for bit; kelvin convert and
-// kelvin eval under the layout give back its weights and its evaluation.
+// and resumed from its checkpoint, equals the uninterrupted run bit for bit; resumed under another
+// layout, or in one process, it follows it within the f32 tolerance; kelvin convert and kelvin
+// eval under the layout give back its weights and its evaluation.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -112,6 +113,29 @@ struct Tolerances {
   double loss, grad_norm, parameters;  // relative
 };
 
+// Each of `model`'s master weights is its slice of the one-process `whole` model's within `tol`.
+void ExpectSlicesOf(models::LlamaModel& whole, models::LlamaModel& model, double tol) {
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
+    const Tensor expected_slice = testing::SliceAlong(whole.parameters().value(e.name), shard.axis,
+                                                      shard.begin, shard.count);
+    EXPECT_TRUE(
+        testing::AllClose(model.parameters().MasterOnHost(e.name), expected_slice, tol, e.name));
+  }
+}
+
+// Steps 2 and 3 of `resumed` (which resumed after step 1) are those of the uninterrupted `whole`
+// run within the f32 tolerance.
+void ExpectContinues(const Trainer& resumed, const Trainer& whole, const char* what) {
+  ASSERT_EQ(resumed.start_step(), 1) << what;
+  ASSERT_EQ(resumed.history().size(), 2u) << what;
+  for (size_t i = 0; i < 2; ++i) {
+    const double expected = whole.history()[i + 1].loss;
+    EXPECT_NEAR(resumed.history()[i].loss, expected, testing::kF32RelTol * std::abs(expected))
+        << what << ", step " << i + 2;
+  }
+}
+
 // Trains `layout` and the one-process CPU run of the same job (on every rank, over
 // MPI_COMM_SELF): the layout's losses, gradient norms, evaluation loss and final master weights
 // (each rank's slices) follow the one-process run's within `tol`, and the rank's memory plan is
@@ -162,14 +186,7 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol) 
     gradient_bytes += (*parallel)->OptimizerStateBytes() / 2;  // a shard per moment pair
   }
   EXPECT_EQ(plan.gradients, gradient_bytes);
-  ParameterSet& whole = (*reference)->model().parameters();
-  for (const ParameterSet::Entry& e : model.parameters().entries()) {
-    const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
-    const Tensor expected_slice =
-        testing::SliceAlong(whole.value(e.name), shard.axis, shard.begin, shard.count);
-    EXPECT_TRUE(testing::AllClose(model.parameters().MasterOnHost(e.name), expected_slice,
-                                  tol.parameters, e.name));
-  }
+  ExpectSlicesOf((*reference)->model(), model, tol.parameters);
 }
 
 class ParallelTraining : public ::testing::TestWithParam<Layout> {};
@@ -237,7 +254,15 @@ TEST(PipelineSchedules, GiveBitIdenticalRuns) {
   }
 }
 
-TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBitForBit) {
+// Another layout of this world size that resumes CheckpointLayout's checkpoints: other tensor,
+// pipeline and data-parallel splits, ZeRO-1 shards of another size, replicated KV heads (TP4).
+Layout ReshardedLayout() {
+  if (WorldSize() == 2) return Layout{"DP2_ZeRO1", 1, 2, false, true};
+  if (WorldSize() == 4) return Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2};
+  return Layout{"TP4xDP2", 4, 2, false};
+}
+
+TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const Layout layout = CheckpointLayout();
@@ -257,6 +282,18 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
   ClearPreemption();
   EXPECT_EQ(stopped.code(), absl::StatusCode::kAborted) << stopped;
   ASSERT_EQ((*first)->history().size(), 1u);
+  // Copies of the step-1 checkpoint for the resumes under other layouts below: one shared, one
+  // per rank for its one-process run.
+  const std::string step1 = dir + "_step1", own = absl::StrCat(dir, "_step1_rank", rank);
+  const auto copy_step1 = [&](const std::string& to) {
+    std::filesystem::remove_all(to);
+    std::filesystem::create_directories(to);
+    std::filesystem::copy(dir + "/step_00000001", to + "/step_00000001",
+                          std::filesystem::copy_options::recursive);
+  };
+  if (rank == 0) copy_step1(step1);
+  copy_step1(own);
+  MPI_Barrier(MPI_COMM_WORLD);
 
   absl::StatusOr<std::unique_ptr<Trainer>> second = Trainer::Create(job);
   ASSERT_TRUE(second.ok()) << second.status();
@@ -271,14 +308,23 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
         testing::BitIdentical((*second)->model().parameters().value(e.name), e.value, e.name));
   }
 
-  // Another layout cannot resume it.
-  absl::StatusOr<std::unique_ptr<Trainer>> other = Trainer::Create(
-      SmallJob({"PP2xDP", 1, WorldSize() / 2, false, false, 2, 1, "ALL_FORWARD_ALL_BACKWARD"},
-               {"checkpoint.dir=\"" + dir + "\""}));
-  ASSERT_FALSE(other.ok());
-  EXPECT_NE(std::string(other.status().message()).find("was saved by the layout"),
-            std::string::npos)
-      << other.status();
+  // Another layout resumes the step-1 checkpoint, its pieces resharded, and so does one process
+  // (on every rank, over MPI_COMM_SELF): both continue as the uninterrupted run within the f32
+  // tolerance, and the other layout's weights are slices of the one process's.
+  const Layout resharded_layout = ReshardedLayout();
+  absl::StatusOr<std::unique_ptr<Trainer>> resharded =
+      Trainer::Create(SmallJob(resharded_layout, {"checkpoint.dir=\"" + step1 + "\""}));
+  ASSERT_TRUE(resharded.ok()) << resharded.status();
+  ASSERT_TRUE((*resharded)->Run().ok());
+  ExpectContinues(**resharded, **whole, resharded_layout.name);
+  absl::StatusOr<std::unique_ptr<Trainer>> alone = Trainer::Create(
+      SmallJob({"one", 1, 1, false}, {"checkpoint.dir=\"" + own + "\""}), MPI_COMM_SELF);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ASSERT_TRUE((*alone)->Run().ok());
+  ExpectContinues(**alone, **whole, "one process");
+  ExpectSlicesOf((*alone)->model(), (*resharded)->model(), testing::kF32RelTol);
+  ExpectSlicesOf((*alone)->model(), (*whole)->model(), testing::kF32RelTol);
+  std::filesystem::remove_all(own);
 
   // kelvin convert under the layout: the gathered Hugging Face files load back, sharded, to the
   // same weights; kelvin eval scores the checkpoint as the run's last evaluation did.
@@ -301,6 +347,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankAndResumedEqualsTheUninterruptedRunBi
   if (rank == 0) {
     std::filesystem::remove_all(dir);
     std::filesystem::remove_all(hf);
+    std::filesystem::remove_all(step1);
   }
 }
 

@@ -1,0 +1,43 @@
+// A rank's parameters and optimizer moments as named regions of the full model's tensors.
+#include "launcher/training_state.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kelvin::launcher {
+namespace {
+
+std::string MomentName(const char* moment, const std::string& parameter) {
+  return absl::StrCat("adamw.", moment, ":", parameter);
+}
+
+}  // namespace
+
+TrainingState TrainingStateOf(const models::LlamaModel& model,
+                              const std::vector<MomentSpan>& moments, int64_t optimizer_steps,
+                              const ReplicaPlace& place, const std::string& layout) {
+  TrainingState state;
+  state.layout = layout;
+  state.optimizer_steps = optimizer_steps;
+  const models::LlamaConfig& config = model.config();
+  for (const models::LlamaParameterSpec& spec :
+       models::StageParameterSpecs(config, models::StageLayoutOf(config, 0, 1, 1))) {
+    state.job_tensors.insert(spec.name);
+    state.job_tensors.insert(MomentName("m", spec.name));
+    state.job_tensors.insert(MomentName("v", spec.name));
+  }
+  const ParameterSet& params = model.parameters();
+  for (const ParameterSet::Entry& e : params.entries()) {
+    state.tensors.push_back({e.name, model.RegionOf(e.name), e.master,
+                             place.replica == 0 && model.IsCanonicalCopy(e.name)});
+  }
+  const bool writes_moments = place.sharded_optimizer || place.replica == 0;
+  for (const MomentSpan& span : moments) {
+    const io::TensorRegion region = model.RegionOf(span.parameter).Elements(span.begin, span.count);
+    const bool written = writes_moments && model.IsCanonicalCopy(span.parameter);
+    state.tensors.push_back({MomentName("m", span.parameter), region, span.m, written});
+    state.tensors.push_back({MomentName("v", span.parameter), region, span.v, written});
+  }
+  return state;
+}
+
+}  // namespace kelvin::launcher
