@@ -9,9 +9,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -57,7 +56,7 @@ absl::StatusOr<std::map<int64_t, fs::path>> CompleteCheckpoints(const std::strin
 
 constexpr const char* kFormat = "kelvin-checkpoint-2";
 constexpr const char* kIndexFile = "checkpoint.json";  // written by rank 0
-constexpr const char* kRegionKey = "region:";           // + tensor name, in each part's metadata
+constexpr const char* kRegionKey = "region:";          // + tensor name, in each part's metadata
 
 std::string PartFileName(int rank, int parts) {
   return absl::StrFormat("part_%d_of_%d.safetensors", rank, parts);
@@ -76,10 +75,10 @@ absl::StatusOr<CheckpointIndex> ReadIndex(const fs::path& checkpoint) {
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!file || json.is_discarded() || !json.is_object() || json.value("format", "") != kFormat) {
-    return absl::DataLossError(absl::StrCat(
-        path.string(), " is missing or not a \"", kFormat,
-        "\" index: not a complete Kelvin checkpoint (delete the directory, or point "
-        "checkpoint.dir elsewhere)"));
+    return absl::DataLossError(
+        absl::StrCat(path.string(), " is missing or not a \"", kFormat,
+                     "\" index: not a complete Kelvin checkpoint (delete the directory, or point "
+                     "checkpoint.dir elsewhere)"));
   }
   CheckpointIndex index;
   const auto count = [&](const char* key) -> absl::StatusOr<int64_t> {
@@ -139,9 +138,9 @@ absl::StatusOr<std::map<std::string, std::vector<StoredPiece>>> IndexPieces(
                                                 "\": ", region.status().message()));
       }
       if (NumElements(entry.shape) != region->numel()) {
-        return absl::DataLossError(absl::StrCat(
-            file.path(), ": tensor \"", entry.name, "\" has ", NumElements(entry.shape),
-            " elements, its region ", region->ToString(), " ", region->numel()));
+        return absl::DataLossError(absl::StrCat(file.path(), ": tensor \"", entry.name, "\" has ",
+                                                NumElements(entry.shape), " elements, its region ",
+                                                region->ToString(), " ", region->numel()));
       }
       pieces[entry.name].push_back({&file, entry.name, *region});
     }
@@ -165,18 +164,19 @@ absl::Status RestoreTensor(const Context& ctx, const std::string& checkpoint,
     if (overlaps.empty()) continue;
     KELVIN_ASSIGN_OR_RETURN(const Tensor stored, piece.file->Read(piece.entry));
     if (stored.dtype() != staging.dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          piece.file->path(), ": tensor \"", target.name, "\" is ", std::string(DTypeName(stored.dtype())),
-          " but the job keeps it in ", std::string(DTypeName(staging.dtype())),
-          " (training.dtype changed since the checkpoint?)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(piece.file->path(), ": tensor \"", target.name, "\" is ",
+                       std::string(DTypeName(stored.dtype())), " but the job keeps it in ",
+                       std::string(DTypeName(staging.dtype())),
+                       " (training.dtype changed since the checkpoint?)"));
     }
     copied += io::CopyOverlap(overlaps, stored, staging);
   }
   if (copied != target.region.numel()) {
-    return absl::DataLossError(absl::StrCat(
-        checkpoint, ": its parts hold ", copied, " of the ", target.region.numel(),
-        " elements of \"", target.name, "\" ", target.region.ToString(),
-        " this rank needs (a damaged or foreign part file?)"));
+    return absl::DataLossError(absl::StrCat(checkpoint, ": its parts hold ", copied, " of the ",
+                                            target.region.numel(), " elements of \"", target.name,
+                                            "\" ", target.region.ToString(),
+                                            " this rank needs (a damaged or foreign part file?)"));
   }
   Tensor destination = target.data;
   CopyTensor(ctx, staging.View(target.data.shape()), destination);
@@ -200,10 +200,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
       return absl::PermissionDeniedError(absl::StrCat("cannot create checkpoint directory ",
                                                       partial.string(), ": ", error.message()));
     }
-    KELVIN_RETURN_IF_ERROR(WriteIndex(partial, {job_name, state.layout, steps_completed,
-                                                state.optimizer_steps, parts}));
+    KELVIN_RETURN_IF_ERROR(WriteIndex(
+        partial, {job_name, state.layout, steps_completed, state.optimizer_steps, parts}));
   }
-  if (world != nullptr) world->Barrier();  // the directory exists before anyone writes
+  if (world != nullptr) world->Barrier();              // the directory exists before anyone writes
   std::vector<std::pair<std::string, Tensor>> pieces;  // host copies, 1-d
   std::map<std::string, std::string> metadata = {{"format", kFormat}};
   for (const CheckpointTensor& t : state.tensors) {
@@ -238,10 +238,9 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
                                              const TrainingState& state, const Context& ctx) {
   KELVIN_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadIndex(path));
   if (index.job != job_name) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " is a checkpoint of job \"", index.job, "\", not of this job \"",
-                     job_name,
-                     "\": give this job its own checkpoint.dir, or set checkpoint.resume=NEVER"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is a checkpoint of job \"", index.job, "\", not of this job \"", job_name,
+        "\": give this job its own checkpoint.dir, or set checkpoint.resume=NEVER"));
   }
   std::vector<io::SafetensorsFile> parts;
   for (int r = 0; r < index.parts; ++r) {
@@ -253,17 +252,17 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
   KELVIN_ASSIGN_OR_RETURN(const auto pieces, IndexPieces(parts));
   for (const auto& [name, stored] : pieces) {
     if (!state.job_tensors.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          stored.front().file->path(), " has tensor \"", name,
-          "\", which this job's model does not: the checkpoint is of another model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(stored.front().file->path(), " has tensor \"", name,
+                       "\", which this job's model does not: the checkpoint is of another model"));
     }
   }
   for (const CheckpointTensor& target : state.tensors) {
     const auto found = pieces.find(target.name);
     if (found == pieces.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          path, " has no tensor \"", target.name,
-          "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
+      return absl::NotFoundError(
+          absl::StrCat(path, " has no tensor \"", target.name,
+                       "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
     }
     KELVIN_RETURN_IF_ERROR(RestoreTensor(ctx, path, found->second, target));
   }

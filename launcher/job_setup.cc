@@ -133,12 +133,6 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
   const config::TrainingConfig& training = job.training();
   DataSources sources;
   if (data.has_passkey()) {
-    if (data.passkey().min_depth() != 0.0 || data.passkey().max_depth() != 1.0) {
-      return absl::UnimplementedError(absl::StrCat(
-          "data.passkey.min_depth=", data.passkey().min_depth(),
-          " / max_depth=", data.passkey().max_depth(),
-          ": the passkey generator draws depths over the whole filler; leave them at 0 and 1"));
-    }
     if (arch.vocab_size < data::kByteVocabSize) {
       return absl::InvalidArgumentError(
           absl::StrCat("data.passkey uses a byte vocabulary of ", data::kByteVocabSize,
@@ -146,8 +140,10 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                        ": use model.preset=\"tiny\" or set model.architecture.vocab_size >= ",
                        data::kByteVocabSize));
     }
-    data::PasskeyOptions options{training.seq_length(), training.micro_batch_size(),
-                                 training.seed()};
+    data::PasskeyOptions options{training.seq_length(),
+                                 training.micro_batch_size(),
+                                 training.seed(),
+                                 {data.passkey().min_depth(), data.passkey().max_depth()}};
     KELVIN_ASSIGN_OR_RETURN(sources.train, data::PasskeyTask::Create(options));
     if (training.eval_interval() > 0) {
       options.seed += kEvalSeedOffset;

@@ -187,10 +187,10 @@ TrainingState Trainer::CurrentTrainingState() const {
 
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed) {
   const config::CheckpointConfig& c = job_.checkpoint();
-  KELVIN_ASSIGN_OR_RETURN(const std::string path,
-                          SaveCheckpoint(c.dir(), steps_completed, job_.name(),
-                                         CurrentTrainingState(), ctx_,
-                                         grid_ ? &grid_->world() : nullptr));
+  KELVIN_ASSIGN_OR_RETURN(
+      const std::string path,
+      SaveCheckpoint(c.dir(), steps_completed, job_.name(), CurrentTrainingState(), ctx_,
+                     grid_ ? &grid_->world() : nullptr));
   if (grid_ == nullptr || grid_->world_rank() == 0) {
     KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
   }

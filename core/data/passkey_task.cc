@@ -33,6 +33,25 @@ std::vector<int64_t> FillerBoundaries(int64_t budget) {
   }
 }
 
+// A boundary drawn uniformly among those whose depth (boundary / W) lies in `depths`; when none
+// does (short fillers have few), the one nearest the range. The whole range draws exactly as
+// uniformly over all boundaries.
+int64_t DrawBoundary(std::mt19937_64& rng, const std::vector<int64_t>& boundaries,
+                     const DepthRange& depths) {
+  const double width = static_cast<double>(boundaries.back());
+  const auto depth_of = [&](int64_t boundary) { return width > 0 ? boundary / width : 0.0; };
+  std::vector<int64_t> inside;
+  for (const int64_t b : boundaries) {
+    if (depth_of(b) >= depths.min && depth_of(b) <= depths.max) inside.push_back(b);
+  }
+  if (!inside.empty()) return inside[UniformBelow(rng, inside.size())];
+  const auto distance = [&](int64_t b) {
+    return std::max({depths.min - depth_of(b), depth_of(b) - depths.max, 0.0});
+  };
+  return *std::min_element(boundaries.begin(), boundaries.end(),
+                           [&](int64_t a, int64_t b) { return distance(a) < distance(b); });
+}
+
 void AppendText(std::vector<int32_t>& tokens, std::string_view text) {
   for (const char c : text) tokens.push_back(static_cast<unsigned char>(c));
 }
@@ -57,7 +76,8 @@ int64_t MinPasskeySequenceLength() {
   return fixed - 1;  // a sample is T + 1 tokens
 }
 
-PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length) {
+PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length,
+                                const DepthRange& depths) {
   KELVIN_CHECK_GE(sequence_length, MinPasskeySequenceLength());
   KELVIN_CHECK_GE(index, 0);
   std::mt19937_64 rng(MixSeed(seed, static_cast<uint64_t>(index)));
@@ -66,7 +86,7 @@ PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_l
   const int64_t filler_budget = sequence_length - MinPasskeySequenceLength();
   const std::vector<int64_t> boundaries = FillerBoundaries(filler_budget);
   const int64_t filler_bytes = boundaries.back();  // W
-  const int64_t insert_at = boundaries[UniformBelow(rng, boundaries.size())];
+  const int64_t insert_at = DrawBoundary(rng, boundaries, depths);
   sample.depth = filler_bytes > 0 ? static_cast<double>(insert_at) / filler_bytes : 0.0;
 
   std::vector<int32_t>& tokens = sample.tokens;
@@ -121,7 +141,8 @@ absl::StatusOr<Batch> PasskeyTask::BatchAt(const BatchCoordinates& where) {
   const int64_t first = FirstGlobalSample(where, options_.micro_batch_size);
   Batch batch = AllocateBatch(options_.micro_batch_size, t_len);
   for (int64_t b = 0; b < options_.micro_batch_size; ++b) {
-    const PasskeySample sample = MakePasskeySample(options_.seed, first + b, t_len);
+    const PasskeySample sample =
+        MakePasskeySample(options_.seed, first + b, t_len, options_.depths);
     FillRow(batch, b, sample.tokens);
     int32_t* labels = batch.labels.data<int32_t>() + b * t_len;  // [T]
     std::fill(labels, labels + t_len - kPasskeyDigits, ops::kIgnoreIndex);

@@ -2,7 +2,8 @@
 // question; the loss is on the 5 answer digits only. Byte vocabulary: token = byte value, plus BOS.
 // Sample i of seed s is drawn from mt19937_64(MixSeed(s, i)), so any rank makes any sample. Layout
 // of the T + 1 tokens: BOS, filler[0:p], key sentence, filler[p:W], spaces, question, 5 digits,
-// where the filler is whole sentences (W bytes) and p a sentence boundary drawn uniformly.
+// where the filler is whole sentences (W bytes) and p a sentence boundary drawn uniformly among
+// those at depths p / W in [min_depth, max_depth] (the one nearest the range when none is).
 #pragma once
 
 #include <cstdint>
@@ -39,8 +40,14 @@ struct PasskeySample {
   double depth = 0;             // filler before the key / all filler sentences, in [0, 1]
 };
 
+// The depths the key may be hidden at, fractions of the filler in [0, 1].
+struct DepthRange {
+  double min = 0, max = 1;
+};
+
 // Sample `index` of `seed`; T >= MinPasskeySequenceLength().
-PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length);
+PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length,
+                                const DepthRange& depths = {});
 
 // Byte tokens <-> text (BOS prints as "<s>"; the test and debugging view of a sample).
 std::vector<int32_t> TextToByteTokens(std::string_view text);
@@ -50,6 +57,7 @@ struct PasskeyOptions {
   int64_t sequence_length = 0;   // T
   int64_t micro_batch_size = 0;  // B
   uint64_t seed = 0;
+  DepthRange depths;
 };
 
 // Micro-batches of passkey samples: global sample g is sample g of the seed.

@@ -93,8 +93,7 @@ TensorRegion TensorRegion::Whole(const Shape& full_shape) {
   return region;
 }
 
-TensorRegion TensorRegion::Slice(const Shape& full_shape, int axis, int64_t begin,
-                                 int64_t count) {
+TensorRegion TensorRegion::Slice(const Shape& full_shape, int axis, int64_t begin, int64_t count) {
   KELVIN_CHECK(axis >= 0 && static_cast<size_t>(axis) < full_shape.size() && begin >= 0 &&
                count >= 0 && begin + count <= full_shape[static_cast<size_t>(axis)])
       << "slice [" << begin << ", " << begin + count << ") along axis " << axis << " of "

@@ -20,8 +20,8 @@ namespace kelvin::io {
 
 struct TensorRegion {
   Shape full_shape;
-  int axis = -1;                      // -1: no slice
-  int64_t begin = 0, count = 0;       // the slice along axis (ignored when axis is -1)
+  int axis = -1;                           // -1: no slice
+  int64_t begin = 0, count = 0;            // the slice along axis (ignored when axis is -1)
   int64_t flat_begin = 0, flat_count = 0;  // elements of the slice, row-major
 
   // The whole tensor, and the slice of a tensor-parallel shard (all of its elements).

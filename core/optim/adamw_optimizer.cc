@@ -55,7 +55,8 @@ std::vector<MomentSpan> AdamWOptimizer::MomentSpans() const {
   std::vector<MomentSpan> spans;
   for (int g = 0; g < kNumParamGroups; ++g) {
     if (!m_[g].defined()) continue;
-    std::vector<MomentSpan> group = MomentSpansOf(params_, static_cast<ParamGroup>(g), 0, m_[g], v_[g]);
+    std::vector<MomentSpan> group =
+        MomentSpansOf(params_, static_cast<ParamGroup>(g), 0, m_[g], v_[g]);
     spans.insert(spans.end(), group.begin(), group.end());
   }
   return spans;

@@ -101,9 +101,30 @@ TEST(Passkey, IndicesVaryKeysAndDepths) {
   EXPECT_TRUE(positions.count(1));  // the very start is a possible depth
 }
 
+TEST(Passkey, DepthRangeKeepsTheKeyInsideIt) {
+  // The whole range draws as before: the default samples.
+  for (int64_t index = 0; index < 20; ++index) {
+    EXPECT_EQ(MakePasskeySample(5, index, kSequenceLength, {0.0, 1.0}).tokens,
+              MakePasskeySample(5, index, kSequenceLength).tokens);
+  }
+  // The first tenth of the filler (a needle-in-a-haystack sweep's hardest bucket), and the last.
+  std::set<int64_t> positions;
+  for (int64_t index = 0; index < 200; ++index) {
+    const PasskeySample shallow = MakePasskeySample(5, index, kSequenceLength, {0.0, 0.1});
+    EXPECT_LE(shallow.depth, 0.1) << index;
+    positions.insert(shallow.key_position);
+    const PasskeySample deep = MakePasskeySample(5, index, kSequenceLength, {0.9, 1.0});
+    EXPECT_GE(deep.depth, 0.9) << index;
+  }
+  EXPECT_GE(positions.size(), 3u);  // still drawn among the range's boundaries
+  // A range between two boundaries: the nearest one.
+  const PasskeySample narrow = MakePasskeySample(5, 0, kSequenceLength, {0.5001, 0.5002});
+  EXPECT_NEAR(narrow.depth, 0.5, 0.03);
+}
+
 TEST(Passkey, BatchLabelsOnlyTheAnswerDigits) {
   absl::StatusOr<std::unique_ptr<PasskeyTask>> task =
-      PasskeyTask::Create({.sequence_length = 256, .micro_batch_size = 3, .seed = 9});
+      PasskeyTask::Create({.sequence_length = 256, .micro_batch_size = 3, .seed = 9, .depths = {}});
   ASSERT_TRUE(task.ok()) << task.status();
   const BatchCoordinates where = {
       .step = 4, .micro_batch = 1, .micro_batches = 2, .dp_rank = 1, .dp_size = 2};
@@ -137,7 +158,7 @@ TEST(Passkey, BatchLabelsOnlyTheAnswerDigits) {
 
 TEST(Passkey, RetrievalNeedsAllFiveDigits) {
   absl::StatusOr<std::unique_ptr<PasskeyTask>> task =
-      PasskeyTask::Create({.sequence_length = 128, .micro_batch_size = 4, .seed = 2});
+      PasskeyTask::Create({.sequence_length = 128, .micro_batch_size = 4, .seed = 2, .depths = {}});
   ASSERT_TRUE(task.ok()) << task.status();
   absl::StatusOr<Batch> batch = (*task)->BatchAt({});
   ASSERT_TRUE(batch.ok()) << batch.status();
@@ -156,11 +177,14 @@ TEST(Passkey, RetrievalNeedsAllFiveDigits) {
 
 TEST(Passkey, TooShortSequenceIsAnError) {
   const absl::Status status =
-      PasskeyTask::Create({.sequence_length = 64, .micro_batch_size = 1}).status();
+      PasskeyTask::Create({.sequence_length = 64, .micro_batch_size = 1, .seed = 0, .depths = {}})
+          .status();
   EXPECT_THAT(status.message(), HasSubstr("sequence length 64 is too short"));
   EXPECT_THAT(status.message(), HasSubstr("at least 102 tokens"));
   EXPECT_THAT(
-      PasskeyTask::Create({.sequence_length = 128, .micro_batch_size = 0}).status().message(),
+      PasskeyTask::Create({.sequence_length = 128, .micro_batch_size = 0, .seed = 0, .depths = {}})
+          .status()
+          .message(),
       HasSubstr("passkey task: micro-batch size 0"));
 }
 

@@ -111,10 +111,10 @@ TEST(TensorRegion, PiecesOfOneLayoutAssembleEveryOtherLayout) {
 
 TEST(TensorRegion, DisjointRegionsShareNothing) {
   const Shape shape = {8, 6};
-  EXPECT_TRUE(OverlapOf(TensorRegion::Slice(shape, 0, 0, 4), TensorRegion::Slice(shape, 0, 4, 4))
-                  .empty());
-  EXPECT_TRUE(OverlapOf(TensorRegion::Slice(shape, 1, 0, 3), TensorRegion::Slice(shape, 1, 3, 3))
-                  .empty());
+  EXPECT_TRUE(
+      OverlapOf(TensorRegion::Slice(shape, 0, 0, 4), TensorRegion::Slice(shape, 0, 4, 4)).empty());
+  EXPECT_TRUE(
+      OverlapOf(TensorRegion::Slice(shape, 1, 0, 3), TensorRegion::Slice(shape, 1, 3, 3)).empty());
   // Interleaved column slices against a row slice: one stretch per row.
   EXPECT_EQ(
       OverlapOf(TensorRegion::Slice(shape, 1, 0, 3), TensorRegion::Slice(shape, 0, 2, 3)).size(),

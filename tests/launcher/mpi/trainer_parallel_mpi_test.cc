@@ -117,8 +117,8 @@ struct Tolerances {
 void ExpectSlicesOf(models::LlamaModel& whole, models::LlamaModel& model, double tol) {
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
-    const Tensor expected_slice = testing::SliceAlong(whole.parameters().value(e.name), shard.axis,
-                                                      shard.begin, shard.count);
+    const Tensor expected_slice =
+        testing::SliceAlong(whole.parameters().value(e.name), shard.axis, shard.begin, shard.count);
     EXPECT_TRUE(
         testing::AllClose(model.parameters().MasterOnHost(e.name), expected_slice, tol, e.name));
   }
