@@ -152,10 +152,8 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
     sources.passkey = true;
     return sources;
   }
-  if (data.eval_fraction() > 0 || data.token_file().has_document_separator_token()) {
-    return absl::UnimplementedError(
-        "data.eval_fraction and data.token_file.document_separator_token are not in this build "
-        "yet; remove them");
+  if (data.eval_fraction() > 0) {
+    return absl::UnimplementedError("data.eval_fraction is not in this build yet; remove it");
   }
   if (training.eval_interval() > 0) {
     return absl::UnimplementedError(
@@ -165,10 +163,13 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
   absl::StatusOr<data::TokenCorpus> opened =
       data.has_megatron()
           ? data::OpenMegatronDataset(data.megatron().path_prefix())
-          : data::OpenTokenFile(data.token_file().path(),
-                                data.token_file().dtype() == config::TokenFile::UINT16
-                                    ? data::TokenType::kUInt16
-                                    : data::TokenType::kInt32);
+          : data::OpenTokenFile(
+                data.token_file().path(),
+                data.token_file().dtype() == config::TokenFile::UINT16 ? data::TokenType::kUInt16
+                                                                       : data::TokenType::kInt32,
+                data.token_file().has_document_separator_token()
+                    ? std::optional<int64_t>(data.token_file().document_separator_token())
+                    : std::nullopt);
   if (!opened.ok()) return opened.status();
   auto corpus = std::make_shared<const data::TokenCorpus>(std::move(opened).value());
   const data::SamplerOptions options{training.seq_length(), training.micro_batch_size(),

@@ -29,7 +29,26 @@ absl::StatusOr<TokenType> FlatTokenTypeFromPath(const std::string& path) {
       path));
 }
 
-absl::StatusOr<TokenCorpus> OpenTokenFile(const std::string& path, TokenType type) {
+namespace {
+
+// Document starts [D + 1] of `num_tokens` little-endian `Token`s at `bytes`: 0, the position after
+// each separator, and num_tokens.
+template <typename Token>
+std::vector<int64_t> DocumentStartsAfter(const char* bytes, int64_t num_tokens, int64_t separator) {
+  std::vector<int64_t> starts = {0};
+  for (int64_t i = 0; i < num_tokens; ++i) {
+    Token token;
+    std::memcpy(&token, bytes + i * static_cast<int64_t>(sizeof(Token)), sizeof(Token));
+    if (static_cast<int64_t>(token) == separator && i + 1 < num_tokens) starts.push_back(i + 1);
+  }
+  starts.push_back(num_tokens);
+  return starts;
+}
+
+}  // namespace
+
+absl::StatusOr<TokenCorpus> OpenTokenFile(const std::string& path, TokenType type,
+                                          std::optional<int64_t> document_separator) {
   KELVIN_ASSIGN_OR_RETURN(io::MappedFile file, io::MappedFile::Open(path, "token file"));
   const size_t token_bytes = TokenTypeSize(type);
   if (file.size() % token_bytes != 0) {
@@ -39,7 +58,18 @@ absl::StatusOr<TokenCorpus> OpenTokenFile(const std::string& path, TokenType typ
         path, file.size(), token_bytes, TokenTypeName(type)));
   }
   const auto num_tokens = static_cast<int64_t>(file.size() / token_bytes);
-  return TokenCorpus(std::move(file), type, {0, num_tokens});
+  if (!document_separator.has_value()) return TokenCorpus(std::move(file), type, {0, num_tokens});
+  std::vector<int64_t> starts;
+  if (type == TokenType::kInt32) {
+    starts = DocumentStartsAfter<int32_t>(file.data(), num_tokens, *document_separator);
+  } else if (type == TokenType::kUInt16) {
+    starts = DocumentStartsAfter<uint16_t>(file.data(), num_tokens, *document_separator);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("token file '%s': flat token files are int32 or uint16, not %s", path,
+                        TokenTypeName(type)));
+  }
+  return TokenCorpus(std::move(file), type, std::move(starts));
 }
 
 absl::StatusOr<TokenCorpus> OpenTokenFile(const std::string& path) {

@@ -1,13 +1,18 @@
-// Flat token files: int32 and uint16 round trips, the type from the extension, and the errors for
-// a bad name, a truncated file, a missing file and a token that does not fit uint16.
+// Flat token files: int32 and uint16 round trips, the type from the extension, documents ended by
+// a separator token (and document masking over them), and the errors for a bad name, a truncated
+// file, a missing file and a token that does not fit uint16.
 #include "core/data/token_file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/data/sampler.h"
+#include "core/ops/cross_entropy.h"
 
 namespace kelvin::data {
 namespace {
@@ -93,6 +98,45 @@ TEST(TokenFile, WriteRejectsTokensThatDoNotFit) {
   EXPECT_THAT(status.message(), HasSubstr("token 70000 at position 1 does not fit uint16"));
   EXPECT_THAT(WriteTokenFile(path, {{5}}, TokenType::kInt64).message(),
               HasSubstr("flat token files are int32 or uint16, not int64"));
+}
+
+TEST(TokenFile, SeparatorEndsEachDocument) {
+  // Documents [5 1 2 0] [3 4 0] [0] [6 7]: the separator 0 is its document's last token.
+  const std::vector<int32_t> tokens = {5, 1, 2, 0, 3, 4, 0, 0, 6, 7};
+  for (const TokenType type : {TokenType::kInt32, TokenType::kUInt16}) {
+    const std::string path = ::testing::TempDir() + "tokens_separated.dat";
+    ASSERT_TRUE(WriteTokenFile(path, tokens, type).ok());
+    absl::StatusOr<TokenCorpus> corpus = OpenTokenFile(path, type, 0);
+    ASSERT_TRUE(corpus.ok()) << corpus.status();
+    ASSERT_EQ(corpus->num_documents(), 4) << TokenTypeName(type);
+    const std::vector<int64_t> starts = {0, 4, 7, 8, 10};
+    for (int64_t d = 0; d <= 4; ++d) EXPECT_EQ(corpus->document_start(d), starts[d]) << d;
+    EXPECT_EQ(AllTokens(*corpus), std::vector<int64_t>(tokens.begin(), tokens.end()));
+
+    // With document masking the sampler restarts positions at each document and ignores the
+    // label that crosses into the next one.
+    absl::StatusOr<std::unique_ptr<CorpusSampler>> sampler = CorpusSampler::Create(
+        std::make_shared<const TokenCorpus>(std::move(*corpus)), {.sequence_length = 9,
+                                                                  .micro_batch_size = 1,
+                                                                  .vocab_size = 8,
+                                                                  .seed = 1,
+                                                                  .document_masking = true});
+    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    absl::StatusOr<Batch> row = (*sampler)->ReadRows(std::vector<int64_t>{0});
+    ASSERT_TRUE(row.ok()) << row.status();
+    const std::vector<int32_t> positions(row->positions.data<int32_t>(),
+                                         row->positions.data<int32_t>() + 9);
+    EXPECT_EQ(positions, (std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 0, 0}));
+    const std::vector<int32_t> labels(row->labels.data<int32_t>(), row->labels.data<int32_t>() + 9);
+    const int32_t x = ops::kIgnoreIndex;
+    EXPECT_EQ(labels, (std::vector<int32_t>{1, 2, 0, x, 4, 0, x, x, 7}));
+  }
+  // A separator at the very end closes the last document: no empty one after it.
+  const std::string path = ::testing::TempDir() + "tokens_separator_last.i32";
+  ASSERT_TRUE(WriteTokenFile(path, {{1, 0, 2, 0}}, TokenType::kInt32).ok());
+  absl::StatusOr<TokenCorpus> corpus = OpenTokenFile(path, TokenType::kInt32, 0);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  EXPECT_EQ(corpus->num_documents(), 2);
 }
 
 TEST(TokenFile, VocabCheckNamesFilePositionValueAndVocab) {
