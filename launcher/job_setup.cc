@@ -152,14 +152,6 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
     sources.passkey = true;
     return sources;
   }
-  if (data.eval_fraction() > 0) {
-    return absl::UnimplementedError("data.eval_fraction is not in this build yet; remove it");
-  }
-  if (training.eval_interval() > 0) {
-    return absl::UnimplementedError(
-        "training.eval_interval > 0 needs a held-out split, which Kelvin has only for "
-        "data.passkey so far; set training.eval_interval: 0 for corpus data");
-  }
   absl::StatusOr<data::TokenCorpus> opened =
       data.has_megatron()
           ? data::OpenMegatronDataset(data.megatron().path_prefix())
@@ -172,9 +164,28 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                     : std::nullopt);
   if (!opened.ok()) return opened.status();
   auto corpus = std::make_shared<const data::TokenCorpus>(std::move(opened).value());
-  const data::SamplerOptions options{training.seq_length(), training.micro_batch_size(),
-                                     arch.vocab_size, training.seed(), data.document_masking()};
+  data::SamplerOptions options{training.seq_length(), training.micro_batch_size(), arch.vocab_size,
+                               training.seed(), data.document_masking()};
+  if (data.eval_fraction() == 0) {
+    KELVIN_ASSIGN_OR_RETURN(sources.train, data::CorpusSampler::Create(corpus, options));
+    return sources;
+  }
+  // The last eval_fraction of the corpus is held out: training never sees it, each evaluation
+  // scores the same training.eval_steps batches of it.
+  const int64_t held_out_start = data::HeldOutStart(*corpus, data.eval_fraction());
+  const int64_t row_tokens = training.seq_length() + 1;
+  if (held_out_start < row_tokens || corpus->num_tokens() - held_out_start < row_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.eval_fraction=", data.eval_fraction(), " splits the ", corpus->num_tokens(),
+        "-token corpus ", corpus->path(), " at token ", held_out_start,
+        ", leaving a part shorter than one row of training.seq_length + 1 = ", row_tokens,
+        " tokens: choose a fraction that leaves both parts at least that long"));
+  }
+  options.stream_end = held_out_start;
   KELVIN_ASSIGN_OR_RETURN(sources.train, data::CorpusSampler::Create(corpus, options));
+  options.stream_begin = held_out_start;
+  options.stream_end = corpus->num_tokens();
+  KELVIN_ASSIGN_OR_RETURN(sources.eval, data::CorpusSampler::Create(corpus, options));
   return sources;
 }
 

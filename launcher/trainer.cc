@@ -458,6 +458,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
       }
       retrieved += data::CountRetrieved(batch, all.View(batch.tokens.shape()));
     }
+    if (pipeline_ == nullptr) model_->EndMicroBatch(0);  // Forward keeps it for a Backward
   }
   labelled = static_cast<int64_t>(SumOverContextParallel(static_cast<double>(labelled)));
   stats.loss = FromLastStage(SumOverContextParallel(stats.loss)) /

@@ -2,7 +2,9 @@
 #include "core/data/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -28,20 +30,42 @@ absl::StatusOr<std::unique_ptr<CorpusSampler>> CorpusSampler::Create(
     return absl::InvalidArgumentError(
         absl::StrFormat("vocab size %d must be in [1, 2^31]", options.vocab_size));
   }
-  if (corpus->num_tokens() < options.sequence_length + 1) {
+  SamplerOptions resolved = options;
+  if (resolved.stream_end < 0) resolved.stream_end = corpus->num_tokens();
+  KELVIN_CHECK(0 <= resolved.stream_begin && resolved.stream_begin <= resolved.stream_end &&
+               resolved.stream_end <= corpus->num_tokens())
+      << "stream [" << resolved.stream_begin << ", " << resolved.stream_end << ") of "
+      << corpus->num_tokens() << " tokens";
+  const int64_t tokens = resolved.stream_end - resolved.stream_begin;
+  if (tokens < options.sequence_length + 1) {
+    const std::string part = tokens == corpus->num_tokens()
+                                 ? std::string("")
+                                 : absl::StrFormat(" (tokens [%d, %d) of it)",
+                                                   resolved.stream_begin, resolved.stream_end);
     return absl::InvalidArgumentError(absl::StrFormat(
-        "token corpus '%s' has %d tokens, too few for one row of sequence length %d (+1 for the "
+        "token corpus '%s'%s has %d tokens, too few for one row of sequence length %d (+1 for the "
         "last label): use a shorter sequence length or a larger corpus",
-        corpus->path(), corpus->num_tokens(), options.sequence_length));
+        corpus->path(), part, tokens, options.sequence_length));
   }
-  return std::unique_ptr<CorpusSampler>(new CorpusSampler(std::move(corpus), options));
+  return std::unique_ptr<CorpusSampler>(new CorpusSampler(std::move(corpus), resolved));
 }
 
 CorpusSampler::CorpusSampler(std::shared_ptr<const TokenCorpus> corpus,
                              const SamplerOptions& options)
     : corpus_(std::move(corpus)),
       options_(options),
-      num_rows_((corpus_->num_tokens() - 1) / options.sequence_length) {}
+      num_rows_((options.stream_end - options.stream_begin - 1) / options.sequence_length) {}
+
+int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction) {
+  const int64_t n = corpus.num_tokens();
+  const auto held_out = static_cast<int64_t>(std::ceil(eval_fraction * static_cast<double>(n)));
+  const int64_t target = n - std::min(held_out, n);
+  if (target == n || target == 0) return target;
+  const int64_t document = corpus.DocumentAt(target);
+  if (corpus.document_start(document) == target) return target;
+  const int64_t next = corpus.document_start(document + 1);
+  return n - next >= (n - target + 1) / 2 ? next : target;
+}
 
 int64_t CorpusSampler::RowOfSample(int64_t global_sample) {
   KELVIN_CHECK_GE(global_sample, 0);
@@ -71,8 +95,8 @@ absl::StatusOr<Batch> CorpusSampler::ReadRows(std::span<const int64_t> rows) con
 absl::Status CorpusSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const {
   KELVIN_CHECK(row >= 0 && row < num_rows_) << "row " << row << " of " << num_rows_;
   const int64_t t_len = options_.sequence_length;
-  const int64_t begin = row * t_len;       // stream offset of input position 0
-  std::vector<int64_t> stored(t_len + 1);  // [T + 1]
+  const int64_t begin = options_.stream_begin + row * t_len;  // stream offset of input 0
+  std::vector<int64_t> stored(t_len + 1);                     // [T + 1]
   corpus_->Read(begin, stored);
   KELVIN_RETURN_IF_ERROR(corpus_->CheckVocab(begin, stored, options_.vocab_size));
   const std::vector<int32_t> row_tokens(stored.begin(), stored.end());  // [T + 1], all < 2^31

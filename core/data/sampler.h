@@ -1,7 +1,8 @@
 // CorpusSampler: GPT-style rows from a TokenCorpus, shuffled per epoch, as deterministic
 // micro-batches. The documents' tokens, concatenated in file order, are cut into rows of T + 1
-// tokens at stride T (row r holds stream tokens [r T, r T + T]; consecutive rows share one
-// token, so every token but the last is an input once). Epoch e visits all R rows in a Fisher-Yates
+// tokens at stride T (row r holds stream tokens [s + r T, s + r T + T] of the sampled stretch
+// [s, e) of the stream; consecutive rows share one token, so every token but the last is an input
+// once). Epoch e visits all R rows in a Fisher-Yates
 // order of mt19937_64(MixSeed(seed, e)); global sample g is row perm_{g / R}[g % R].
 #pragma once
 
@@ -24,7 +25,16 @@ struct SamplerOptions {
   // Positions restart at 0 at each document start inside a row, and the label of a document's
   // last token (the next document's first) is ignored: no loss across documents.
   bool document_masking = false;
+  // The stretch of the stream sampled, [stream_begin, stream_end) (-1: to the end): the training
+  // part or the held-out part (HeldOutStart).
+  int64_t stream_begin = 0, stream_end = -1;
 };
+
+// Where the held-out part of `corpus` begins when `eval_fraction` of its tokens are held out: the
+// last ceil(eval_fraction N) tokens, their start moved forward to the next document boundary when
+// that keeps at least half of them (so that no document is in both parts), else left inside the
+// document.
+int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction);
 
 class CorpusSampler : public BatchSource {
  public:

@@ -1,7 +1,8 @@
 // CorpusSampler: GPT-style rows, every row once per epoch, deterministic batches for any
 // (step, micro-batch, DP rank), disjoint DP ranks, document spans, positions restarting at
-// documents and no loss across them when documents mask, and the errors for a corpus too short
-// for T, tokens outside the vocabulary and bad options.
+// documents and no loss across them when documents mask, the held-out split (document-aligned
+// when it can be, disjoint from training), and the errors for a corpus too short for T, tokens
+// outside the vocabulary and bad options.
 #include "core/data/sampler.h"
 
 #include <gmock/gmock.h>
@@ -227,6 +228,43 @@ TEST(Sampler, SequenceLongerThanTheCorpus) {
   const absl::Status status = CorpusSampler::Create(corpus, options).status();
   EXPECT_THAT(status.message(), HasSubstr("sampler_short.i32' has 1000 tokens, too few for one "
                                           "row of sequence length 1000"));
+}
+
+TEST(Sampler, HeldOutPartStartsAtADocumentWhenItCanAndIsDisjoint) {
+  auto corpus = OffsetCorpus("sampler_held_out", 1001, {0, 300, 301, 950, 1001});
+  // 10%: the last 101 tokens start at 900, inside [301, 950); moved to 950, 51 tokens are left:
+  // at least half of them.
+  EXPECT_EQ(HeldOutStart(*corpus, 0.1), 950);
+  // 20%: 201 tokens from 800; moving to 950 would leave fewer than half: split inside it.
+  EXPECT_EQ(HeldOutStart(*corpus, 0.2), 800);
+  EXPECT_EQ(HeldOutStart(*corpus, 0.7), 300);  // 701 tokens from 300: a document start already
+  EXPECT_EQ(HeldOutStart(*corpus, 0.0), 1001);
+  EXPECT_EQ(HeldOutStart(*OffsetCorpus("sampler_held_out_one", 1001, {0, 1001}), 0.1), 900);
+
+  // The two parts' samplers: every token of a training row (inputs and labels) lies before the
+  // split, every held-out one after it; each part's rows are its own.
+  for (const int64_t split : {int64_t{950}, int64_t{800}}) {
+    SamplerOptions train = kOptions, held_out = kOptions;
+    train.stream_end = split;
+    held_out.stream_begin = split;
+    auto train_sampler = MakeSampler(corpus, train);
+    auto held_out_sampler = MakeSampler(corpus, held_out);
+    EXPECT_EQ(train_sampler->num_rows(), (split - 1) / 10);
+    EXPECT_EQ(held_out_sampler->num_rows(), (1001 - split - 1) / 10);
+    for (int64_t step = 0; step < 30; ++step) {
+      absl::StatusOr<Batch> batch = train_sampler->BatchAt({.step = step});
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      for (const int32_t token : Values(batch->labels)) EXPECT_LT(token, split);
+      batch = held_out_sampler->BatchAt({.step = step});
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      for (const int32_t token : Values(batch->tokens)) EXPECT_GE(token, split);
+    }
+  }
+  // A part too short for one row names the stretch.
+  SamplerOptions tail = kOptions;
+  tail.stream_begin = 995;
+  EXPECT_THAT(CorpusSampler::Create(corpus, tail).status().message(),
+              HasSubstr("sampler_held_out.i32' (tokens [995, 1001) of it) has 6 tokens, too few"));
 }
 
 TEST(Sampler, TokenOutsideTheVocabularyNamesWhereItIs) {
