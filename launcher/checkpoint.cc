@@ -67,6 +67,7 @@ struct CheckpointIndex {
   std::string job, layout;
   int64_t steps_completed = 0, optimizer_steps = 0;
   int parts = 0;
+  std::map<std::string, std::string> data_order;
 };
 
 absl::StatusOr<CheckpointIndex> ReadIndex(const fs::path& checkpoint) {
@@ -95,6 +96,12 @@ absl::StatusOr<CheckpointIndex> ReadIndex(const fs::path& checkpoint) {
   index.parts = static_cast<int>(parts);
   index.job = json.value("job", "");
   index.layout = json.value("layout", "");
+  const auto data_order = json.find("data_order");
+  if (data_order != json.end() && data_order->is_object()) {
+    for (const auto& [setting, value] : data_order->items()) {
+      if (value.is_string()) index.data_order[setting] = value.get<std::string>();
+    }
+  }
   return index;
 }
 
@@ -104,7 +111,8 @@ absl::Status WriteIndex(const fs::path& checkpoint, const CheckpointIndex& index
                                {"step", index.steps_completed},
                                {"optimizer_steps", index.optimizer_steps},
                                {"layout", index.layout},
-                               {"parts", index.parts}};
+                               {"parts", index.parts},
+                               {"data_order", index.data_order}};
   std::ofstream file(checkpoint / kIndexFile);
   file << json.dump(2) << "\n";
   if (!file) {
@@ -200,8 +208,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
       return absl::PermissionDeniedError(absl::StrCat("cannot create checkpoint directory ",
                                                       partial.string(), ": ", error.message()));
     }
-    KELVIN_RETURN_IF_ERROR(WriteIndex(
-        partial, {job_name, state.layout, steps_completed, state.optimizer_steps, parts}));
+    KELVIN_RETURN_IF_ERROR(WriteIndex(partial, {job_name, state.layout, steps_completed,
+                                                state.optimizer_steps, parts, state.data_order}));
   }
   if (world != nullptr) world->Barrier();              // the directory exists before anyone writes
   std::vector<std::pair<std::string, Tensor>> pieces;  // host copies, 1-d
@@ -266,7 +274,8 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
     }
     KELVIN_RETURN_IF_ERROR(RestoreTensor(ctx, path, found->second, target));
   }
-  return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout};
+  return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout,
+                       index.data_order};
 }
 
 absl::Status PruneCheckpoints(const std::string& dir, int keep_last) {

@@ -2,7 +2,8 @@
 // checkpoint is the directory <dir>/step_<8 digits>/ with
 //   checkpoint.json                  {"format": "kelvin-checkpoint-2", "job", "step" (steps
 //                                    completed), "optimizer_steps", "layout" (that wrote it),
-//                                    "parts": N};
+//                                    "parts": N, "data_order": {setting: value} (what the data
+//                                    order depends on)};
 //   part_<r>_of_<N>.safetensors      one per process r: the pieces of the training state it
 //                                    writes, each a 1-d tensor named by its logical tensor, with
 //                                    its region (core/io/tensor_region.h) in the metadata entry
@@ -20,6 +21,7 @@
 // directory, which resume ignores (and the next save of that step replaces).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -48,6 +50,9 @@ struct TrainingState {
   // The logical tensors of the whole job (every rank's): a checkpoint holding another is of
   // another model.
   std::set<std::string> job_tensors;
+  // The settings the order of the training data depends on, by field path (recorded, and
+  // compared on resume by the trainer).
+  std::map<std::string, std::string> data_order;
 };
 
 // Writes the checkpoint of `steps_completed` steps under `dir` (created if missing) and returns
@@ -70,6 +75,7 @@ struct RestoredSteps {
   int64_t steps_completed = 0;
   int64_t optimizer_steps = 0;
   std::string saved_layout;
+  std::map<std::string, std::string> saved_data_order;
 };
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
                                              const TrainingState& state, const Context& ctx);

@@ -155,6 +155,15 @@ absl::Status Trainer::Resume() {
     optimizer_->set_steps_taken(restored.optimizer_steps);
   }
   KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
+  for (const auto& [setting, value] : state.data_order) {
+    const auto saved = restored.saved_data_order.find(setting);
+    if (saved != restored.saved_data_order.end() && saved->second != value) {
+      KLOG_RANK0(WARNING) << "the checkpoint's run had " << setting << "=" << saved->second
+                          << ", this job has " << value
+                          << ": the training data from here on is not what that run would have "
+                             "read (rows may repeat or be skipped)";
+    }
+  }
   if (restored.saved_layout != state.layout) {
     KLOG_RANK0(INFO) << "resharded the checkpoint of layout \"" << restored.saved_layout
                      << "\" to this job's \"" << state.layout
@@ -177,12 +186,19 @@ std::string Trainer::LayoutName() const {
 TrainingState Trainer::CurrentTrainingState() const {
   // The ranks of a (cp, dp) group hold the same model slice; ZeRO-1 shards over all of them.
   const ReplicaPlace place{grid_ ? grid_->dp_cp().rank() : 0, distributed_optimizer_ != nullptr};
-  if (distributed_optimizer_ != nullptr) {
-    return TrainingStateOf(*model_, distributed_optimizer_->MomentSpans(),
-                           distributed_optimizer_->steps_taken(), place, LayoutName());
-  }
-  return TrainingStateOf(*model_, optimizer_->MomentSpans(), optimizer_->steps_taken(), place,
-                         LayoutName());
+  TrainingState state =
+      distributed_optimizer_ != nullptr
+          ? TrainingStateOf(*model_, distributed_optimizer_->MomentSpans(),
+                            distributed_optimizer_->steps_taken(), place, LayoutName())
+          : TrainingStateOf(*model_, optimizer_->MomentSpans(), optimizer_->steps_taken(), place,
+                            LayoutName());
+  const config::TrainingConfig& t = job_.training();
+  state.data_order = {{"data", job_.data().ShortDebugString()},
+                      {"training.global_batch_size",
+                       std::to_string(t.micro_batch_size() * micro_batches_ * DataParallelSize())},
+                      {"training.seq_length", std::to_string(t.seq_length())},
+                      {"training.seed", std::to_string(t.seed())}};
+  return state;
 }
 
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed) {

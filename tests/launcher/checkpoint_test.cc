@@ -2,7 +2,8 @@
 // uninterrupted run's losses and final parameters bit for bit; interval saves are pruned to
 // keep_last; REQUIRED without a checkpoint, a damaged file, another job's checkpoint and another
 // model's checkpoint, a part holding half a tensor, a truncated or missing part and a missing index
-// are clear errors; a half-written (.partial) checkpoint is ignored. kelvin
+// are clear errors; a half-written (.partial) checkpoint is ignored; a resume with another global
+// batch warns that the data order changed. kelvin
 // convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores them.
 #include "launcher/checkpoint.h"
 
@@ -27,6 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string DemoJobPath() {
   return (fs::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
@@ -154,6 +156,29 @@ TEST(Checkpoint, RequiredWithoutACheckpointIsAClearError) {
   EXPECT_THAT(std::string(trainer.status().message()),
               HasSubstr("checkpoint.resume=REQUIRED but checkpoint.dir=\"" + dir +
                         "\" holds no complete checkpoint"));
+}
+
+TEST(Checkpoint, ResumingWithAnotherDataOrderWarnsWhatChanged) {
+  const std::string dir = CheckpointDir("data_order");
+  {
+    std::unique_ptr<Trainer> trainer =
+        CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
+    ASSERT_NE(trainer, nullptr);
+    ASSERT_TRUE(trainer->Run().ok());
+  }
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Trainer> same = CreateOrDie(SmallJob(dir, {"lr_schedule.warmup_steps=0"}));
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              Not(HasSubstr("the training data from here on")));
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Trainer> bigger =
+      CreateOrDie(SmallJob(dir, {"lr_schedule.warmup_steps=0", "training.global_batch_size=8"}));
+  ASSERT_NE(bigger, nullptr);
+  EXPECT_EQ(bigger->start_step(), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("the checkpoint's run had training.global_batch_size=4, this job has 8: "
+                        "the training data from here on is not what that run would have read"));
+  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
