@@ -251,17 +251,24 @@ absl::StatusOr<const pb::FieldDescriptor*> ScalarFieldAt(
   return field;
 }
 
-// Repeated fields are strings (KELVIN_CHECKed so that another kind is noticed).
+// Repeated fields are strings or messages (KELVIN_CHECKed so that another kind is noticed).
 void PrintMessage(const pb::Message& message, int depth, std::string& out) {
   const pb::Reflection& reflection = *message.GetReflection();
   const pb::Descriptor& type = *message.GetDescriptor();
   const std::string indent(2 * depth, ' ');
   for (int i = 0; i < type.field_count(); ++i) {
     const pb::FieldDescriptor& field = *type.field(i);
-    if (field.is_repeated()) {  // strings only (launch.*): one line per element
-      KELVIN_CHECK(field.cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING)
+    if (field.is_repeated()) {  // one line (string) or block (message) per element
+      KELVIN_CHECK(field.cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING ||
+                   field.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE)
           << "print repeated field " << field.full_name();
       for (int e = 0; e < reflection.FieldSize(message, &field); ++e) {
+        if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+          absl::StrAppend(&out, indent, field.name(), " {\n");
+          PrintMessage(reflection.GetRepeatedMessage(message, &field, e), depth + 1, out);
+          absl::StrAppend(&out, indent, "}\n");
+          continue;
+        }
         std::string value;
         pb::TextFormat::PrintFieldValueToString(message, &field, e, &value);
         absl::StrAppend(&out, indent, field.name(), ": ", value, "\n");

@@ -72,18 +72,24 @@ std::optional<int64_t> CheckedProduct(int64_t a, int64_t b) {
 }
 
 // Every double of the job is finite, every enum holds a named value (proto3 enums accept any
-// number in text format). The schema's repeated fields are strings.
+// number in text format). The schema's repeated fields are strings or messages.
 void CheckNumbersAndEnums(const pb::Message& message, const std::string& path, Problems& problems) {
   const pb::Reflection& reflection = *message.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
   reflection.ListFields(message, &fields);
   for (const pb::FieldDescriptor* field : fields) {
-    if (field->is_repeated()) {  // strings only (launch.*): no number or enum inside
-      KELVIN_CHECK(field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING)
+    const std::string field_path = path.empty() ? field->name() : path + "." + field->name();
+    if (field->is_repeated()) {  // strings (launch.*) or messages (data.blend.corpora)
+      KELVIN_CHECK(field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING ||
+                   field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE)
           << "check repeated field " << field->full_name();
+      if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+      for (int i = 0; i < reflection.FieldSize(message, field); ++i) {
+        CheckNumbersAndEnums(reflection.GetRepeatedMessage(message, field, i),
+                             absl::StrCat(field_path, "[", i, "]"), problems);
+      }
       continue;
     }
-    const std::string field_path = path.empty() ? field->name() : path + "." + field->name();
     switch (field->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_MESSAGE:
         CheckNumbersAndEnums(reflection.GetMessage(message, field), field_path, problems);
@@ -256,41 +262,71 @@ void CheckModel(const config::JobConfig& job, Problems& problems) {
   CheckSsa(model.ssa(), problems);
 }
 
+void CheckMegatronDataset(const config::MegatronDataset& dataset, const std::string& path,
+                          Problems& problems) {
+  const std::string& prefix = dataset.path_prefix();
+  if (prefix.empty()) {
+    problems.Add(path, ".path_prefix is empty: give the dataset path without .bin/.idx");
+  } else if (absl::EndsWith(prefix, ".bin") || absl::EndsWith(prefix, ".idx")) {
+    problems.Add(path, ".path_prefix=\"", prefix, "\": drop the extension (\"",
+                 prefix.substr(0, prefix.size() - 4), "\"): the prefix names both .bin and .idx");
+  }
+}
+
+void CheckTokenFile(const config::TokenFile& file, const std::string& path, bool document_masking,
+                    Problems& problems) {
+  if (file.path().empty()) problems.Add(path, ".path is empty: give the token file");
+  if (file.has_document_separator_token()) {
+    AtLeast(problems, path + ".document_separator_token", file.document_separator_token(), 0);
+  } else if (document_masking) {
+    problems.Add("data.document_masking needs ", path,
+                 ".document_separator_token (the token id that ends each document)");
+  }
+}
+
+void CheckBlend(const config::DataBlend& blend, bool document_masking, Problems& problems) {
+  if (blend.corpora_size() < 2) {
+    problems.Add("data.blend has ", blend.corpora_size(),
+                 " corpora: a blend mixes at least 2 (for one, use data.megatron or "
+                 "data.token_file)");
+  }
+  for (int i = 0; i < blend.corpora_size(); ++i) {
+    const config::BlendedCorpus& corpus = blend.corpora(i);
+    const std::string path = absl::StrCat("data.blend.corpora[", i, "]");
+    switch (corpus.source_case()) {
+      case config::BlendedCorpus::SOURCE_NOT_SET:
+        problems.Add(path, ": no source: set megatron or token_file");
+        break;
+      case config::BlendedCorpus::kMegatron:
+        CheckMegatronDataset(corpus.megatron(), path + ".megatron", problems);
+        break;
+      case config::BlendedCorpus::kTokenFile:
+        CheckTokenFile(corpus.token_file(), path + ".token_file", document_masking, problems);
+        break;
+    }
+    if (!(corpus.weight() > 0) || !std::isfinite(corpus.weight())) {
+      problems.Add(path, ".weight=", corpus.weight(), ": must be a positive number");
+    }
+  }
+}
+
 void CheckData(const config::JobConfig& job, Problems& problems) {
   const config::DataConfig& data = job.data();
   switch (data.source_case()) {
     case config::DataConfig::SOURCE_NOT_SET:
       problems.Add(
-          "data: no data source: set one of data.megatron, data.token_file, "
+          "data: no data source: set one of data.megatron, data.token_file, data.blend, "
           "data.passkey");
       break;
-    case config::DataConfig::kMegatron: {
-      const std::string& prefix = data.megatron().path_prefix();
-      if (prefix.empty()) {
-        problems.Add(
-            "data.megatron.path_prefix is empty: give the dataset path without "
-            ".bin/.idx");
-      } else if (absl::EndsWith(prefix, ".bin") || absl::EndsWith(prefix, ".idx")) {
-        problems.Add("data.megatron.path_prefix=\"", prefix, "\": drop the extension (\"",
-                     prefix.substr(0, prefix.size() - 4),
-                     "\"): the prefix names both .bin and "
-                     ".idx");
-      }
+    case config::DataConfig::kMegatron:
+      CheckMegatronDataset(data.megatron(), "data.megatron", problems);
       break;
-    }
-    case config::DataConfig::kTokenFile: {
-      const config::TokenFile& file = data.token_file();
-      if (file.path().empty()) problems.Add("data.token_file.path is empty: give the token file");
-      if (file.has_document_separator_token()) {
-        AtLeast(problems, "data.token_file.document_separator_token",
-                file.document_separator_token(), 0);
-      } else if (data.document_masking()) {
-        problems.Add(
-            "data.document_masking needs data.token_file.document_separator_token "
-            "(the token id that ends each document)");
-      }
+    case config::DataConfig::kTokenFile:
+      CheckTokenFile(data.token_file(), "data.token_file", data.document_masking(), problems);
       break;
-    }
+    case config::DataConfig::kBlend:
+      CheckBlend(data.blend(), data.document_masking(), problems);
+      break;
     case config::DataConfig::kPasskey: {
       const config::PasskeyTask& passkey = data.passkey();
       InRange(problems, "data.passkey.min_depth", passkey.min_depth(), 0, 1, true);
@@ -312,7 +348,7 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
     }
   }
   InRange(problems, "data.eval_fraction", data.eval_fraction(), 0, 1, false);
-  const bool has_held_out_source = data.has_megatron() || data.has_token_file();
+  const bool has_held_out_source = !data.has_passkey();
   if (job.training().eval_interval() > 0 && has_held_out_source && data.eval_fraction() == 0) {
     problems.Add("training.eval_interval=", job.training().eval_interval(),
                  " needs held-out data: set data.eval_fraction (e.g. 0.01)");

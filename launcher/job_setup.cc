@@ -2,17 +2,10 @@
 #include "launcher/job_setup.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/data/mmap_indexed_dataset.h"
-#include "core/data/passkey_task.h"
-#include "core/data/sampler.h"
-#include "core/data/token_file.h"
 #include "core/io/hf_checkpoint.h"
 
 namespace kelvin::launcher {
 namespace {
-
-// Evaluation samples come from another seed, so they are never trained on.
-constexpr uint64_t kEvalSeedOffset = 0x5eed5eed5eedULL;
 
 void ApplyArchitectureOverrides(const config::Architecture& a, models::LlamaConfig& c) {
   if (a.has_hidden_size()) c.hidden_size = a.hidden_size();
@@ -125,68 +118,6 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
     model->InitRandom(job.training().seed());
   }
   return model;
-}
-
-absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
-                                             const models::LlamaConfig& arch) {
-  const config::DataConfig& data = job.data();
-  const config::TrainingConfig& training = job.training();
-  DataSources sources;
-  if (data.has_passkey()) {
-    if (arch.vocab_size < data::kByteVocabSize) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.passkey uses a byte vocabulary of ", data::kByteVocabSize,
-                       " tokens, but the model's vocab_size is ", arch.vocab_size,
-                       ": use model.preset=\"tiny\" or set model.architecture.vocab_size >= ",
-                       data::kByteVocabSize));
-    }
-    data::PasskeyOptions options{training.seq_length(),
-                                 training.micro_batch_size(),
-                                 training.seed(),
-                                 {data.passkey().min_depth(), data.passkey().max_depth()}};
-    KELVIN_ASSIGN_OR_RETURN(sources.train, data::PasskeyTask::Create(options));
-    if (training.eval_interval() > 0) {
-      options.seed += kEvalSeedOffset;
-      KELVIN_ASSIGN_OR_RETURN(sources.eval, data::PasskeyTask::Create(options));
-    }
-    sources.passkey = true;
-    return sources;
-  }
-  absl::StatusOr<data::TokenCorpus> opened =
-      data.has_megatron()
-          ? data::OpenMegatronDataset(data.megatron().path_prefix())
-          : data::OpenTokenFile(
-                data.token_file().path(),
-                data.token_file().dtype() == config::TokenFile::UINT16 ? data::TokenType::kUInt16
-                                                                       : data::TokenType::kInt32,
-                data.token_file().has_document_separator_token()
-                    ? std::optional<int64_t>(data.token_file().document_separator_token())
-                    : std::nullopt);
-  if (!opened.ok()) return opened.status();
-  auto corpus = std::make_shared<const data::TokenCorpus>(std::move(opened).value());
-  data::SamplerOptions options{training.seq_length(), training.micro_batch_size(), arch.vocab_size,
-                               training.seed(), data.document_masking()};
-  if (data.eval_fraction() == 0) {
-    KELVIN_ASSIGN_OR_RETURN(sources.train, data::CorpusSampler::Create(corpus, options));
-    return sources;
-  }
-  // The last eval_fraction of the corpus is held out: training never sees it, each evaluation
-  // scores the same training.eval_steps batches of it.
-  const int64_t held_out_start = data::HeldOutStart(*corpus, data.eval_fraction());
-  const int64_t row_tokens = training.seq_length() + 1;
-  if (held_out_start < row_tokens || corpus->num_tokens() - held_out_start < row_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.eval_fraction=", data.eval_fraction(), " splits the ", corpus->num_tokens(),
-        "-token corpus ", corpus->path(), " at token ", held_out_start,
-        ", leaving a part shorter than one row of training.seq_length + 1 = ", row_tokens,
-        " tokens: choose a fraction that leaves both parts at least that long"));
-  }
-  options.stream_end = held_out_start;
-  KELVIN_ASSIGN_OR_RETURN(sources.train, data::CorpusSampler::Create(corpus, options));
-  options.stream_begin = held_out_start;
-  options.stream_end = corpus->num_tokens();
-  KELVIN_ASSIGN_OR_RETURN(sources.eval, data::CorpusSampler::Create(corpus, options));
-  return sources;
 }
 
 }  // namespace kelvin::launcher

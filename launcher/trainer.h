@@ -14,6 +14,7 @@
 #include "configs/kelvin.pb.h"
 #include "core/optim/adamw_optimizer.h"
 #include "launcher/checkpoint.h"
+#include "launcher/data_sources.h"
 #include "launcher/job_setup.h"
 #include "launcher/pipeline_runner.h"
 #include "launcher/tensorboard_writer.h"

@@ -52,11 +52,11 @@ class CorpusSampler : public BatchSource {
   absl::StatusOr<Batch> BatchAt(const BatchCoordinates& where) override;
   // Any rows, in the given order (e.g. a fixed evaluation set); rows [n] in [0, R).
   absl::StatusOr<Batch> ReadRows(std::span<const int64_t> rows) const;
+  // Row `row` into batch row b: tokens, labels, positions, document spans and source.
+  absl::Status ReadRow(int64_t row, Batch& batch, int64_t b) const;
 
  private:
   CorpusSampler(std::shared_ptr<const TokenCorpus> corpus, const SamplerOptions& options);
-  // Row `row` into batch row b: tokens, labels, positions and document spans.
-  absl::Status ReadRow(int64_t row, Batch& batch, int64_t b) const;
 
   std::shared_ptr<const TokenCorpus> corpus_;
   SamplerOptions options_;

@@ -212,7 +212,8 @@ TEST(JobConfigValidation, MissingSourcesAndRequiredFieldsAllReportedAtOnce) {
            "\n  name is empty",
            "\n  model: no model source: set model.preset (one of llama3-8b, llama3.1-8b, "
            "small-25m, tiny) or model.hf_dir (a Hugging Face model directory)",
-           "\n  data: no data source: set one of data.megatron, data.token_file, data.passkey",
+           "\n  data: no data source: set one of data.megatron, data.token_file, data.blend, "
+           "data.passkey",
            "\n  optimizer.lr=0: must be > 0",
            "\n  training.steps=0: must be >= 1",
            "\n  training.global_batch_size=0: must be >= 1",

@@ -1,0 +1,144 @@
+// Data sources from the job config: passkey generators, corpus samplers over the training and
+// held-out parts, and blends of them.
+#include "launcher/data_sources.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/blended_sampler.h"
+#include "core/data/mmap_indexed_dataset.h"
+#include "core/data/passkey_task.h"
+#include "core/data/random.h"
+#include "core/data/sampler.h"
+#include "core/data/token_file.h"
+#include "core/status.h"
+
+namespace kelvin::launcher {
+namespace {
+
+// Evaluation samples come from another seed, so they are never trained on.
+constexpr uint64_t kEvalSeedOffset = 0x5eed5eed5eedULL;
+
+absl::StatusOr<DataSources> PasskeySources(const config::JobConfig& job,
+                                           const models::LlamaConfig& arch) {
+  const config::DataConfig& data = job.data();
+  const config::TrainingConfig& training = job.training();
+  if (arch.vocab_size < data::kByteVocabSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.passkey uses a byte vocabulary of ", data::kByteVocabSize,
+                     " tokens, but the model's vocab_size is ", arch.vocab_size,
+                     ": use model.preset=\"tiny\" or set model.architecture.vocab_size >= ",
+                     data::kByteVocabSize));
+  }
+  data::PasskeyOptions options{training.seq_length(),
+                               training.micro_batch_size(),
+                               training.seed(),
+                               {data.passkey().min_depth(), data.passkey().max_depth()}};
+  DataSources sources;
+  KELVIN_ASSIGN_OR_RETURN(sources.train, data::PasskeyTask::Create(options));
+  if (training.eval_interval() > 0) {
+    options.seed += kEvalSeedOffset;
+    KELVIN_ASSIGN_OR_RETURN(sources.eval, data::PasskeyTask::Create(options));
+  }
+  sources.passkey = true;
+  return sources;
+}
+
+// The corpus a DataConfig or a BlendedCorpus names (both have megatron and token_file).
+template <typename Source>
+absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source) {
+  if (source.has_megatron()) return data::OpenMegatronDataset(source.megatron().path_prefix());
+  const config::TokenFile& file = source.token_file();
+  return data::OpenTokenFile(file.path(),
+                             file.dtype() == config::TokenFile::UINT16 ? data::TokenType::kUInt16
+                                                                       : data::TokenType::kInt32,
+                             file.has_document_separator_token()
+                                 ? std::optional<int64_t>(file.document_separator_token())
+                                 : std::nullopt);
+}
+
+// One corpus's samplers: its training part and, with data.eval_fraction, its held-out part.
+struct CorpusSamplers {
+  std::unique_ptr<data::CorpusSampler> train, eval;
+};
+
+absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config::JobConfig& job,
+                                          const models::LlamaConfig& arch, uint64_t seed) {
+  const config::DataConfig& data = job.data();
+  const config::TrainingConfig& training = job.training();
+  auto corpus = std::make_shared<const data::TokenCorpus>(std::move(opened));
+  data::SamplerOptions options{training.seq_length(), training.micro_batch_size(), arch.vocab_size,
+                               seed, data.document_masking()};
+  CorpusSamplers samplers;
+  if (data.eval_fraction() == 0) {
+    KELVIN_ASSIGN_OR_RETURN(samplers.train, data::CorpusSampler::Create(corpus, options));
+    return samplers;
+  }
+  // The last eval_fraction of the corpus is held out: training never sees it, each evaluation
+  // scores the same training.eval_steps batches of it.
+  const int64_t held_out_start = data::HeldOutStart(*corpus, data.eval_fraction());
+  const int64_t row_tokens = training.seq_length() + 1;
+  if (held_out_start < row_tokens || corpus->num_tokens() - held_out_start < row_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.eval_fraction=", data.eval_fraction(), " splits the ", corpus->num_tokens(),
+        "-token corpus ", corpus->path(), " at token ", held_out_start,
+        ", leaving a part shorter than one row of training.seq_length + 1 = ", row_tokens,
+        " tokens: choose a fraction that leaves both parts at least that long"));
+  }
+  options.stream_end = held_out_start;
+  KELVIN_ASSIGN_OR_RETURN(samplers.train, data::CorpusSampler::Create(corpus, options));
+  options.stream_begin = held_out_start;
+  options.stream_end = corpus->num_tokens();
+  KELVIN_ASSIGN_OR_RETURN(samplers.eval, data::CorpusSampler::Create(corpus, options));
+  return samplers;
+}
+
+absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
+                                         const models::LlamaConfig& arch) {
+  const config::DataBlend& blend = job.data().blend();
+  std::vector<std::unique_ptr<data::CorpusSampler>> train, eval;
+  std::vector<double> weights;
+  for (int j = 0; j < blend.corpora_size(); ++j) {
+    const config::BlendedCorpus& corpus = blend.corpora(j);
+    absl::StatusOr<data::TokenCorpus> opened = OpenCorpus(corpus);
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("data.blend.corpora[", j, "]: ", opened.status().message()));
+    }
+    // Each corpus shuffles its rows with its own seed.
+    KELVIN_ASSIGN_OR_RETURN(
+        CorpusSamplers samplers,
+        SamplersOf(std::move(opened).value(), job, arch,
+                   data::MixSeed(job.training().seed(), static_cast<uint64_t>(j) + 1)));
+    train.push_back(std::move(samplers.train));
+    if (samplers.eval != nullptr) eval.push_back(std::move(samplers.eval));
+    weights.push_back(corpus.weight());
+  }
+  DataSources sources;
+  KELVIN_ASSIGN_OR_RETURN(sources.train, data::BlendedSampler::Create(std::move(train), weights));
+  if (!eval.empty()) {
+    KELVIN_ASSIGN_OR_RETURN(sources.eval, data::BlendedSampler::Create(std::move(eval), weights));
+  }
+  return sources;
+}
+
+}  // namespace
+
+absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
+                                             const models::LlamaConfig& arch) {
+  const config::DataConfig& data = job.data();
+  if (data.has_passkey()) return PasskeySources(job, arch);
+  if (data.has_blend()) return BlendSources(job, arch);
+  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus, OpenCorpus(data));
+  KELVIN_ASSIGN_OR_RETURN(CorpusSamplers samplers,
+                          SamplersOf(std::move(corpus), job, arch, job.training().seed()));
+  DataSources sources;
+  sources.train = std::move(samplers.train);
+  sources.eval = std::move(samplers.eval);
+  return sources;
+}
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,24 @@
+// The training and evaluation batches of a job, from its data section: the passkey task, one
+// corpus (Megatron indexed dataset or flat token file) or a weighted blend of corpora, each corpus
+// split into a training and a held-out part by data.eval_fraction. Every error names the config
+// field at fault.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "configs/kelvin.pb.h"
+#include "core/data/batch.h"
+#include "models/llama/llama_config.h"
+
+namespace kelvin::launcher {
+
+struct DataSources {
+  std::unique_ptr<data::BatchSource> train;
+  std::unique_ptr<data::BatchSource> eval;  // null when the job does not evaluate
+  bool passkey = false;                     // batches are passkey samples (retrieval is scored)
+};
+absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
+                                             const models::LlamaConfig& arch);
+
+}  // namespace kelvin::launcher
