@@ -178,30 +178,40 @@ absl::StatusOr<Tensor> HfCheckpoint::ReadSlice(std::string_view name, int axis, 
 absl::Status WriteHfCheckpoint(const std::string& directory,
                                const std::vector<std::pair<std::string, Tensor>>& tensors,
                                size_t max_shard_bytes) {
+  std::vector<HfTensorSource> sources;
+  for (const auto& [name, tensor] : tensors) {
+    sources.push_back({name, tensor.shape(), tensor.dtype(),
+                       [tensor]() -> absl::StatusOr<Tensor> { return tensor; }});
+  }
+  return WriteHfCheckpoint(directory, sources, max_shard_bytes);
+}
+
+absl::Status WriteHfCheckpoint(const std::string& directory,
+                               const std::vector<HfTensorSource>& tensors, size_t max_shard_bytes) {
   const auto invalid = [&directory](absl::string_view detail) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write checkpoint ", directory, ": ", detail));
   };
   if (max_shard_bytes == 0) return invalid("max_shard_bytes is 0; pass a positive shard size");
   std::set<std::string_view> names;
-  for (const auto& [name, tensor] : tensors) {
-    if (!names.insert(name).second) {
-      return invalid(absl::StrCat("tensor name \"", name, "\" appears twice"));
+  for (const HfTensorSource& tensor : tensors) {
+    if (!names.insert(tensor.name).second) {
+      return invalid(absl::StrCat("tensor name \"", tensor.name, "\" appears twice"));
     }
   }
 
   // Greedy filling in order, as huggingface_hub: a tensor that would overflow the current shard
   // starts a new one; a tensor larger than the limit gets a shard of its own.
-  using Shard = std::vector<std::pair<std::string, Tensor>>;
+  using Shard = std::vector<const HfTensorSource*>;
   std::vector<Shard> shards;
   Shard current;
   size_t current_bytes = 0;
   size_t total_bytes = 0;
-  for (const auto& named : tensors) {
-    const size_t bytes = named.second.defined() ? named.second.nbytes() : 0;
+  for (const HfTensorSource& tensor : tensors) {
+    const size_t bytes = static_cast<size_t>(NumElements(tensor.shape)) * DTypeSize(tensor.dtype);
     total_bytes += bytes;
     if (bytes > max_shard_bytes) {
-      shards.push_back({named});
+      shards.push_back({&tensor});
       continue;
     }
     if (current_bytes + bytes > max_shard_bytes && !current.empty()) {
@@ -209,10 +219,25 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
       current.clear();
       current_bytes = 0;
     }
-    current.push_back(named);
+    current.push_back(&tensor);
     current_bytes += bytes;
   }
   if (!current.empty() || shards.empty()) shards.push_back(std::move(current));
+  // A shard's tensors, made now (and released when the shard is written).
+  const auto make =
+      [&](const Shard& shard) -> absl::StatusOr<std::vector<std::pair<std::string, Tensor>>> {
+    std::vector<std::pair<std::string, Tensor>> made;
+    for (const HfTensorSource* source : shard) {
+      KELVIN_ASSIGN_OR_RETURN(Tensor tensor, source->make());
+      if (tensor.shape() != source->shape || tensor.dtype() != source->dtype) {
+        return invalid(absl::StrCat("tensor \"", source->name, "\" was announced as ",
+                                    ShapeToString(source->shape), " but made as ",
+                                    tensor.ToString()));
+      }
+      made.emplace_back(source->name, std::move(tensor));
+    }
+    return made;
+  };
 
   std::error_code error;
   fs::create_directories(directory, error);
@@ -224,17 +249,19 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
   std::set<std::string> written;
   if (shards.size() == 1) {
     const std::string file_name(kHfSingleFileName);
+    KELVIN_ASSIGN_OR_RETURN(const auto made, make(shards[0]));
     KELVIN_RETURN_IF_ERROR(
-        WriteSafetensors((fs::path(directory) / file_name).string(), shards[0], shard_metadata));
+        WriteSafetensors((fs::path(directory) / file_name).string(), made, shard_metadata));
     written.insert(file_name);
   } else {
     Json weight_map = Json::object();
     for (size_t i = 0; i < shards.size(); ++i) {
       const std::string file_name =
           absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+      KELVIN_ASSIGN_OR_RETURN(const auto made, make(shards[i]));
       KELVIN_RETURN_IF_ERROR(
-          WriteSafetensors((fs::path(directory) / file_name).string(), shards[i], shard_metadata));
-      for (const auto& [name, tensor] : shards[i]) weight_map[name] = file_name;
+          WriteSafetensors((fs::path(directory) / file_name).string(), made, shard_metadata));
+      for (const HfTensorSource* source : shards[i]) weight_map[source->name] = file_name;
       written.insert(file_name);
     }
     const Json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};

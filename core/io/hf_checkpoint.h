@@ -49,12 +49,27 @@ class HfCheckpoint {  // movable, not copyable
   std::map<std::string, size_t, std::less<>> shard_of_;  // tensor name -> index in shards_
 };
 
+// A tensor to write without holding all of them at once: its name, shape and dtype, and the
+// function that makes it (called once, when its shard is written; it must return a host tensor of
+// that shape and dtype).
+struct HfTensorSource {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  std::function<absl::StatusOr<Tensor>()> make;
+};
+
 // Writes `tensors` into `directory` (created if missing) as save_pretrained does: model.safetensors
 // when their bytes fit in max_shard_bytes, else shards of at most max_shard_bytes of tensor data
 // (a larger tensor gets a shard of its own), filled in the given order and named
 // model-00001-of-0000N.safetensors, plus model.safetensors.index.json. Each file is written
 // atomically with {"format": "pt"} metadata; files of an earlier checkpoint layout in the
-// directory (other shards, index or single file) are removed afterwards.
+// directory (other shards, index or single file) are removed afterwards. Only one shard's tensors
+// are made and held at a time.
+absl::Status WriteHfCheckpoint(const std::string& directory,
+                               const std::vector<HfTensorSource>& tensors,
+                               size_t max_shard_bytes = size_t{5} << 30);
+// The same for tensors already in memory.
 absl::Status WriteHfCheckpoint(const std::string& directory,
                                const std::vector<std::pair<std::string, Tensor>>& tensors,
                                size_t max_shard_bytes = size_t{5} << 30);

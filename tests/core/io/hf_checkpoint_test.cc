@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -19,6 +20,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+namespace fs = std::filesystem;
 using ::testing::UnorderedElementsAre;
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
@@ -122,6 +124,40 @@ TEST(HfCheckpointTest, TensorLargerThanTheShardSizeGetsItsOwnShard) {
   EXPECT_EQ(index["weight_map"]["big"], "model-00001-of-00002.safetensors");
   EXPECT_EQ(index["weight_map"]["b"], "model-00002-of-00002.safetensors");
   ExpectHolds(OpenOrDie(dir.path()), tensors);
+}
+
+TEST(HfCheckpointTest, MadeTensorsAreMadeOneShardAtATime) {
+  testing::ScratchDir dir;
+  // Three shards of 64 bytes; each tensor is made when its shard is written, so when the first
+  // tensor of a shard is made the shards before it are on disk already.
+  std::vector<std::string> made;
+  std::vector<HfTensorSource> sources;
+  for (const char* name : {"a", "b", "c", "d", "e", "f"}) {
+    sources.push_back({name, {8}, DType::kF32, [&, name]() -> absl::StatusOr<Tensor> {
+                         made.push_back(name);
+                         if (std::string(name) == "c") {
+                           EXPECT_TRUE(fs::exists(dir.Path("model-00001-of-00003.safetensors")));
+                         }
+                         if (std::string(name) == "e") {
+                           EXPECT_TRUE(fs::exists(dir.Path("model-00002-of-00003.safetensors")));
+                         }
+                         Tensor t = Tensor::Empty({8}, DType::kF32);
+                         std::fill(t.data<float>(), t.data<float>() + 8, made.size());
+                         return t;
+                       }});
+  }
+  ASSERT_TRUE(WriteHfCheckpoint(dir.path(), sources, 64).ok());
+  EXPECT_EQ(made, (std::vector<std::string>{"a", "b", "c", "d", "e", "f"}));
+  absl::StatusOr<Tensor> e = OpenOrDie(dir.path()).Read("e");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->data<float>()[3], 5.0f);
+
+  // A made tensor that is not what was announced is an error naming it.
+  sources = {{"w", {4, 2}, DType::kF32, []() -> absl::StatusOr<Tensor> {
+                return Tensor::ZerosCpu({2, 4}, DType::kF32);
+              }}};
+  EXPECT_THAT(std::string(WriteHfCheckpoint(dir.path(), sources).message()),
+              HasSubstr("tensor \"w\" was announced as [4, 2] but made as f32[2, 4]@cpu"));
 }
 
 TEST(HfCheckpointTest, EverythingThatFitsIsOneModelSafetensors) {
