@@ -30,6 +30,7 @@
 #include "core/context.h"
 #include "core/io/tensor_region.h"
 #include "core/status.h"
+#include "launcher/checkpoint_reader.h"
 #include "parallel/communicator.h"
 
 namespace kelvin::launcher {
@@ -79,6 +80,15 @@ struct RestoredSteps {
 };
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
                                              const TrainingState& state, const Context& ctx);
+
+// The checkpoint at `path` opened for reading, after checking that it is job `job_name`'s.
+absl::StatusOr<CheckpointReader> OpenJobCheckpoint(const std::string& path,
+                                                   const std::string& job_name);
+
+// An error naming the first tensor of the checkpoint that is not one of `job_tensors` (the
+// checkpoint is of another model).
+absl::Status CheckNoOtherTensors(const CheckpointReader& reader,
+                                 const std::set<std::string>& job_tensors);
 
 // Deletes all but the newest `keep_last` complete checkpoints under `dir` (0 keeps all).
 absl::Status PruneCheckpoints(const std::string& dir, int keep_last);

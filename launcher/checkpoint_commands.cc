@@ -1,9 +1,13 @@
-// Convert and evaluate through the trainer: it already restores checkpoints under any layout,
-// gathers the model for export and evaluates on the held-out data.
+// Convert streams a checkpoint's logical tensors into Hugging Face files; evaluate goes through
+// the trainer, which restores checkpoints under any layout and evaluates on the held-out data.
 #include "launcher/checkpoint_commands.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status.h"
+#include "launcher/checkpoint.h"
+#include "launcher/job_setup.h"
+#include "launcher/training_state.h"
 
 namespace kelvin::launcher {
 
@@ -13,11 +17,34 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
     return absl::InvalidArgumentError(
         "kelvin convert reads the job's checkpoints: set checkpoint.dir");
   }
-  config::JobConfig restoring = job;
-  restoring.mutable_checkpoint()->set_resume(config::CheckpointConfig::REQUIRED);
-  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, Trainer::Create(restoring));
-  KELVIN_RETURN_IF_ERROR(trainer->ExportHf(directory));
-  return trainer->start_step();
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest,
+                          LatestCheckpoint(job.checkpoint().dir()));
+  if (!latest.has_value()) {
+    return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(),
+                                            "\" holds no complete checkpoint (step_<N> "
+                                            "directories): nothing to convert"));
+  }
+  KELVIN_ASSIGN_OR_RETURN(const CheckpointReader reader, OpenJobCheckpoint(*latest, job.name()));
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
+  KELVIN_RETURN_IF_ERROR(CheckNoOtherTensors(reader, CheckpointTensorNames(arch)));
+  std::vector<io::HfTensorSource> tensors;  // the whole model's, in Hugging Face order
+  for (const models::LlamaParameterSpec& spec :
+       models::StageParameterSpecs(arch, models::StageLayoutOf(arch, 0, 1, 1))) {
+    if (!reader.Has(spec.name)) {  // the reader's error, before any file is written
+      return reader.Read(spec.name, io::TensorRegion::Whole(spec.full_shape)).status();
+    }
+    tensors.push_back(
+        {spec.name, spec.full_shape, DType::kF32, [&reader, spec]() -> absl::StatusOr<Tensor> {
+           KELVIN_ASSIGN_OR_RETURN(
+               const Tensor master,
+               reader.Read(spec.name, io::TensorRegion::Whole(spec.full_shape)));
+           Tensor f32 = Tensor::Empty(spec.full_shape, DType::kF32);
+           ops::Cast(Context::Cpu(), master.View(spec.full_shape), f32);
+           return f32;
+         }});
+  }
+  KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors));
+  return reader.index().steps_completed;
 }
 
 absl::StatusOr<EvalStats> EvaluateJob(const config::JobConfig& job) {

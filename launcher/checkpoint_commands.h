@@ -1,6 +1,8 @@
-// `kelvin convert` and `kelvin eval`: a job's latest checkpoint as a Hugging Face directory, and
-// the held-out loss of the job's model. Both run under any valid layout of the job (checkpoints
-// reshard on load; launcher/checkpoint.h), every rank calling them.
+// `kelvin convert` and `kelvin eval`. Convert runs in one process (under mpirun or srun, rank 0
+// alone) whatever layout wrote the checkpoint: it reads each tensor whole from the checkpoint's
+// pieces and writes the Hugging Face files a shard at a time, with no model or optimizer in
+// memory and no GPU. Eval runs under any valid layout of the job (checkpoints reshard on load;
+// launcher/checkpoint.h), every rank calling it.
 #pragma once
 
 #include <string>
@@ -11,9 +13,9 @@
 
 namespace kelvin::launcher {
 
-// Restores the newest complete checkpoint of checkpoint.dir (an error naming the field when there
-// is none) and writes its weights to `directory` (config.json + safetensors, gathered). Returns
-// the checkpoint's step.
+// Writes the weights of the newest complete checkpoint of checkpoint.dir (an error naming the
+// field when there is none; the checkpoint must be this job's and of its model) to `directory`
+// as a Hugging Face model (config.json + f32 safetensors). Returns the checkpoint's step.
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
                                               const std::string& directory);
 

@@ -103,18 +103,19 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
   std::vector<double> weights;
   for (int j = 0; j < blend.corpora_size(); ++j) {
     const config::BlendedCorpus& corpus = blend.corpora(j);
+    const auto in_corpus = [j](const absl::Status& status) {
+      return absl::Status(status.code(),
+                          absl::StrCat("data.blend.corpora[", j, "]: ", status.message()));
+    };
     absl::StatusOr<data::TokenCorpus> opened = OpenCorpus(corpus);
-    if (!opened.ok()) {
-      return absl::Status(opened.status().code(),
-                          absl::StrCat("data.blend.corpora[", j, "]: ", opened.status().message()));
-    }
+    if (!opened.ok()) return in_corpus(opened.status());
     // Each corpus shuffles its rows with its own seed.
-    KELVIN_ASSIGN_OR_RETURN(
-        CorpusSamplers samplers,
+    absl::StatusOr<CorpusSamplers> samplers =
         SamplersOf(std::move(opened).value(), job, arch,
-                   data::MixSeed(job.training().seed(), static_cast<uint64_t>(j) + 1)));
-    train.push_back(std::move(samplers.train));
-    if (samplers.eval != nullptr) eval.push_back(std::move(samplers.eval));
+                   data::MixSeed(job.training().seed(), static_cast<uint64_t>(j) + 1));
+    if (!samplers.ok()) return in_corpus(samplers.status());
+    train.push_back(std::move(samplers->train));
+    if (samplers->eval != nullptr) eval.push_back(std::move(samplers->eval));
     weights.push_back(corpus.weight());
   }
   DataSources sources;

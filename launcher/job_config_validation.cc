@@ -278,6 +278,11 @@ void CheckTokenFile(const config::TokenFile& file, const std::string& path, bool
   if (file.path().empty()) problems.Add(path, ".path is empty: give the token file");
   if (file.has_document_separator_token()) {
     AtLeast(problems, path + ".document_separator_token", file.document_separator_token(), 0);
+    if (file.dtype() == config::TokenFile::UINT16 && file.document_separator_token() > 65535) {
+      problems.Add(path, ".document_separator_token=", file.document_separator_token(),
+                   ": a UINT16 token file cannot hold it (ids 0..65535), so no document would "
+                   "ever end");
+    }
   } else if (document_masking) {
     problems.Add("data.document_masking needs ", path,
                  ".document_separator_token (the token id that ends each document)");

@@ -41,8 +41,9 @@ constexpr const char* kUsage =
     "  eval    the held-out loss (and passkey retrieval) of the job's model: its latest\n"
     "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation\n"
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
-    "  train, eval and convert run one process, or one rank each under mpirun / srun with the\n"
-    "  job's layout (checkpoints resume under any layout)\n"
+    "          (one process, no GPU, whatever layout wrote the checkpoint)\n"
+    "  train and eval run one process, or one rank each under mpirun / srun with the job's\n"
+    "  layout (checkpoints resume under any layout)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n";
 
 // The command line after the command and the job: overrides and the commands' options.
@@ -108,6 +109,8 @@ int RunUnderLauncher(const Arguments& a) {
     return a.command == "eval" ? Eval(*job) : Convert(*job, a.out);
   };
   if (launched->world_size == 1) return run();
+  // Convert is one process's work: under a launcher, rank 0 does it (the others need no MPI).
+  if (a.command == "convert") return launched->rank == 0 ? run() : 0;
   kelvin::SetLogRank(launched->rank);  // the progress lines come from rank 0 only
   MPI_Init(nullptr, nullptr);
   const int result = run();

@@ -145,8 +145,11 @@ absl::Status Trainer::Resume() {
     return absl::OkStatus();
   }
   const TrainingState state = CurrentTrainingState();
-  KELVIN_ASSIGN_OR_RETURN(const RestoredSteps restored,
-                          LoadCheckpoint(*latest, job_.name(), state, ctx_));
+  absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(*latest, job_.name(), state, ctx_);
+  // A damaged part may fail some ranks only: none goes on to train without the others.
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, loaded.status(),
+                                                 "restoring " + *latest));
+  const RestoredSteps& restored = *loaded;
   model_->parameters().SyncModelCopy();
   start_step_ = restored.steps_completed;
   if (distributed_optimizer_ != nullptr) {

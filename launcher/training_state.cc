@@ -12,19 +12,24 @@ std::string MomentName(const char* moment, const std::string& parameter) {
 
 }  // namespace
 
+std::set<std::string> CheckpointTensorNames(const models::LlamaConfig& config) {
+  std::set<std::string> names;
+  for (const models::LlamaParameterSpec& spec :
+       models::StageParameterSpecs(config, models::StageLayoutOf(config, 0, 1, 1))) {
+    names.insert(spec.name);
+    names.insert(MomentName("m", spec.name));
+    names.insert(MomentName("v", spec.name));
+  }
+  return names;
+}
+
 TrainingState TrainingStateOf(const models::LlamaModel& model,
                               const std::vector<MomentSpan>& moments, int64_t optimizer_steps,
                               const ReplicaPlace& place, const std::string& layout) {
   TrainingState state;
   state.layout = layout;
   state.optimizer_steps = optimizer_steps;
-  const models::LlamaConfig& config = model.config();
-  for (const models::LlamaParameterSpec& spec :
-       models::StageParameterSpecs(config, models::StageLayoutOf(config, 0, 1, 1))) {
-    state.job_tensors.insert(spec.name);
-    state.job_tensors.insert(MomentName("m", spec.name));
-    state.job_tensors.insert(MomentName("v", spec.name));
-  }
+  state.job_tensors = CheckpointTensorNames(model.config());
   const ParameterSet& params = model.parameters();
   for (const ParameterSet::Entry& e : params.entries()) {
     state.tensors.push_back({e.name, model.RegionOf(e.name), e.master,

@@ -6,6 +6,7 @@
 // the tensor and pipeline ranks by LlamaModel::IsCanonicalCopy. Every rank restores all it holds.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct ReplicaPlace {
   int replica = 0;                 // its rank among the ranks holding the same model slice
   bool sharded_optimizer = false;  // ZeRO-1: its moments are its own shard
 };
+
+// The logical tensors of the whole model of `config` in a checkpoint: every parameter and its
+// two moments.
+std::set<std::string> CheckpointTensorNames(const models::LlamaConfig& config);
 
 // This rank's training state, its tensors sharing the model's and the optimizer's storage.
 TrainingState TrainingStateOf(const models::LlamaModel& model,

@@ -35,4 +35,20 @@ std::string GroupName(std::string_view role, const std::vector<int>& world_ranks
                       world_ranks.size(), " ranks)]");
 }
 
+absl::Status AgreeOnStatus(Communicator* group, const absl::Status& status, std::string_view what) {
+  if (group == nullptr) return status;
+  Tensor mine = Tensor::Empty({1}, DType::kI32);
+  mine.data<int32_t>()[0] = status.ok() ? 0 : 1;
+  Tensor all = Tensor::Empty({group->size()}, DType::kI32);  // [size] 1 where it failed
+  group->AllGather(mine, all);
+  std::vector<int> failed;
+  for (int r = 0; r < group->size(); ++r) {
+    if (all.data<int32_t>()[r] != 0) failed.push_back(r);
+  }
+  if (!status.ok() || failed.empty()) return status;
+  return absl::AbortedError(absl::StrCat(
+      std::string(what), " failed on rank", failed.size() > 1 ? "s " : " ",
+      absl::StrJoin(failed, ", "), " of ", group->name(), " (its own message says why)"));
+}
+
 }  // namespace kelvin::parallel

@@ -1,6 +1,7 @@
 // BlendedSampler: Megatron-style weighted blend of corpus samplers (see blended_sampler.h).
 #include "core/data/blended_sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -53,7 +54,9 @@ void BlendedSampler::ComputeBlock(int64_t block) {
     int best = 0;
     double best_lag = -1e300;
     for (size_t j = 0; j < weights_.size(); ++j) {
-      const double lag = weights_[j] * static_cast<double>(g + 1) - static_cast<double>(counts[j]);
+      // Megatron-LM's build_blending_indices: w_j max(g, 1) - n_j.
+      const double lag = weights_[j] * static_cast<double>(std::max<int64_t>(g, 1)) -
+                         static_cast<double>(counts[j]);
       if (lag > best_lag) {
         best_lag = lag;
         best = static_cast<int>(j);

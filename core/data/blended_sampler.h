@@ -1,7 +1,8 @@
-// BlendedSampler: a weighted mix of corpus samplers, in the order of Megatron-LM's BlendedDataset.
-// Global sample g goes to the corpus j that maximises w_j (g + 1) - n_j(g), n_j(g) being the
-// samples corpus j got before g (weights normalised to sum 1, ties to the lower j): deterministic,
-// and every corpus stays within one sample of its share at every g. Within corpus j the sample is
+// BlendedSampler: a weighted mix of corpus samplers, in the order of Megatron-LM's BlendedDataset
+// (its build_blending_indices). Global sample g goes to the corpus j that maximises
+// w_j max(g, 1) - n_j(g), n_j(g) being the samples corpus j got before g (weights normalised to
+// sum 1, ties to the lower j): deterministic, and every corpus stays within one sample of its share
+// at every g. Within corpus j the sample is
 // its n_j(g)-th (each corpus shuffles its own rows per epoch). Random access: the counts are kept
 // every kBlock samples and the assignments of one block at a time are recomputed from them.
 #pragma once

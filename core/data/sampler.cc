@@ -32,10 +32,12 @@ absl::StatusOr<std::unique_ptr<CorpusSampler>> CorpusSampler::Create(
   }
   SamplerOptions resolved = options;
   if (resolved.stream_end < 0) resolved.stream_end = corpus->num_tokens();
-  KELVIN_CHECK(0 <= resolved.stream_begin && resolved.stream_begin <= resolved.stream_end &&
-               resolved.stream_end <= corpus->num_tokens())
-      << "stream [" << resolved.stream_begin << ", " << resolved.stream_end << ") of "
-      << corpus->num_tokens() << " tokens";
+  if (resolved.stream_begin < 0 || resolved.stream_begin > resolved.stream_end ||
+      resolved.stream_end > corpus->num_tokens()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "token corpus '%s': tokens [%d, %d) are not a stretch of its %d tokens", corpus->path(),
+        resolved.stream_begin, resolved.stream_end, corpus->num_tokens()));
+  }
   const int64_t tokens = resolved.stream_end - resolved.stream_begin;
   if (tokens < options.sequence_length + 1) {
     const std::string part = tokens == corpus->num_tokens()

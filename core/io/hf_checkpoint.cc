@@ -175,15 +175,20 @@ absl::StatusOr<Tensor> HfCheckpoint::ReadSlice(std::string_view name, int axis, 
   return shard->ReadSlice(name, axis, begin, end, as);
 }
 
-absl::Status WriteHfCheckpoint(const std::string& directory,
-                               const std::vector<std::pair<std::string, Tensor>>& tensors,
-                               size_t max_shard_bytes) {
+std::vector<HfTensorSource> HfTensorSourcesOf(
+    const std::vector<std::pair<std::string, Tensor>>& tensors) {
   std::vector<HfTensorSource> sources;
   for (const auto& [name, tensor] : tensors) {
     sources.push_back({name, tensor.shape(), tensor.dtype(),
                        [tensor]() -> absl::StatusOr<Tensor> { return tensor; }});
   }
-  return WriteHfCheckpoint(directory, sources, max_shard_bytes);
+  return sources;
+}
+
+absl::Status WriteHfCheckpoint(const std::string& directory,
+                               const std::vector<std::pair<std::string, Tensor>>& tensors,
+                               size_t max_shard_bytes) {
+  return WriteHfCheckpoint(directory, HfTensorSourcesOf(tensors), max_shard_bytes);
 }
 
 absl::Status WriteHfCheckpoint(const std::string& directory,

@@ -73,5 +73,8 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
 absl::Status WriteHfCheckpoint(const std::string& directory,
                                const std::vector<std::pair<std::string, Tensor>>& tensors,
                                size_t max_shard_bytes = size_t{5} << 30);
+// Sources that hand out the tensors already in memory.
+std::vector<HfTensorSource> HfTensorSourcesOf(
+    const std::vector<std::pair<std::string, Tensor>>& tensors);
 
 }  // namespace kelvin::io

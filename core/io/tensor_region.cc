@@ -118,7 +118,8 @@ TensorRegion TensorRegion::Elements(int64_t begin, int64_t count) const {
 
 int64_t TensorRegion::SliceElements() const {
   if (axis < 0) return NumElements(full_shape);
-  return NumElements(full_shape) / full_shape[static_cast<size_t>(axis)] * count;
+  const auto a = static_cast<size_t>(axis);
+  return Product(full_shape, 0, a) * count * Product(full_shape, a + 1, full_shape.size());
 }
 
 std::string TensorRegion::ToString() const {
@@ -143,9 +144,14 @@ absl::StatusOr<TensorRegion> TensorRegion::Decode(std::string_view std_text) {
         "tensor region \"", text, "\" is not shape/axis/begin+count/flat_begin+flat_count"));
   }
   TensorRegion region;
+  int64_t total = 1;
   if (!parts[0].empty()) {  // a scalar's shape is empty
     for (const absl::string_view dim : absl::StrSplit(parts[0], 'x')) {
       KELVIN_ASSIGN_OR_RETURN(const int64_t size, ParseCount(dim, text));
+      if (__builtin_mul_overflow(total, size, &total)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor region \"", text, "\": its shape has too many elements"));
+      }
       region.full_shape.push_back(size);
     }
   }

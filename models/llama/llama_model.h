@@ -299,4 +299,9 @@ class LlamaModel {
   Tensor dgate_, dup_, dact_;  // [N, F]
 };
 
+// Writes a Hugging Face model directory (created if missing): config.json of `config` and the
+// tensors, by their Hugging Face names, one shard at a time (io::WriteHfCheckpoint).
+absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConfig& config,
+                                   const std::vector<io::HfTensorSource>& tensors);
+
 }  // namespace kelvin::models

@@ -178,6 +178,11 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
     GatherPipelineStages(tensors);
     if (stage_.rank != 0) return absl::OkStatus();
   }
+  return WriteHfModelDirectory(directory, config_, io::HfTensorSourcesOf(tensors));
+}
+
+absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConfig& config,
+                                   const std::vector<io::HfTensorSource>& tensors) {
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) {
@@ -185,7 +190,7 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
         absl::StrCat("cannot create export directory ", directory, ": ", error.message()));
   }
   KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors));
-  if (config_.ssa.has_value()) {
+  if (config.ssa.has_value()) {
     KLOG_RANK0(WARNING)
         << "exported to " << directory << " with the SSA tensors "
         << "(model.layers.*.self_attn.ssa.*): Kelvin reloads them; transformers has "
@@ -193,7 +198,7 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
   }
   const std::string config_path = directory + "/config.json";
   std::ofstream out(config_path);
-  out << LlamaConfigToHfJson(config_);
+  out << LlamaConfigToHfJson(config);
   if (!out) return absl::DataLossError(absl::StrCat("cannot write ", config_path));
   return absl::OkStatus();
 }

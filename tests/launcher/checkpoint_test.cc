@@ -1,10 +1,10 @@
 // Checkpoints and exact resume: a run stopped by a preemption signal and resumed gives the
 // uninterrupted run's losses and final parameters bit for bit; interval saves are pruned to
 // keep_last; REQUIRED without a checkpoint, a damaged file, another job's checkpoint and another
-// model's checkpoint, a part holding half a tensor, a truncated or missing part and a missing index
-// are clear errors; a half-written (.partial) checkpoint is ignored; a resume with another global
-// batch warns that the data order changed. kelvin
-// convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores them.
+// model's checkpoint, a part holding half a tensor (or one half twice), a truncated or missing part
+// and a missing index are clear errors; a half-written (.partial) checkpoint is ignored; a resume
+// with another global batch warns that the data order changed. kelvin convert writes a checkpoint's
+// weights as Hugging Face files, kelvin eval scores them.
 #include "launcher/checkpoint.h"
 
 #include <gmock/gmock.h>
@@ -119,10 +119,19 @@ TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
   ASSERT_TRUE(trained->Run().ok());
   ASSERT_EQ(trained->evaluations().size(), 1u);
 
+  // Convert builds no model: a job set to train on CUDA converts on this machine, GPU or not.
   const std::string hf = CheckpointDir("convert_hf");
-  const absl::StatusOr<int64_t> step = ConvertCheckpointToHf(SmallJob(dir), hf);
+  const absl::StatusOr<int64_t> step =
+      ConvertCheckpointToHf(SmallJob(dir, {"training.device=CUDA"}), hf);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 6);
+  // A job of another model (no SSA) refuses the checkpoint before writing anything.
+  const std::string refused = CheckpointDir("convert_refused");
+  EXPECT_THAT(std::string(ConvertCheckpointToHf(SmallJob(dir, {"model.ssa.enabled=false"}), refused)
+                              .status()
+                              .message()),
+              HasSubstr("which this job's model does not: the checkpoint is of another model"));
+  EXPECT_FALSE(fs::exists(refused));
   // The converted directory loads as a model source and holds the trained weights bit for bit.
   std::unique_ptr<Trainer> loaded = CreateOrDie(SmallJob("", {"model.hf_dir=\"" + hf + "\""}));
   ASSERT_NE(loaded, nullptr);
@@ -144,8 +153,9 @@ TEST(Checkpoint, ConvertNeedsACheckpoint) {
               HasSubstr("kelvin convert reads the job's checkpoints: set checkpoint.dir"));
   const std::string dir = CheckpointDir("convert_empty");
   EXPECT_THAT(ConvertCheckpointToHf(SmallJob(dir), "/tmp/unused").status().message(),
-              HasSubstr("checkpoint.resume=REQUIRED but checkpoint.dir=\"" + dir +
-                        "\" holds no complete checkpoint"));
+              HasSubstr("checkpoint.dir=\"" + dir +
+                        "\" holds no complete checkpoint (step_<N> directories): nothing to "
+                        "convert"));
 }
 
 TEST(Checkpoint, RequiredWithoutACheckpointIsAClearError) {
@@ -210,6 +220,8 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   // A part that holds only half of a tensor (its region says so, consistently).
   const fs::path part = checkpoint / "part_0_of_1.safetensors";
   const std::string norm = "model.norm.weight";
+  std::vector<std::pair<std::string, Tensor>> half_norm;  // that half alone
+  std::map<std::string, std::string> half_norm_metadata;
   {
     absl::StatusOr<io::SafetensorsFile> file = io::SafetensorsFile::Open(part.string());
     ASSERT_TRUE(file.ok()) << file.status();
@@ -226,32 +238,53 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
     const int64_t half = region->numel() / 2;
     metadata["region:" + norm] = region->Elements(0, half).Encode();
     for (auto& [name, data] : tensors) {
-      if (name == norm) data = data.Slice(0, half);
+      if (name == norm) {
+        data = data.Slice(0, half);
+        half_norm = {{name, data}};
+      }
     }
+    half_norm_metadata = {{"region:" + norm, metadata["region:" + norm]}};
     file = absl::InternalError("closed");  // unmap before the rewrite
     ASSERT_TRUE(io::WriteSafetensors(part.string(), tensors, metadata).ok());
   }
   absl::StatusOr<std::unique_ptr<Trainer>> partial = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(partial.ok());
-  EXPECT_THAT(std::string(partial.status().message()),
-              HasSubstr("its parts hold 64 of the 128 elements of \"" + norm + "\""));
+  const std::string not_once = "its parts do not hold each of the 128 elements of \"" + norm +
+                               "\" [128] asked for exactly once (64 are";
+  EXPECT_THAT(std::string(partial.status().message()), HasSubstr(not_once));
+
+  // A second part holding the same half again: as many elements as the tensor has, but one half
+  // twice and the other not at all.
+  const fs::path index = checkpoint / "checkpoint.json";
+  const auto set_parts = [&](int from, int to) {
+    std::ifstream in(index);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string old_count = "\"parts\": " + std::to_string(from);
+    text.replace(text.find(old_count), old_count.size(), "\"parts\": " + std::to_string(to));
+    std::ofstream(index) << text;
+  };
+  const fs::path first_of_two = checkpoint / "part_0_of_2.safetensors";
+  const fs::path second_of_two = checkpoint / "part_1_of_2.safetensors";
+  fs::rename(part, first_of_two);
+  ASSERT_TRUE(io::WriteSafetensors(second_of_two.string(), half_norm, half_norm_metadata).ok());
+  set_parts(1, 2);
+  absl::StatusOr<std::unique_ptr<Trainer>> twice = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(std::string(twice.status().message()), HasSubstr(not_once));
+
+  // A part file missing (the index counts two).
+  fs::remove(second_of_two);
+  absl::StatusOr<std::unique_ptr<Trainer>> missing = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr(second_of_two.string()));
 
   // A truncated part file.
+  set_parts(2, 1);
+  fs::rename(first_of_two, part);
   fs::resize_file(part, fs::file_size(part) / 2);
   absl::StatusOr<std::unique_ptr<Trainer>> damaged = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(damaged.ok());
   EXPECT_THAT(std::string(damaged.status().message()), HasSubstr(part.string()));
-
-  // A part file missing (the index counts two).
-  const fs::path index = checkpoint / "checkpoint.json";
-  std::ifstream in(index);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  text.replace(text.find("\"parts\": 1"), 10, "\"parts\": 2");
-  std::ofstream(index) << text;
-  absl::StatusOr<std::unique_ptr<Trainer>> missing = Trainer::Create(SmallJob(dir));
-  ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(std::string(missing.status().message()),
-              HasSubstr((checkpoint / "part_0_of_2.safetensors").string()));
 
   // No index: not a (complete) checkpoint.
   fs::remove(index);

@@ -140,7 +140,12 @@ TEST(TensorRegion, TextFormRoundTripsAndDamageIsAClearError) {
       {"4x4/0/3+2/0+4", "the slice ends past its axis"},
       {"4x4/0/0+2/0+9", "the elements end past its slice"},
       {"4x4/0/0-2/0+8", "\"0-2\" is not begin+count"},
+      {"4000000000x4000000000x4000000000/-1/0+0/0+1", "its shape has too many elements"},
   };
+  // An empty axis is a valid (empty) region, not a division by zero.
+  decoded = TensorRegion::Decode("4x0/1/0+0/0+0");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->numel(), 0);
   for (const auto& [text, message] : damaged) {
     const absl::StatusOr<TensorRegion> parsed = TensorRegion::Decode(text);
     ASSERT_FALSE(parsed.ok()) << text;

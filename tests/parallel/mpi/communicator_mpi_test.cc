@@ -237,6 +237,23 @@ TEST_P(MpiCommunicatorTest, EmptyTensorsPass) {
   EXPECT_EQ(gathered.numel(), 0);
 }
 
+TEST_P(MpiCommunicatorTest, AgreeOnStatusNamesTheRanksThatFailed) {
+  EXPECT_TRUE(AgreeOnStatus(comm_.get(), absl::OkStatus(), "saving").ok());
+  // The group's last rank fails: it keeps its own error, every other rank learns where it failed.
+  const int last = comm_->size() - 1;
+  const absl::Status mine =
+      comm_->rank() == last ? absl::DataLossError("disk full") : absl::OkStatus();
+  const absl::Status agreed = AgreeOnStatus(comm_.get(), mine, "writing a part");
+  if (comm_->rank() == last) {
+    EXPECT_EQ(agreed, mine);
+  } else {
+    EXPECT_EQ(agreed.code(), absl::StatusCode::kAborted);
+    EXPECT_EQ(agreed.message(), absl::StrCat("writing a part failed on rank ", last, " of ",
+                                             comm_->name(), " (its own message says why)"));
+  }
+  EXPECT_EQ(AgreeOnStatus(nullptr, mine, "one process"), mine);
+}
+
 INSTANTIATE_TEST_SUITE_P(Groups, MpiCommunicatorTest,
                          ::testing::Values(Group::kWorld, Group::kReversed),
                          [](const ::testing::TestParamInfo<Group>& info) {

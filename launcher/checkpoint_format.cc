@@ -1,0 +1,88 @@
+// checkpoint.json and the part file names.
+#include "launcher/checkpoint_format.h"
+
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status.h"
+
+namespace kelvin::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kIndexFile = "checkpoint.json";
+
+}  // namespace
+
+std::string PartFileName(int rank, int parts) {
+  return absl::StrFormat("part_%d_of_%d.safetensors", rank, parts);
+}
+
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) {
+  const fs::path path = checkpoint / kIndexFile;
+  std::ifstream file(path);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto format = json.is_object() ? json.find("format") : json.end();
+  if (!file || json.is_discarded() || format == json.end() || !format->is_string() ||
+      format->get<std::string>() != kCheckpointFormat) {
+    return absl::DataLossError(
+        absl::StrCat(path.string(), " is missing or not a \"", kCheckpointFormat,
+                     "\" index: not a complete Kelvin checkpoint (delete the directory, or point "
+                     "checkpoint.dir elsewhere)"));
+  }
+  CheckpointIndex index;
+  const auto count = [&](const char* key, int64_t least) -> absl::StatusOr<int64_t> {
+    const auto found = json.find(key);
+    if (found == json.end() || !found->is_number_integer() || found->get<int64_t>() < least) {
+      return absl::DataLossError(
+          absl::StrCat(path.string(), ": \"", key, "\" is missing or not a count >= ", least));
+    }
+    return found->get<int64_t>();
+  };
+  const auto string_field = [&](const char* key) -> absl::StatusOr<std::string> {
+    const auto found = json.find(key);
+    if (found == json.end() || !found->is_string()) {
+      return absl::DataLossError(
+          absl::StrCat(path.string(), ": \"", key, "\" is missing or not a string"));
+    }
+    return found->get<std::string>();
+  };
+  KELVIN_ASSIGN_OR_RETURN(index.steps_completed, count("step", 0));
+  KELVIN_ASSIGN_OR_RETURN(index.optimizer_steps, count("optimizer_steps", 0));
+  KELVIN_ASSIGN_OR_RETURN(const int64_t parts, count("parts", 1));
+  if (parts > std::numeric_limits<int>::max()) {
+    return absl::DataLossError(absl::StrCat(path.string(), ": \"parts\" is ", parts));
+  }
+  index.parts = static_cast<int>(parts);
+  KELVIN_ASSIGN_OR_RETURN(index.job, string_field("job"));
+  KELVIN_ASSIGN_OR_RETURN(index.layout, string_field("layout"));
+  const auto data_order = json.find("data_order");
+  if (data_order != json.end() && data_order->is_object()) {
+    for (const auto& [setting, value] : data_order->items()) {
+      if (value.is_string()) index.data_order[setting] = value.get<std::string>();
+    }
+  }
+  return index;
+}
+
+absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIndex& index) {
+  const nlohmann::json json = {
+      {"format", kCheckpointFormat},   {"job", index.job},
+      {"step", index.steps_completed}, {"optimizer_steps", index.optimizer_steps},
+      {"layout", index.layout},        {"parts", index.parts},
+      {"data_order", index.data_order}};
+  std::ofstream file(checkpoint / kIndexFile);
+  file << json.dump(2) << "\n";
+  if (!file) {
+    return absl::DataLossError(absl::StrCat("cannot write ", (checkpoint / kIndexFile).string()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,34 @@
+// The files of one training checkpoint directory (see launcher/checkpoint.h for what they hold):
+// checkpoint.json, the index written by rank 0, and part_<r>_of_<N>.safetensors, one per process,
+// whose metadata entry "region:<name>" places each of its tensors in its logical tensor.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kelvin::launcher {
+
+inline constexpr const char* kCheckpointFormat = "kelvin-checkpoint-2";
+inline constexpr const char* kRegionKey = "region:";  // + tensor name, in each part's metadata
+
+std::string PartFileName(int rank, int parts);  // "part_<rank>_of_<parts>.safetensors"
+
+// What checkpoint.json records.
+struct CheckpointIndex {
+  std::string job, layout;
+  int64_t steps_completed = 0, optimizer_steps = 0;
+  int parts = 0;
+  std::map<std::string, std::string> data_order;  // setting -> value
+};
+
+// checkpoint.json of the checkpoint directory `checkpoint`; a missing, malformed or foreign index
+// is an error naming the file.
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::filesystem::path& checkpoint);
+absl::Status WriteCheckpointIndex(const std::filesystem::path& checkpoint,
+                                  const CheckpointIndex& index);
+
+}  // namespace kelvin::launcher
