@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,31 +49,37 @@ struct Layout {
   bool recompute = false;  // model.recompute_attention and recompute_mlp
   int hidden = 128;        // 256: head dim 64, a size the CUDA kernel runs
   const char* device = "CPU";
-  int cp = 1;  // context parallel
+  int cp = 1;         // context parallel
+  bool tied = false;  // tied input and output embeddings
 
   int world() const { return tp * dp * pp * cp; }
 };
 
 // Rank 0 writes the tiny preset (`layers` layers, `hidden` wide) with SSA and non-zero
 // temperature parameters; everyone waits.
-std::string StartingCheckpoint(int layers, int hidden) {
+std::string StartingCheckpoint(int layers, int hidden, bool tied) {
   absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("tiny");
   EXPECT_TRUE(config.ok());
   config->num_layers = layers;
   config->hidden_size = hidden;
   config->head_dim = hidden / config->num_attention_heads;
+  config->tie_word_embeddings = tied;
   config->ssa = ssa::SsaOptions();
   return testing::WriteRandomSsaCheckpoint(
-      *config, absl::StrCat(::testing::TempDir(), "/parallel_training_start_", layers, "_", hidden),
+      *config,
+      absl::StrCat(::testing::TempDir(), "/parallel_training_start_", layers, "_", hidden,
+                   tied ? "_tied" : ""),
       17);
 }
 
 config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra = {}) {
   // Written once per shape (collectively: every rank builds the same jobs in the same order), so
   // no rank rewrites a checkpoint another may still be reading.
-  static std::map<std::pair<int, int>, std::string> starts;
-  const std::pair<int, int> shape{layout.layers, layout.hidden};
-  if (!starts.count(shape)) starts[shape] = StartingCheckpoint(layout.layers, layout.hidden);
+  static std::map<std::tuple<int, int, bool>, std::string> starts;
+  const std::tuple<int, int, bool> shape{layout.layers, layout.hidden, layout.tied};
+  if (!starts.count(shape)) {
+    starts[shape] = StartingCheckpoint(layout.layers, layout.hidden, layout.tied);
+  }
   const std::string& start = starts.at(shape);
   const std::string demo = (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() /
                             "configs" / "passkey_tiny_cpu.textproto")
@@ -352,6 +359,46 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
     std::filesystem::remove_all(hf);
     std::filesystem::remove_all(step1);
   }
+}
+
+// Tied embeddings over two pipeline stages: the first stage writes the embedding, the last stage's
+// copy is restored but not written; one process resumes the step-1 checkpoint and continues as the
+// uninterrupted one-process run, and its weights are the pipeline run's.
+TEST(ParallelCheckpoint, TiedEmbeddingsOverPipelineStagesResumeInOneProcess) {
+  if (WorldSize() != 2) GTEST_SKIP() << "a two-stage pipeline runs on 2 ranks";
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Layout pipeline{"PP2_tied", 1, 1, false, false, 2};
+  pipeline.tied = true;
+  Layout one{"one_tied", 1, 1, false};
+  one.tied = true;
+  absl::StatusOr<std::unique_ptr<Trainer>> reference =
+      Trainer::Create(SmallJob(one), MPI_COMM_SELF);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_TRUE((*reference)->Run().ok());
+  ASSERT_TRUE((*reference)->model().config().tie_word_embeddings);
+
+  const std::string dir = ::testing::TempDir() + "/parallel_checkpoint_tied";
+  if (rank == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  absl::StatusOr<std::unique_ptr<Trainer>> staged = Trainer::Create(
+      SmallJob(pipeline, {"checkpoint.dir=\"" + dir + "\"", "checkpoint.interval_steps=1"}));
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  ASSERT_TRUE((*staged)->Run().ok());
+  const std::string own = absl::StrCat(dir, "_step1_rank", rank);
+  std::filesystem::remove_all(own);
+  std::filesystem::create_directories(own);
+  std::filesystem::copy(dir + "/step_00000001", own + "/step_00000001",
+                        std::filesystem::copy_options::recursive);
+  absl::StatusOr<std::unique_ptr<Trainer>> alone =
+      Trainer::Create(SmallJob(one, {"checkpoint.dir=\"" + own + "\""}), MPI_COMM_SELF);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ASSERT_TRUE((*alone)->Run().ok());
+  ExpectContinues(**alone, **reference, "one process after PP2 with tied embeddings");
+  ExpectSlicesOf((*alone)->model(), (*staged)->model(), testing::kF32RelTol);
+  std::filesystem::remove_all(own);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
 }
 
 // On a GPU machine: TP2xPP2 with its 4 processes sharing one GPU (the MPI communicators stage the
