@@ -29,33 +29,25 @@ int64_t Product(const Shape& shape, size_t begin, size_t end) {
   return product;
 }
 
-// The region's runs, in increasing full offset (which is also the data's order).
+// The region's runs, in increasing full offset (which is also the data's order). Only the slice's
+// rows that hold some of the region's elements are visited: as many runs as it has, not as the
+// slice has.
 std::vector<Run> RunsOf(const TensorRegion& region) {
-  std::vector<Run> slice;  // the slice's runs, positions counted over the whole slice
-  if (region.axis < 0) {
-    slice.push_back({0, 0, NumElements(region.full_shape)});
-  } else {
-    const size_t axis = static_cast<size_t>(region.axis);
-    const int64_t outer = Product(region.full_shape, 0, axis);
-    const int64_t inner = Product(region.full_shape, axis + 1, region.full_shape.size());
-    const int64_t extent = region.full_shape[axis];
-    for (int64_t o = 0; o < outer; ++o) {
-      const Run run{(o * extent + region.begin) * inner, o * region.count * inner,
-                    region.count * inner};
-      if (!slice.empty() && slice.back().full + slice.back().length == run.full) {
-        slice.back().length += run.length;  // the whole extent: adjacent runs join
-      } else if (run.length > 0) {
-        slice.push_back(run);
-      }
-    }
-  }
-  std::vector<Run> runs;  // clipped to [flat_begin, flat_begin + flat_count) of the slice
+  std::vector<Run> runs;
   const int64_t first = region.flat_begin, last = region.flat_begin + region.flat_count;
-  for (const Run& run : slice) {
-    const int64_t begin = std::max(run.position, first);
-    const int64_t end = std::min(run.position + run.length, last);
-    if (begin < end) {
-      runs.push_back({run.full + (begin - run.position), begin - first, end - begin});
+  if (first >= last) return runs;
+  if (region.axis < 0) return {{first, 0, last - first}};
+  const auto axis = static_cast<size_t>(region.axis);
+  const int64_t inner = Product(region.full_shape, axis + 1, region.full_shape.size());
+  const int64_t extent = region.full_shape[axis];
+  const int64_t row = region.count * inner;  // the slice's elements per outer index
+  for (int64_t o = first / row; o * row < last; ++o) {
+    const int64_t begin = std::max(o * row, first), end = std::min((o + 1) * row, last);
+    const int64_t full = (o * extent + region.begin) * inner + (begin - o * row);
+    if (!runs.empty() && runs.back().full + runs.back().length == full) {
+      runs.back().length += end - begin;  // the whole extent: adjacent rows join
+    } else {
+      runs.push_back({full, begin - first, end - begin});
     }
   }
   return runs;
