@@ -44,7 +44,9 @@ constexpr const char* kUsage =
     "          (one process, no GPU, whatever layout wrote the checkpoint)\n"
     "  train and eval run one process, or one rank each under mpirun / srun with the job's\n"
     "  layout (checkpoints resume under any layout)\n"
-    "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n";
+    "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n"
+    "exit codes: 0 done, 1 failed, 2 bad command line, 3 stopped by SIGTERM/SIGUSR1 after\n"
+    "  saving a checkpoint (running the job again resumes)\n";
 
 // The command line after the command and the job: overrides and the commands' options.
 struct Arguments {
@@ -61,10 +63,15 @@ int Usage(const std::string& problem) {
   return 2;
 }
 
-// 1 after printing `status` (every rank prints its own failure: ranks can fail differently).
+// Exit codes: 0 done, 1 failed, 2 bad command line, 3 stopped by a preemption signal after saving
+// its checkpoint (every rank agreed; running the job again resumes).
+constexpr int kExitPreempted = 3;
+
+// 1 (or kExitPreempted) after printing `status` (every rank prints its own failure: ranks can
+// fail differently).
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kelvin: %s\n", std::string(status.message()).c_str());
-  return 1;
+  return status.code() == absl::StatusCode::kCancelled ? kExitPreempted : 1;
 }
 
 int Train(const kelvin::config::JobConfig& job) {
@@ -114,7 +121,8 @@ int RunUnderLauncher(const Arguments& a) {
   kelvin::SetLogRank(launched->rank);  // the progress lines come from rank 0 only
   MPI_Init(nullptr, nullptr);
   const int result = run();
-  if (result != 0) MPI_Abort(MPI_COMM_WORLD, result);
+  // A failure may be one rank's alone: abort the others. A preemption stop is every rank's.
+  if (result != 0 && result != kExitPreempted) MPI_Abort(MPI_COMM_WORLD, result);
   MPI_Finalize();
   return result;
 }

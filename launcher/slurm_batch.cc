@@ -81,13 +81,25 @@ std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths) 
   if (l.cpus_per_process() > 0 && job.training().threads() == 0) {
     absl::StrAppend(&s, "export OMP_NUM_THREADS=", l.cpus_per_process(), "\n");
   }
+  // pmix: Debian's OpenMPI starts under srun only with it; a rank that fails ends every other
+  // one at once.
+  const std::string train =
+      absl::StrCat("srun --mpi=pmix --kill-on-bad-exit=1 ", ShellQuote(paths.kelvin_binary),
+                   " train ", ShellQuote(paths.config_path));
   absl::StrAppend(&s,
                   "echo \"kelvin: SLURM job $SLURM_JOB_ID, $SLURM_NNODES node(s), "
-                  "restart ${SLURM_RESTART_COUNT:-0}\"\n",
-                  // pmix: Debian's OpenMPI starts under srun only with it; a rank that fails
-                  // ends every other one at once.
-                  "srun --mpi=pmix --kill-on-bad-exit=1 ", ShellQuote(paths.kelvin_binary),
-                  " train ", ShellQuote(paths.config_path), "\n");
+                  "restart ${SLURM_RESTART_COUNT:-0}\"\n");
+  if (!l.requeue()) {
+    absl::StrAppend(&s, train, "\n");
+    return s;
+  }
+  // Exit code 3: the trainer saved a checkpoint and stopped on a signal (the time-limit warning,
+  // or a preemption SLURM requeues by itself): the job goes back in the queue and resumes. Each
+  // run completes at least one step before it looks for a signal, so this cannot loop idle.
+  absl::StrAppend(&s, "status=0\n", train, " || status=$?\n", "if [ \"$status\" -eq 3 ]; then\n",
+                  "  echo \"kelvin: checkpoint saved before the stop; requeueing job "
+                  "$SLURM_JOB_ID to continue\"\n",
+                  "  scontrol requeue \"$SLURM_JOB_ID\"\n", "fi\n", "exit \"$status\"\n");
   return s;
 }
 

@@ -572,7 +572,7 @@ absl::Status Trainer::Run() {
     const int signal = checkpoints && !last ? AgreedPreemptionSignal() : 0;
     if (signal != 0) {
       KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
-      return absl::AbortedError(
+      return absl::CancelledError(
           absl::StrCat("stopped by signal ", signal, " (preemption) after step ", step + 1, " of ",
                        t.steps(), "; the checkpoint is saved: run the same job again to resume"));
     }

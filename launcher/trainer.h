@@ -53,6 +53,8 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::JobConfig& job,
                                                          MPI_Comm world = MPI_COMM_WORLD);
 
+  // Trains to training.steps. A preemption signal (SIGTERM, SIGUSR1) stops every rank after the
+  // same step, once its checkpoint is saved: a Cancelled status (on every rank).
   absl::Status Run();
   absl::StatusOr<StepStats> TrainStep(int64_t step);  // timed
   // The held-out loss (and passkey retrieval) over training.eval_steps batches; an error naming

@@ -75,7 +75,7 @@ TEST(Checkpoint, PreemptedAndResumedRunEqualsTheUninterruptedOneBitForBit) {
   std::raise(SIGUSR1);  // SLURM's warning signal: stop after the running step
   const absl::Status stopped = first->Run();
   ClearPreemption();
-  EXPECT_EQ(stopped.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(stopped.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(std::string(stopped.message()), HasSubstr("after step 1 of 6"));
   ASSERT_EQ(first->history().size(), 1u);
 

@@ -77,15 +77,24 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
             "export OMP_NUM_THREADS=6\n"
             "echo \"kelvin: SLURM job $SLURM_JOB_ID, $SLURM_NNODES node(s), restart "
             "${SLURM_RESTART_COUNT:-0}\"\n"
+            "status=0\n"
             "srun --mpi=pmix --kill-on-bad-exit=1 '/opt/kelvin/bin/kelvin' train "
-            "'/runs/ssa8b/ssa8b.textproto'\n");
+            "'/runs/ssa8b/ssa8b.textproto' || status=$?\n"
+            "if [ \"$status\" -eq 3 ]; then\n"
+            "  echo \"kelvin: checkpoint saved before the stop; requeueing job $SLURM_JOB_ID to "
+            "continue\"\n"
+            "  scontrol requeue \"$SLURM_JOB_ID\"\n"
+            "fi\n"
+            "exit \"$status\"\n");
 }
 
 TEST(SlurmBatch, DefaultLaunchAsksForOneTaskAndNothingElse) {
   const std::string script = SbatchScript(Job({}), {"/k", "/c.textproto", "/r/slurm-%j.out", "/w"});
   EXPECT_THAT(script, HasSubstr("#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n"));
+  EXPECT_THAT(script, HasSubstr("restart ${SLURM_RESTART_COUNT:-0}\"\nsrun --mpi=pmix "
+                                "--kill-on-bad-exit=1 '/k' train '/c.textproto'\n"));
   for (const char* absent : {"--gpus", "--cpus", "--time", "--partition", "--account", "--qos",
-                             "--signal", "--requeue", "OMP_NUM_THREADS"}) {
+                             "--signal", "--requeue", "OMP_NUM_THREADS", "scontrol"}) {
     EXPECT_THAT(script, Not(HasSubstr(absent)));
   }
 }
