@@ -373,10 +373,6 @@ double Trainer::SumOverReplicas(double value) {
   return GradientReplicas() == 1 ? value : SumOver(grid_->dp_cp(), value);
 }
 
-double Trainer::SumOverContextParallel(double value) {
-  return ContextParallelSize() == 1 ? value : SumOver(grid_->cp(), value);
-}
-
 Tensor Trainer::LocalLabels(const data::Batch& batch) const {
   if (ContextParallelSize() == 1) return batch.labels.View({-1});
   return models::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(), ContextParallelSize());
@@ -456,7 +452,9 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   }
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0;
-  for (int64_t i = 0; i < job_.training().eval_steps(); ++i) {
+  // Each data-parallel replica scores every DP-th batch (the same set on every layout); the sums
+  // span the replicas.
+  for (int64_t i = DataParallelRank(); i < job_.training().eval_steps(); i += DataParallelSize()) {
     KELVIN_ASSIGN_OR_RETURN(const data::Batch batch, data_.eval->BatchAt({i, 0, 1, 0, 1}));
     const Tensor labels = LocalLabels(batch);  // [N] this rank's tokens
     labelled += ops::CountNonIgnored(Context::Cpu(), labels);
@@ -479,11 +477,15 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
     }
     if (pipeline_ == nullptr) model_->EndMicroBatch(0);  // Forward keeps it for a Backward
   }
-  labelled = static_cast<int64_t>(SumOverContextParallel(static_cast<double>(labelled)));
-  stats.loss = FromLastStage(SumOverContextParallel(stats.loss)) /
+  labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
+  stats.loss = FromLastStage(SumOverReplicas(stats.loss)) /
                static_cast<double>(std::max<int64_t>(labelled, 1));
-  if (data_.passkey) {
-    stats.retrieval_accuracy = FromLastStage(static_cast<double>(retrieved)) / rows;
+  if (data_.passkey) {  // whole rows: the context-parallel ranks count the same ones
+    const auto over_data_parallel = [&](double value) {
+      return DataParallelSize() == 1 ? value : SumOver(grid_->dp(), value);
+    };
+    stats.retrieval_accuracy = FromLastStage(over_data_parallel(static_cast<double>(retrieved))) /
+                               over_data_parallel(static_cast<double>(rows));
   }
   return stats;
 }

@@ -57,7 +57,8 @@ class Trainer {
   // same step, once its checkpoint is saved: a Cancelled status (on every rank).
   absl::Status Run();
   absl::StatusOr<StepStats> TrainStep(int64_t step);  // timed
-  // The held-out loss (and passkey retrieval) over training.eval_steps batches; an error naming
+  // The held-out loss (and passkey retrieval) over training.eval_steps batches, split over the
+  // data-parallel replicas (the same batches on every layout); an error naming
   // the data fields when the job has no held-out data.
   absl::StatusOr<EvalStats> Evaluate(int64_t step);
   // The model (as built, or as restored from the checkpoint) to a Hugging Face directory
@@ -98,7 +99,6 @@ class Trainer {
   // token counts are summed over them.
   int GradientReplicas() const { return DataParallelSize() * ContextParallelSize(); }
   double SumOverReplicas(double value);
-  double SumOverContextParallel(double value);
   // This rank's labels of a batch [B*T/CP]: its context-parallel tokens of every row.
   Tensor LocalLabels(const data::Batch& batch) const;
   // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).

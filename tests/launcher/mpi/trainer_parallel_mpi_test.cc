@@ -93,7 +93,7 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
       "training.micro_batch_size=2",
       "training.global_batch_size=8",
       "training.eval_interval=3",
-      "training.eval_steps=1",
+      "training.eval_steps=3",  // split over the data-parallel replicas, unevenly
       "training.export_hf_dir=\"\"",
       "logging.log_interval=100",
       "optimizer.lr=1e-4",
