@@ -10,6 +10,8 @@
 #include "core/status.h"
 #include "launcher/job_setup.h"
 #include "launcher/pipeline_runner.h"
+#include "models/llama/llama_pipeline_stage.h"
+#include "models/llama/llama_sharding.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace kelvin::launcher {
@@ -141,6 +143,34 @@ absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& lay
       absl::StrJoin(remedies, ", or ")));
 }
 
+CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLayout& layout) {
+  const parallel::GridSpec& g = layout.spec;
+  const auto bytes = static_cast<int64_t>(DTypeSize(AccumDType(layout.dtype)));
+  const int64_t moment_shards =
+      layout.distributed_optimizer ? int64_t{g.data_parallel} * g.context_parallel : 1;
+  CheckpointBytes plan;
+  plan.total = arch.NumParameters() * bytes * 3;  // weights and two moments
+  const models::LlamaShardLayout tp0 = models::ShardLayoutOf(arch, 0, g.tensor_parallel);
+  for (int pp = 0; pp < g.pipeline_parallel; ++pp) {
+    const models::LlamaStageLayout stage =
+        models::StageLayoutOf(arch, pp, g.pipeline_parallel, g.virtual_pipeline_stages);
+    int64_t elements = 0;  // of the shards tensor rank 0 writes
+    for (const models::LlamaParameterSpec& spec : models::StageParameterSpecs(arch, stage)) {
+      // The last stage's tied embedding is the first stage's copy.
+      if (spec.name == models::kEmbeddingName && !stage.holds_embedding_input()) continue;
+      const models::ParameterShard shard = models::ShardOf(arch, tp0, spec.name);
+      const int64_t full = NumElements(spec.full_shape);
+      elements += shard.axis < 0 ? full : full / spec.full_shape[shard.axis] * shard.count;
+    }
+    const int64_t part = elements * bytes + 2 * elements * bytes / moment_shards;
+    if (part > plan.largest_part) {
+      plan.largest_part = part;
+      plan.largest_part_stage = pp;
+    }
+  }
+  return plan;
+}
+
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                                           const models::LlamaConfig& arch,
                                           const JobLayout& layout) {
@@ -175,6 +205,13 @@ absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
   absl::StrAppendFormat(&out, "largest rank: pipeline stage %d, tensor rank %d: %.3f GiB\n",
                         peak.pipeline_rank, peak.tensor_rank,
                         static_cast<double>(peak.plan.Total()) / (1 << 30));
+  const CheckpointBytes checkpoint = PlanCheckpointBytes(arch, layout);
+  absl::StrAppendFormat(
+      &out,
+      "checkpoint: %.3f GiB per save (weights and AdamW moments) in %d part "
+      "file%s, the largest %.3f GiB (pipeline stage %d, tensor rank 0)\n",
+      static_cast<double>(checkpoint.total) / (1 << 30), g.world_size, g.world_size > 1 ? "s" : "",
+      static_cast<double>(checkpoint.largest_part) / (1 << 30), checkpoint.largest_part_stage);
   return out;
 }
 

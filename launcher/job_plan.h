@@ -54,8 +54,20 @@ absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
 absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& layout,
                               const PeakMemory& peak);
 
+// What one checkpoint of `layout` writes (launcher/checkpoint.h): the whole model's master
+// weights and AdamW moments, each element once, and the largest part (one process's file): tensor
+// rank 0 and data-parallel rank 0 of a pipeline stage, which writes its shards' weights and, with
+// the distributed optimizer, its 1/(DP x CP) of their moments.
+struct CheckpointBytes {
+  int64_t total = 0;
+  int64_t largest_part = 0;
+  int largest_part_stage = 0;  // its pipeline stage
+};
+CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLayout& layout);
+
 // The report of `kelvin plan`: the model, the layout, the batch, the memory plan of every
-// pipeline stage (its largest tensor rank) in GiB and the largest rank's total.
+// pipeline stage (its largest tensor rank) in GiB, the largest rank's total and the size of a
+// checkpoint.
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                                           const models::LlamaConfig& arch, const JobLayout& layout);
 

@@ -18,7 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "launcher/checkpoint_commands.h"
+#include "launcher/checkpoint_format.h"
 #include "launcher/job_config.h"
+#include "launcher/job_plan.h"
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
 #include "models/llama/llama_model.h"
@@ -261,6 +263,28 @@ TEST(PipelineSchedules, GiveBitIdenticalRuns) {
   }
 }
 
+// The part files of `checkpoint` hold what kelvin plan says a checkpoint of the job writes: all of
+// them the whole model's weights and moments, the largest its largest part (headers aside; ZeRO-1
+// shards round up).
+void ExpectPlannedCheckpointSize(const config::JobConfig& job, const models::LlamaConfig& arch,
+                                 const std::string& checkpoint) {
+  const absl::StatusOr<JobLayout> layout = PlanJobLayout(job, arch, WorldSize(), false);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const CheckpointBytes planned = PlanCheckpointBytes(arch, *layout);
+  constexpr int64_t kHeader = 64 << 10;  // generous for the JSON header of a part
+  int64_t total = 0, largest = 0;
+  for (int r = 0; r < WorldSize(); ++r) {
+    const auto bytes = static_cast<int64_t>(std::filesystem::file_size(
+        std::filesystem::path(checkpoint) / PartFileName(r, WorldSize())));
+    total += bytes;
+    largest = std::max(largest, bytes);
+  }
+  EXPECT_GE(total, planned.total);
+  EXPECT_LE(total, planned.total + WorldSize() * kHeader);
+  EXPECT_GE(largest, planned.largest_part);
+  EXPECT_LE(largest, planned.largest_part + planned.largest_part / 100 + kHeader);
+}
+
 // Another layout of this world size that resumes CheckpointLayout's checkpoints: other tensor,
 // pipeline and data-parallel splits, ZeRO-1 shards of another size, replicated KV heads (TP4).
 Layout ReshardedLayout() {
@@ -298,7 +322,10 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
     std::filesystem::copy(dir + "/step_00000001", to + "/step_00000001",
                           std::filesystem::copy_options::recursive);
   };
-  if (rank == 0) copy_step1(step1);
+  if (rank == 0) {
+    copy_step1(step1);
+    ExpectPlannedCheckpointSize(job, (*first)->model().config(), step1 + "/step_00000001");
+  }
   copy_step1(own);
   MPI_Barrier(MPI_COMM_WORLD);
 
