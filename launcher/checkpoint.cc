@@ -108,6 +108,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
   return final_path.string();
 }
 
+std::optional<int64_t> CheckpointStepOf(const std::string& path) {
+  return StepOf(fs::path(path).filename().string());
+}
+
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir) {
   if (dir.empty()) return std::optional<std::string>();
   KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));

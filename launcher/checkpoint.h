@@ -65,6 +65,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
 
 // The newest complete checkpoint under `dir`, or nullopt when there is none (or no `dir`).
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir);
+// The steps of a checkpoint directory's path (".../step_00000120" -> 120), else nullopt.
+std::optional<int64_t> CheckpointStepOf(const std::string& path);
 
 // Restores every tensor of this rank's `state` from the checkpoint at `path` (on ctx's device;
 // a model copy of master weights is the caller's to refresh); returns the steps completed, the

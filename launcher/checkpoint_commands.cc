@@ -30,14 +30,14 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
   std::vector<io::HfTensorSource> tensors;  // the whole model's, in Hugging Face order
   for (const models::LlamaParameterSpec& spec :
        models::StageParameterSpecs(arch, models::StageLayoutOf(arch, 0, 1, 1))) {
-    if (!reader.Has(spec.name)) {  // the reader's error, before any file is written
-      return reader.Read(spec.name, io::TensorRegion::Whole(spec.full_shape)).status();
-    }
+    // Every tensor is checked (held whole, exactly once) before any file is written.
+    KELVIN_RETURN_IF_ERROR(reader.Check(spec.name, io::TensorRegion::Whole(spec.full_shape)));
     tensors.push_back(
         {spec.name, spec.full_shape, DType::kF32, [&reader, spec]() -> absl::StatusOr<Tensor> {
            KELVIN_ASSIGN_OR_RETURN(
                const Tensor master,
                reader.Read(spec.name, io::TensorRegion::Whole(spec.full_shape)));
+           if (master.dtype() == DType::kF32) return master.View(spec.full_shape);
            Tensor f32 = Tensor::Empty(spec.full_shape, DType::kF32);
            ops::Cast(Context::Cpu(), master.View(spec.full_shape), f32);
            return f32;

@@ -31,10 +31,10 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& path)
         return absl::DataLossError(absl::StrCat(file.path(), ": tensor \"", entry.name,
                                                 "\": ", region.status().message()));
       }
-      if (NumElements(entry.shape) != region->numel()) {
-        return absl::DataLossError(absl::StrCat(file.path(), ": tensor \"", entry.name, "\" has ",
-                                                NumElements(entry.shape), " elements, its region ",
-                                                region->ToString(), " ", region->numel()));
+      if (entry.shape != Shape{region->numel()}) {
+        return absl::DataLossError(absl::StrCat(
+            file.path(), ": tensor \"", entry.name, "\" is ", ShapeToString(entry.shape),
+            ", its region ", region->ToString(), " needs [", region->numel(), "]"));
       }
       pieces[entry.name].push_back({parts.size(), *region});
     }
@@ -53,36 +53,75 @@ const std::string& CheckpointReader::FileOf(const std::string& name) const {
   return parts_[pieces_.at(name).front().part].path();
 }
 
-absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name,
-                                              const io::TensorRegion& region,
-                                              std::optional<DType> dtype) const {
+absl::StatusOr<std::vector<CheckpointReader::PieceCopy>> CheckpointReader::PlanRead(
+    const std::string& name, const io::TensorRegion& region) const {
   const auto found = pieces_.find(name);
   if (found == pieces_.end()) {
     return absl::NotFoundError(
         absl::StrCat(path_, " has no tensor \"", name,
                      "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
   }
-  if (region.numel() == 0) return Tensor::Empty({0}, dtype.value_or(DType::kF32));
-  Tensor data;  // [region.numel()], allocated with the first piece's dtype
-  std::vector<std::pair<int64_t, int64_t>> filled;  // (position, length) in data
+  std::vector<PieceCopy> copies;
+  std::vector<std::pair<int64_t, int64_t>> filled;  // (position, length) in the region's data
   for (const Piece& piece : found->second) {
-    const io::SafetensorsFile& file = parts_[piece.part];
     if (piece.region.full_shape != region.full_shape) {
       return absl::InvalidArgumentError(
-          absl::StrCat(file.path(), ": tensor \"", name, "\" is ",
+          absl::StrCat(parts_[piece.part].path(), ": tensor \"", name, "\" is ",
                        ShapeToString(piece.region.full_shape), " but the job's model has ",
                        ShapeToString(region.full_shape), ": the checkpoint is of another model"));
     }
-    std::vector<io::RegionOverlap> overlaps = io::OverlapOf(piece.region, region);
-    if (overlaps.empty()) continue;
+    PieceCopy copy{piece.part, 0, 0, io::OverlapOf(piece.region, region)};
+    if (copy.overlaps.empty()) continue;
     // Only the piece's elements between the first and the last overlap are read.
-    const int64_t first = overlaps.front().from;
-    const int64_t last = overlaps.back().from + overlaps.back().length;
-    KELVIN_ASSIGN_OR_RETURN(const Tensor stored, file.ReadSlice(name, 0, first, last));
-    for (io::RegionOverlap& o : overlaps) {
-      o.from -= first;
+    copy.first = copy.overlaps.front().from;
+    copy.last = copy.overlaps.back().from + copy.overlaps.back().length;
+    for (io::RegionOverlap& o : copy.overlaps) {
+      o.from -= copy.first;
       filled.emplace_back(o.to, o.length);
     }
+    copies.push_back(std::move(copy));
+  }
+  // The pieces must fill the region exactly once: no gap (elements left unset), no overlap.
+  std::sort(filled.begin(), filled.end());
+  int64_t covered = 0;
+  const auto where = [&](int64_t begin, int64_t end) {
+    return absl::StrCat("elements [", begin, ", ", end, ") of the ", region.numel(), " of \"", name,
+                        "\" ", region.ToString());
+  };
+  for (const auto& [position, length] : filled) {
+    if (position < covered) {
+      return absl::DataLossError(absl::StrCat(path_, ": its parts hold ",
+                                              where(position, std::min(covered, position + length)),
+                                              " more than once (a damaged or foreign part file?)"));
+    }
+    if (position > covered) {
+      return absl::DataLossError(absl::StrCat(path_, ": no part holds ", where(covered, position),
+                                              " (a damaged or foreign part file?)"));
+    }
+    covered += length;
+  }
+  if (covered != region.numel()) {
+    return absl::DataLossError(absl::StrCat(path_, ": no part holds ",
+                                            where(covered, region.numel()),
+                                            " (a damaged or foreign part file?)"));
+  }
+  return copies;
+}
+
+absl::Status CheckpointReader::Check(const std::string& name,
+                                     const io::TensorRegion& region) const {
+  return PlanRead(name, region).status();
+}
+
+absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name,
+                                              const io::TensorRegion& region,
+                                              std::optional<DType> dtype) const {
+  KELVIN_ASSIGN_OR_RETURN(const std::vector<PieceCopy> copies, PlanRead(name, region));
+  if (region.numel() == 0) return Tensor::Empty({0}, dtype.value_or(DType::kF32));
+  Tensor data;  // [region.numel()], allocated with the first piece's dtype
+  for (const PieceCopy& copy : copies) {
+    const io::SafetensorsFile& file = parts_[copy.part];
+    KELVIN_ASSIGN_OR_RETURN(const Tensor stored, file.ReadSlice(name, 0, copy.first, copy.last));
     if (dtype.has_value() && stored.dtype() != *dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
           file.path(), ": tensor \"", name, "\" is ", std::string(DTypeName(stored.dtype())),
@@ -95,20 +134,7 @@ absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name,
       return absl::DataLossError(
           absl::StrCat(file.path(), ": the pieces of tensor \"", name, "\" disagree on its dtype"));
     }
-    io::CopyOverlap(overlaps, stored, data);
-  }
-  // The pieces must fill the region exactly once: no gap (elements left unset), no overlap.
-  std::sort(filled.begin(), filled.end());
-  int64_t covered = 0;
-  for (const auto& [position, length] : filled) {
-    if (position != covered) break;
-    covered += length;
-  }
-  if (covered != region.numel()) {
-    return absl::DataLossError(absl::StrCat(path_, ": its parts do not hold each of the ",
-                                            region.numel(), " elements of \"", name, "\" ",
-                                            region.ToString(), " asked for exactly once (", covered,
-                                            " are; a damaged or foreign part file?)"));
+    io::CopyOverlap(copy.overlaps, stored, data);
   }
   return data;
 }

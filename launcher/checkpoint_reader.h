@@ -1,6 +1,7 @@
 // CheckpointReader: one complete training checkpoint opened for reading any region of its logical
-// tensors (launcher/checkpoint.h), whichever layout wrote it: every part file is mapped and its
-// pieces' regions checked once at Open; a read copies from the pieces that overlap the region.
+// tensors (launcher/checkpoint.h), whichever layout wrote it: every part file is mapped and each
+// piece's region decoded and matched against its 1-d data at Open; a read checks that the pieces
+// hold each element of the region exactly once and copies from those that overlap it.
 #pragma once
 
 #include <map>
@@ -24,8 +25,7 @@ class CheckpointReader {  // movable, not copyable (keeps the part files mapped)
   const std::string& path() const { return path_; }
   const CheckpointIndex& index() const { return index_; }
   std::vector<std::string> TensorNames() const;  // sorted
-  bool Has(const std::string& name) const { return pieces_.count(name) > 0; }
-  // The part file that holds a piece of `name` (for messages); Has(name) must be true.
+  // The part file that holds a piece of `name` (for messages), one of TensorNames().
   const std::string& FileOf(const std::string& name) const;
 
   // The elements of logical tensor `name` in `region` (row-major, as the region orders them): a
@@ -34,12 +34,24 @@ class CheckpointReader {  // movable, not copyable (keeps the part files mapped)
   // the file and the tensor.
   absl::StatusOr<Tensor> Read(const std::string& name, const io::TensorRegion& region,
                               std::optional<DType> dtype = std::nullopt) const;
+  // Read's checks that need no data (the tensor, its full shape, every element held once), from
+  // the metadata alone: what to check before writing anything.
+  absl::Status Check(const std::string& name, const io::TensorRegion& region) const;
 
  private:
   struct Piece {
     size_t part = 0;  // index in parts_
     io::TensorRegion region;
   };
+  // What a read copies from one piece: its elements [first, last), to the region's data at the
+  // overlaps (whose `from` count from `first`).
+  struct PieceCopy {
+    size_t part = 0;
+    int64_t first = 0, last = 0;
+    std::vector<io::RegionOverlap> overlaps;
+  };
+  absl::StatusOr<std::vector<PieceCopy>> PlanRead(const std::string& name,
+                                                  const io::TensorRegion& region) const;
   CheckpointReader(std::string path, CheckpointIndex index, std::vector<io::SafetensorsFile> parts,
                    std::map<std::string, std::vector<Piece>> pieces)
       : path_(std::move(path)),

@@ -135,7 +135,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
 absl::Status Trainer::Resume() {
   const config::CheckpointConfig& c = job_.checkpoint();
   if (c.dir().empty() || c.resume() == config::CheckpointConfig::NEVER) return absl::OkStatus();
-  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest, LatestCheckpoint(c.dir()));
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  const absl::StatusOr<std::optional<std::string>> found = LatestCheckpoint(c.dir());
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(world, found.status(), "listing checkpoint.dir=" + c.dir()));
+  const std::optional<std::string>& latest = *found;
+  KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(latest));
   if (!latest.has_value()) {
     if (c.resume() == config::CheckpointConfig::REQUIRED) {
       return absl::NotFoundError(absl::StrCat(
@@ -147,8 +152,7 @@ absl::Status Trainer::Resume() {
   const TrainingState state = CurrentTrainingState();
   absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(*latest, job_.name(), state, ctx_);
   // A damaged part may fail some ranks only: none goes on to train without the others.
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, loaded.status(),
-                                                 "restoring " + *latest));
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + *latest));
   const RestoredSteps& restored = *loaded;
   model_->parameters().SyncModelCopy();
   start_step_ = restored.steps_completed;
@@ -173,6 +177,21 @@ absl::Status Trainer::Resume() {
                      << "\": the run continues within rounding of the saved one's";
   }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::string>& latest) {
+  if (grid_ == nullptr) return absl::OkStatus();
+  const int64_t step = latest.has_value() ? CheckpointStepOf(*latest).value_or(-1) : -1;
+  Tensor range = Tensor::Empty({2}, DType::kI64);  // [max step, -min step] over the ranks
+  range.data<int64_t>()[0] = step;
+  range.data<int64_t>()[1] = -step;
+  grid_->world().AllReduce(range, parallel::ReduceOp::kMax);
+  const int64_t newest = range.data<int64_t>()[0], oldest = -range.data<int64_t>()[1];
+  if (newest == oldest) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ranks see different newest checkpoints in checkpoint.dir=\"", job_.checkpoint().dir(),
+      "\" (steps ", oldest, " to ", newest,
+      "; -1: none): the shared filesystem shows the latest save late; run the job again"));
 }
 
 std::string Trainer::LayoutName() const {
@@ -256,13 +275,20 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   // so accumulating M micro-batches gives exactly the gradient of the one big batch.
   std::vector<data::Batch> batches;
   int64_t labelled = 0;
-  for (int64_t m = 0; m < micro_batches_; ++m) {
-    KELVIN_ASSIGN_OR_RETURN(
-        data::Batch batch,
-        data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(), DataParallelSize()}));
-    labelled += ops::CountNonIgnored(host, LocalLabels(batch));
-    batches.push_back(std::move(batch));
+  absl::Status read = absl::OkStatus();
+  for (int64_t m = 0; m < micro_batches_ && read.ok(); ++m) {
+    absl::StatusOr<data::Batch> batch =
+        data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(), DataParallelSize()});
+    if (!batch.ok()) {
+      read = batch.status();
+      break;
+    }
+    labelled += ops::CountNonIgnored(host, LocalLabels(*batch));
+    batches.push_back(std::move(batch).value());
   }
+  // A bad row fails the replica that reads it: every rank stops, none waits in a collective.
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
+      grid_ ? &grid_->world() : nullptr, read, absl::StrCat("reading the batches of step ", step)));
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   StepStats stats;
   stats.step = step;
@@ -454,8 +480,14 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   int64_t labelled = 0, rows = 0, retrieved = 0;
   // Each data-parallel replica scores every DP-th batch (the same set on every layout); the sums
   // span the replicas.
+  absl::Status read = absl::OkStatus();
   for (int64_t i = DataParallelRank(); i < job_.training().eval_steps(); i += DataParallelSize()) {
-    KELVIN_ASSIGN_OR_RETURN(const data::Batch batch, data_.eval->BatchAt({i, 0, 1, 0, 1}));
+    const absl::StatusOr<data::Batch> next = data_.eval->BatchAt({i, 0, 1, 0, 1});
+    if (!next.ok()) {  // at the same batch on every rank of this replica
+      read = next.status();
+      break;
+    }
+    const data::Batch& batch = *next;
     const Tensor labels = LocalLabels(batch);  // [N] this rank's tokens
     labelled += ops::CountNonIgnored(Context::Cpu(), labels);
     rows += batch.rows();
@@ -477,6 +509,8 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
     }
     if (pipeline_ == nullptr) model_->EndMicroBatch(0);  // Forward keeps it for a Backward
   }
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, read,
+                                                 "reading the held-out batches"));
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   stats.loss = FromLastStage(SumOverReplicas(stats.loss)) /
                static_cast<double>(std::max<int64_t>(labelled, 1));

@@ -86,6 +86,9 @@ class Trainer {
   absl::Status WriteTensorBoard(const StepStats& stats);
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
+  // Every rank found the same newest checkpoint (a shared filesystem may show one late): an error
+  // on every rank when not. Collective over the world.
+  absl::Status CheckSameCheckpointEverywhere(const std::optional<std::string>& latest);
   absl::Status SaveCheckpointAt(int64_t steps_completed);
   std::string LayoutName() const;  // e.g. "tp2 sp pp2 vp1 dp2 zero1", for checkpoints and logs
   TrainingState CurrentTrainingState() const;  // this rank's, as checkpoints hold it

@@ -136,11 +136,11 @@ absl::StatusOr<TensorRegion> TensorRegion::Decode(std::string_view std_text) {
         "tensor region \"", text, "\" is not shape/axis/begin+count/flat_begin+flat_count"));
   }
   TensorRegion region;
-  int64_t total = 1;
+  int64_t total = 1;        // of the nonzero dimensions: every sub-product fits too
   if (!parts[0].empty()) {  // a scalar's shape is empty
     for (const absl::string_view dim : absl::StrSplit(parts[0], 'x')) {
       KELVIN_ASSIGN_OR_RETURN(const int64_t size, ParseCount(dim, text));
-      if (__builtin_mul_overflow(total, size, &total)) {
+      if (__builtin_mul_overflow(total, std::max<int64_t>(size, 1), &total)) {
         return absl::InvalidArgumentError(
             absl::StrCat("tensor region \"", text, "\": its shape has too many elements"));
       }
@@ -161,12 +161,15 @@ absl::StatusOr<TensorRegion> TensorRegion::Decode(std::string_view std_text) {
   KELVIN_ASSIGN_OR_RETURN(const auto elements, ParseRange(parts[3], text));
   std::tie(region.begin, region.count) = slice;
   std::tie(region.flat_begin, region.flat_count) = elements;
+  // Compared by subtraction: begin + count may not fit in 64 bits.
   if (region.axis >= 0 &&
-      region.begin + region.count > region.full_shape[static_cast<size_t>(region.axis)]) {
+      (region.begin > region.full_shape[static_cast<size_t>(region.axis)] ||
+       region.count > region.full_shape[static_cast<size_t>(region.axis)] - region.begin)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor region \"", text, "\": the slice ends past its axis"));
   }
-  if (region.flat_begin + region.flat_count > region.SliceElements()) {
+  if (region.flat_begin > region.SliceElements() ||
+      region.flat_count > region.SliceElements() - region.flat_begin) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor region \"", text, "\": the elements end past its slice"));
   }

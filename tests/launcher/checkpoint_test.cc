@@ -1,10 +1,11 @@
 // Checkpoints and exact resume: a run stopped by a preemption signal and resumed gives the
 // uninterrupted run's losses and final parameters bit for bit; interval saves are pruned to
 // keep_last; REQUIRED without a checkpoint, a damaged file, another job's checkpoint and another
-// model's checkpoint, a part holding half a tensor (or one half twice), a truncated or missing part
-// and a missing index are clear errors; a half-written (.partial) checkpoint is ignored; a resume
-// with another global batch warns that the data order changed. kelvin convert writes a checkpoint's
-// weights as Hugging Face files, kelvin eval scores them.
+// model's checkpoint, a part holding half a tensor (or one half twice, or the whole and a half
+// again), a truncated or missing part and a missing index are clear errors; a half-written
+// (.partial) checkpoint is ignored; a resume with another global batch warns that the data order
+// changed. kelvin convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores
+// them.
 #include "launcher/checkpoint.h"
 
 #include <gmock/gmock.h>
@@ -219,9 +220,11 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
 
   // A part that holds only half of a tensor (its region says so, consistently).
   const fs::path part = checkpoint / "part_0_of_1.safetensors";
+  const fs::path whole_part = checkpoint.parent_path() / "whole_part.safetensors";  // kept aside
+  fs::copy_file(part, whole_part);
   const std::string norm = "model.norm.weight";
-  std::vector<std::pair<std::string, Tensor>> half_norm;  // that half alone
-  std::map<std::string, std::string> half_norm_metadata;
+  std::vector<std::pair<std::string, Tensor>> first_half, second_half;  // of the norm alone
+  std::map<std::string, std::string> first_half_region, second_half_region;
   {
     absl::StatusOr<io::SafetensorsFile> file = io::SafetensorsFile::Open(part.string());
     ASSERT_TRUE(file.ok()) << file.status();
@@ -236,22 +239,24 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
         io::TensorRegion::Decode(metadata.at("region:" + norm));
     ASSERT_TRUE(region.ok()) << region.status();
     const int64_t half = region->numel() / 2;
+    first_half_region = {{"region:" + norm, region->Elements(0, half).Encode()}};
+    second_half_region = {{"region:" + norm, region->Elements(half, half).Encode()}};
     metadata["region:" + norm] = region->Elements(0, half).Encode();
     for (auto& [name, data] : tensors) {
       if (name == norm) {
+        second_half = {{name, data.Slice(half, 2 * half)}};
         data = data.Slice(0, half);
-        half_norm = {{name, data}};
+        first_half = {{name, data}};
       }
     }
-    half_norm_metadata = {{"region:" + norm, metadata["region:" + norm]}};
     file = absl::InternalError("closed");  // unmap before the rewrite
     ASSERT_TRUE(io::WriteSafetensors(part.string(), tensors, metadata).ok());
   }
+  const std::string of_norm = " of the 128 of \"" + norm + "\" [128]";
   absl::StatusOr<std::unique_ptr<Trainer>> partial = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(partial.ok());
-  const std::string not_once = "its parts do not hold each of the 128 elements of \"" + norm +
-                               "\" [128] asked for exactly once (64 are";
-  EXPECT_THAT(std::string(partial.status().message()), HasSubstr(not_once));
+  EXPECT_THAT(std::string(partial.status().message()),
+              HasSubstr("no part holds elements [64, 128)" + of_norm));
 
   // A second part holding the same half again: as many elements as the tensor has, but one half
   // twice and the other not at all.
@@ -266,11 +271,21 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   const fs::path first_of_two = checkpoint / "part_0_of_2.safetensors";
   const fs::path second_of_two = checkpoint / "part_1_of_2.safetensors";
   fs::rename(part, first_of_two);
-  ASSERT_TRUE(io::WriteSafetensors(second_of_two.string(), half_norm, half_norm_metadata).ok());
+  ASSERT_TRUE(io::WriteSafetensors(second_of_two.string(), first_half, first_half_region).ok());
   set_parts(1, 2);
   absl::StatusOr<std::unique_ptr<Trainer>> twice = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(twice.ok());
-  EXPECT_THAT(std::string(twice.status().message()), HasSubstr(not_once));
+  EXPECT_THAT(std::string(twice.status().message()),
+              HasSubstr("its parts hold elements [0, 64)" + of_norm + " more than once"));
+
+  // The whole tensor, and its second half again in another part (every element held, some twice).
+  fs::copy_file(whole_part, first_of_two, fs::copy_options::overwrite_existing);
+  ASSERT_TRUE(io::WriteSafetensors(second_of_two.string(), second_half, second_half_region).ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> duplicated = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(duplicated.ok());
+  EXPECT_THAT(std::string(duplicated.status().message()),
+              HasSubstr("its parts hold elements [64, 128)" + of_norm + " more than once"));
+  fs::remove(whole_part);
 
   // A part file missing (the index counts two).
   fs::remove(second_of_two);

@@ -141,6 +141,9 @@ TEST(TensorRegion, TextFormRoundTripsAndDamageIsAClearError) {
       {"4x4/0/0+2/0+9", "the elements end past its slice"},
       {"4x4/0/0-2/0+8", "\"0-2\" is not begin+count"},
       {"4000000000x4000000000x4000000000/-1/0+0/0+1", "its shape has too many elements"},
+      {"0x4000000000x4000000000x4000000000/-1/0+0/0+0", "its shape has too many elements"},
+      {"4x4/0/1+9223372036854775807/0+0", "the slice ends past its axis"},
+      {"4x4/0/0+4/1+9223372036854775807", "the elements end past its slice"},
   };
   // An empty axis is a valid (empty) region, not a division by zero.
   decoded = TensorRegion::Decode("4x0/1/0+0/0+0");

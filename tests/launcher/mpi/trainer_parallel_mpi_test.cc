@@ -360,6 +360,22 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   ExpectSlicesOf((*alone)->model(), (*whole)->model(), testing::kF32RelTol);
   std::filesystem::remove_all(own);
 
+  // Ranks that see different newest checkpoints (a shared filesystem showing a save late) all
+  // refuse to resume: rank 0 sees the checkpoints of step1, the others an empty directory.
+  const std::string seen = rank == 0 ? step1 : absl::StrCat(dir, "_empty_rank", rank);
+  if (rank != 0) std::filesystem::create_directories(seen);
+  absl::StatusOr<std::unique_ptr<Trainer>> split_view =
+      Trainer::Create(SmallJob(layout, {"checkpoint.dir=\"" + seen + "\""}));
+  ASSERT_EQ(split_view.ok(), WorldSize() == 1);
+  if (WorldSize() > 1) {
+    EXPECT_NE(std::string(split_view.status().message())
+                  .find("the ranks see different newest checkpoints in checkpoint.dir=\"" + seen +
+                        "\" (steps -1 to 3; -1: none)"),
+              std::string::npos)
+        << split_view.status();
+  }
+  if (rank != 0) std::filesystem::remove_all(seen);
+
   // kelvin convert (one process, rank 0): the Hugging Face files assembled from every rank's
   // pieces load back, sharded, to the same weights; kelvin eval under the layout scores the
   // checkpoint as the run's last evaluation did.
