@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <vector>
 
@@ -155,6 +156,14 @@ absl::StatusOr<CheckpointReader> OpenJobCheckpoint(const std::string& path,
         "\": give this job its own checkpoint.dir, or set checkpoint.resume=NEVER"));
   }
   return reader;
+}
+
+absl::Status MarkStoppedForPreemption(const std::string& dir, int64_t steps_completed, int signal) {
+  const fs::path path = fs::path(dir) / kStoppedForPreemptionFile;
+  std::ofstream file(path);
+  file << "stopped after step " << steps_completed << " by signal " << signal << "\n";
+  if (!file) return absl::DataLossError(absl::StrCat("cannot write ", path.string()));
+  return absl::OkStatus();
 }
 
 absl::Status PruneCheckpoints(const std::string& dir, int keep_last) {

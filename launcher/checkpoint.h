@@ -92,6 +92,12 @@ absl::StatusOr<CheckpointReader> OpenJobCheckpoint(const std::string& path,
 absl::Status CheckNoOtherTensors(const CheckpointReader& reader,
                                  const std::set<std::string>& job_tensors);
 
+// The file a run that stopped on a preemption signal leaves in checkpoint.dir (one line: the
+// steps completed and the signal), so that a batch script can tell such a stop from a failure
+// whatever exit code srun reports; the script removes it before each run.
+inline constexpr const char* kStoppedForPreemptionFile = "STOPPED_FOR_PREEMPTION";
+absl::Status MarkStoppedForPreemption(const std::string& dir, int64_t steps_completed, int signal);
+
 // Deletes all but the newest `keep_last` complete checkpoints under `dir` (0 keeps all).
 absl::Status PruneCheckpoints(const std::string& dir, int keep_last);
 

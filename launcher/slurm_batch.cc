@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "core/status.h"
+#include "launcher/checkpoint.h"
 #include "launcher/job_config.h"
 
 namespace kelvin::launcher {
@@ -93,11 +94,16 @@ std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths) 
     absl::StrAppend(&s, train, "\n");
     return s;
   }
-  // Exit code 3: the trainer saved a checkpoint and stopped on a signal (the time-limit warning,
-  // or a preemption SLURM requeues by itself): the job goes back in the queue and resumes. Each
-  // run completes at least one step before it looks for a signal, so this cannot loop idle.
-  absl::StrAppend(&s, "status=0\n", train, " || status=$?\n", "if [ \"$status\" -eq 3 ]; then\n",
-                  "  echo \"kelvin: checkpoint saved before the stop; requeueing job "
+  // A run that saved a checkpoint and stopped on a signal (the time-limit warning, or a
+  // preemption SLURM requeues by itself) leaves a marker in checkpoint.dir: the job goes back in
+  // the queue and resumes. The marker, not srun's exit code, decides: with --kill-on-bad-exit the
+  // ranks still exiting may be killed and srun report 137. Each run completes at least one step
+  // before it looks for a signal, so this cannot loop idle.
+  const std::string marker =
+      ShellQuote((fs::path(job.checkpoint().dir()) / kStoppedForPreemptionFile).string());
+  absl::StrAppend(&s, "marker=", marker, "\n", "rm -f \"$marker\"\n", "status=0\n", train,
+                  " || status=$?\n", "if [ -e \"$marker\" ]; then\n",
+                  "  echo \"kelvin: $(cat \"$marker\"), checkpoint saved; requeueing job "
                   "$SLURM_JOB_ID to continue\"\n",
                   "  scontrol requeue \"$SLURM_JOB_ID\"\n", "fi\n", "exit \"$status\"\n");
   return s;

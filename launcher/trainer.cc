@@ -608,6 +608,9 @@ absl::Status Trainer::Run() {
     const int signal = checkpoints && !last ? AgreedPreemptionSignal() : 0;
     if (signal != 0) {
       KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
+      if (grid_ == nullptr || grid_->world_rank() == 0) {
+        KELVIN_RETURN_IF_ERROR(MarkStoppedForPreemption(job_.checkpoint().dir(), step + 1, signal));
+      }
       return absl::CancelledError(
           absl::StrCat("stopped by signal ", signal, " (preemption) after step ", step + 1, " of ",
                        t.steps(), "; the checkpoint is saved: run the same job again to resume"));

@@ -17,6 +17,7 @@
 #include <iterator>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "core/io/safetensors.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
@@ -79,6 +80,11 @@ TEST(Checkpoint, PreemptedAndResumedRunEqualsTheUninterruptedOneBitForBit) {
   EXPECT_EQ(stopped.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(std::string(stopped.message()), HasSubstr("after step 1 of 6"));
   ASSERT_EQ(first->history().size(), 1u);
+  // The marker a batch script requeues on (launcher/slurm_batch.cc).
+  std::ifstream marker(fs::path(dir) / kStoppedForPreemptionFile);
+  std::string line;
+  ASSERT_TRUE(std::getline(marker, line));
+  EXPECT_EQ(line, absl::StrCat("stopped after step 1 by signal ", SIGUSR1));
 
   std::unique_ptr<Trainer> second = CreateOrDie(job);
   ASSERT_NE(second, nullptr);
