@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/copy.h"
 #include "core/io/safetensors.h"
 #include "launcher/checkpoint_format.h"
@@ -107,6 +108,18 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
   KELVIN_RETURN_IF_ERROR(
       parallel::AgreeOnStatus(world, renamed, "renaming checkpoint " + partial.string()));
   return final_path.string();
+}
+
+absl::StatusOr<std::string> CheckpointOfStep(const std::string& dir, int64_t step) {
+  KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
+  const auto found = checkpoints.find(step);
+  if (found != checkpoints.end()) return found->second.string();
+  std::vector<int64_t> steps;
+  for (const auto& [complete, path] : checkpoints) steps.push_back(complete);
+  return absl::NotFoundError(absl::StrCat(
+      "checkpoint.dir=\"", dir, "\" has no complete checkpoint of step ", step, " (it has ",
+      steps.empty() ? std::string("none") : absl::StrCat("steps ", absl::StrJoin(steps, ", ")),
+      ")"));
 }
 
 std::optional<int64_t> CheckpointStepOf(const std::string& path) {

@@ -65,6 +65,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
 
 // The newest complete checkpoint under `dir`, or nullopt when there is none (or no `dir`).
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir);
+// The complete checkpoint of `step` under `dir`; an error listing the steps there when it is not.
+absl::StatusOr<std::string> CheckpointOfStep(const std::string& dir, int64_t step);
 // The steps of a checkpoint directory's path (".../step_00000120" -> 120), else nullopt.
 std::optional<int64_t> CheckpointStepOf(const std::string& path);
 

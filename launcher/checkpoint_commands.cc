@@ -3,6 +3,7 @@
 #include "launcher/checkpoint_commands.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 #include "core/ops/elementwise.h"
 #include "core/status.h"
 #include "launcher/checkpoint.h"
@@ -12,19 +13,26 @@
 namespace kelvin::launcher {
 
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
-                                              const std::string& directory) {
+                                              const std::string& directory,
+                                              const ConvertOptions& options) {
   if (job.checkpoint().dir().empty()) {
     return absl::InvalidArgumentError(
         "kelvin convert reads the job's checkpoints: set checkpoint.dir");
   }
-  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest,
-                          LatestCheckpoint(job.checkpoint().dir()));
-  if (!latest.has_value()) {
+  KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
+      << "convert writes f32 or bf16";
+  std::optional<std::string> chosen;
+  if (options.step.has_value()) {
+    KELVIN_ASSIGN_OR_RETURN(chosen, CheckpointOfStep(job.checkpoint().dir(), *options.step));
+  } else {
+    KELVIN_ASSIGN_OR_RETURN(chosen, LatestCheckpoint(job.checkpoint().dir()));
+  }
+  if (!chosen.has_value()) {
     return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(),
                                             "\" holds no complete checkpoint (step_<N> "
                                             "directories): nothing to convert"));
   }
-  KELVIN_ASSIGN_OR_RETURN(const CheckpointReader reader, OpenJobCheckpoint(*latest, job.name()));
+  KELVIN_ASSIGN_OR_RETURN(const CheckpointReader reader, OpenJobCheckpoint(*chosen, job.name()));
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
   KELVIN_RETURN_IF_ERROR(CheckNoOtherTensors(reader, CheckpointTensorNames(arch)));
   std::vector<io::HfTensorSource> tensors;  // the whole model's, in Hugging Face order
@@ -32,15 +40,16 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
        models::StageParameterSpecs(arch, models::StageLayoutOf(arch, 0, 1, 1))) {
     // Every tensor is checked (held whole, exactly once) before any file is written.
     KELVIN_RETURN_IF_ERROR(reader.Check(spec.name, io::TensorRegion::Whole(spec.full_shape)));
+    const DType dtype = options.dtype;
     tensors.push_back(
-        {spec.name, spec.full_shape, DType::kF32, [&reader, spec]() -> absl::StatusOr<Tensor> {
+        {spec.name, spec.full_shape, dtype, [&reader, spec, dtype]() -> absl::StatusOr<Tensor> {
            KELVIN_ASSIGN_OR_RETURN(
                const Tensor master,
                reader.Read(spec.name, io::TensorRegion::Whole(spec.full_shape)));
-           if (master.dtype() == DType::kF32) return master.View(spec.full_shape);
-           Tensor f32 = Tensor::Empty(spec.full_shape, DType::kF32);
-           ops::Cast(Context::Cpu(), master.View(spec.full_shape), f32);
-           return f32;
+           if (master.dtype() == dtype) return master.View(spec.full_shape);
+           Tensor converted = Tensor::Empty(spec.full_shape, dtype);
+           ops::Cast(Context::Cpu(), master.View(spec.full_shape), converted);
+           return converted;
          }});
   }
   KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors));

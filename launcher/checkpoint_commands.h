@@ -5,6 +5,7 @@
 // launcher/checkpoint.h), every rank calling it.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -13,11 +14,18 @@
 
 namespace kelvin::launcher {
 
-// Writes the weights of the newest complete checkpoint of checkpoint.dir (an error naming the
-// field when there is none; the checkpoint must be this job's and of its model) to `directory`
-// as a Hugging Face model (config.json + f32 safetensors). Returns the checkpoint's step.
+struct ConvertOptions {
+  std::optional<int64_t> step;  // the checkpoint of this step; unset: the newest
+  DType dtype = DType::kF32;    // of the written weights: f32 (the masters, exact) or bf16 (RNE)
+};
+
+// Writes the weights of a complete checkpoint of checkpoint.dir (the newest, or options.step's;
+// an error naming the field when there is none; the checkpoint must be this job's and of its
+// model) to `directory` as a Hugging Face model (config.json + safetensors). Returns the
+// checkpoint's step.
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
-                                              const std::string& directory);
+                                              const std::string& directory,
+                                              const ConvertOptions& options = {});
 
 // The model as the job would continue it (restored from checkpoint.dir when that holds a
 // checkpoint and checkpoint.resume allows it, else model.hf_dir or the seed's initialisation) on

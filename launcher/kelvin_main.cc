@@ -41,7 +41,9 @@ constexpr const char* kUsage =
     "  eval    the held-out loss (and passkey retrieval) of the job's model: its latest\n"
     "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation\n"
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
-    "          (one process, no GPU, whatever layout wrote the checkpoint)\n"
+    "          (one process, no GPU, whatever layout wrote the checkpoint); options:\n"
+    "            --step N        the checkpoint of step N instead\n"
+    "            --dtype f32|bf16  of the written weights (default f32: the exact masters)\n"
     "  train and eval run one process, or one rank each under mpirun / srun with the job's\n"
     "  layout (checkpoints resume under any layout)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n"
@@ -52,10 +54,11 @@ constexpr const char* kUsage =
 struct Arguments {
   std::string command, job_path;
   std::vector<std::string> overrides;
-  int processes = 0;    // plan --processes (0: from launch.*)
-  std::string device;   // plan --device: "", "cpu" or "cuda"
-  bool submit = false;  // launch --submit
-  std::string out;      // convert --out
+  int processes = 0;                         // plan --processes (0: from launch.*)
+  std::string device;                        // plan --device: "", "cpu" or "cuda"
+  bool submit = false;                       // launch --submit
+  std::string out;                           // convert --out
+  kelvin::launcher::ConvertOptions convert;  // convert --step, --dtype
 };
 
 int Usage(const std::string& problem) {
@@ -94,8 +97,9 @@ int Eval(const kelvin::config::JobConfig& job) {
   return 0;
 }
 
-int Convert(const kelvin::config::JobConfig& job, const std::string& out) {
-  const absl::StatusOr<int64_t> step = kelvin::launcher::ConvertCheckpointToHf(job, out);
+int Convert(const kelvin::config::JobConfig& job, const std::string& out,
+            const kelvin::launcher::ConvertOptions& options) {
+  const absl::StatusOr<int64_t> step = kelvin::launcher::ConvertCheckpointToHf(job, out, options);
   if (!step.ok()) return Fail(step.status());
   KLOG_RANK0(INFO) << "converted the checkpoint of step " << *step << " in "
                    << job.checkpoint().dir() << " to " << out << " (Hugging Face format)";
@@ -113,7 +117,7 @@ int RunUnderLauncher(const Arguments& a) {
         kelvin::launcher::LoadJobConfig(a.job_path, a.overrides);
     if (!job.ok()) return Fail(job.status());
     if (a.command == "train") return Train(*job);
-    return a.command == "eval" ? Eval(*job) : Convert(*job, a.out);
+    return a.command == "eval" ? Eval(*job) : Convert(*job, a.out, a.convert);
   };
   if (launched->world_size == 1) return run();
   // Convert is one process's work: under a launcher, rank 0 does it (the others need no MPI).
@@ -245,6 +249,16 @@ int main(int argc, char** argv) {
       a.submit = true;
     } else if (a.command == "convert" && arg == "--out" && has_value) {
       a.out = args[++i];
+    } else if (a.command == "convert" && arg == "--step" && has_value) {
+      int64_t step = 0;
+      if (!absl::SimpleAtoi(args[++i], &step) || step < 0) {
+        return Usage("--step " + args[i] + ": give a step count >= 0");
+      }
+      a.convert.step = step;
+    } else if (a.command == "convert" && arg == "--dtype" && has_value) {
+      const std::string dtype = args[++i];
+      if (dtype != "f32" && dtype != "bf16") return Usage("--dtype " + dtype + ": use f32 or bf16");
+      a.convert.dtype = dtype == "bf16" ? kelvin::DType::kBF16 : kelvin::DType::kF32;
     } else {
       return Usage("unexpected argument \"" + arg + "\" for " + a.command);
     }

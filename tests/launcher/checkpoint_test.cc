@@ -18,12 +18,14 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/hf_checkpoint.h"
 #include "core/io/safetensors.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -116,7 +118,32 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
   const absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(dir);
   ASSERT_TRUE(latest.ok() && latest->has_value());
   EXPECT_EQ(fs::path(**latest).filename(), "step_00000006");
+
+  // kelvin convert --step 4 --dtype bf16: that checkpoint's weights rounded to bf16 (not the
+  // newest's); a pruned step is an error listing the kept ones.
+  const config::JobConfig job = SmallJob(dir);
+  const std::string hf = CheckpointDir("interval_hf");
+  const absl::StatusOr<int64_t> converted = ConvertCheckpointToHf(job, hf, {4, DType::kBF16});
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(*converted, 4);
+  absl::StatusOr<CheckpointReader> step4 = CheckpointReader::Open(dir + "/step_00000004");
+  absl::StatusOr<io::HfCheckpoint> exported = io::HfCheckpoint::Open(hf);
+  ASSERT_TRUE(step4.ok() && exported.ok());
+  for (const ParameterSet::Entry& e : trainer->model().parameters().entries()) {
+    absl::StatusOr<Tensor> master = step4->Read(e.name, io::TensorRegion::Whole(e.shape));
+    absl::StatusOr<Tensor> written = exported->Read(e.name);
+    ASSERT_TRUE(master.ok() && written.ok()) << e.name;
+    EXPECT_TRUE(testing::BitIdentical(*written, testing::Cast(master->View(e.shape), DType::kBF16),
+                                      e.name));
+  }
+  EXPECT_FALSE(testing::BitIdentical(
+      *exported->Read("model.norm.weight"),
+      testing::Cast(trainer->model().parameters().value("model.norm.weight"), DType::kBF16),
+      "the newest checkpoint's norm"));
+  EXPECT_THAT(std::string(ConvertCheckpointToHf(job, hf, {2, DType::kF32}).status().message()),
+              HasSubstr("has no complete checkpoint of step 2 (it has steps 4, 6)"));
   fs::remove_all(dir);
+  fs::remove_all(hf);
 }
 
 TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
