@@ -42,25 +42,30 @@ std::string WriteCountingCorpus(const std::string& name = "counting", unsigned s
   return path;
 }
 
+std::string DemoJobPath() {
+  return (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
+          "passkey_tiny_cpu.textproto")
+      .string();
+}
+
+// Four quick steps with evaluations after steps 2 and 4.
+const std::vector<std::string> kShortRun = {"training.steps=4",
+                                            "training.seq_length=64",
+                                            "training.micro_batch_size=2",
+                                            "training.global_batch_size=4",
+                                            "training.eval_interval=2",
+                                            "training.eval_steps=2",
+                                            "training.export_hf_dir=\"\"",
+                                            "lr_schedule.warmup_steps=1",
+                                            "logging.log_interval=100"};
+
 absl::StatusOr<config::JobConfig> CorpusJob(const std::vector<std::string>& extra) {
-  const std::string demo = (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() /
-                            "configs" / "passkey_tiny_cpu.textproto")
-                               .string();
   std::vector<std::string> overrides = {"data.token_file.path=\"" + WriteCountingCorpus() + "\"",
                                         "data.token_file.document_separator_token=0",
-                                        "data.document_masking=true",
-                                        "data.eval_fraction=0.05",
-                                        "training.steps=4",
-                                        "training.seq_length=64",
-                                        "training.micro_batch_size=2",
-                                        "training.global_batch_size=4",
-                                        "training.eval_interval=2",
-                                        "training.eval_steps=2",
-                                        "training.export_hf_dir=\"\"",
-                                        "lr_schedule.warmup_steps=1",
-                                        "logging.log_interval=100"};
+                                        "data.document_masking=true", "data.eval_fraction=0.05"};
+  overrides.insert(overrides.end(), kShortRun.begin(), kShortRun.end());
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return LoadJobConfig(demo, overrides);
+  return LoadJobConfig(DemoJobPath(), overrides);
 }
 
 TEST(CorpusTraining, HeldOutPartIsEvaluatedTheSameWayEveryTime) {
@@ -104,10 +109,7 @@ TEST(CorpusTraining, AFractionLeavingLessThanARowIsAClearError) {
 // The demo job with `data` as its data section, written to a file and loaded with `overrides`.
 absl::StatusOr<config::JobConfig> JobWithData(const std::string& data,
                                               const std::vector<std::string>& overrides) {
-  const std::string demo = (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() /
-                            "configs" / "passkey_tiny_cpu.textproto")
-                               .string();
-  std::ifstream in(demo);
+  std::ifstream in(DemoJobPath());
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string passkey = "data {\n  passkey {}\n}";
   EXPECT_NE(text.find(passkey), std::string::npos);
@@ -124,16 +126,6 @@ std::string BlendOf(const std::string& a, const std::string& b, double weight_b)
       "\" document_separator_token: 0 } weight: ", weight_b,
       " }\n  }\n  document_masking: true\n  eval_fraction: 0.05\n}");
 }
-
-const std::vector<std::string> kShortRun = {"training.steps=4",
-                                            "training.seq_length=64",
-                                            "training.micro_batch_size=2",
-                                            "training.global_batch_size=4",
-                                            "training.eval_interval=2",
-                                            "training.eval_steps=2",
-                                            "training.export_hf_dir=\"\"",
-                                            "lr_schedule.warmup_steps=1",
-                                            "logging.log_interval=100"};
 
 TEST(CorpusTraining, ABlendOfTwoCorporaTrainsAndEvaluates) {
   const std::string data =
