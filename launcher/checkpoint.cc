@@ -78,9 +78,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps
   // Each stage agrees on its outcome before the next, so a rank that fails does not leave the
   // others waiting, and the directory is renamed only when every part is written.
   absl::Status created = absl::OkStatus();
-  if (rank == 0)
+  if (rank == 0) {
     created = CreatePartialDirectory(partial, {job_name, state.layout, steps_completed,
                                                state.optimizer_steps, parts, state.data_order});
+  }
   KELVIN_RETURN_IF_ERROR(
       parallel::AgreeOnStatus(world, created, "creating checkpoint " + partial.string()));
   std::vector<std::pair<std::string, Tensor>> pieces;  // host copies, 1-d

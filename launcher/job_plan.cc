@@ -158,9 +158,7 @@ CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLa
     for (const models::LlamaParameterSpec& spec : models::StageParameterSpecs(arch, stage)) {
       // The last stage's tied embedding is the first stage's copy.
       if (spec.name == models::kEmbeddingName && !stage.holds_embedding_input()) continue;
-      const models::ParameterShard shard = models::ShardOf(arch, tp0, spec.name);
-      const int64_t full = NumElements(spec.full_shape);
-      elements += shard.axis < 0 ? full : full / spec.full_shape[shard.axis] * shard.count;
+      elements += models::RegionOf(models::ShardOf(arch, tp0, spec.name), spec.full_shape).numel();
     }
     const int64_t part = elements * bytes + 2 * elements * bytes / moment_shards;
     if (part > plan.largest_part) {

@@ -276,7 +276,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   std::vector<data::Batch> batches;
   int64_t labelled = 0;
   absl::Status read = absl::OkStatus();
-  for (int64_t m = 0; m < micro_batches_ && read.ok(); ++m) {
+  for (int64_t m = 0; m < micro_batches_; ++m) {
     absl::StatusOr<data::Batch> batch =
         data_.train->BatchAt({step, m, micro_batches_, DataParallelRank(), DataParallelSize()});
     if (!batch.ok()) {

@@ -97,10 +97,7 @@ bool LlamaModel::IsCanonicalCopy(const std::string& name) const {
 }
 
 io::TensorRegion LlamaModel::RegionOf(const std::string& name) const {
-  const Shape& full_shape = full_shapes_.at(name);
-  const ParameterShard& shard = shards_.at(name);
-  if (shard.axis < 0) return io::TensorRegion::Whole(full_shape);
-  return io::TensorRegion::Slice(full_shape, shard.axis, shard.begin, shard.count);
+  return models::RegionOf(shards_.at(name), full_shapes_.at(name));
 }
 
 void LlamaModel::FinishGradients() {

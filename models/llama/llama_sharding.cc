@@ -54,4 +54,9 @@ ParameterShard ShardOf(const LlamaConfig& c, const LlamaShardLayout& s, const st
   return {};
 }
 
+io::TensorRegion RegionOf(const ParameterShard& shard, const Shape& full_shape) {
+  if (shard.axis < 0) return io::TensorRegion::Whole(full_shape);
+  return io::TensorRegion::Slice(full_shape, shard.axis, shard.begin, shard.count);
+}
+
 }  // namespace kelvin::models

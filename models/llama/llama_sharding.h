@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/io/tensor_region.h"
 #include "models/llama/llama_config.h"
 
 namespace kelvin::models {
@@ -37,5 +38,8 @@ struct ParameterShard {
 // The shard of the parameter named `name` (a Hugging Face name, SSA ones included).
 ParameterShard ShardOf(const LlamaConfig& config, const LlamaShardLayout& layout,
                        const std::string& name);
+
+// Where `shard` sits in its parameter's full tensor of `full_shape`.
+io::TensorRegion RegionOf(const ParameterShard& shard, const Shape& full_shape);
 
 }  // namespace kelvin::models
