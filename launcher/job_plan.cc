@@ -146,7 +146,8 @@ absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& lay
 CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLayout& layout) {
   const parallel::GridSpec& g = layout.spec;
   const auto bytes = static_cast<int64_t>(DTypeSize(AccumDType(layout.dtype)));
-  const int64_t moment_shards =
+  // ZeRO-1 splits the masters and moments over the replicas, which write a shard each.
+  const int64_t state_shards =
       layout.distributed_optimizer ? int64_t{g.data_parallel} * g.context_parallel : 1;
   CheckpointBytes plan;
   plan.total = arch.NumParameters() * bytes * 3;  // weights and two moments
@@ -160,7 +161,7 @@ CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLa
       if (spec.name == models::kEmbeddingName && !stage.holds_embedding_input()) continue;
       elements += models::RegionOf(models::ShardOf(arch, tp0, spec.name), spec.full_shape).numel();
     }
-    const int64_t part = elements * bytes + 2 * elements * bytes / moment_shards;
+    const int64_t part = 3 * elements * bytes / state_shards;
     if (part > plan.largest_part) {
       plan.largest_part = part;
       plan.largest_part_stage = pp;

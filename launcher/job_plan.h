@@ -56,8 +56,8 @@ absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& lay
 
 // What one checkpoint of `layout` writes (launcher/checkpoint.h): the whole model's master
 // weights and AdamW moments, each element once, and the largest part (one process's file): tensor
-// rank 0 and data-parallel rank 0 of a pipeline stage, which writes its shards' weights and, with
-// the distributed optimizer, its 1/(DP x CP) of their moments.
+// rank 0 and data-parallel rank 0 of a pipeline stage, which writes its shards' weights and
+// moments, with the distributed optimizer its 1/(DP x CP) of them.
 struct CheckpointBytes {
   int64_t total = 0;
   int64_t largest_part = 0;

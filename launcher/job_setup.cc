@@ -109,7 +109,9 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
                                          job.model().recompute_mlp()};
   auto model = std::make_unique<models::LlamaModel>(
       arch, placement.dtype, parallelism, recompute,
-      models::LlamaPlacement{.ctx = placement.ctx, .gradient_shards = gradient_shards});
+      models::LlamaPlacement{.ctx = placement.ctx,
+                             .separate_master = placement.separate_master,
+                             .gradient_shards = gradient_shards});
   if (job.model().has_hf_dir()) {
     KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
                             io::HfCheckpoint::Open(job.model().hf_dir()));

@@ -20,6 +20,8 @@ ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa);
 struct TrainingPlacement {
   Context ctx = Context::Cpu();
   DType dtype = DType::kF32;  // the model's: f32 on the CPU, bf16 (f32 masters) on CUDA
+  // f32 masters apart from an f32 model too (tests: LlamaPlacement::separate_master).
+  bool separate_master = false;
 };
 // The model's dtype when training on CUDA (`cuda`) or the CPU: model.precision AUTO gives bf16 on
 // CUDA, f32 on the CPU; FP32 on CUDA and BF16 on the CPU are errors naming the fields.

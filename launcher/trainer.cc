@@ -69,13 +69,15 @@ void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& lay
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job,
-                                                         MPI_Comm world) {
+                                                         MPI_Comm world,
+                                                         const TrainerTestOptions& test) {
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
   KELVIN_RETURN_IF_ERROR(CheckSequenceLength(job, arch));
   std::unique_ptr<Trainer> trainer(new Trainer(job, arch));
   // The node's processes pick their GPUs (a collective over `world`, only where CUDA may be used).
   const NodePlace node = MayTrainOnCuda(job) ? NodePlaceOf(world) : NodePlace{};
-  KELVIN_ASSIGN_OR_RETURN(const TrainingPlacement placement, ResolvePlacement(job, node.rank));
+  KELVIN_ASSIGN_OR_RETURN(TrainingPlacement placement, ResolvePlacement(job, node.rank));
+  placement.separate_master = placement.separate_master || test.separate_master;
   trainer->ctx_ = placement.ctx;
   KELVIN_ASSIGN_OR_RETURN(trainer->grid_,
                           BuildProcessGrid(job, arch, world, placement.ctx, node.size));
@@ -154,11 +156,12 @@ absl::Status Trainer::Resume() {
   // A damaged part may fail some ranks only: none goes on to train without the others.
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + *latest));
   const RestoredSteps& restored = *loaded;
-  model_->parameters().SyncModelCopy();
   start_step_ = restored.steps_completed;
   if (distributed_optimizer_ != nullptr) {
+    distributed_optimizer_->RefreshModelFromShards();
     distributed_optimizer_->set_steps_taken(restored.optimizer_steps);
   } else {
+    model_->parameters().SyncModelCopy();
     optimizer_->set_steps_taken(restored.optimizer_steps);
   }
   KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
@@ -210,9 +213,9 @@ TrainingState Trainer::CurrentTrainingState() const {
   const ReplicaPlace place{grid_ ? grid_->dp_cp().rank() : 0, distributed_optimizer_ != nullptr};
   TrainingState state =
       distributed_optimizer_ != nullptr
-          ? TrainingStateOf(*model_, distributed_optimizer_->MomentSpans(),
+          ? TrainingStateOf(*model_, distributed_optimizer_->StateSpans(),
                             distributed_optimizer_->steps_taken(), place, LayoutName())
-          : TrainingStateOf(*model_, optimizer_->MomentSpans(), optimizer_->steps_taken(), place,
+          : TrainingStateOf(*model_, optimizer_->StateSpans(), optimizer_->steps_taken(), place,
                             LayoutName());
   const config::TrainingConfig& t = job_.training();
   state.data_order = {{"data", job_.data().ShortDebugString()},
@@ -370,6 +373,11 @@ models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) con
 int64_t Trainer::OptimizerStateBytes() const {
   return distributed_optimizer_ != nullptr ? distributed_optimizer_->StateBytes()
                                            : optimizer_->StateBytes();
+}
+
+int64_t Trainer::MasterWeightBytes() const {
+  return model_->parameters().WholeMasterBytes() +
+         (distributed_optimizer_ != nullptr ? distributed_optimizer_->MasterShardBytes() : 0);
 }
 
 int Trainer::DataParallelRank() const { return grid_ ? grid_->dp_rank() : 0; }
@@ -628,7 +636,11 @@ absl::Status Trainer::ExportHf(const std::string& directory) {
   // One replica writes: data-parallel rank 0 and, of its context-parallel ranks (each holding the
   // whole replica's weights), rank 0; its tensor and pipeline ranks gather.
   const bool writes = DataParallelRank() == 0 && (grid_ == nullptr || grid_->cp_rank() == 0);
-  return writes ? model_->ExportHf(directory) : absl::OkStatus();
+  // ZeRO-1's sharded masters, whole in the (free) gradient buffers while exported.
+  if (distributed_optimizer_ != nullptr) distributed_optimizer_->GatherMasters();
+  const absl::Status exported = writes ? model_->ExportHf(directory) : absl::OkStatus();
+  if (distributed_optimizer_ != nullptr) distributed_optimizer_->ReleaseMasters();
+  return exported;
 }
 
 }  // namespace kelvin::launcher

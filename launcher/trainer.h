@@ -45,13 +45,21 @@ struct EvalStats {
   double retrieval_accuracy = -1;  // passkey rows with all digits right; -1 when not passkey
 };
 
+struct TrainerTestOptions {
+  // f32 master weights apart from the f32 CPU model, so that the mixed-precision bookkeeping of
+  // bf16 training (ZeRO-1's sharded masters among it) runs without a GPU.
+  bool separate_master = false;
+};
+
 class Trainer {
  public:
   // Resolves the layout, model and data; fails with a clear message on anything this build cannot
   // run. `world`: the processes of the job when MPI is initialised (tests pass MPI_COMM_SELF for
   // a one-process reference run inside an MPI job).
+  // `test`: options only tests set.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const config::JobConfig& job,
-                                                         MPI_Comm world = MPI_COMM_WORLD);
+                                                         MPI_Comm world = MPI_COMM_WORLD,
+                                                         const TrainerTestOptions& test = {});
 
   // Trains to training.steps. A preemption signal (SIGTERM, SIGUSR1) stops every rank after the
   // same step, once its checkpoint is saved: a Cancelled status (on every rank).
@@ -77,6 +85,9 @@ class Trainer {
   int PipelineParallelRank() const { return grid_ ? grid_->pp_rank() : 0; }
   // Bytes of this rank's optimizer state (AdamW moments, or its ZeRO-1 shards).
   int64_t OptimizerStateBytes() const;
+  // Bytes of this rank's f32 master weights kept apart from the model (whole, or its ZeRO-1
+  // shards; 0 when the model's f32 values are the masters).
+  int64_t MasterWeightBytes() const;
 
  private:
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);

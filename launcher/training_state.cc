@@ -24,21 +24,17 @@ std::set<std::string> CheckpointTensorNames(const models::LlamaConfig& config) {
 }
 
 TrainingState TrainingStateOf(const models::LlamaModel& model,
-                              const std::vector<MomentSpan>& moments, int64_t optimizer_steps,
+                              const std::vector<OptimizerSpan>& spans, int64_t optimizer_steps,
                               const ReplicaPlace& place, const std::string& layout) {
   TrainingState state;
   state.layout = layout;
   state.optimizer_steps = optimizer_steps;
   state.job_tensors = CheckpointTensorNames(model.config());
-  const ParameterSet& params = model.parameters();
-  for (const ParameterSet::Entry& e : params.entries()) {
-    state.tensors.push_back({e.name, model.RegionOf(e.name), e.master,
-                             place.replica == 0 && model.IsCanonicalCopy(e.name)});
-  }
-  const bool writes_moments = place.sharded_optimizer || place.replica == 0;
-  for (const MomentSpan& span : moments) {
+  const bool writes = place.sharded_optimizer || place.replica == 0;
+  for (const OptimizerSpan& span : spans) {
     const io::TensorRegion region = model.RegionOf(span.parameter).Elements(span.begin, span.count);
-    const bool written = writes_moments && model.IsCanonicalCopy(span.parameter);
+    const bool written = writes && model.IsCanonicalCopy(span.parameter);
+    state.tensors.push_back({span.parameter, region, span.master, written});
     state.tensors.push_back({MomentName("m", span.parameter), region, span.m, written});
     state.tensors.push_back({MomentName("v", span.parameter), region, span.v, written});
   }

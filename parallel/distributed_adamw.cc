@@ -1,6 +1,6 @@
-// ZeRO-1 on the parameters' device: reduce-scatter of the padded flat gradients, AdamW on the
-// shard of the master weights, all-gather of the master weights through the gradient buffer (then
-// the model copy refreshed).
+// ZeRO-1 on the parameters' device: reduce-scatter of the padded flat gradients, AdamW on this
+// rank's shard of the master weights, all-gather of the master shards through the gradient
+// buffers into every rank's model.
 #include "parallel/distributed_adamw.h"
 
 #include <algorithm>
@@ -15,32 +15,46 @@ DistributedAdamW::DistributedAdamW(ParameterSet& params, const AdamWSettings& se
                                    Communicator& dp)
     : params_(params), settings_(settings), dp_(dp) {
   KELVIN_CHECK(params.allocated()) << "DistributedAdamW needs allocated parameters";
+  KELVIN_CHECK(params.masters_whole())
+      << "DistributedAdamW takes its shard of whole master weights (placed by Allocate)";
+  const Context& ctx = params.context();
   const int64_t ranks = dp.size();
   for (int g = 0; g < kNumParamGroups; ++g) {
-    const Tensor& masters = params.masters(static_cast<ParamGroup>(g));
-    if (!masters.defined()) continue;
+    const auto group = static_cast<ParamGroup>(g);
+    const Tensor& grads = params.grads(group);  // the masters' dtype (AccumDType)
+    if (!grads.defined()) continue;
     GroupShard& s = groups_[g];
-    s.elements = masters.numel();
+    s.elements = grads.numel();
     s.shard = (s.elements + ranks - 1) / ranks;
     s.begin = dp.rank() * s.shard;
     s.count = std::clamp<int64_t>(s.elements - s.begin, 0, s.shard);
-    KELVIN_CHECK(params.padded_grads(static_cast<ParamGroup>(g)).numel() == ranks * s.shard)
+    KELVIN_CHECK(params.padded_grads(group).numel() == ranks * s.shard)
         << "DistributedAdamW over " << ranks
         << " ranks needs ParameterSet::Allocate with gradient_shards " << ranks;
-    // gradients share the masters' dtype (AccumDType)
-    s.grad = Zeros(params.context(), {s.shard}, masters.dtype());
-    s.m = Zeros(params.context(), {s.shard}, masters.dtype());
-    s.v = Zeros(params.context(), {s.shard}, masters.dtype());
+    s.grad = Zeros(ctx, {s.shard}, grads.dtype());
+    s.m = Zeros(ctx, {s.shard}, grads.dtype());
+    s.v = Zeros(ctx, {s.shard}, grads.dtype());
+    if (params.masters_sharded()) {
+      s.master = Zeros(ctx, {s.shard}, grads.dtype());  // zero past `count`
+      if (s.count > 0) {
+        Tensor head = s.master.Slice(0, s.count);
+        CopyTensor(ctx, params.masters(group).Slice(s.begin, s.begin + s.count), head);
+      }
+    } else if (s.count > 0) {
+      s.master = params.masters(group).Slice(s.begin, s.begin + s.count);
+    }
   }
+  if (params.masters_sharded()) params.DropWholeMasters();  // the gradients start from zero
 }
 
-std::vector<MomentSpan> DistributedAdamW::MomentSpans() const {
-  std::vector<MomentSpan> spans;
+std::vector<OptimizerSpan> DistributedAdamW::StateSpans() const {
+  std::vector<OptimizerSpan> spans;
   for (int g = 0; g < kNumParamGroups; ++g) {
     const GroupShard& s = groups_[g];
     if (s.count == 0) continue;  // the shard lies in the padding
-    std::vector<MomentSpan> group = MomentSpansOf(params_, static_cast<ParamGroup>(g), s.begin,
-                                                  s.m.Slice(0, s.count), s.v.Slice(0, s.count));
+    std::vector<OptimizerSpan> group =
+        OptimizerSpansOf(params_, static_cast<ParamGroup>(g), s.begin, s.master.Slice(0, s.count),
+                         s.m.Slice(0, s.count), s.v.Slice(0, s.count));
     spans.insert(spans.end(), group.begin(), group.end());
   }
   return spans;
@@ -54,11 +68,20 @@ int64_t DistributedAdamW::StateBytes() const {
   return bytes;
 }
 
+int64_t DistributedAdamW::MasterShardBytes() const {
+  int64_t bytes = 0;
+  for (const GroupShard& s : groups_) {
+    if (s.elements > 0 && params_.masters_sharded())
+      bytes += static_cast<int64_t>(s.master.nbytes());
+  }
+  return bytes;
+}
+
 void DistributedAdamW::ReduceScatterGradients() {
   for (int g = 0; g < kNumParamGroups; ++g) {
     GroupShard& s = groups_[g];
     if (s.elements == 0) continue;
-    // The tail [E, D*S) is zero: Allocate zeroed it, Step leaves it zero.
+    // The tail [E, D*S) is zero: Allocate zeroed it, the all-gathers leave it zero.
     dp_.ReduceScatter(params_.padded_grads(static_cast<ParamGroup>(g)), s.grad, ReduceOp::kSum);
   }
 }
@@ -87,29 +110,57 @@ void DistributedAdamW::Step(const Context& ctx, double lr) {
   ++steps_;
   for (int g = 0; g < kNumParamGroups; ++g) {
     GroupShard& s = groups_[g];
+    if (s.count == 0) continue;
+    Tensor master = s.master.Slice(0, s.count);
+    Tensor m = s.m.Slice(0, s.count), v = s.v.Slice(0, s.count);
+    Tensor no_model_copy;  // refreshed for the whole group after the all-gather
+    ops::AdamWStep(ctx, master, s.grad.Slice(0, s.count), m, v, no_model_copy,
+                   GroupHyperParams(settings_, static_cast<ParamGroup>(g), lr), steps_);
+  }
+  RefreshModelFromShards();
+}
+
+void DistributedAdamW::RefreshModelFromShards() {
+  if (!params_.masters_sharded()) {
+    AllGatherMasters();  // into the values, which are the masters
+    return;
+  }
+  // The step's gradients are used: their buffers hold the whole masters for the model copy.
+  params_.PlaceWholeMastersInGradients();
+  AllGatherMasters();
+  params_.SyncModelCopy();
+  params_.DropWholeMasters();  // the next step accumulates from zero, over a zero tail
+}
+
+void DistributedAdamW::GatherMasters() {
+  if (!params_.masters_sharded()) return;
+  params_.PlaceWholeMastersInGradients();
+  AllGatherMasters();
+}
+
+void DistributedAdamW::ReleaseMasters() {
+  if (params_.masters_sharded()) params_.DropWholeMasters();
+}
+
+void DistributedAdamW::AllGatherMasters() {
+  const Context& ctx = params_.context();
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    GroupShard& s = groups_[g];
     if (s.elements == 0) continue;
     const auto group = static_cast<ParamGroup>(g);
-    Tensor& masters = params_.masters(group);
-    if (s.count > 0) {
-      Tensor master = masters.Slice(s.begin, s.begin + s.count);
-      Tensor m = s.m.Slice(0, s.count), v = s.v.Slice(0, s.count);
-      Tensor no_model_copy;  // refreshed for the whole group after the all-gather
-      ops::AdamWStep(ctx, master, s.grad.Slice(0, s.count), m, v, no_model_copy,
-                     GroupHyperParams(settings_, group, lr), steps_);
-    }
-    // Every rank's updated shard into everyone's master weights; s.grad (free until the next
-    // reduce-scatter) carries this rank's shard, zero-padded past the group's end.
+    // s.grad carries this rank's shard, zero-padded past the group's end.
     ops::Fill(ctx, s.grad, 0.0);
     if (s.count > 0) {
       Tensor head = s.grad.Slice(0, s.count);
-      CopyTensor(ctx, masters.Slice(s.begin, s.begin + s.count), head);
+      CopyTensor(ctx, s.master.Slice(0, s.count), head);
     }
-    Tensor& gathered = params_.padded_grads(group);  // free: the step's gradients are used
+    Tensor& gathered = params_.padded_grads(group);
     dp_.AllGather(s.grad, gathered);
-    CopyTensor(ctx, gathered.Slice(0, s.elements), masters);
-    ops::Fill(ctx, gathered, 0.0);  // the next step accumulates from zero, over a zero tail
+    if (!params_.masters_sharded()) {
+      CopyTensor(ctx, gathered.Slice(0, s.elements), params_.masters(group));
+      ops::Fill(ctx, gathered, 0.0);  // the next step accumulates from zero, over a zero tail
+    }
   }
-  params_.SyncModelCopy();
 }
 
 }  // namespace kelvin::parallel

@@ -2,13 +2,15 @@
 // group's flat gradient buffer of E elements lies in a zero-padded one of D*S (S = ceil(E / D);
 // ParameterSet::Allocate with gradient_shards D) that is reduce-scattered (summed) in place, so
 // that rank r holds the reduced gradient of its contiguous shard [r*S, min((r+1)*S, E)); AdamW
-// updates only that shard of the master weights, with Adam moments for the shard only (1/D of the
-// optimizer state); the updated shards are all-gathered, through the then free gradient buffer,
-// into every rank's master weights (and a bf16 model copy refreshed from them). No exchange
-// buffer beyond the [S] shard: the gradient memory stays E + S. Unlike Megatron the f32
-// masters stay whole on every rank (sharding them too would save 4 bytes per parameter x
-// (D-1)/D). Equal to AdamWOptimizer after a gradient all-reduce, up to the summation order of the
-// reduction.
+// updates only that shard of the master weights, with Adam moments for the shard only; the updated
+// shards are all-gathered through the then free gradient buffer into every rank's model.
+// With a model copy (bf16 training, or the CPU tests' separate f32 masters) the f32 masters are
+// sharded too: this rank keeps its [S] shard and the model's whole masters exist only while
+// gathered into the gradient buffers (parameter_set.h), which saves 4 bytes per parameter x
+// (D-1)/D. Without one the masters are the model's values, whole on every rank.
+// Per rank: the optimizer state 12 S bytes (masters and moments) or 8 S (moments), the gradients
+// E + S (the padded buffer and the reduced shard). Equal to AdamWOptimizer after a gradient
+// all-reduce, up to the summation order of the reduction.
 #pragma once
 
 #include <functional>
@@ -25,6 +27,8 @@ namespace kelvin::parallel {
 
 class DistributedAdamW {
  public:
+  // Takes this rank's shard of the masters (with sharded masters, from the whole ones the model
+  // initialised or loaded into the gradient buffers, which it then clears for the first step).
   DistributedAdamW(ParameterSet& params, const AdamWSettings& settings, Communicator& dp);
 
   // Sums every rank's accumulated gradients into this rank's shards (the full gradient buffers
@@ -36,15 +40,25 @@ class DistributedAdamW {
   double ShardSumOfSquares(const std::function<bool(const std::string&)>& counts) const;
   // Multiplies the reduced shards by `coefficient` (gradient clipping).
   void ScaleGradients(double coefficient);
-  // AdamW on this rank's shards at learning rate `lr`, then the all-gather of the parameters
-  // through the gradient buffers (left zeroed).
+  // AdamW on this rank's shards at learning rate `lr`, then RefreshModelFromShards (the gradient
+  // buffers left zeroed).
   void Step(const Context& ctx, double lr);
+  // Every rank's shard of the masters into every rank's model (values); after Step and after a
+  // checkpoint restored the shards. Collective over the group, between steps.
+  void RefreshModelFromShards();
+  // Between steps, with sharded masters: every rank's shard gathered into the gradient buffers,
+  // where ParameterSet::master() and MasterOnHost read the whole masters (for an export) until
+  // ReleaseMasters clears them. No-ops when the masters are whole anyway. Collective.
+  void GatherMasters();
+  void ReleaseMasters();
+
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
-  // This rank's optimizer state for checkpoints, as AdamWOptimizer::MomentSpans: the moments of
-  // the parameters' stretches inside its shards.
-  std::vector<MomentSpan> MomentSpans() const;
-  int64_t StateBytes() const;  // of the moments' [S] buffers
+  // This rank's optimizer state for checkpoints, as AdamWOptimizer::StateSpans: the master
+  // weights and moments of the parameters' stretches inside its shards.
+  std::vector<OptimizerSpan> StateSpans() const;
+  int64_t StateBytes() const;        // of the moments' [S] buffers
+  int64_t MasterShardBytes() const;  // of the masters' [S] shards (0 when not sharded)
 
  private:
   struct GroupShard {
@@ -52,9 +66,15 @@ class DistributedAdamW {
     int64_t shard = 0;     // S = ceil(E / D)
     int64_t begin = 0;     // r * S
     int64_t count = 0;     // elements of the shard inside [0, E): min(S, E - begin), >= 0
-    Tensor grad;           // [S] this rank's reduced gradient; in Step its updated masters
+    Tensor grad;           // [S] this rank's reduced gradient; free outside a step
     Tensor m, v;           // [S] Adam moments
+    // [S] its own with sharded masters, else a [count] view of the model's values
+    Tensor master;
   };
+  // Every rank's master shard, through its (free) `grad`, into the group's padded gradient
+  // buffer: with sharded masters there the whole masters (placed by the caller), else copied
+  // into the values and the buffer zeroed.
+  void AllGatherMasters();
 
   ParameterSet& params_;
   AdamWSettings settings_;

@@ -17,6 +17,9 @@ ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup
 AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings)
     : params_(params), settings_(settings) {
   KELVIN_CHECK(params.allocated()) << "AdamWOptimizer needs allocated parameters";
+  KELVIN_CHECK(!params.masters_sharded())
+      << "AdamWOptimizer needs whole master weights: allocate with gradient_shards 1, or step "
+         "with DistributedAdamW";
   for (int g = 0; g < kNumParamGroups; ++g) {
     const Tensor& masters = params.masters(static_cast<ParamGroup>(g));
     if (!masters.defined()) continue;
@@ -36,27 +39,30 @@ void AdamWOptimizer::Step(const Context& ctx, double lr) {
   }
 }
 
-std::vector<MomentSpan> MomentSpansOf(const ParameterSet& params, ParamGroup group, int64_t begin,
-                                      const Tensor& m, const Tensor& v) {
+std::vector<OptimizerSpan> OptimizerSpansOf(const ParameterSet& params, ParamGroup group,
+                                            int64_t begin, const Tensor& master, const Tensor& m,
+                                            const Tensor& v) {
   const int64_t end = begin + m.numel();
-  std::vector<MomentSpan> spans;
+  std::vector<OptimizerSpan> spans;
   for (const ParameterSet::Entry& e : params.entries()) {
     if (e.group != group) continue;
     const int64_t first = std::max(begin, e.offset);
     const int64_t last = std::min(end, e.offset + NumElements(e.shape));
     if (first >= last) continue;
-    spans.push_back({e.name, first - e.offset, last - first, m.Slice(first - begin, last - begin),
-                     v.Slice(first - begin, last - begin)});
+    const int64_t lo = first - begin, hi = last - begin;
+    spans.push_back({e.name, first - e.offset, last - first, master.Slice(lo, hi), m.Slice(lo, hi),
+                     v.Slice(lo, hi)});
   }
   return spans;
 }
 
-std::vector<MomentSpan> AdamWOptimizer::MomentSpans() const {
-  std::vector<MomentSpan> spans;
+std::vector<OptimizerSpan> AdamWOptimizer::StateSpans() const {
+  std::vector<OptimizerSpan> spans;
   for (int g = 0; g < kNumParamGroups; ++g) {
     if (!m_[g].defined()) continue;
-    std::vector<MomentSpan> group =
-        MomentSpansOf(params_, static_cast<ParamGroup>(g), 0, m_[g], v_[g]);
+    const auto group_id = static_cast<ParamGroup>(g);
+    std::vector<OptimizerSpan> group =
+        OptimizerSpansOf(params_, group_id, 0, params_.masters(group_id), m_[g], v_[g]);
     spans.insert(spans.end(), group.begin(), group.end());
   }
   return spans;

@@ -23,18 +23,21 @@ struct AdamWSettings {
 // kDecay only, the learning rate scaled by temperature_lr_scale for kTemperature.
 ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup group, double lr);
 
-// A stretch of one parameter's Adam moments, as checkpoints keep them: the elements
-// [begin, begin + count) of the parameter's (this rank's) tensor in row-major order.
-struct MomentSpan {
+// A stretch of one parameter's optimizer state, as checkpoints keep it: the elements
+// [begin, begin + count) of the parameter's (this rank's) tensor in row-major order, of its master
+// weights and Adam moments.
+struct OptimizerSpan {
   std::string parameter;
   int64_t begin = 0, count = 0;
-  Tensor m, v;  // [count] views of the optimizer's storage: copying into them restores the state
+  // [count] views of the optimizer's storage: copying into them restores the state.
+  Tensor master, m, v;
 };
 
-// The spans of `group`'s parameters that the moments m, v [n] hold, when they are the elements
-// [begin, begin + n) of the group's flat buffer (the whole buffer, or ZeRO-1's shard of it).
-std::vector<MomentSpan> MomentSpansOf(const ParameterSet& params, ParamGroup group, int64_t begin,
-                                      const Tensor& m, const Tensor& v);
+// The spans of `group`'s parameters that master, m, v [n] hold, when they are the elements
+// [begin, begin + n) of the group's flat buffers (the whole buffers, or ZeRO-1's shard of them).
+std::vector<OptimizerSpan> OptimizerSpansOf(const ParameterSet& params, ParamGroup group,
+                                            int64_t begin, const Tensor& master, const Tensor& m,
+                                            const Tensor& v);
 
 class AdamWOptimizer {
  public:
@@ -43,9 +46,9 @@ class AdamWOptimizer {
   void Step(const Context& ctx, double lr);
   int64_t steps_taken() const { return steps_; }
 
-  // The optimizer state for checkpoints: every parameter's moments (the master weights' dtype
-  // and device).
-  std::vector<MomentSpan> MomentSpans() const;
+  // The optimizer state for checkpoints: every parameter's master weights and moments (the master
+  // weights' dtype and device).
+  std::vector<OptimizerSpan> StateSpans() const;
   int64_t StateBytes() const;  // of the moments' buffers
   void set_steps_taken(int64_t steps) { steps_ = steps; }
 

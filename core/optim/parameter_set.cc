@@ -7,6 +7,13 @@
 #include "core/ops/elementwise.h"
 
 namespace kelvin {
+namespace {
+
+constexpr const char* kShardedMastersHint =
+    " are sharded over the data-parallel ranks (ZeRO-1): DistributedAdamW::GatherMasters places "
+    "them whole in the gradient buffers between steps";
+
+}  // namespace
 
 void ParameterSet::Declare(const std::string& name, const Shape& shape, ParamGroup group) {
   KELVIN_CHECK(!allocated_) << "parameter " << name << " declared after Allocate";
@@ -23,24 +30,56 @@ void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_maste
   KELVIN_CHECK(!allocated_) << "ParameterSet allocated twice";
   ctx_ = ctx;
   separate_master_ = separate_master || dtype == DType::kBF16;
+  masters_sharded_ = separate_master_ && gradient_shards > 1;
   const DType accum = AccumDType(dtype);
   for (int g = 0; g < kNumParamGroups; ++g) {
     if (group_elements_[g] == 0) continue;
     values_[g] = Zeros(ctx, {group_elements_[g]}, dtype);
-    masters_[g] = separate_master_ ? Zeros(ctx, {group_elements_[g]}, accum) : values_[g];
     const int64_t padded =
         (group_elements_[g] + gradient_shards - 1) / gradient_shards * gradient_shards;
     padded_grads_[g] = Zeros(ctx, {padded}, accum);
     grads_[g] = padded_grads_[g].Slice(0, group_elements_[g]);
+    if (!masters_sharded_) {
+      masters_[g] = separate_master_ ? Zeros(ctx, {group_elements_[g]}, accum) : values_[g];
+    }
   }
   for (Entry& e : entries_) {
     const int g = static_cast<int>(e.group);
     const int64_t n = kelvin::NumElements(e.shape);
     e.value = values_[g].Slice(e.offset, e.offset + n).View(e.shape);
-    e.master = masters_[g].Slice(e.offset, e.offset + n).View(e.shape);
     e.grad = grads_[g].Slice(e.offset, e.offset + n).View(e.shape);
   }
   allocated_ = true;
+  if (masters_sharded_) {
+    PlaceWholeMastersInGradients();  // for the model to initialise or load
+  } else {
+    ViewMasters();
+  }
+}
+
+void ParameterSet::ViewMasters() {
+  for (Entry& e : entries_) {
+    const Tensor& masters = masters_[static_cast<int>(e.group)];
+    e.master = masters.defined()
+                   ? masters.Slice(e.offset, e.offset + kelvin::NumElements(e.shape)).View(e.shape)
+                   : Tensor();
+  }
+}
+
+void ParameterSet::PlaceWholeMastersInGradients() {
+  KELVIN_CHECK(masters_sharded_ && !masters_in_gradients_)
+      << "PlaceWholeMastersInGradients needs sharded masters that are not placed yet";
+  for (int g = 0; g < kNumParamGroups; ++g) masters_[g] = grads_[g];
+  masters_in_gradients_ = true;
+  ViewMasters();
+}
+
+void ParameterSet::DropWholeMasters() {
+  KELVIN_CHECK(masters_in_gradients_) << "DropWholeMasters without whole masters in the gradients";
+  for (Tensor& m : masters_) m = Tensor();
+  masters_in_gradients_ = false;
+  ViewMasters();
+  ZeroGrads();
 }
 
 const ParameterSet::Entry& ParameterSet::Get(const std::string& name) const {
@@ -56,6 +95,7 @@ Tensor& ParameterSet::value(const std::string& name) {
 
 Tensor& ParameterSet::master(const std::string& name) {
   KELVIN_CHECK(allocated_) << "parameter " << name << " read before Allocate";
+  KELVIN_CHECK(masters_whole()) << "the master weights of " << name << kShardedMastersHint;
   return entries_[index_.at(Get(name).name)].master;
 }
 
@@ -70,7 +110,19 @@ int64_t ParameterSet::NumElements() const {
   return n;
 }
 
+int64_t ParameterSet::WholeMasterBytes() const {
+  if (!separate_master_ || masters_sharded_) return 0;
+  int64_t bytes = 0;
+  for (const Tensor& m : masters_) {
+    if (m.defined()) bytes += static_cast<int64_t>(m.nbytes());
+  }
+  return bytes;
+}
+
 void ParameterSet::ZeroGrads() {
+  KELVIN_CHECK(!masters_in_gradients_)
+      << "ZeroGrads while the gradient buffers hold the whole master weights: the distributed "
+         "optimizer takes its shard of them (or drops the gathered ones) first";
   for (Tensor& g : grads_) {
     if (g.defined()) Zero(ctx_, g);
   }
@@ -92,12 +144,14 @@ void ParameterSet::Assign(const std::string& name, const Tensor& host) {
 }
 
 Tensor ParameterSet::MasterOnHost(const std::string& name) const {
+  KELVIN_CHECK(masters_whole()) << "the master weights of " << name << kShardedMastersHint;
   const Tensor& master = Get(name).master;
   return master.is_cpu() ? master : CopyToDevice(ctx_, master, Device::Cpu());
 }
 
 void ParameterSet::SyncModelCopy() {
   if (!separate_master_) return;
+  KELVIN_CHECK(masters_whole()) << "SyncModelCopy: the master weights" << kShardedMastersHint;
   for (int g = 0; g < kNumParamGroups; ++g) {
     if (values_[g].defined()) ops::Cast(ctx_, masters_[g], values_[g]);
   }

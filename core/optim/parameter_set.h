@@ -5,6 +5,11 @@
 // Mixed precision (bf16 models): the layers read a bf16 model copy (`value`), the optimizer
 // updates f32 master weights (`master`) and the gradients are f32 (`grad`), as Megatron's and
 // PyTorch AMP's bf16 training keep them. For f32 and f64 models master and value are one tensor.
+// Under ZeRO-1 with a model copy (Allocate with gradient_shards > 1), the masters are sharded too,
+// as Megatron's distributed optimizer keeps them: each data-parallel rank's optimizer holds its
+// shard, and the whole masters exist only while placed in the gradient buffers (free between
+// steps): from Allocate until the optimizer takes its shard (so the model can initialise or load
+// them), and while the optimizer gathers them for an export or to refresh the model copy.
 #pragma once
 
 #include <map>
@@ -28,7 +33,8 @@ class ParameterSet {
     ParamGroup group;
     int64_t offset = 0;  // element offset inside its group's flat buffer
     Tensor value;        // view of values(group), dtype of Allocate: what the layers read
-    Tensor master;       // view of masters(group), AccumDType: what the optimizer updates
+    Tensor master;       // view of masters(group), AccumDType: what the optimizer updates;
+                         // undefined while the masters are sharded (masters_whole() false)
     Tensor grad;         // view of grads(group), AccumDType of the values
   };
 
@@ -38,7 +44,9 @@ class ParameterSet {
   // gets f32 master weights apart from its values; so does any dtype with separate_master (the
   // CPU tests run the mixed-precision bookkeeping with an f32 model this way). `gradient_shards`
   // (ZeRO-1's shard count): each gradient buffer lies in a zero-padded one of a multiple of it,
-  // which the distributed optimizer reduce-scatters and all-gathers in place.
+  // which the distributed optimizer reduce-scatters and all-gathers in place; with a model copy
+  // the masters are then sharded (see the top of this file), placed whole in the gradient buffers
+  // until the optimizer takes its shard.
   void Allocate(const Context& ctx, DType dtype, bool separate_master = false,
                 int64_t gradient_shards = 1);
   void Allocate(DType dtype) { Allocate(Context::Cpu(), dtype); }
@@ -46,6 +54,16 @@ class ParameterSet {
   const Context& context() const { return ctx_; }
   // Whether the values are a model copy of separate master weights.
   bool has_model_copy() const { return separate_master_; }
+  // Whether a distributed optimizer keeps the master weights in shards (ZeRO-1 with a model copy).
+  bool masters_sharded() const { return masters_sharded_; }
+  // Whether the whole master weights are readable: always, unless sharded and not placed in the
+  // gradient buffers. master(), masters(), MasterOnHost, Assign and SyncModelCopy need them.
+  bool masters_whole() const { return !masters_sharded_ || masters_in_gradients_; }
+  // Sharded masters only: the gradient buffers (zero, between steps) become the whole masters'
+  // storage, for the distributed optimizer to gather every rank's shard into...
+  void PlaceWholeMastersInGradients();
+  // ...and back to gradients (zeroed), the masters sharded again.
+  void DropWholeMasters();
 
   const std::vector<Entry>& entries() const { return entries_; }
   bool Contains(const std::string& name) const { return index_.count(name) > 0; }
@@ -54,13 +72,17 @@ class ParameterSet {
   Tensor& master(const std::string& name);
   Tensor& grad(const std::string& name);
 
-  // Flat buffers of one group (undefined tensor when the group is empty).
+  // Flat buffers of one group (undefined tensor when the group is empty; masters also while
+  // sharded).
   Tensor& values(ParamGroup group) { return values_[static_cast<int>(group)]; }
   Tensor& masters(ParamGroup group) { return masters_[static_cast<int>(group)]; }
   Tensor& grads(ParamGroup group) { return grads_[static_cast<int>(group)]; }
   // grads(group) and its zero tail [a multiple of gradient_shards elements].
   Tensor& padded_grads(ParamGroup group) { return padded_grads_[static_cast<int>(group)]; }
   int64_t NumElements() const;
+  // Bytes of the whole master weights kept apart from the values (0 without a model copy, or when
+  // sharded: the distributed optimizer holds the shards).
+  int64_t WholeMasterBytes() const;
   void ZeroGrads();
 
   // Parameter `name` = `host` (a host tensor of its shape, any float dtype), converted into the
@@ -73,6 +95,9 @@ class ParameterSet {
   void SyncModelCopy();
 
  private:
+  // Points the entries' master views at masters_ (undefined views where a group has none).
+  void ViewMasters();
+
   std::vector<Entry> entries_;
   std::map<std::string, size_t> index_;
   int64_t group_elements_[kNumParamGroups] = {};
@@ -82,6 +107,8 @@ class ParameterSet {
   Tensor grads_[kNumParamGroups];    // [group elements] AccumDType, views of padded_grads_
   Tensor padded_grads_[kNumParamGroups];  // [group elements rounded up to gradient_shards]
   bool separate_master_ = false;
+  bool masters_sharded_ = false;
+  bool masters_in_gradients_ = false;  // sharded masters placed whole in the gradient buffers
   bool allocated_ = false;
 };
 

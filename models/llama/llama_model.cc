@@ -555,7 +555,7 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
     };
     temperature_statistics_[LocalLayer(layer)] = ssa::ComputeTemperatureStatistics(
         on_host(a.tau_q), on_host(a.tau_v),
-        params_.Contains(alpha) ? params_.MasterOnHost(alpha) : Tensor());
+        params_.Contains(alpha) ? on_host(params_.value(alpha)) : Tensor());  // as used here
   }
   Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), proj_);
   ops::Add(ctx, a.x, ReduceTokens(proj_), a.x_mid);

@@ -62,18 +62,20 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   MemoryPlan plan;
   plan.parameters = params * static_cast<int64_t>(DTypeSize(o.parameter_dtype));
   plan.gradients = params * grad;
-  plan.master_weights = o.separate_master ? params * 4 : 0;  // whole on every rank, ZeRO-1 too
   const int64_t replicas = int64_t{o.data_parallel} * o.context_parallel;  // ZeRO-1's shards
   const bool zero = o.distributed_optimizer && replicas > 1;
   if (!zero) {
+    plan.master_weights = o.separate_master ? params * 4 : 0;
     plan.optimizer_state = 2 * params * grad;
   } else {
     // parallel/distributed_adamw.h over D = DP x CP ranks, per group of E elements with
-    // S = ceil(E / D): the moments [S] each; the gradients padded to [D * S] (their zero tail)
-    // and the reduced shard [S], in the master weights' dtype (that of the gradients).
+    // S = ceil(E / D): the moments [S] each and the f32 masters' shard [S] when kept apart; the
+    // gradients padded to [D * S] (their zero tail) and the reduced shard [S], in the master
+    // weights' dtype (that of the gradients).
     for (const int64_t elements : group_elements) {
       if (elements == 0) continue;
       const int64_t s = (elements + replicas - 1) / replicas;
+      if (o.separate_master) plan.master_weights += s * 4;
       plan.optimizer_state += 2 * s * grad;
       plan.gradients += (replicas * s - elements) * grad + s * grad;
     }

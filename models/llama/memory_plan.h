@@ -34,7 +34,7 @@ struct MemoryPlanOptions {
 
 struct MemoryPlan {
   int64_t parameters = 0;       // bytes of the forward's parameter copy
-  int64_t master_weights = 0;   // f32 master copy when separate
+  int64_t master_weights = 0;   // f32 master copy when separate (ZeRO-1: this rank's shard)
   int64_t gradients = 0;        // f32 (AccumDType) gradients (ZeRO-1: and the exchange buffers)
   int64_t optimizer_state = 0;  // AdamW m and v (ZeRO-1: of this rank's shards)
   int64_t activations_per_layer = 0;  // kept for backward, one decoder layer, one micro-batch

@@ -65,10 +65,40 @@ TEST(MasterWeights, Bf16ModelCopyFollowsF32Masters) {
     EXPECT_TRUE(testing::BitIdentical(mixed.MasterOnHost(name), plain.value(name), name));
   }
   // The state lives with the masters: f32.
-  for (const MomentSpan& span : mixed_adam.MomentSpans()) {
+  for (const OptimizerSpan& span : mixed_adam.StateSpans()) {
+    EXPECT_EQ(span.master.dtype(), DType::kF32) << span.parameter;
     EXPECT_EQ(span.m.dtype(), DType::kF32) << span.parameter;
     EXPECT_EQ(span.v.dtype(), DType::kF32) << span.parameter;
   }
+}
+
+// ZeRO-1 beside a model copy: the whole masters exist only while placed in the gradient buffers
+// (for the model to load them, for an export), and reading them otherwise is a clear error.
+TEST(MasterWeights, ShardedMastersAreWholeOnlyInTheGradientBuffers) {
+  ParameterSet set;
+  set.Declare("w", {3, 5}, ParamGroup::kDecay);
+  set.Allocate(Context::Cpu(), DType::kF32, /*separate_master=*/true, /*gradient_shards=*/2);
+  ASSERT_TRUE(set.masters_sharded());
+  ASSERT_TRUE(set.masters_whole());  // placed for loading
+  EXPECT_EQ(set.master("w").raw_data(), set.grad("w").raw_data());
+  const Tensor init = testing::Random({3, 5}, DType::kF32, 3);
+  set.Assign("w", init);
+  EXPECT_TRUE(testing::BitIdentical(set.value("w"), init, "model copy of the loaded masters"));
+  EXPECT_EQ(set.WholeMasterBytes(), 0);  // the shards are the optimizer's
+  EXPECT_DEATH(set.ZeroGrads(), "ZeroGrads while the gradient buffers hold the whole master");
+
+  set.DropWholeMasters();
+  EXPECT_FALSE(set.masters_whole());
+  EXPECT_TRUE(testing::BitIdentical(set.grad("w"), Tensor::ZerosCpu({3, 5}, DType::kF32), "grads"));
+  EXPECT_FALSE(set.Get("w").master.defined());
+  EXPECT_DEATH(set.master("w"), "are sharded over the data-parallel ranks \\(ZeRO-1\\)");
+  EXPECT_DEATH(set.MasterOnHost("w"), "DistributedAdamW::GatherMasters places them whole");
+  EXPECT_DEATH(AdamWOptimizer(set, {}), "AdamWOptimizer needs whole master weights");
+  set.ZeroGrads();  // gradients again
+
+  set.PlaceWholeMastersInGradients();
+  EXPECT_TRUE(set.masters_whole());
+  EXPECT_EQ(set.master("w").raw_data(), set.grad("w").raw_data());
 }
 
 // Two steps of forward, backward and AdamW on `model` from random weights with SSA.

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/hf_checkpoint.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/checkpoint_format.h"
 #include "launcher/job_config.h"
@@ -53,6 +54,9 @@ struct Layout {
   const char* device = "CPU";
   int cp = 1;         // context parallel
   bool tied = false;  // tied input and output embeddings
+  // f32 master weights apart from the f32 model, as bf16 training keeps them (with ZeRO-1:
+  // sharded over the data-parallel ranks)
+  bool separate_master = false;
 
   int world() const { return tp * dp * pp * cp; }
 };
@@ -118,18 +122,29 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
   return job.value_or(config::JobConfig());
 }
 
+// The trainer of `layout`'s job (with `extra` overrides) over `world`.
+absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const Layout& layout,
+                                                       std::vector<std::string> extra = {},
+                                                       MPI_Comm world = MPI_COMM_WORLD) {
+  return Trainer::Create(SmallJob(layout, std::move(extra)), world,
+                         {.separate_master = layout.separate_master});
+}
+
 struct Tolerances {
   double loss, grad_norm, parameters;  // relative
 };
 
 // Each of `model`'s master weights is its slice of the one-process `whole` model's within `tol`.
+// Sharded masters (ZeRO-1 beside a model copy) are not whole on any rank: their f32 CPU model copy
+// is, the masters exactly.
 void ExpectSlicesOf(models::LlamaModel& whole, models::LlamaModel& model, double tol) {
-  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+  const ParameterSet& params = model.parameters();
+  for (const ParameterSet::Entry& e : params.entries()) {
     const models::ParameterShard shard = models::ShardOf(model.config(), model.layout(), e.name);
     const Tensor expected_slice =
         testing::SliceAlong(whole.parameters().value(e.name), shard.axis, shard.begin, shard.count);
-    EXPECT_TRUE(
-        testing::AllClose(model.parameters().MasterOnHost(e.name), expected_slice, tol, e.name));
+    const Tensor masters = params.masters_whole() ? params.MasterOnHost(e.name) : e.value;
+    EXPECT_TRUE(testing::AllClose(masters, expected_slice, tol, e.name));
   }
 }
 
@@ -153,11 +168,10 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol) 
   Layout one{"one", 1, 1, false};
   one.layers = layout.layers;
   one.hidden = layout.hidden;
-  absl::StatusOr<std::unique_ptr<Trainer>> reference =
-      Trainer::Create(SmallJob(one), MPI_COMM_SELF);
+  absl::StatusOr<std::unique_ptr<Trainer>> reference = CreateTrainer(one, {}, MPI_COMM_SELF);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->Run().ok());
-  absl::StatusOr<std::unique_ptr<Trainer>> parallel = Trainer::Create(SmallJob(layout));
+  absl::StatusOr<std::unique_ptr<Trainer>> parallel = CreateTrainer(layout);
   ASSERT_TRUE(parallel.ok()) << parallel.status();
   ASSERT_TRUE((*parallel)->Run().ok());
   models::LlamaModel& model = (*parallel)->model();
@@ -186,6 +200,10 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol) 
   EXPECT_EQ(plan.parameters,
             model.parameters().NumElements() * static_cast<int64_t>(DTypeSize(model.dtype())));
   EXPECT_EQ(plan.optimizer_state, (*parallel)->OptimizerStateBytes());
+  EXPECT_EQ(plan.master_weights, (*parallel)->MasterWeightBytes());
+  if (layout.separate_master) {
+    EXPECT_GT(plan.master_weights, 0);
+  }
   int64_t gradient_bytes = 0;  // the padded gradient buffers, and ZeRO-1's reduced shards [S]
   for (int g = 0; g < kNumParamGroups; ++g) {
     const Tensor& padded = model.parameters().padded_grads(static_cast<ParamGroup>(g));
@@ -213,23 +231,24 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
 // stages and data parallelism too.
 Layout CheckpointLayout() {
   if (WorldSize() == 2) return Layout{"TP2_SP", 2, 1, true};
-  if (WorldSize() == 4) {  // ZeRO-1 over the context-parallel ranks
-    return Layout{.name = "TP2_SPxCP2_ZeRO1",
+  if (WorldSize() == 4) {  // ZeRO-1 over the context-parallel ranks, the f32 masters sharded
+    return Layout{.name = "TP2_SPxCP2_ZeRO1_separate_masters",
                   .tp = 2,
                   .dp = 1,
                   .sequence_parallel = true,
                   .distributed_optimizer = true,
-                  .cp = 2};
+                  .cp = 2,
+                  .separate_master = true};
   }
   return Layout{"TP2_SPxPP2xDP2_ZeRO1", 2, 2, true, true, 2};
 }
 
 // The same layout under two schedules: identical losses, gradient norms and parameters.
 void ExpectBitIdenticalRuns(const Layout& a, const Layout& b) {
-  absl::StatusOr<std::unique_ptr<Trainer>> first = Trainer::Create(SmallJob(a));
+  absl::StatusOr<std::unique_ptr<Trainer>> first = CreateTrainer(a);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE((*first)->Run().ok());
-  absl::StatusOr<std::unique_ptr<Trainer>> second = Trainer::Create(SmallJob(b));
+  absl::StatusOr<std::unique_ptr<Trainer>> second = CreateTrainer(b);
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_TRUE((*second)->Run().ok());
   ASSERT_EQ((*first)->history().size(), (*second)->history().size());
@@ -285,10 +304,32 @@ void ExpectPlannedCheckpointSize(const config::JobConfig& job, const models::Lla
   EXPECT_LE(largest, planned.largest_part + planned.largest_part / 100 + kHeader);
 }
 
+// The Hugging Face directories `a` and `b` hold the same tensors with the same values.
+void ExpectSameTensors(const std::string& a, const std::string& b) {
+  const absl::StatusOr<io::HfCheckpoint> first = io::HfCheckpoint::Open(a);
+  const absl::StatusOr<io::HfCheckpoint> second = io::HfCheckpoint::Open(b);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(first->TensorNames(), second->TensorNames());
+  for (const std::string& name : first->TensorNames()) {
+    const absl::StatusOr<Tensor> x = first->Read(name, DType::kF32);
+    const absl::StatusOr<Tensor> y = second->Read(name, DType::kF32);
+    ASSERT_TRUE(x.ok() && y.ok()) << name;
+    EXPECT_TRUE(testing::BitIdentical(*x, *y, name));
+  }
+}
+
 // Another layout of this world size that resumes CheckpointLayout's checkpoints: other tensor,
 // pipeline and data-parallel splits, ZeRO-1 shards of another size, replicated KV heads (TP4).
 Layout ReshardedLayout() {
-  if (WorldSize() == 2) return Layout{"DP2_ZeRO1", 1, 2, false, true};
+  if (WorldSize() == 2) {  // the f32 masters restored into their shards
+    return Layout{.name = "DP2_ZeRO1_separate_masters",
+                  .tp = 1,
+                  .dp = 2,
+                  .sequence_parallel = false,
+                  .distributed_optimizer = true,
+                  .separate_master = true};
+  }
   if (WorldSize() == 4) return Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2};
   return Layout{"TP4xDP2", 4, 2, false};
 }
@@ -297,7 +338,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const Layout layout = CheckpointLayout();
-  absl::StatusOr<std::unique_ptr<Trainer>> whole = Trainer::Create(SmallJob(layout));
+  absl::StatusOr<std::unique_ptr<Trainer>> whole = CreateTrainer(layout);
   ASSERT_TRUE(whole.ok()) << whole.status();
   ASSERT_TRUE((*whole)->Run().ok());
 
@@ -305,7 +346,8 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   if (rank == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   const config::JobConfig job = SmallJob(layout, {"checkpoint.dir=\"" + dir + "\""});
-  absl::StatusOr<std::unique_ptr<Trainer>> first = Trainer::Create(job);
+  absl::StatusOr<std::unique_ptr<Trainer>> first =
+      Trainer::Create(job, MPI_COMM_WORLD, {.separate_master = layout.separate_master});
   ASSERT_TRUE(first.ok()) << first.status();
   InstallPreemptionHandlers();
   if (rank == WorldSize() - 1) std::raise(SIGUSR1);  // the signal reaches one rank only
@@ -329,7 +371,8 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   copy_step1(own);
   MPI_Barrier(MPI_COMM_WORLD);
 
-  absl::StatusOr<std::unique_ptr<Trainer>> second = Trainer::Create(job);
+  absl::StatusOr<std::unique_ptr<Trainer>> second =
+      Trainer::Create(job, MPI_COMM_WORLD, {.separate_master = layout.separate_master});
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ((*second)->start_step(), 1);
   ASSERT_TRUE((*second)->Run().ok());
@@ -347,12 +390,12 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   // tolerance, and the other layout's weights are slices of the one process's.
   const Layout resharded_layout = ReshardedLayout();
   absl::StatusOr<std::unique_ptr<Trainer>> resharded =
-      Trainer::Create(SmallJob(resharded_layout, {"checkpoint.dir=\"" + step1 + "\""}));
+      CreateTrainer(resharded_layout, {"checkpoint.dir=\"" + step1 + "\""});
   ASSERT_TRUE(resharded.ok()) << resharded.status();
   ASSERT_TRUE((*resharded)->Run().ok());
   ExpectContinues(**resharded, **whole, resharded_layout.name);
-  absl::StatusOr<std::unique_ptr<Trainer>> alone = Trainer::Create(
-      SmallJob({"one", 1, 1, false}, {"checkpoint.dir=\"" + own + "\""}), MPI_COMM_SELF);
+  absl::StatusOr<std::unique_ptr<Trainer>> alone =
+      CreateTrainer({"one", 1, 1, false}, {"checkpoint.dir=\"" + own + "\""}, MPI_COMM_SELF);
   ASSERT_TRUE(alone.ok()) << alone.status();
   ASSERT_TRUE((*alone)->Run().ok());
   ExpectContinues(**alone, **whole, "one process");
@@ -365,7 +408,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   const std::string seen = rank == 0 ? step1 : absl::StrCat(dir, "_empty_rank", rank);
   if (rank != 0) std::filesystem::create_directories(seen);
   absl::StatusOr<std::unique_ptr<Trainer>> split_view =
-      Trainer::Create(SmallJob(layout, {"checkpoint.dir=\"" + seen + "\""}));
+      CreateTrainer(layout, {"checkpoint.dir=\"" + seen + "\""});
   ASSERT_EQ(split_view.ok(), WorldSize() == 1);
   if (WorldSize() > 1) {
     EXPECT_NE(std::string(split_view.status().message())
@@ -386,8 +429,14 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
     EXPECT_EQ(converted.value_or(-1), 3);
   }
   MPI_Barrier(MPI_COMM_WORLD);  // the files are written
+  // The trainer's own export of the same step (its masters gathered over the tensor, pipeline and,
+  // when sharded, data-parallel ranks) holds the same tensors, bit for bit.
+  const std::string exported = dir + "_exported";
+  ASSERT_TRUE((*second)->ExportHf(exported).ok());
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) ExpectSameTensors(exported, hf);
   absl::StatusOr<std::unique_ptr<Trainer>> loaded =
-      Trainer::Create(SmallJob(layout, {"model.hf_dir=\"" + hf + "\""}));
+      CreateTrainer(layout, {"model.hf_dir=\"" + hf + "\""});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   for (const ParameterSet::Entry& e : (*second)->model().parameters().entries()) {
     EXPECT_TRUE(
@@ -400,6 +449,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   if (rank == 0) {
     std::filesystem::remove_all(dir);
     std::filesystem::remove_all(hf);
+    std::filesystem::remove_all(exported);
     std::filesystem::remove_all(step1);
   }
 }
@@ -415,8 +465,7 @@ TEST(ParallelCheckpoint, TiedEmbeddingsOverPipelineStagesResumeInOneProcess) {
   pipeline.tied = true;
   Layout one{"one_tied", 1, 1, false};
   one.tied = true;
-  absl::StatusOr<std::unique_ptr<Trainer>> reference =
-      Trainer::Create(SmallJob(one), MPI_COMM_SELF);
+  absl::StatusOr<std::unique_ptr<Trainer>> reference = CreateTrainer(one, {}, MPI_COMM_SELF);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->Run().ok());
   ASSERT_TRUE((*reference)->model().config().tie_word_embeddings);
@@ -424,8 +473,8 @@ TEST(ParallelCheckpoint, TiedEmbeddingsOverPipelineStagesResumeInOneProcess) {
   const std::string dir = ::testing::TempDir() + "/parallel_checkpoint_tied";
   if (rank == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
-  absl::StatusOr<std::unique_ptr<Trainer>> staged = Trainer::Create(
-      SmallJob(pipeline, {"checkpoint.dir=\"" + dir + "\"", "checkpoint.interval_steps=1"}));
+  absl::StatusOr<std::unique_ptr<Trainer>> staged =
+      CreateTrainer(pipeline, {"checkpoint.dir=\"" + dir + "\"", "checkpoint.interval_steps=1"});
   ASSERT_TRUE(staged.ok()) << staged.status();
   ASSERT_TRUE((*staged)->Run().ok());
   const std::string own = absl::StrCat(dir, "_step1_rank", rank);
@@ -434,7 +483,7 @@ TEST(ParallelCheckpoint, TiedEmbeddingsOverPipelineStagesResumeInOneProcess) {
   std::filesystem::copy(dir + "/step_00000001", own + "/step_00000001",
                         std::filesystem::copy_options::recursive);
   absl::StatusOr<std::unique_ptr<Trainer>> alone =
-      Trainer::Create(SmallJob(one, {"checkpoint.dir=\"" + own + "\""}), MPI_COMM_SELF);
+      CreateTrainer(one, {"checkpoint.dir=\"" + own + "\""}, MPI_COMM_SELF);
   ASSERT_TRUE(alone.ok()) << alone.status();
   ASSERT_TRUE((*alone)->Run().ok());
   ExpectContinues(**alone, **reference, "one process after PP2 with tied embeddings");
@@ -468,6 +517,20 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"TP2xPP2", 2, 1, false, false, 2}, Layout{"TP2_SPxPP2", 2, 1, true, false, 2},
         Layout{"TP2_SPxPP2_recompute", 2, 1, true, false, 2, 1, "ONE_F_ONE_B", 4, true},
         Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2}, Layout{"TP2xPP2xDP2", 2, 2, false, false, 2},
+        // ZeRO-1 with f32 masters apart from the model (bf16 training's bookkeeping): the
+        // masters sharded too.
+        Layout{.name = "DP2_ZeRO1_separate_masters",
+               .tp = 1,
+               .dp = 2,
+               .sequence_parallel = false,
+               .distributed_optimizer = true,
+               .separate_master = true},
+        Layout{.name = "TP2xDP2_ZeRO1_separate_masters",
+               .tp = 2,
+               .dp = 2,
+               .sequence_parallel = false,
+               .distributed_optimizer = true,
+               .separate_master = true},
         // Context parallel: each rank 1/CP of every row's tokens, the keys all-gathered.
         Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
         Layout{.name = "CP4", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 4},
