@@ -68,47 +68,83 @@ absl::Status CreatePartialDirectory(const fs::path& partial, const CheckpointInd
 
 }  // namespace
 
-absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
-                                           const std::string& job_name, const TrainingState& state,
-                                           const Context& ctx, parallel::Communicator* world) {
-  const fs::path final_path = fs::path(dir) / StepDirectoryName(steps_completed);
-  const fs::path partial = fs::path(dir) / (StepDirectoryName(steps_completed) + ".partial");
+absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
+    const std::string& dir, int64_t steps_completed, const std::string& job_name,
+    const TrainingState& state, const Context& ctx, parallel::Communicator* world,
+    bool snapshot_host_tensors) {
+  PendingCheckpoint checkpoint;
+  checkpoint.final_path_ = fs::path(dir) / StepDirectoryName(steps_completed);
+  checkpoint.partial_ = fs::path(dir) / (StepDirectoryName(steps_completed) + ".partial");
   const int rank = world == nullptr ? 0 : world->rank();
   const int parts = world == nullptr ? 1 : world->size();
+  checkpoint.rank_ = rank;
+  checkpoint.part_file_ = (checkpoint.partial_ / PartFileName(rank, parts)).string();
   // Each stage agrees on its outcome before the next, so a rank that fails does not leave the
   // others waiting, and the directory is renamed only when every part is written.
   absl::Status created = absl::OkStatus();
   if (rank == 0) {
-    created = CreatePartialDirectory(partial, {job_name, state.layout, steps_completed,
-                                               state.optimizer_steps, parts, state.data_order});
-  }
-  KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(world, created, "creating checkpoint " + partial.string()));
-  std::vector<std::pair<std::string, Tensor>> pieces;  // host copies, 1-d
-  std::map<std::string, std::string> metadata = {{"format", kCheckpointFormat}};
-  for (const CheckpointTensor& t : state.tensors) {
-    if (!t.written) continue;
-    const Tensor host = t.data.is_cpu() ? t.data : CopyToDevice(ctx, t.data, Device::Cpu());
-    pieces.emplace_back(t.name, host.View({-1}));
-    metadata[kRegionKey + t.name] = t.region.Encode();
+    created = CreatePartialDirectory(
+        checkpoint.partial_,
+        {job_name, state.layout, steps_completed, state.optimizer_steps, parts, state.data_order});
   }
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
-      world, io::WriteSafetensors((partial / PartFileName(rank, parts)).string(), pieces, metadata),
-      "writing a part of checkpoint " + partial.string()));
+      world, created, "creating checkpoint " + checkpoint.partial_.string()));
+  checkpoint.metadata_ = {{"format", kCheckpointFormat}};
+  for (const CheckpointTensor& t : state.tensors) {
+    if (!t.written) continue;
+    Tensor host;
+    if (!t.data.is_cpu()) {
+      host = CopyToDevice(ctx, t.data, Device::Cpu());
+    } else if (snapshot_host_tensors) {
+      host = Tensor::Empty(t.data.shape(), t.data.dtype());
+      CopyTensor(Context::Cpu(), t.data, host);
+    } else {
+      host = t.data;
+    }
+    checkpoint.pieces_.emplace_back(t.name, host.View({-1}));
+    checkpoint.metadata_[kRegionKey + t.name] = t.region.Encode();
+  }
+  return checkpoint;
+}
+
+absl::Status PendingCheckpoint::WritePart() const {
+  return io::WriteSafetensors(part_file_, pieces_, metadata_);
+}
+
+int64_t PendingCheckpoint::PartBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, piece] : pieces_) bytes += static_cast<int64_t>(piece.nbytes());
+  return bytes;
+}
+
+absl::StatusOr<std::string> PendingCheckpoint::Commit(const absl::Status& part_written,
+                                                      parallel::Communicator* world) const {
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
+      world, part_written, "writing a part of checkpoint " + partial_.string()));
   absl::Status renamed = absl::OkStatus();
-  if (rank == 0) {
+  if (rank_ == 0) {
     std::error_code error;
-    fs::remove_all(final_path, error);  // an older save of the same step (a rerun)
-    fs::rename(partial, final_path, error);
+    fs::remove_all(final_path_, error);  // an older save of the same step (a rerun)
+    fs::rename(partial_, final_path_, error);
     if (error) {
-      renamed = absl::PermissionDeniedError(absl::StrCat(
-          "cannot rename ", partial.string(), " to ", final_path.string(), ": ", error.message()));
+      renamed =
+          absl::PermissionDeniedError(absl::StrCat("cannot rename ", partial_.string(), " to ",
+                                                   final_path_.string(), ": ", error.message()));
     }
   }
   // Nobody reads the directory before it is renamed.
   KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(world, renamed, "renaming checkpoint " + partial.string()));
-  return final_path.string();
+      parallel::AgreeOnStatus(world, renamed, "renaming checkpoint " + partial_.string()));
+  return final_path_.string();
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
+                                           const std::string& job_name, const TrainingState& state,
+                                           const Context& ctx, parallel::Communicator* world) {
+  KELVIN_ASSIGN_OR_RETURN(const PendingCheckpoint checkpoint,
+                          PendingCheckpoint::Begin(dir, steps_completed, job_name, state, ctx,
+                                                   world, /*snapshot_host_tensors=*/false));
+  return checkpoint.Commit(checkpoint.WritePart(), world);
 }
 
 absl::StatusOr<std::string> CheckpointOfStep(const std::string& dir, int64_t step) {

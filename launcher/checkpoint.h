@@ -21,10 +21,12 @@
 // directory, which resume ignores (and the next save of that step replaces).
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/context.h"
@@ -56,9 +58,38 @@ struct TrainingState {
   std::map<std::string, std::string> data_order;
 };
 
+// A checkpoint being saved, in three stages: Begin (collective) creates step_<N>.partial and takes
+// this rank's pieces to host memory; WritePart writes this rank's part file (no communication:
+// any thread may run it while training goes on); Commit (collective) agrees that every part is
+// written and renames the directory.
+class PendingCheckpoint {
+ public:
+  // The checkpoint of `steps_completed` steps under `dir` (created if missing). Device tensors are
+  // copied to the host; host tensors too with `snapshot_host_tensors` (else the part is written
+  // from the training state itself, which must not change before WritePart).
+  static absl::StatusOr<PendingCheckpoint> Begin(const std::string& dir, int64_t steps_completed,
+                                                 const std::string& job_name,
+                                                 const TrainingState& state, const Context& ctx,
+                                                 parallel::Communicator* world,
+                                                 bool snapshot_host_tensors);
+  absl::Status WritePart() const;
+  // `part_written`: this rank's WritePart outcome. Returns the checkpoint's path.
+  absl::StatusOr<std::string> Commit(const absl::Status& part_written,
+                                     parallel::Communicator* world) const;
+  const std::string& part_file() const { return part_file_; }
+  int64_t PartBytes() const;  // of this rank's pieces
+
+ private:
+  std::filesystem::path final_path_, partial_;
+  std::string part_file_;
+  int rank_ = 0;
+  std::vector<std::pair<std::string, Tensor>> pieces_;  // host, 1-d
+  std::map<std::string, std::string> metadata_;
+};
+
 // Writes the checkpoint of `steps_completed` steps under `dir` (created if missing) and returns
-// its path. Collective over `world` (nullptr: one process): every rank writes its part, rank 0
-// renames the directory once all have.
+// its path: the three stages of PendingCheckpoint in turn. Collective over `world` (nullptr: one
+// process).
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
                                            const std::string& job_name, const TrainingState& state,
                                            const Context& ctx, parallel::Communicator* world);

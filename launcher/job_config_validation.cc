@@ -445,6 +445,9 @@ void CheckCheckpoint(const config::CheckpointConfig& checkpoint, Problems& probl
     problems.Add("checkpoint.interval_steps=", checkpoint.interval_steps(),
                  " needs checkpoint.dir (where to write them)");
   }
+  if (checkpoint.async_save()) {
+    problems.Add("checkpoint.async_save=true needs checkpoint.dir (where to write them)");
+  }
   if (checkpoint.keep_last() > 0) {
     problems.Add("checkpoint.keep_last=", checkpoint.keep_last(), " needs checkpoint.dir");
   }

@@ -226,26 +226,50 @@ TrainingState Trainer::CurrentTrainingState() const {
   return state;
 }
 
-absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed) {
+absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
   const config::CheckpointConfig& c = job_.checkpoint();
-  KELVIN_ASSIGN_OR_RETURN(
-      const std::string path,
-      SaveCheckpoint(c.dir(), steps_completed, job_.name(), CurrentTrainingState(), ctx_,
-                     grid_ ? &grid_->world() : nullptr));
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  if (!c.async_save()) {
+    KELVIN_ASSIGN_OR_RETURN(
+        const std::string path,
+        SaveCheckpoint(c.dir(), steps_completed, job_.name(), CurrentTrainingState(), ctx_, world));
+    return CheckpointSaved(path, "");
+  }
+  if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+  KELVIN_ASSIGN_OR_RETURN(PendingCheckpoint pending,
+                          PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(),
+                                                   CurrentTrainingState(), ctx_, world,
+                                                   /*snapshot_host_tensors=*/true));
+  background_save_.Start(std::move(pending));
+  return wait ? FinishBackgroundSave() : absl::OkStatus();
+}
+
+absl::Status Trainer::FinishBackgroundSave() {
+  KELVIN_ASSIGN_OR_RETURN(const std::string path,
+                          background_save_.Finish(grid_ ? &grid_->world() : nullptr));
+  return CheckpointSaved(path, " (written in the background)");
+}
+
+absl::Status Trainer::CheckpointSaved(const std::string& path, const char* how) {
   if (grid_ == nullptr || grid_->world_rank() == 0) {
+    const config::CheckpointConfig& c = job_.checkpoint();
     KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
   }
-  KLOG_RANK0(INFO) << "saved checkpoint " << path;
+  KLOG_RANK0(INFO) << "saved checkpoint " << path << how;
   return absl::OkStatus();
 }
 
-int Trainer::AgreedPreemptionSignal() {
-  if (grid_ == nullptr) return PreemptionSignal();
-  // Every rank stops after the same step: the signal may reach the ranks at different times.
-  Tensor signal = Tensor::Empty({1}, DType::kI32);
-  signal.data<int32_t>()[0] = PreemptionSignal();
-  grid_->world().AllReduce(signal, parallel::ReduceOp::kMax);
-  return signal.data<int32_t>()[0];
+Trainer::StepAgreement Trainer::AgreeAfterStep() {
+  // Every rank stops after the same step (the signal may reach the ranks at different times) and
+  // commits the background save at the same step.
+  const bool saving = background_save_.in_flight();
+  const int32_t writing = saving && !background_save_.PartFinished() ? 1 : 0;
+  if (grid_ == nullptr) return {PreemptionSignal(), saving && writing == 0};
+  Tensor flags = Tensor::Empty({2}, DType::kI32);  // [signal, a rank still writing]
+  flags.data<int32_t>()[0] = PreemptionSignal();
+  flags.data<int32_t>()[1] = writing;
+  grid_->world().AllReduce(flags, parallel::ReduceOp::kMax);
+  return {flags.data<int32_t>()[0], saving && flags.data<int32_t>()[1] == 0};
 }
 
 Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
@@ -610,12 +634,17 @@ absl::Status Trainer::Run() {
                                : "");
     }
     const int64_t interval = job_.checkpoint().interval_steps();
-    if (checkpoints && (last || (interval > 0 && (step + 1) % interval == 0))) {
-      KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
-    }
-    const int signal = checkpoints && !last ? AgreedPreemptionSignal() : 0;
+    const bool save = checkpoints && (last || (interval > 0 && (step + 1) % interval == 0));
+    if (save) KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1, /*wait=*/last));
+    const StepAgreement agreed = checkpoints && !last ? AgreeAfterStep() : StepAgreement{};
+    if (agreed.background_save_written) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+    const int signal = agreed.preemption_signal;
     if (signal != 0) {
-      KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1));
+      if (!save) {
+        KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1, /*wait=*/true));
+      } else if (background_save_.in_flight()) {  // this step's
+        KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+      }
       if (grid_ == nullptr || grid_->world_rank() == 0) {
         KELVIN_RETURN_IF_ERROR(MarkStoppedForPreemption(job_.checkpoint().dir(), step + 1, signal));
       }

@@ -5,7 +5,8 @@
 // loss normalised by the global batch's labelled tokens, gradients are summed over the data- and
 // context-parallel ranks and clipped by the norm of the full model, the learning rate comes from
 // the schedule, AdamW steps; progress lines, periodic evaluation, checkpoints (resume, every
-// checkpoint.interval_steps, at the end and on a preemption signal), export at the end.
+// checkpoint.interval_steps, at the end and on a preemption signal; with checkpoint.async_save
+// written in the background), export at the end.
 #pragma once
 
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "core/optim/adamw_optimizer.h"
+#include "launcher/async_checkpoint_saver.h"
 #include "launcher/checkpoint.h"
 #include "launcher/data_sources.h"
 #include "launcher/job_setup.h"
@@ -100,11 +102,22 @@ class Trainer {
   // Every rank found the same newest checkpoint (a shared filesystem may show one late): an error
   // on every rank when not. Collective over the world.
   absl::Status CheckSameCheckpointEverywhere(const std::optional<std::string>& latest);
-  absl::Status SaveCheckpointAt(int64_t steps_completed);
+  // Saves the checkpoint of `steps_completed` steps: in turn, or with checkpoint.async_save in the
+  // background (after finishing one in flight), then waited for when `wait`. Collective.
+  absl::Status SaveCheckpointAt(int64_t steps_completed, bool wait);
+  // Commits the background save in flight once this rank's part is written. Collective.
+  absl::Status FinishBackgroundSave();
+  // Prunes old checkpoints (world rank 0) and logs the saved one.
+  absl::Status CheckpointSaved(const std::string& path, const char* how);
   std::string LayoutName() const;  // e.g. "tp2 sp pp2 vp1 dp2 zero1", for checkpoints and logs
   TrainingState CurrentTrainingState() const;  // this rank's, as checkpoints hold it
-  // The preemption signal any rank received (0: none), the same on every rank.
-  int AgreedPreemptionSignal();
+  // What the ranks agree on after a step (one all-reduce): the preemption signal any rank
+  // received (0: none), and whether every rank's part of the background save is written.
+  struct StepAgreement {
+    int preemption_signal = 0;
+    bool background_save_written = false;
+  };
+  StepAgreement AgreeAfterStep();
   int DataParallelRank() const;
   int DataParallelSize() const;
   int ContextParallelSize() const { return grid_ ? grid_->spec().context_parallel : 1; }
@@ -138,6 +151,7 @@ class Trainer {
   int64_t micro_batches_ = 1;                       // per step (gradient accumulation)
   std::unique_ptr<PipelineRunner> pipeline_;        // nullptr without pipeline parallelism
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // on world rank 0 with tensorboard_dir
+  AsyncCheckpointSaver background_save_;            // checkpoint.async_save
   int64_t start_step_ = 0;  // steps already done by the run this one resumes
   std::vector<StepStats> history_;
   std::vector<EvalStats> evaluations_;

@@ -12,11 +12,14 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/io/hf_checkpoint.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/checkpoint_format.h"
@@ -304,6 +307,11 @@ void ExpectPlannedCheckpointSize(const config::JobConfig& job, const models::Lla
   EXPECT_LE(largest, planned.largest_part + planned.largest_part / 100 + kHeader);
 }
 
+std::string FileBytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // The Hugging Face directories `a` and `b` hold the same tensors with the same values.
 void ExpectSameTensors(const std::string& a, const std::string& b) {
   const absl::StatusOr<io::HfCheckpoint> first = io::HfCheckpoint::Open(a);
@@ -452,6 +460,42 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
     std::filesystem::remove_all(exported);
     std::filesystem::remove_all(step1);
   }
+}
+
+// A layout saving every step in the background (checkpoint.async_save: each rank's part written on
+// a thread, committed once every rank's is) writes the same files as saving in turn.
+TEST(ParallelCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const Layout layout = CheckpointLayout();
+  const std::string base = ::testing::TempDir() + "/parallel_async_checkpoint";
+  const std::string dirs[2] = {base + "_in_turn", base + "_background"};
+  for (int async = 0; async < 2; ++async) {
+    if (rank == 0) std::filesystem::remove_all(dirs[async]);
+    MPI_Barrier(MPI_COMM_WORLD);
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+        CreateTrainer(layout, {"checkpoint.dir=\"" + dirs[async] + "\"",
+                               "checkpoint.interval_steps=1", "checkpoint.keep_last=0",
+                               absl::StrCat("checkpoint.async_save=", async ? "true" : "false")});
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_TRUE((*trainer)->Run().ok());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    for (int step = 1; step <= 3; ++step) {
+      const std::string name = absl::StrFormat("step_%08d", step);
+      std::vector<std::string> files = {"checkpoint.json"};
+      for (int r = 0; r < WorldSize(); ++r) files.push_back(PartFileName(r, WorldSize()));
+      for (const std::string& file : files) {
+        const std::filesystem::path a = std::filesystem::path(dirs[0]) / name / file;
+        const std::filesystem::path b = std::filesystem::path(dirs[1]) / name / file;
+        ASSERT_TRUE(std::filesystem::exists(b)) << b;
+        EXPECT_TRUE(FileBytes(a) == FileBytes(b)) << b;
+      }
+    }
+    for (const std::string& dir : dirs) std::filesystem::remove_all(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // Tied embeddings over two pipeline stages: the first stage writes the embedding, the last stage's
