@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/copy.h"
+#include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
 #include "launcher/checkpoint_format.h"
 
@@ -108,7 +109,12 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
 }
 
 absl::Status PendingCheckpoint::WritePart() const {
-  return io::WriteSafetensors(part_file_, pieces_, metadata_);
+  std::map<std::string, std::string> metadata = metadata_;
+  for (const auto& [name, piece] : pieces_) {
+    const std::string_view bytes(static_cast<const char*>(piece.raw_data()), piece.nbytes());
+    metadata[kChecksumKey + name] = FormatChecksum(io::Crc32c(bytes));
+  }
+  return io::WriteSafetensors(part_file_, pieces_, metadata);
 }
 
 int64_t PendingCheckpoint::PartBytes() const {

@@ -7,7 +7,7 @@
 //   part_<r>_of_<N>.safetensors      one per process r: the pieces of the training state it
 //                                    writes, each a 1-d tensor named by its logical tensor, with
 //                                    its region (core/io/tensor_region.h) in the metadata entry
-//                                    "region:<name>".
+//                                    "region:<name>" and its CRC-32C in "crc32c:<name>".
 // The logical tensors are the whole model's, unsharded: every parameter's master weights under its
 // Hugging Face name (f32 for a bf16 model: bit-exact) and its AdamW moments "adamw.m:<name>" and
 // "adamw.v:<name>". Each element is written once (the copies of replicas are not), so every
@@ -72,7 +72,7 @@ class PendingCheckpoint {
                                                  const TrainingState& state, const Context& ctx,
                                                  parallel::Communicator* world,
                                                  bool snapshot_host_tensors);
-  absl::Status WritePart() const;
+  absl::Status WritePart() const;  // with each piece's checksum
   // `part_written`: this rank's WritePart outcome. Returns the checkpoint's path.
   absl::StatusOr<std::string> Commit(const absl::Status& part_written,
                                      parallel::Communicator* world) const;

@@ -1,6 +1,7 @@
-// checkpoint.json and the part file names.
+// checkpoint.json, the part file names and the checksums' text form.
 #include "launcher/checkpoint_format.h"
 
+#include <charconv>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -21,6 +22,16 @@ constexpr const char* kIndexFile = "checkpoint.json";
 
 std::string PartFileName(int rank, int parts) {
   return absl::StrFormat("part_%d_of_%d.safetensors", rank, parts);
+}
+
+std::string FormatChecksum(uint32_t crc) { return absl::StrFormat("%08x", crc); }
+
+std::optional<uint32_t> ParseChecksum(const std::string& text) {
+  if (text.size() != 8) return std::nullopt;
+  uint32_t crc = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), crc, 16);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return crc;
 }
 
 absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) {

@@ -1,11 +1,13 @@
 // The files of one training checkpoint directory (see launcher/checkpoint.h for what they hold):
 // checkpoint.json, the index written by rank 0, and part_<r>_of_<N>.safetensors, one per process,
-// whose metadata entry "region:<name>" places each of its tensors in its logical tensor.
+// whose metadata entry "region:<name>" places each of its tensors in its logical tensor and
+// "crc32c:<name>" holds the CRC-32C of its bytes (8 hex digits), checked before any is used.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -13,9 +15,13 @@
 namespace kelvin::launcher {
 
 inline constexpr const char* kCheckpointFormat = "kelvin-checkpoint-2";
-inline constexpr const char* kRegionKey = "region:";  // + tensor name, in each part's metadata
+inline constexpr const char* kRegionKey = "region:";    // + tensor name, in each part's metadata
+inline constexpr const char* kChecksumKey = "crc32c:";  // + tensor name, in each part's metadata
 
 std::string PartFileName(int rank, int parts);  // "part_<rank>_of_<parts>.safetensors"
+// A checksum as the metadata holds it ("0a1b2c3d"), and its parse (nullopt unless 8 hex digits).
+std::string FormatChecksum(uint32_t crc);
+std::optional<uint32_t> ParseChecksum(const std::string& text);
 
 // What checkpoint.json records.
 struct CheckpointIndex {

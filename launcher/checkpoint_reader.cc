@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/crc32c.h"
 #include "core/status.h"
 
 namespace kelvin::launcher {
@@ -36,7 +37,15 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& path)
             file.path(), ": tensor \"", entry.name, "\" is ", ShapeToString(entry.shape),
             ", its region ", region->ToString(), " needs [", region->numel(), "]"));
       }
-      pieces[entry.name].push_back({parts.size(), *region});
+      const auto checksum = file.metadata().find(kChecksumKey + entry.name);
+      const std::optional<uint32_t> crc =
+          checksum == file.metadata().end() ? std::nullopt : ParseChecksum(checksum->second);
+      if (!crc.has_value()) {
+        return absl::DataLossError(absl::StrCat(file.path(), ": tensor \"", entry.name,
+                                                "\" has no valid \"", kChecksumKey,
+                                                "\" metadata (8 hex digits): a damaged part"));
+      }
+      pieces[entry.name].push_back({parts.size(), *region, *crc});
     }
     parts.push_back(std::move(file));
   }
@@ -70,7 +79,7 @@ absl::StatusOr<std::vector<CheckpointReader::PieceCopy>> CheckpointReader::PlanR
                        ShapeToString(piece.region.full_shape), " but the job's model has ",
                        ShapeToString(region.full_shape), ": the checkpoint is of another model"));
     }
-    PieceCopy copy{piece.part, 0, 0, io::OverlapOf(piece.region, region)};
+    PieceCopy copy{&piece, 0, 0, io::OverlapOf(piece.region, region)};
     if (copy.overlaps.empty()) continue;
     // Only the piece's elements between the first and the last overlap are read.
     copy.first = copy.overlaps.front().from;
@@ -108,6 +117,22 @@ absl::StatusOr<std::vector<CheckpointReader::PieceCopy>> CheckpointReader::PlanR
   return copies;
 }
 
+absl::Status CheckpointReader::Verify(const std::string& name, const Piece& piece) const {
+  if (piece.verified) return absl::OkStatus();
+  const io::SafetensorsFile& file = parts_[piece.part];
+  const uint32_t crc = io::Crc32c(file.Bytes(*file.Find(name)));
+  if (crc != piece.crc32c) {
+    return absl::DataLossError(absl::StrCat(
+        file.path(), ": the bytes of tensor \"", name, "\" ", piece.region.ToString(),
+        " fail their checksum (crc32c ", FormatChecksum(crc), ", written ",
+        FormatChecksum(piece.crc32c),
+        "): the file changed after it was written; remove this checkpoint directory to resume "
+        "from the one before"));
+  }
+  piece.verified = true;
+  return absl::OkStatus();
+}
+
 absl::Status CheckpointReader::Check(const std::string& name,
                                      const io::TensorRegion& region) const {
   return PlanRead(name, region).status();
@@ -120,7 +145,8 @@ absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name,
   if (region.numel() == 0) return Tensor::Empty({0}, dtype.value_or(DType::kF32));
   Tensor data;  // [region.numel()], allocated with the first piece's dtype
   for (const PieceCopy& copy : copies) {
-    const io::SafetensorsFile& file = parts_[copy.part];
+    KELVIN_RETURN_IF_ERROR(Verify(name, *copy.piece));
+    const io::SafetensorsFile& file = parts_[copy.piece->part];
     KELVIN_ASSIGN_OR_RETURN(const Tensor stored, file.ReadSlice(name, 0, copy.first, copy.last));
     if (dtype.has_value() && stored.dtype() != *dtype) {
       return absl::InvalidArgumentError(absl::StrCat(

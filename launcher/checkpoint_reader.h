@@ -1,7 +1,8 @@
 // CheckpointReader: one complete training checkpoint opened for reading any region of its logical
 // tensors (launcher/checkpoint.h), whichever layout wrote it: every part file is mapped and each
 // piece's region decoded and matched against its 1-d data at Open; a read checks that the pieces
-// hold each element of the region exactly once and copies from those that overlap it.
+// hold each element of the region exactly once, checks each piece it touches (whole) against its
+// CRC-32C the first time, and copies from those that overlap it. Reads are not thread-safe.
 #pragma once
 
 #include <map>
@@ -30,8 +31,8 @@ class CheckpointReader {  // movable, not copyable (keeps the part files mapped)
 
   // The elements of logical tensor `name` in `region` (row-major, as the region orders them): a
   // host tensor [region.numel()] in the dtype it was saved in, which must be `dtype` when given.
-  // A tensor of another full shape, another dtype, or elements no piece holds are errors naming
-  // the file and the tensor.
+  // A tensor of another full shape, another dtype, elements no piece holds, or a piece whose bytes
+  // fail their checksum are errors naming the file and the tensor.
   absl::StatusOr<Tensor> Read(const std::string& name, const io::TensorRegion& region,
                               std::optional<DType> dtype = std::nullopt) const;
   // Read's checks that need no data (the tensor, its full shape, every element held once), from
@@ -42,14 +43,18 @@ class CheckpointReader {  // movable, not copyable (keeps the part files mapped)
   struct Piece {
     size_t part = 0;  // index in parts_
     io::TensorRegion region;
+    uint32_t crc32c = 0;            // of its bytes, as written
+    mutable bool verified = false;  // its bytes checked against crc32c (by the first read)
   };
   // What a read copies from one piece: its elements [first, last), to the region's data at the
   // overlaps (whose `from` count from `first`).
   struct PieceCopy {
-    size_t part = 0;
+    const Piece* piece = nullptr;
     int64_t first = 0, last = 0;
     std::vector<io::RegionOverlap> overlaps;
   };
+  // The whole piece's bytes against its checksum, once: an error naming the file and the tensor.
+  absl::Status Verify(const std::string& name, const Piece& piece) const;
   absl::StatusOr<std::vector<PieceCopy>> PlanRead(const std::string& name,
                                                   const io::TensorRegion& region) const;
   CheckpointReader(std::string path, CheckpointIndex index, std::vector<io::SafetensorsFile> parts,

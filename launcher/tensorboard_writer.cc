@@ -3,28 +3,17 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "configs/tensorboard_event.pb.h"
+#include "core/io/crc32c.h"
 #include "core/status.h"
 
 namespace kelvin::launcher {
 namespace {
-
-// The byte-at-a-time table of the reflected CRC-32C polynomial.
-std::array<uint32_t, 256> Crc32cTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1) ? 0x82F63B78u : 0u);
-    table[i] = crc;
-  }
-  return table;
-}
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -38,15 +27,8 @@ std::string LittleEndian(uint64_t value, int bytes) {
 
 }  // namespace
 
-uint32_t Crc32c(std::string_view bytes) {
-  static const std::array<uint32_t, 256> table = Crc32cTable();
-  uint32_t crc = 0xFFFFFFFFu;
-  for (const char c : bytes) crc = table[(crc ^ static_cast<uint8_t>(c)) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
-
 uint32_t MaskedCrc32c(std::string_view bytes) {
-  const uint32_t crc = Crc32c(bytes);
+  const uint32_t crc = io::Crc32c(bytes);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 

@@ -16,8 +16,7 @@
 
 namespace kelvin::launcher {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of `bytes`, and TFRecord's masking of it.
-uint32_t Crc32c(std::string_view bytes);
+// TFRecord's masking of the CRC-32C (core/io/crc32c.h) of `bytes`.
 uint32_t MaskedCrc32c(std::string_view bytes);
 
 class TensorBoardWriter {

@@ -514,6 +514,10 @@ absl::StatusOr<Tensor> SafetensorsFile::Read(std::string_view name, std::optiona
                   /*end=*/1, entry->shape);
 }
 
+std::string_view SafetensorsFile::Bytes(const SafetensorsEntry& entry) const {
+  return {file_.data() + data_offset_ + entry.begin, entry.end - entry.begin};
+}
+
 absl::StatusOr<Tensor> SafetensorsFile::ReadSlice(std::string_view name, int axis, int64_t begin,
                                                   int64_t end, std::optional<DType> as) const {
   const SafetensorsEntry* entry = Find(name);

@@ -39,6 +39,8 @@ class SafetensorsFile {  // movable, not copyable; keeps the mapping alive
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // sorted by name
   const std::map<std::string, std::string>& metadata() const { return metadata_; }  // __metadata__
   const SafetensorsEntry* Find(std::string_view name) const;  // nullptr if absent
+  // The stored bytes of `entry` (one of entries()), as mapped.
+  std::string_view Bytes(const SafetensorsEntry& entry) const;
 
   // A new host tensor with the values of `name`, converted to `as` when given: floats (F16, BF16,
   // F32, F64) to f32/bf16/f64 rounding to nearest-even, integers (BOOL, I8..I64, U8..U64) to

@@ -4,8 +4,8 @@
 // model's checkpoint, a part holding half a tensor (or one half twice, or the whole and a half
 // again), a truncated or missing part and a missing index are clear errors; a half-written
 // (.partial) checkpoint is ignored; a resume with another global batch warns that the data order
-// changed. kelvin convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores
-// them.
+// changed; a bit flipped in a part after the save fails its checksum. kelvin convert writes a
+// checkpoint's weights as Hugging Face files, kelvin eval scores them.
 #include "launcher/checkpoint.h"
 
 #include <gmock/gmock.h>
@@ -18,9 +18,11 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/crc32c.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/io/safetensors.h"
 #include "launcher/checkpoint_commands.h"
+#include "launcher/checkpoint_format.h"
 #include "launcher/job_config.h"
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
@@ -225,6 +227,29 @@ TEST(Checkpoint, ResumingWithAnotherDataOrderWarnsWhatChanged) {
   fs::remove_all(dir);
 }
 
+// Writes a checkpoint part holding `tensors`, with `metadata` and each tensor's checksum.
+absl::Status WritePart(const fs::path& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       std::map<std::string, std::string> metadata) {
+  for (const auto& [name, data] : tensors) {
+    const Tensor contiguous = testing::Cast(data, data.dtype());
+    metadata[kChecksumKey + name] = FormatChecksum(io::Crc32c(
+        std::string_view(static_cast<const char*>(contiguous.raw_data()), contiguous.nbytes())));
+  }
+  return io::WriteSafetensors(path.string(), tensors, metadata);
+}
+
+// Flips one bit of `path` at byte `offset` from its end.
+void FlipBitFromEnd(const fs::path& path, std::streamoff offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(-offset, std::ios::end);
+  char byte = 0;
+  file.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x10);
+  file.seekp(-offset, std::ios::end);
+  file.write(&byte, 1);
+}
+
 TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   const std::string dir = CheckpointDir("damaged");
   {
@@ -255,6 +280,14 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   const fs::path part = checkpoint / "part_0_of_1.safetensors";
   const fs::path whole_part = checkpoint.parent_path() / "whole_part.safetensors";  // kept aside
   fs::copy_file(part, whole_part);
+
+  // A bit flipped in the data after the save (the last bytes: a tensor's, whichever is last).
+  FlipBitFromEnd(part, 3);
+  absl::StatusOr<std::unique_ptr<Trainer>> flipped = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(flipped.ok());
+  EXPECT_THAT(std::string(flipped.status().message()), HasSubstr("fail their checksum (crc32c "));
+  EXPECT_THAT(std::string(flipped.status().message()), HasSubstr(part.string()));
+  fs::copy_file(whole_part, part, fs::copy_options::overwrite_existing);
   const std::string norm = "model.norm.weight";
   std::vector<std::pair<std::string, Tensor>> first_half, second_half;  // of the norm alone
   std::map<std::string, std::string> first_half_region, second_half_region;
@@ -283,7 +316,7 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
       }
     }
     file = absl::InternalError("closed");  // unmap before the rewrite
-    ASSERT_TRUE(io::WriteSafetensors(part.string(), tensors, metadata).ok());
+    ASSERT_TRUE(WritePart(part, tensors, metadata).ok());
   }
   const std::string of_norm = " of the 128 of \"" + norm + "\" [128]";
   absl::StatusOr<std::unique_ptr<Trainer>> partial = Trainer::Create(SmallJob(dir));
@@ -304,7 +337,7 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   const fs::path first_of_two = checkpoint / "part_0_of_2.safetensors";
   const fs::path second_of_two = checkpoint / "part_1_of_2.safetensors";
   fs::rename(part, first_of_two);
-  ASSERT_TRUE(io::WriteSafetensors(second_of_two.string(), first_half, first_half_region).ok());
+  ASSERT_TRUE(WritePart(second_of_two, first_half, first_half_region).ok());
   set_parts(1, 2);
   absl::StatusOr<std::unique_ptr<Trainer>> twice = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(twice.ok());
@@ -313,7 +346,7 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
 
   // The whole tensor, and its second half again in another part (every element held, some twice).
   fs::copy_file(whole_part, first_of_two, fs::copy_options::overwrite_existing);
-  ASSERT_TRUE(io::WriteSafetensors(second_of_two.string(), second_half, second_half_region).ok());
+  ASSERT_TRUE(WritePart(second_of_two, second_half, second_half_region).ok());
   absl::StatusOr<std::unique_ptr<Trainer>> duplicated = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(duplicated.ok());
   EXPECT_THAT(std::string(duplicated.status().message()),
