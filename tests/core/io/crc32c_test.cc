@@ -1,5 +1,6 @@
-// CRC-32C: the standard check value, the empty string, extension in pieces equal to the whole, and
-// the eight-byte path against a bit-at-a-time computation on every length and alignment up to 40.
+// CRC-32C, the dispatched and the portable path: the standard check value, the empty string,
+// extension in pieces equal to the whole, and the eight-byte steps against a bit-at-a-time
+// computation on every length and alignment up to 40.
 #include "core/io/crc32c.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@ uint32_t BitwiseCrc32c(std::string_view bytes) {
 
 TEST(Crc32c, MatchesItsCheckValue) {
   EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(internal::PortableCrc32c("123456789"), 0xE3069283u);
   EXPECT_EQ(Crc32c(""), 0u);
 }
 
@@ -30,6 +32,7 @@ TEST(Crc32c, EqualsTheBitwiseDefinitionOnEveryLengthAndAlignment) {
     for (size_t length = 0; offset + length <= 40; ++length) {
       const std::string_view piece(text.data() + offset, length);
       EXPECT_EQ(Crc32c(piece), BitwiseCrc32c(piece)) << offset << "+" << length;
+      EXPECT_EQ(internal::PortableCrc32c(piece), BitwiseCrc32c(piece)) << offset << "+" << length;
     }
   }
 }
@@ -39,6 +42,10 @@ TEST(Crc32c, ExtendsPieceByPiece) {
   for (size_t cut = 0; cut <= text.size(); ++cut) {
     const std::string_view all(text);
     EXPECT_EQ(Crc32c(all.substr(cut), Crc32c(all.substr(0, cut))), Crc32c(all)) << cut;
+    EXPECT_EQ(
+        internal::PortableCrc32c(all.substr(cut), internal::PortableCrc32c(all.substr(0, cut))),
+        Crc32c(all))
+        << cut;
   }
 }
 
