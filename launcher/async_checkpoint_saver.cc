@@ -2,8 +2,13 @@
 // commit.
 #include "launcher/async_checkpoint_saver.h"
 
+#include <pthread.h>
+
+#include <csignal>
+#include <exception>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/check.h"
 
 namespace kelvin::launcher {
@@ -16,10 +21,22 @@ void AsyncCheckpointSaver::Start(PendingCheckpoint checkpoint) {
   KELVIN_CHECK(!in_flight()) << "a checkpoint save is already in flight";
   pending_.emplace(std::move(checkpoint));
   finished_.store(false, std::memory_order_release);
-  writer_ = std::thread([this] {
-    written_ = pending_->WritePart();  // no communication: MPI stays on the training thread
+  // The preemption signals go to the training thread, not to the writer's system calls.
+  sigset_t preemption, before;
+  sigemptyset(&preemption);
+  sigaddset(&preemption, SIGTERM);
+  sigaddset(&preemption, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &preemption, &before);
+  writer_ = std::thread([this] {  // inherits the blocked signals
+    try {
+      written_ = pending_->WritePart();  // no communication: MPI stays on the training thread
+    } catch (const std::exception& e) {
+      written_ = absl::InternalError(
+          absl::StrCat("writing ", pending_->part_file(), " threw: ", e.what()));
+    }
     finished_.store(true, std::memory_order_release);
   });
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 absl::StatusOr<std::string> AsyncCheckpointSaver::Finish(parallel::Communicator* world) {

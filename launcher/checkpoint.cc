@@ -117,12 +117,6 @@ absl::Status PendingCheckpoint::WritePart() const {
   return io::WriteSafetensors(part_file_, pieces_, metadata);
 }
 
-int64_t PendingCheckpoint::PartBytes() const {
-  int64_t bytes = 0;
-  for (const auto& [name, piece] : pieces_) bytes += static_cast<int64_t>(piece.nbytes());
-  return bytes;
-}
-
 absl::StatusOr<std::string> PendingCheckpoint::Commit(const absl::Status& part_written,
                                                       parallel::Communicator* world) const {
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(

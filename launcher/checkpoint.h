@@ -1,6 +1,6 @@
 // Training checkpoints for exact resume, under the layout that wrote them or any other. A
 // checkpoint is the directory <dir>/step_<8 digits>/ with
-//   checkpoint.json                  {"format": "kelvin-checkpoint-2", "job", "step" (steps
+//   checkpoint.json                  {"format": "kelvin-checkpoint-3", "job", "step" (steps
 //                                    completed), "optimizer_steps", "layout" (that wrote it),
 //                                    "parts": N, "data_order": {setting: value} (what the data
 //                                    order depends on)};
@@ -77,7 +77,6 @@ class PendingCheckpoint {
   absl::StatusOr<std::string> Commit(const absl::Status& part_written,
                                      parallel::Communicator* world) const;
   const std::string& part_file() const { return part_file_; }
-  int64_t PartBytes() const;  // of this rank's pieces
 
  private:
   std::filesystem::path final_path_, partial_;

@@ -40,8 +40,16 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   const auto format = json.is_object() ? json.find("format") : json.end();
-  if (!file || json.is_discarded() || format == json.end() || !format->is_string() ||
-      format->get<std::string>() != kCheckpointFormat) {
+  const std::string written = format != json.end() && format->is_string() ? *format : "";
+  if (written.starts_with("kelvin-checkpoint-") && written != kCheckpointFormat) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path.string(), " is a \"", written,
+        "\" checkpoint, which another version of Kelvin wrote; ", "this one reads \"",
+        kCheckpointFormat,
+        "\": resume it with that version, or start afresh (checkpoint.resume=NEVER or another "
+        "checkpoint.dir)"));
+  }
+  if (!file || json.is_discarded() || written != kCheckpointFormat) {
     return absl::DataLossError(
         absl::StrCat(path.string(), " is missing or not a \"", kCheckpointFormat,
                      "\" index: not a complete Kelvin checkpoint (delete the directory, or point "

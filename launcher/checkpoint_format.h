@@ -14,7 +14,8 @@
 
 namespace kelvin::launcher {
 
-inline constexpr const char* kCheckpointFormat = "kelvin-checkpoint-2";
+// 3: each piece's CRC-32C in its part's metadata (2 had none).
+inline constexpr const char* kCheckpointFormat = "kelvin-checkpoint-3";
 inline constexpr const char* kRegionKey = "region:";    // + tensor name, in each part's metadata
 inline constexpr const char* kChecksumKey = "crc32c:";  // + tensor name, in each part's metadata
 

@@ -135,7 +135,9 @@ absl::Status CheckpointReader::Verify(const std::string& name, const Piece& piec
 
 absl::Status CheckpointReader::Check(const std::string& name,
                                      const io::TensorRegion& region) const {
-  return PlanRead(name, region).status();
+  KELVIN_ASSIGN_OR_RETURN(const std::vector<PieceCopy> copies, PlanRead(name, region));
+  for (const PieceCopy& copy : copies) KELVIN_RETURN_IF_ERROR(Verify(name, *copy.piece));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name,

@@ -35,8 +35,8 @@ class CheckpointReader {  // movable, not copyable (keeps the part files mapped)
   // fail their checksum are errors naming the file and the tensor.
   absl::StatusOr<Tensor> Read(const std::string& name, const io::TensorRegion& region,
                               std::optional<DType> dtype = std::nullopt) const;
-  // Read's checks that need no data (the tensor, its full shape, every element held once), from
-  // the metadata alone: what to check before writing anything.
+  // Read's checks without the copy (the tensor, its full shape, every element held once, the
+  // checksums of the pieces it would read): what to check before writing anything.
   absl::Status Check(const std::string& name, const io::TensorRegion& region) const;
 
  private:

@@ -123,7 +123,9 @@ int RunUnderLauncher(const Arguments& a) {
   // Convert is one process's work: under a launcher, rank 0 does it (the others need no MPI).
   if (a.command == "convert") return launched->rank == 0 ? run() : 0;
   kelvin::SetLogRank(launched->rank);  // the progress lines come from rank 0 only
-  MPI_Init(nullptr, nullptr);
+  // FUNNELED: only this thread calls MPI (checkpoint.async_save's writer thread never does).
+  int threading = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &threading);
   const int result = run();
   // A failure may be one rank's alone: abort the others. A preemption stop is every rank's.
   if (result != 0 && result != kExitPreempted) MPI_Abort(MPI_COMM_WORLD, result);

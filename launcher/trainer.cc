@@ -229,34 +229,47 @@ TrainingState Trainer::CurrentTrainingState() const {
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
   const config::CheckpointConfig& c = job_.checkpoint();
   parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
-  if (!c.async_save()) {
+  if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+  if (!c.async_save() || wait) {  // waiting anyway: no host copy, no thread
     KELVIN_ASSIGN_OR_RETURN(
         const std::string path,
         SaveCheckpoint(c.dir(), steps_completed, job_.name(), CurrentTrainingState(), ctx_, world));
-    return CheckpointSaved(path, "");
+    CheckpointSaved({path, false});
+    return absl::OkStatus();
   }
-  if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
   KELVIN_ASSIGN_OR_RETURN(PendingCheckpoint pending,
                           PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(),
                                                    CurrentTrainingState(), ctx_, world,
                                                    /*snapshot_host_tensors=*/true));
   background_save_.Start(std::move(pending));
-  return wait ? FinishBackgroundSave() : absl::OkStatus();
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::FinishBackgroundSave() {
   KELVIN_ASSIGN_OR_RETURN(const std::string path,
                           background_save_.Finish(grid_ ? &grid_->world() : nullptr));
-  return CheckpointSaved(path, " (written in the background)");
+  CheckpointSaved({path, true});
+  return absl::OkStatus();
 }
 
-absl::Status Trainer::CheckpointSaved(const std::string& path, const char* how) {
-  if (grid_ == nullptr || grid_->world_rank() == 0) {
-    const config::CheckpointConfig& c = job_.checkpoint();
-    KELVIN_RETURN_IF_ERROR(PruneCheckpoints(c.dir(), c.keep_last()));
+absl::Status Trainer::StopOnAgreedError(const absl::Status& error) {
+  if (background_save_.in_flight()) {
+    const absl::Status committed = FinishBackgroundSave();
+    if (!committed.ok()) KLOG_RANK0(WARNING) << "the background save failed too: " << committed;
   }
-  KLOG_RANK0(INFO) << "saved checkpoint " << path << how;
-  return absl::OkStatus();
+  return error;
+}
+
+void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
+  saved_checkpoints_.push_back(saved);
+  KLOG_RANK0(INFO) << "saved checkpoint " << saved.path
+                   << (saved.written_in_background ? " (written in the background)" : "");
+  if (grid_ == nullptr || grid_->world_rank() == 0) {
+    // Rank 0's alone: a failure is a warning (the others would wait for it in the next step).
+    const config::CheckpointConfig& c = job_.checkpoint();
+    const absl::Status pruned = PruneCheckpoints(c.dir(), c.keep_last());
+    if (!pruned.ok()) KLOG(WARNING) << "keeping old checkpoints: " << pruned;
+  }
 }
 
 Trainer::StepAgreement Trainer::AgreeAfterStep() {
@@ -468,8 +481,21 @@ double Trainer::ClipGradients(double max_norm) {
   return norm;
 }
 
-absl::Status Trainer::WriteTensorBoard(const StepStats& stats) {
-  if (tensorboard_ == nullptr) return absl::OkStatus();
+void Trainer::AddToTensorBoard(int64_t step,
+                               const std::vector<std::pair<std::string, double>>& scalars) {
+  if (tensorboard_ == nullptr) return;
+  for (const auto& [tag, value] : scalars) {
+    const absl::Status added = tensorboard_->AddScalar(tag, step, value);
+    if (!added.ok()) {  // rank 0's alone: training goes on (the others would wait for it)
+      KLOG(WARNING) << "TensorBoard logging stops here: " << added;
+      tensorboard_.reset();
+      return;
+    }
+  }
+}
+
+void Trainer::WriteTensorBoard(const StepStats& stats) {
+  if (tensorboard_ == nullptr) return;
   const int64_t step = stats.step + 1;  // steps completed, as the progress lines count
   std::vector<std::pair<std::string, double>> scalars = {
       {"train/loss", stats.loss},
@@ -497,10 +523,7 @@ absl::Status Trainer::WriteTensorBoard(const StepStats& stats) {
       scalars.emplace_back(layer + "sigma_alpha_max", *hi);
     }
   }
-  for (const auto& [tag, value] : scalars) {
-    KELVIN_RETURN_IF_ERROR(tensorboard_->AddScalar(tag, step, value));
-  }
-  return absl::OkStatus();
+  AddToTensorBoard(step, scalars);
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
@@ -594,9 +617,12 @@ absl::Status Trainer::Run() {
   if (checkpoints) InstallPreemptionHandlers();
   int64_t tokens = 0;  // of every data-parallel replica (as TensorBoard's tokens_per_second)
   for (int64_t step = start_step_; step < t.steps(); ++step) {
-    KELVIN_ASSIGN_OR_RETURN(const StepStats stats, TrainStep(step));
+    // TrainStep's and Evaluate's errors are every rank's (their inputs and losses are agreed).
+    const absl::StatusOr<StepStats> trained = TrainStep(step);
+    if (!trained.ok()) return StopOnAgreedError(trained.status());
+    const StepStats& stats = *trained;
     history_.push_back(stats);
-    KELVIN_RETURN_IF_ERROR(WriteTensorBoard(stats));
+    WriteTensorBoard(stats);
     tokens += stats.tokens * DataParallelSize();
     const bool last = step + 1 == t.steps();
     if ((step + 1) % job_.logging().log_interval() == 0 || last) {
@@ -618,15 +644,15 @@ absl::Status Trainer::Run() {
       }
     }
     if (data_.eval != nullptr && ((step + 1) % t.eval_interval() == 0 || last)) {
-      KELVIN_ASSIGN_OR_RETURN(const EvalStats eval, Evaluate(step + 1));
+      const absl::StatusOr<EvalStats> evaluated = Evaluate(step + 1);
+      if (!evaluated.ok()) return StopOnAgreedError(evaluated.status());
+      const EvalStats& eval = *evaluated;
       evaluations_.push_back(eval);
-      if (tensorboard_ != nullptr) {
-        KELVIN_RETURN_IF_ERROR(tensorboard_->AddScalar("eval/loss", eval.step, eval.loss));
-        if (eval.retrieval_accuracy >= 0) {
-          KELVIN_RETURN_IF_ERROR(tensorboard_->AddScalar("eval/passkey_retrieval", eval.step,
-                                                         eval.retrieval_accuracy));
-        }
+      std::vector<std::pair<std::string, double>> scalars = {{"eval/loss", eval.loss}};
+      if (eval.retrieval_accuracy >= 0) {
+        scalars.emplace_back("eval/passkey_retrieval", eval.retrieval_accuracy);
       }
+      AddToTensorBoard(eval.step, scalars);
       KLOG_RANK0(INFO) << absl::StrFormat("eval at step %d | loss %.4f", step + 1, eval.loss)
                        << (eval.retrieval_accuracy >= 0
                                ? absl::StrFormat(" | passkey retrieval %.1f%%",

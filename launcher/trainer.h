@@ -47,6 +47,11 @@ struct EvalStats {
   double retrieval_accuracy = -1;  // passkey rows with all digits right; -1 when not passkey
 };
 
+struct SavedCheckpoint {
+  std::string path;
+  bool written_in_background = false;  // checkpoint.async_save, committed after training went on
+};
+
 struct TrainerTestOptions {
   // f32 master weights apart from the f32 CPU model, so that the mixed-precision bookkeeping of
   // bf16 training (ZeRO-1's sharded masters among it) runs without a GPU.
@@ -78,6 +83,7 @@ class Trainer {
 
   const std::vector<StepStats>& history() const { return history_; }
   const std::vector<EvalStats>& evaluations() const { return evaluations_; }
+  const std::vector<SavedCheckpoint>& saved_checkpoints() const { return saved_checkpoints_; }
   models::LlamaModel& model() { return *model_; }
   int64_t start_step() const { return start_step_; }  // > 0 after a resume
   // The memory plan of the rank at (tensor rank, pipeline rank) of this job's layout (rank 0 of
@@ -96,19 +102,25 @@ class Trainer {
   absl::StatusOr<StepStats> TrainStepUntimed(int64_t step);
   // The step's scalars (loss, lr, grad norm, throughput, communication share, SSA temperatures)
   // to logging.tensorboard_dir; a no-op without it and off world rank 0.
-  absl::Status WriteTensorBoard(const StepStats& stats);
+  void WriteTensorBoard(const StepStats& stats);
+  // Scalars of `step` to TensorBoard; a failed write (rank 0's alone) is a warning and turns
+  // TensorBoard off, so that no rank stops while the others wait for it.
+  void AddToTensorBoard(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   // Every rank found the same newest checkpoint (a shared filesystem may show one late): an error
   // on every rank when not. Collective over the world.
   absl::Status CheckSameCheckpointEverywhere(const std::optional<std::string>& latest);
-  // Saves the checkpoint of `steps_completed` steps: in turn, or with checkpoint.async_save in the
-  // background (after finishing one in flight), then waited for when `wait`. Collective.
+  // Saves the checkpoint of `steps_completed` steps, after finishing a background save in flight:
+  // in turn, or with checkpoint.async_save in the background unless `wait`. Collective.
   absl::Status SaveCheckpointAt(int64_t steps_completed, bool wait);
   // Commits the background save in flight once this rank's part is written. Collective.
   absl::Status FinishBackgroundSave();
-  // Prunes old checkpoints (world rank 0) and logs the saved one.
-  absl::Status CheckpointSaved(const std::string& path, const char* how);
+  // `error`, which every rank returns at the same point, after committing a background save in
+  // flight (as a save in turn would have been). Collective.
+  absl::Status StopOnAgreedError(const absl::Status& error);
+  // Records and logs a saved checkpoint; prunes old ones (world rank 0: a failure is a warning).
+  void CheckpointSaved(const SavedCheckpoint& saved);
   std::string LayoutName() const;  // e.g. "tp2 sp pp2 vp1 dp2 zero1", for checkpoints and logs
   TrainingState CurrentTrainingState() const;  // this rank's, as checkpoints hold it
   // What the ranks agree on after a step (one all-reduce): the preemption signal any rank
@@ -155,6 +167,7 @@ class Trainer {
   int64_t start_step_ = 0;  // steps already done by the run this one resumes
   std::vector<StepStats> history_;
   std::vector<EvalStats> evaluations_;
+  std::vector<SavedCheckpoint> saved_checkpoints_;
 };
 
 }  // namespace kelvin::launcher

@@ -17,6 +17,10 @@ DistributedAdamW::DistributedAdamW(ParameterSet& params, const AdamWSettings& se
   KELVIN_CHECK(params.allocated()) << "DistributedAdamW needs allocated parameters";
   KELVIN_CHECK(params.masters_whole())
       << "DistributedAdamW takes its shard of whole master weights (placed by Allocate)";
+  KELVIN_CHECK(!params.has_model_copy() || params.masters_sharded())
+      << "DistributedAdamW with a model copy needs sharded masters: ParameterSet::Allocate with "
+         "gradient_shards "
+      << dp.size();
   const Context& ctx = params.context();
   const int64_t ranks = dp.size();
   for (int g = 0; g < kNumParamGroups; ++g) {

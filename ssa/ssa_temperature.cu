@@ -13,7 +13,8 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kVectorThreads = 32 * kWarpsPerBlock;
-constexpr int64_t kTokensPerChunk = 128;  // tokens one block of LaunchParameterGrads sums
+// Tokens one block of LaunchParameterGrads sums (more when the tokens need > 65535 chunks).
+constexpr int64_t kTokensPerChunk = 128;
 
 unsigned VectorBlocks(int64_t vectors) {
   return static_cast<unsigned>(cuda_utils::CeilDiv(vectors, kWarpsPerBlock));
@@ -130,10 +131,10 @@ template <int kD>
 __global__ void __launch_bounds__(kD)
     ParameterGradKernel(TemperatureTerms terms, const bf16* source, const float* dz,
                         const bf16* alpha, const float* dposition, int64_t tokens, int heads,
-                        float* dreadout, float* dalpha) {
+                        int64_t tokens_per_chunk, float* dreadout, float* dalpha) {
   const int head = blockIdx.x, e = threadIdx.x;
-  const int64_t begin = blockIdx.y * kTokensPerChunk;
-  const int64_t end = min(tokens, begin + kTokensPerChunk);
+  const int64_t begin = blockIdx.y * tokens_per_chunk;
+  const int64_t end = min(tokens, begin + tokens_per_chunk);
   if (terms.token) {
     float sum = 0.0f;
     for (int64_t t = begin; t < end; ++t) {
@@ -230,11 +231,12 @@ void LaunchParameterGrads(cudaStream_t stream, int d, const TemperatureTerms& te
                           const float* dposition, int64_t tokens, int heads, float* dreadout,
                           float* dalpha) {
   if (tokens == 0 || !(terms.token || terms.position)) return;
+  const int64_t tokens_per_chunk = cuda_utils::RowsPerGridY(tokens, kTokensPerChunk);
   const dim3 grid(static_cast<unsigned>(heads),
-                  static_cast<unsigned>(cuda_utils::CeilDiv(tokens, kTokensPerChunk)));
+                  static_cast<unsigned>(cuda_utils::CeilDiv(tokens, tokens_per_chunk)));
   DispatchHeadDim(d, [&]<int kD>() {
     ParameterGradKernel<kD><<<grid, kD, 0, stream>>>(terms, source, dz, alpha, dposition, tokens,
-                                                     heads, dreadout, dalpha);
+                                                     heads, tokens_per_chunk, dreadout, dalpha);
     KELVIN_CUDA_CHECK_LAUNCH();
   });
 }

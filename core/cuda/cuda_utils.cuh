@@ -81,4 +81,12 @@ inline unsigned GridFor(int64_t n, int threads, int64_t max_blocks = 65535) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
 }
 
+// Rows per block along a grid's y dimension (at most 65535 blocks): `preferred`, or more when n
+// rows would need more blocks than that.
+inline int64_t RowsPerGridY(int64_t n, int64_t preferred) {
+  constexpr int64_t kMaxGridY = 65535;
+  const int64_t needed = CeilDiv(n, kMaxGridY);
+  return needed > preferred ? needed : preferred;
+}
+
 }  // namespace kelvin::cuda_utils

@@ -14,7 +14,7 @@ using cuda_utils::RoundTo;
 using cuda_utils::ToFloat;
 
 constexpr int kThreads = 256;
-constexpr int64_t kRowsPerChunk = 64;
+constexpr int64_t kRowsPerChunk = 64;  // preferred; more when the rows need > 65535 chunks
 
 template <typename T>
 __global__ void ForwardKernel(const T* x, const T* w, float eps, int64_t d, T* y, float* rstd) {
@@ -53,14 +53,15 @@ __global__ void BackwardInputKernel(const T* dy, const T* x, const T* w, const f
   }
 }
 
-// partial[chunk, i] = sum over the chunk's rows of dy * x * r. grid: (ceil(D/256), chunks)
+// partial[chunk, i] = sum over the chunk's rows_per_chunk rows of dy * x * r.
+// grid: (ceil(D/256), chunks)
 template <typename T>
 __global__ void WeightPartialKernel(const T* dy, const T* x, const float* rstd, int64_t n,
-                                    int64_t d, float* partial) {
+                                    int64_t d, int64_t rows_per_chunk, float* partial) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= d) return;
-  const int64_t begin = blockIdx.y * kRowsPerChunk;
-  const int64_t end = min(n, begin + kRowsPerChunk);
+  const int64_t begin = blockIdx.y * rows_per_chunk;
+  const int64_t end = min(n, begin + rows_per_chunk);
   float acc = 0.0f;
   for (int64_t row = begin; row < end; ++row) {
     acc += ToFloat(dy[row * d + i]) * ToFloat(x[row * d + i]) * rstd[row];
@@ -93,7 +94,8 @@ void RmsNormBackward(const Context& ctx, const Tensor& dy, const Tensor& x, cons
                      const Tensor& rstd, Tensor& dx, Tensor& dweight) {
   const int64_t n = x.dim(0), d = x.dim(1);
   if (n == 0) return;
-  const int64_t chunks = cuda_utils::CeilDiv(n, kRowsPerChunk);
+  const int64_t rows_per_chunk = cuda_utils::RowsPerGridY(n, kRowsPerChunk);
+  const int64_t chunks = cuda_utils::CeilDiv(n, rows_per_chunk);
   Tensor partial = Tensor::Empty({chunks, d}, DType::kF32, ctx.device());  // [chunks, D]
   cudaStream_t stream = StreamOf(ctx);
   DispatchCudaFloat(x.dtype(), "RmsNormBackward", [&]<typename T>() {
@@ -103,7 +105,7 @@ void RmsNormBackward(const Context& ctx, const Tensor& dy, const Tensor& x, cons
     const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(d, kThreads)),
                     static_cast<unsigned>(chunks));
     WeightPartialKernel<T><<<grid, kThreads, 0, stream>>>(
-        dy.data<T>(), x.data<T>(), rstd.data<float>(), n, d, partial.data<float>());
+        dy.data<T>(), x.data<T>(), rstd.data<float>(), n, d, rows_per_chunk, partial.data<float>());
     KELVIN_CUDA_CHECK_LAUNCH();
   });
   WeightReduceKernel<<<static_cast<unsigned>(cuda_utils::CeilDiv(d, kThreads)), kThreads, 0,

@@ -99,6 +99,11 @@ Tensor& ParameterSet::master(const std::string& name) {
   return entries_[index_.at(Get(name).name)].master;
 }
 
+Tensor& ParameterSet::masters(ParamGroup group) {
+  KELVIN_CHECK(masters_whole()) << "the master weights" << kShardedMastersHint;
+  return masters_[static_cast<int>(group)];
+}
+
 Tensor& ParameterSet::grad(const std::string& name) {
   KELVIN_CHECK(allocated_) << "gradient of " << name << " read before Allocate";
   return entries_[index_.at(Get(name).name)].grad;

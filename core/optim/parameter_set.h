@@ -75,7 +75,7 @@ class ParameterSet {
   // Flat buffers of one group (undefined tensor when the group is empty; masters also while
   // sharded).
   Tensor& values(ParamGroup group) { return values_[static_cast<int>(group)]; }
-  Tensor& masters(ParamGroup group) { return masters_[static_cast<int>(group)]; }
+  Tensor& masters(ParamGroup group);
   Tensor& grads(ParamGroup group) { return grads_[static_cast<int>(group)]; }
   // grads(group) and its zero tail [a multiple of gradient_shards elements].
   Tensor& padded_grads(ParamGroup group) { return padded_grads_[static_cast<int>(group)]; }

@@ -1,8 +1,9 @@
 // Background checkpoint saves (checkpoint.async_save): a run saving in the background writes the
 // same files as one saving in turn and trains identically; a preempted run waits for its save and
 // resumes bit for bit; the part is written from the state as it was when the save began, not as
-// training changed it since; a failed background write is an error at the commit, which leaves no
-// complete checkpoint; async_save without a directory is a config error.
+// training changed it since; an error every rank stops on commits the save in flight first; a
+// failed background write is an error at the commit, which leaves no complete checkpoint;
+// async_save without a directory is a config error.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -66,6 +67,12 @@ TEST(AsyncCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
   ASSERT_TRUE((*b)->Run().ok());
   ASSERT_EQ((*b)->history().size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ((*b)->history()[i].loss, (*a)->history()[i].loss);
+  // Steps 1-3 written in the background, the last one (the run waits for it) in turn.
+  ASSERT_EQ((*b)->saved_checkpoints().size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ((*b)->saved_checkpoints()[i].written_in_background, i < 3) << i;
+    EXPECT_FALSE((*a)->saved_checkpoints()[i].written_in_background) << i;
+  }
   int compared = 0;
   for (const fs::directory_entry& entry : fs::directory_iterator(in_turn)) {
     const fs::path other = fs::path(background) / entry.path().filename();
@@ -82,8 +89,8 @@ TEST(AsyncCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
 }
 
 TEST(AsyncCheckpoint, PreemptedRunWaitsForItsSaveAndResumesBitForBit) {
-  const std::string dir = FreshDir("preempted");
-  absl::StatusOr<std::unique_ptr<Trainer>> whole = Trainer::Create(SmallJob(FreshDir("w"), true));
+  const std::string dir = FreshDir("preempted"), whole_dir = FreshDir("whole");
+  absl::StatusOr<std::unique_ptr<Trainer>> whole = Trainer::Create(SmallJob(whole_dir, true));
   ASSERT_TRUE(whole.ok());
   ASSERT_TRUE((*whole)->Run().ok());
   absl::StatusOr<std::unique_ptr<Trainer>> first = Trainer::Create(SmallJob(dir, true));
@@ -93,6 +100,9 @@ TEST(AsyncCheckpoint, PreemptedRunWaitsForItsSaveAndResumesBitForBit) {
   const absl::Status stopped = (*first)->Run();
   ClearPreemption();
   EXPECT_EQ(stopped.code(), absl::StatusCode::kCancelled) << stopped;
+  // The step-1 save began in the background and was committed before the stop.
+  ASSERT_EQ((*first)->saved_checkpoints().size(), 1u);
+  EXPECT_TRUE((*first)->saved_checkpoints()[0].written_in_background);
   EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000001" / "part_0_of_1.safetensors"));
   absl::StatusOr<std::unique_ptr<Trainer>> second = Trainer::Create(SmallJob(dir, true));
   ASSERT_TRUE(second.ok());
@@ -106,6 +116,24 @@ TEST(AsyncCheckpoint, PreemptedRunWaitsForItsSaveAndResumesBitForBit) {
     EXPECT_TRUE(
         testing::BitIdentical((*second)->model().parameters().value(e.name), e.value, e.name));
   }
+  fs::remove_all(dir);
+  fs::remove_all(whole_dir);
+}
+
+TEST(AsyncCheckpoint, AnErrorOfEveryRankCommitsTheSaveInFlightFirst) {
+  const std::string dir = FreshDir("diverged");
+  config::JobConfig job = SmallJob(dir, true);
+  job.mutable_optimizer()->set_lr(1e30);  // step 2's loss is not finite
+  job.mutable_optimizer()->set_grad_clip_norm(0);
+  job.mutable_lr_schedule()->set_warmup_steps(0);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(job);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const absl::Status diverged = (*trainer)->Run();
+  ASSERT_FALSE(diverged.ok());
+  EXPECT_THAT(std::string(diverged.message()), HasSubstr("the loss became"));
+  ASSERT_EQ((*trainer)->saved_checkpoints().size(), 1u);
+  EXPECT_TRUE((*trainer)->saved_checkpoints()[0].written_in_background);
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000001" / "checkpoint.json"));
   fs::remove_all(dir);
 }
 

@@ -4,8 +4,9 @@
 // model's checkpoint, a part holding half a tensor (or one half twice, or the whole and a half
 // again), a truncated or missing part and a missing index are clear errors; a half-written
 // (.partial) checkpoint is ignored; a resume with another global batch warns that the data order
-// changed; a bit flipped in a part after the save fails its checksum. kelvin convert writes a
-// checkpoint's weights as Hugging Face files, kelvin eval scores them.
+// changed; a bit flipped in a part after the save fails its checksum; another version's format is
+// named. kelvin convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores
+// them.
 #include "launcher/checkpoint.h"
 
 #include <gmock/gmock.h>
@@ -366,6 +367,20 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   absl::StatusOr<std::unique_ptr<Trainer>> damaged = Trainer::Create(SmallJob(dir));
   ASSERT_FALSE(damaged.ok());
   EXPECT_THAT(std::string(damaged.status().message()), HasSubstr(part.string()));
+
+  // A checkpoint of another Kelvin version's format.
+  {
+    std::ifstream in(index);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string current = std::string("\"") + kCheckpointFormat + "\"";
+    text.replace(text.find(current), current.size(), "\"kelvin-checkpoint-2\"");
+    std::ofstream(index) << text;
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> older = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(older.ok());
+  EXPECT_THAT(std::string(older.status().message()),
+              HasSubstr("is a \"kelvin-checkpoint-2\" checkpoint, which another version of Kelvin "
+                        "wrote; this one reads \"kelvin-checkpoint-3\""));
 
   // No index: not a (complete) checkpoint.
   fs::remove(index);

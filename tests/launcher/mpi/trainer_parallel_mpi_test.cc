@@ -479,6 +479,11 @@ TEST(ParallelCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
                                absl::StrCat("checkpoint.async_save=", async ? "true" : "false")});
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     ASSERT_TRUE((*trainer)->Run().ok());
+    const std::vector<SavedCheckpoint>& saved = (*trainer)->saved_checkpoints();
+    ASSERT_EQ(saved.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {  // the last one, waited for, in turn
+      EXPECT_EQ(saved[i].written_in_background, async == 1 && i < 2) << i;
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {

@@ -28,7 +28,8 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int threading = 0;  // FUNNELED: the trainer's background checkpoint writer never calls MPI
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &threading);
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
