@@ -171,6 +171,7 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol) 
   Layout one{"one", 1, 1, false};
   one.layers = layout.layers;
   one.hidden = layout.hidden;
+  one.tied = layout.tied;
   absl::StatusOr<std::unique_ptr<Trainer>> reference = CreateTrainer(one, {}, MPI_COMM_SELF);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->Run().ok());
@@ -579,6 +580,15 @@ INSTANTIATE_TEST_SUITE_P(
                .dp = 2,
                .sequence_parallel = false,
                .distributed_optimizer = true,
+               .separate_master = true},
+        // ... with tied embeddings over two stages (their gradients summed before the shards).
+        Layout{.name = "PP2xDP2_ZeRO1_tied_separate_masters",
+               .tp = 1,
+               .dp = 2,
+               .sequence_parallel = false,
+               .distributed_optimizer = true,
+               .pp = 2,
+               .tied = true,
                .separate_master = true},
         // Context parallel: each rank 1/CP of every row's tokens, the keys all-gathered.
         Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
