@@ -13,7 +13,8 @@ steps="${2:-8}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-job=(--set 'model.preset="small-25m"' --set training.steps="$steps" --set training.seq_length=256
+job=(--set 'model.preset="small-25m"' --set training.steps="$steps" --set lr_schedule.warmup_steps=1
+     --set training.seq_length=256
      --set training.micro_batch_size=1 --set training.global_batch_size=8
      --set training.eval_interval=0 --set 'training.export_hf_dir=""'
      --set logging.log_interval=1000 --set training.threads=1)
@@ -22,8 +23,11 @@ run() {  # name [extra --set pairs]; prints the wall seconds
   shift
   local start end
   start="$(date +%s.%N)"
-  "$build/launcher/kelvin" train "$root/configs/passkey_tiny_cpu.textproto" "${job[@]}" "$@" \
-    > "$work/$name.log" 2>&1
+  if ! "$build/launcher/kelvin" train "$root/configs/passkey_tiny_cpu.textproto" "${job[@]}" "$@" \
+    > "$work/$name.log" 2>&1; then
+    cat "$work/$name.log" >&2
+    exit 1
+  fi
   end="$(date +%s.%N)"
   python3 -c "print(f'{$end - $start:.2f}')"
 }
