@@ -93,15 +93,9 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
   checkpoint.metadata_ = {{"format", kCheckpointFormat}};
   for (const CheckpointTensor& t : state.tensors) {
     if (!t.written) continue;
-    Tensor host;
-    if (!t.data.is_cpu()) {
-      host = CopyToDevice(ctx, t.data, Device::Cpu());
-    } else if (snapshot_host_tensors) {
-      host = Tensor::Empty(t.data.shape(), t.data.dtype());
-      CopyTensor(Context::Cpu(), t.data, host);
-    } else {
-      host = t.data;
-    }
+    const Tensor host = t.data.is_cpu() && !snapshot_host_tensors
+                            ? t.data
+                            : CopyToDevice(ctx, t.data, Device::Cpu());
     checkpoint.pieces_.emplace_back(t.name, host.View({-1}));
     checkpoint.metadata_[kRegionKey + t.name] = t.region.Encode();
   }

@@ -9,7 +9,6 @@
 
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +19,7 @@
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/files.h"
 #include "tests/testing/tensors.h"
 
 namespace kelvin::launcher {
@@ -27,12 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-std::string DemoJobPath() {
-  return (fs::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
-          "passkey_tiny_cpu.textproto")
-      .string();
-}
 
 std::string FreshDir(const std::string& name) {
   const fs::path dir = fs::path(::testing::TempDir()) / ("kelvin_async_checkpoint_" + name);
@@ -43,7 +37,7 @@ std::string FreshDir(const std::string& name) {
 // The demo job, 4 quick steps, saving after every step into `dir`.
 config::JobConfig SmallJob(const std::string& dir, bool async_save) {
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(
-      DemoJobPath(),
+      testing::DemoJobPath(),
       {"model.ssa.enabled=true", "lr_schedule.warmup_steps=2", "training.steps=4",
        "training.seq_length=110", "training.micro_batch_size=2", "training.global_batch_size=4",
        "training.eval_interval=100", "training.export_hf_dir=\"\"", "logging.log_interval=100",
@@ -51,11 +45,6 @@ config::JobConfig SmallJob(const std::string& dir, bool async_save) {
        absl::StrCat("checkpoint.async_save=", async_save ? "true" : "false")});
   EXPECT_TRUE(job.ok()) << job.status();
   return job.value_or(config::JobConfig());
-}
-
-std::string FileBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 TEST(AsyncCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
@@ -78,7 +67,8 @@ TEST(AsyncCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
     const fs::path other = fs::path(background) / entry.path().filename();
     for (const char* file : {"checkpoint.json", "part_0_of_1.safetensors"}) {
       ASSERT_TRUE(fs::exists(other / file)) << other / file;
-      EXPECT_TRUE(FileBytes(entry.path() / file) == FileBytes(other / file)) << other / file;
+      EXPECT_TRUE(testing::FileBytes(entry.path() / file) == testing::FileBytes(other / file))
+          << other / file;
       ++compared;
     }
   }
@@ -186,7 +176,7 @@ TEST(AsyncCheckpoint, AFailedBackgroundWriteIsAnErrorAtTheCommit) {
 
 TEST(AsyncCheckpoint, NeedsACheckpointDirectory) {
   const absl::StatusOr<config::JobConfig> job =
-      LoadJobConfig(DemoJobPath(), {"checkpoint.async_save=true"});
+      LoadJobConfig(testing::DemoJobPath(), {"checkpoint.async_save=true"});
   ASSERT_FALSE(job.ok());
   EXPECT_THAT(std::string(job.status().message()),
               HasSubstr("checkpoint.async_save=true needs checkpoint.dir"));

@@ -7,21 +7,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 
 #include "launcher/checkpoint.h"
+#include "tests/testing/files.h"
 
 namespace kelvin::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 void WriteBytes(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
@@ -78,7 +73,7 @@ TEST(CheckpointFuzz, DamagedCheckpointsFailCleanly) {
   const fs::path checkpoint = *saved;
   const fs::path index = checkpoint / "checkpoint.json",
                  part = checkpoint / "part_0_of_1.safetensors";
-  const std::string index_bytes = ReadBytes(index), part_bytes = ReadBytes(part);
+  const std::string index_bytes = testing::FileBytes(index), part_bytes = testing::FileBytes(part);
   uint64_t header_length = 0;
   std::memcpy(&header_length, part_bytes.data(), 8);
 

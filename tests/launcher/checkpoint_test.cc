@@ -15,7 +15,6 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +27,7 @@
 #include "launcher/preemption.h"
 #include "launcher/trainer.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/files.h"
 #include "tests/testing/tensors.h"
 
 namespace kelvin::launcher {
@@ -36,12 +36,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::string DemoJobPath() {
-  return (fs::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
-          "passkey_tiny_cpu.textproto")
-      .string();
-}
 
 // A fresh checkpoint directory for one test.
 std::string CheckpointDir(const std::string& name) {
@@ -58,7 +52,7 @@ config::JobConfig SmallJob(const std::string& dir, std::vector<std::string> extr
       "training.eval_interval=100", "training.export_hf_dir=\"\"", "logging.log_interval=100"};
   if (!dir.empty()) overrides.push_back("checkpoint.dir=\"" + dir + "\"");
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  absl::StatusOr<config::JobConfig> job = LoadJobConfig(DemoJobPath(), overrides);
+  absl::StatusOr<config::JobConfig> job = LoadJobConfig(testing::DemoJobPath(), overrides);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.value_or(config::JobConfig());
 }
@@ -329,8 +323,7 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   // twice and the other not at all.
   const fs::path index = checkpoint / "checkpoint.json";
   const auto set_parts = [&](int from, int to) {
-    std::ifstream in(index);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text = testing::FileBytes(index);
     const std::string old_count = "\"parts\": " + std::to_string(from);
     text.replace(text.find(old_count), old_count.size(), "\"parts\": " + std::to_string(to));
     std::ofstream(index) << text;
@@ -370,8 +363,7 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
 
   // A checkpoint of another Kelvin version's format.
   {
-    std::ifstream in(index);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text = testing::FileBytes(index);
     const std::string current = std::string("\"") + kCheckpointFormat + "\"";
     text.replace(text.find(current), current.size(), "\"kelvin-checkpoint-2\"");
     std::ofstream(index) << text;

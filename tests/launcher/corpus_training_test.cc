@@ -10,7 +10,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +17,7 @@
 #include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/trainer.h"
+#include "tests/testing/files.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -42,12 +42,6 @@ std::string WriteCountingCorpus(const std::string& name = "counting", unsigned s
   return path;
 }
 
-std::string DemoJobPath() {
-  return (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
-          "passkey_tiny_cpu.textproto")
-      .string();
-}
-
 // Four quick steps with evaluations after steps 2 and 4.
 const std::vector<std::string> kShortRun = {"training.steps=4",
                                             "training.seq_length=64",
@@ -65,7 +59,7 @@ absl::StatusOr<config::JobConfig> CorpusJob(const std::vector<std::string>& extr
                                         "data.document_masking=true", "data.eval_fraction=0.05"};
   overrides.insert(overrides.end(), kShortRun.begin(), kShortRun.end());
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return LoadJobConfig(DemoJobPath(), overrides);
+  return LoadJobConfig(testing::DemoJobPath(), overrides);
 }
 
 TEST(CorpusTraining, HeldOutPartIsEvaluatedTheSameWayEveryTime) {
@@ -109,8 +103,7 @@ TEST(CorpusTraining, AFractionLeavingLessThanARowIsAClearError) {
 // The demo job with `data` as its data section, written to a file and loaded with `overrides`.
 absl::StatusOr<config::JobConfig> JobWithData(const std::string& data,
                                               const std::vector<std::string>& overrides) {
-  std::ifstream in(DemoJobPath());
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = testing::FileBytes(testing::DemoJobPath());
   const std::string passkey = "data {\n  passkey {}\n}";
   EXPECT_NE(text.find(passkey), std::string::npos);
   text.replace(text.find(passkey), passkey.size(), data);

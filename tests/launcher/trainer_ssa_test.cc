@@ -7,23 +7,18 @@
 
 #include "launcher/job_config.h"
 #include "launcher/trainer.h"
+#include "tests/testing/files.h"
 
 namespace kelvin::launcher {
 namespace {
 
-std::string DemoJobPath() {
-  return (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() / "configs" /
-          "passkey_tiny_cpu.textproto")
-      .string();
-}
-
 TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
-  const absl::StatusOr<config::JobConfig> job =
-      LoadJobConfig(DemoJobPath(), {"model.ssa.enabled=true", "training.steps=3",
-                                    "lr_schedule.warmup_steps=1", "training.seq_length=110",
-                                    "training.micro_batch_size=2", "training.global_batch_size=2",
-                                    "training.eval_interval=3", "training.eval_steps=1",
-                                    "training.export_hf_dir=\"\"", "logging.log_interval=1"});
+  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(
+      testing::DemoJobPath(),
+      {"model.ssa.enabled=true", "training.steps=3", "lr_schedule.warmup_steps=1",
+       "training.seq_length=110", "training.micro_batch_size=2", "training.global_batch_size=2",
+       "training.eval_interval=3", "training.eval_steps=1", "training.export_hf_dir=\"\"",
+       "logging.log_interval=1"});
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   ASSERT_TRUE(trainer.ok()) << trainer.status();

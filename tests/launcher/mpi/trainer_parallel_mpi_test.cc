@@ -12,8 +12,6 @@
 
 #include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -31,6 +29,7 @@
 #include "tests/models/random_ssa_checkpoint.h"
 #include "tests/testing/backends.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/files.h"
 #include "tests/testing/tensors.h"
 #include "tests/testing/tolerance.h"
 
@@ -90,9 +89,7 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
     starts[shape] = StartingCheckpoint(layout.layers, layout.hidden, layout.tied);
   }
   const std::string& start = starts.at(shape);
-  const std::string demo = (std::filesystem::path(KELVIN_FIXTURES_DIR).parent_path().parent_path() /
-                            "configs" / "passkey_tiny_cpu.textproto")
-                               .string();
+  const std::string demo = testing::DemoJobPath();
   std::vector<std::string> overrides = {
       "model.hf_dir=\"" + start + "\"",
       "model.ssa.enabled=true",
@@ -308,11 +305,6 @@ void ExpectPlannedCheckpointSize(const config::JobConfig& job, const models::Lla
   EXPECT_LE(largest, planned.largest_part + planned.largest_part / 100 + kHeader);
 }
 
-std::string FileBytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // The Hugging Face directories `a` and `b` hold the same tensors with the same values.
 void ExpectSameTensors(const std::string& a, const std::string& b) {
   const absl::StatusOr<io::HfCheckpoint> first = io::HfCheckpoint::Open(a);
@@ -496,7 +488,7 @@ TEST(ParallelCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
         const std::filesystem::path a = std::filesystem::path(dirs[0]) / name / file;
         const std::filesystem::path b = std::filesystem::path(dirs[1]) / name / file;
         ASSERT_TRUE(std::filesystem::exists(b)) << b;
-        EXPECT_TRUE(FileBytes(a) == FileBytes(b)) << b;
+        EXPECT_TRUE(testing::FileBytes(a) == testing::FileBytes(b)) << b;
       }
     }
     for (const std::string& dir : dirs) std::filesystem::remove_all(dir);
