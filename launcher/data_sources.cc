@@ -4,16 +4,20 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/data/blended_sampler.h"
 #include "core/data/mmap_indexed_dataset.h"
+#include "core/data/packed_sampler.h"
 #include "core/data/passkey_task.h"
 #include "core/data/random.h"
 #include "core/data/sampler.h"
 #include "core/data/token_file.h"
+#include "core/logging.h"
 #include "core/status.h"
 
 namespace kelvin::launcher {
@@ -47,10 +51,25 @@ absl::StatusOr<DataSources> PasskeySources(const config::JobConfig& job,
   return sources;
 }
 
+// The Megatron dataset with its loss mask when it names one.
+absl::StatusOr<data::TokenCorpus> OpenMegatron(const config::MegatronDataset& dataset) {
+  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus,
+                          data::OpenMegatronDataset(dataset.path_prefix()));
+  if (dataset.loss_mask_path_prefix().empty()) return corpus;
+  absl::StatusOr<data::TokenCorpus> mask =
+      data::OpenMegatronDataset(dataset.loss_mask_path_prefix());
+  absl::Status attached = mask.ok() ? corpus.AttachLossMask(std::move(mask).value()) : mask.status();
+  if (!attached.ok()) {
+    return absl::Status(attached.code(),
+                        absl::StrCat("megatron.loss_mask_path_prefix: ", attached.message()));
+  }
+  return corpus;
+}
+
 // The corpus a DataConfig or a BlendedCorpus names (both have megatron and token_file).
 template <typename Source>
 absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source) {
-  if (source.has_megatron()) return data::OpenMegatronDataset(source.megatron().path_prefix());
+  if (source.has_megatron()) return OpenMegatron(source.megatron());
   const config::TokenFile& file = source.token_file();
   return data::OpenTokenFile(file.path(),
                              file.dtype() == config::TokenFile::UINT16 ? data::TokenType::kUInt16
@@ -62,8 +81,36 @@ absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source) {
 
 // One corpus's samplers: its training part and, with data.eval_fraction, its held-out part.
 struct CorpusSamplers {
-  std::unique_ptr<data::CorpusSampler> train, eval;
+  std::unique_ptr<data::RowSampler> train, eval;
 };
+
+// The sampler of data.packing over (part of) `corpus`; `part` names it in the log.
+absl::StatusOr<std::unique_ptr<data::RowSampler>> RowSamplerOf(
+    std::shared_ptr<const data::TokenCorpus> corpus, const data::SamplerOptions& options,
+    config::DataConfig::Packing packing, std::string_view part) {
+  if (packing == config::DataConfig::STREAM) {
+    KELVIN_ASSIGN_OR_RETURN(std::unique_ptr<data::CorpusSampler> sampler,
+                            data::CorpusSampler::Create(std::move(corpus), options));
+    return sampler;
+  }
+  const std::string path = corpus->path();
+  KELVIN_ASSIGN_OR_RETURN(std::unique_ptr<data::PackedSampler> sampler,
+                          data::PackedSampler::Create(std::move(corpus), options));
+  const double fill = static_cast<double>(sampler->packed_tokens()) /
+                      static_cast<double>(sampler->num_rows() * options.sequence_length);
+  KLOG_RANK0(INFO) << "data: " << path << " (" << part << "): " << sampler->num_documents()
+                   << " documents packed into " << sampler->num_rows() << " rows of "
+                   << options.sequence_length << " tokens, " << absl::StrFormat("%.1f", 100 * fill)
+                   << "% of them document tokens (the rest padding)";
+  if (sampler->truncated_documents() > 0) {
+    KLOG_RANK0(WARNING) << "data: " << path << " (" << part << "): "
+                        << sampler->truncated_documents()
+                        << " documents are longer than training.seq_length="
+                        << options.sequence_length << " and keep only their first "
+                        << options.sequence_length << " tokens";
+  }
+  return sampler;
+}
 
 absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config::JobConfig& job,
                                           const models::LlamaConfig& arch, uint64_t seed) {
@@ -74,14 +121,17 @@ absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config
                                seed, data.document_masking()};
   CorpusSamplers samplers;
   if (data.eval_fraction() == 0) {
-    KELVIN_ASSIGN_OR_RETURN(samplers.train, data::CorpusSampler::Create(corpus, options));
+    KELVIN_ASSIGN_OR_RETURN(samplers.train,
+                            RowSamplerOf(corpus, options, data.packing(), "training"));
     return samplers;
   }
   // The last eval_fraction of the corpus is held out: training never sees it, each evaluation
   // scores the same training.eval_steps batches of it.
   const int64_t held_out_start = data::HeldOutStart(*corpus, data.eval_fraction());
   const int64_t row_tokens = training.seq_length() + 1;
-  if (held_out_start < row_tokens || corpus->num_tokens() - held_out_start < row_tokens) {
+  const bool stream_rows = data.packing() == config::DataConfig::STREAM;  // packed: any document
+  if (stream_rows &&
+      (held_out_start < row_tokens || corpus->num_tokens() - held_out_start < row_tokens)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data.eval_fraction=", data.eval_fraction(), " splits the ", corpus->num_tokens(),
         "-token corpus ", corpus->path(), " at token ", held_out_start,
@@ -89,17 +139,19 @@ absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config
         " tokens: choose a fraction that leaves both parts at least that long"));
   }
   options.stream_end = held_out_start;
-  KELVIN_ASSIGN_OR_RETURN(samplers.train, data::CorpusSampler::Create(corpus, options));
+  KELVIN_ASSIGN_OR_RETURN(samplers.train,
+                          RowSamplerOf(corpus, options, data.packing(), "training part"));
   options.stream_begin = held_out_start;
   options.stream_end = corpus->num_tokens();
-  KELVIN_ASSIGN_OR_RETURN(samplers.eval, data::CorpusSampler::Create(corpus, options));
+  KELVIN_ASSIGN_OR_RETURN(samplers.eval,
+                          RowSamplerOf(corpus, options, data.packing(), "held-out part"));
   return samplers;
 }
 
 absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
                                          const models::LlamaConfig& arch) {
   const config::DataBlend& blend = job.data().blend();
-  std::vector<std::unique_ptr<data::CorpusSampler>> train, eval;
+  std::vector<std::unique_ptr<data::RowSampler>> train, eval;
   std::vector<double> weights;
   for (int j = 0; j < blend.corpora_size(); ++j) {
     const config::BlendedCorpus& corpus = blend.corpora(j);

@@ -267,14 +267,24 @@ void CheckMegatronDataset(const config::MegatronDataset& dataset, const std::str
   const std::string& prefix = dataset.path_prefix();
   if (prefix.empty()) {
     problems.Add(path, ".path_prefix is empty: give the dataset path without .bin/.idx");
-  } else if (absl::EndsWith(prefix, ".bin") || absl::EndsWith(prefix, ".idx")) {
-    problems.Add(path, ".path_prefix=\"", prefix, "\": drop the extension (\"",
-                 prefix.substr(0, prefix.size() - 4), "\"): the prefix names both .bin and .idx");
+  }
+  for (const auto& [field, value] : {std::pair{".path_prefix", prefix},
+                                     std::pair{".loss_mask_path_prefix",
+                                               dataset.loss_mask_path_prefix()}}) {
+    if (absl::EndsWith(value, ".bin") || absl::EndsWith(value, ".idx")) {
+      problems.Add(path, field, "=\"", value, "\": drop the extension (\"",
+                   value.substr(0, value.size() - 4), "\"): the prefix names both .bin and .idx");
+    }
+  }
+  if (!dataset.loss_mask_path_prefix().empty() &&
+      dataset.loss_mask_path_prefix() == dataset.path_prefix()) {
+    problems.Add(path, ".loss_mask_path_prefix names the token dataset itself (\"", prefix,
+                 "\"): give the mask's own prefix (kelvin prepare-data writes PREFIX_loss_mask)");
   }
 }
 
-void CheckTokenFile(const config::TokenFile& file, const std::string& path, bool document_masking,
-                    Problems& problems) {
+void CheckTokenFile(const config::TokenFile& file, const std::string& path,
+                    const config::DataConfig& data, Problems& problems) {
   if (file.path().empty()) problems.Add(path, ".path is empty: give the token file");
   if (file.has_document_separator_token()) {
     AtLeast(problems, path + ".document_separator_token", file.document_separator_token(), 0);
@@ -283,13 +293,17 @@ void CheckTokenFile(const config::TokenFile& file, const std::string& path, bool
                    ": a UINT16 token file cannot hold it (ids 0..65535), so no document would "
                    "ever end");
     }
-  } else if (document_masking) {
+  } else if (data.document_masking()) {
     problems.Add("data.document_masking needs ", path,
+                 ".document_separator_token (the token id that ends each document)");
+  } else if (data.packing() == config::DataConfig::DOCUMENTS) {
+    problems.Add("data.packing=DOCUMENTS needs ", path,
                  ".document_separator_token (the token id that ends each document)");
   }
 }
 
-void CheckBlend(const config::DataBlend& blend, bool document_masking, Problems& problems) {
+void CheckBlend(const config::DataConfig& data, Problems& problems) {
+  const config::DataBlend& blend = data.blend();
   if (blend.corpora_size() < 2) {
     problems.Add("data.blend has ", blend.corpora_size(),
                  " corpora: a blend mixes at least 2 (for one, use data.megatron or "
@@ -306,7 +320,7 @@ void CheckBlend(const config::DataBlend& blend, bool document_masking, Problems&
         CheckMegatronDataset(corpus.megatron(), path + ".megatron", problems);
         break;
       case config::BlendedCorpus::kTokenFile:
-        CheckTokenFile(corpus.token_file(), path + ".token_file", document_masking, problems);
+        CheckTokenFile(corpus.token_file(), path + ".token_file", data, problems);
         break;
     }
     if (!(corpus.weight() > 0) || !std::isfinite(corpus.weight())) {
@@ -327,10 +341,10 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
       CheckMegatronDataset(data.megatron(), "data.megatron", problems);
       break;
     case config::DataConfig::kTokenFile:
-      CheckTokenFile(data.token_file(), "data.token_file", data.document_masking(), problems);
+      CheckTokenFile(data.token_file(), "data.token_file", data, problems);
       break;
     case config::DataConfig::kBlend:
-      CheckBlend(data.blend(), data.document_masking(), problems);
+      CheckBlend(data, problems);
       break;
     case config::DataConfig::kPasskey: {
       const config::PasskeyTask& passkey = data.passkey();
@@ -348,6 +362,10 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
       if (data.eval_fraction() != 0) {
         problems.Add("data.eval_fraction=", data.eval_fraction(),
                      ": the passkey task evaluates on fresh samples; remove eval_fraction");
+      }
+      if (data.packing() != config::DataConfig::STREAM) {
+        problems.Add("data.packing=", config::DataConfig::Packing_Name(data.packing()),
+                     ": passkey rows are whole samples already; remove data.packing");
       }
       break;
     }

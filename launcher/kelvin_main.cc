@@ -1,4 +1,5 @@
-// The `kelvin` command: `kelvin train|plan|launch|eval|convert JOB.textproto [--set path=value]`.
+// The `kelvin` command: `kelvin train|plan|launch|eval|convert JOB.textproto [--set path=value]`,
+// and `kelvin prepare-data SAMPLES.jsonl --out PREFIX`.
 // train, eval and convert run one process or, under mpirun/srun, one rank (MPI is initialised
 // when the launcher's environment names more than one process); plan prints the job's layout and
 // memory per rank without training; launch checks the same and writes (--submit: submits) its
@@ -16,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "core/data/jsonl_samples.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "launcher/checkpoint_commands.h"
@@ -44,6 +46,10 @@ constexpr const char* kUsage =
     "          (one process, no GPU, whatever layout wrote the checkpoint); options:\n"
     "            --step N        the checkpoint of step N instead\n"
     "            --dtype f32|bf16  of the written weights (default f32: the exact masters)\n"
+    "  prepare-data SAMPLES.jsonl --out PREFIX: fine-tuning samples (one JSON object per line:\n"
+    "          \"input_ids\", optional \"labels\" with -100 where there is no loss, or\n"
+    "          \"loss_mask\") into the Megatron indexed dataset PREFIX and its loss mask\n"
+    "          PREFIX_loss_mask; prints the job's data section for them\n"
     "  train and eval run one process, or one rank each under mpirun / srun with the job's\n"
     "  layout (checkpoints resume under any layout)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n"
@@ -219,11 +225,23 @@ int Launch(const Arguments& a) {
   return 0;
 }
 
+int PrepareData(const std::vector<std::string>& args) {
+  if (args.size() != 4 || args[2] != "--out") {
+    return Usage("prepare-data takes SAMPLES.jsonl --out PREFIX");
+  }
+  const absl::StatusOr<kelvin::data::PreparedSamples> prepared =
+      kelvin::data::PrepareJsonlSamples(args[1], args[3]);
+  if (!prepared.ok()) return Fail(prepared.status());
+  std::printf("%s", kelvin::data::DescribePreparedSamples(*prepared).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() < 2) return Usage("a command and a job file are needed");
+  if (args[0] == "prepare-data") return PrepareData(args);
   Arguments a;
   a.command = args[0];
   a.job_path = args[1];

@@ -27,7 +27,9 @@ struct BatchCoordinates {
 // The global sample index of row 0 of the micro-batch at `where`, B = micro_batch_size.
 int64_t FirstGlobalSample(const BatchCoordinates& where, int64_t micro_batch_size);
 
-// Input positions [begin, end) of a row that hold tokens of one document.
+// Input positions [begin, end) of a row that hold tokens of one document (kPaddingDocument: the
+// padding that ends a row of packed documents).
+inline constexpr int64_t kPaddingDocument = -1;
 struct DocumentSpan {
   int64_t document = 0;
   int64_t begin = 0;

@@ -11,7 +11,7 @@
 namespace kelvin::data {
 
 absl::StatusOr<std::unique_ptr<BlendedSampler>> BlendedSampler::Create(
-    std::vector<std::unique_ptr<CorpusSampler>> corpora, std::vector<double> weights) {
+    std::vector<std::unique_ptr<RowSampler>> corpora, std::vector<double> weights) {
   if (corpora.empty() || corpora.size() != weights.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a blend needs one weight per corpus and at least one corpus (%d corpora, %d weights)",
@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<BlendedSampler>> BlendedSampler::Create(
       new BlendedSampler(std::move(corpora), std::move(weights)));
 }
 
-BlendedSampler::BlendedSampler(std::vector<std::unique_ptr<CorpusSampler>> corpora,
+BlendedSampler::BlendedSampler(std::vector<std::unique_ptr<RowSampler>> corpora,
                                std::vector<double> weights)
     : corpora_(std::move(corpora)),
       weights_(std::move(weights)),
@@ -80,7 +80,7 @@ absl::StatusOr<Batch> BlendedSampler::BatchAt(const BatchCoordinates& where) {
   Batch batch = AllocateBatch(rows, sequence_length());
   for (int64_t b = 0; b < rows; ++b) {
     const Assignment a = AssignmentOf(first + b);
-    CorpusSampler& corpus = *corpora_[a.corpus];
+    RowSampler& corpus = *corpora_[a.corpus];
     KELVIN_RETURN_IF_ERROR(corpus.ReadRow(corpus.RowOfSample(a.sample), batch, b));
   }
   return batch;

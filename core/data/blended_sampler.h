@@ -15,15 +15,15 @@
 
 #include "absl/status/statusor.h"
 #include "core/data/batch.h"
-#include "core/data/sampler.h"
+#include "core/data/row_sampler.h"
 
 namespace kelvin::data {
 
 class BlendedSampler : public BatchSource {
  public:
-  // Corpora of one micro-batch size and sequence length; weights > 0, one per corpus.
+  // Corpus samplers (stream rows or packed documents) of one micro-batch size and sequence length; weights > 0, one per corpus.
   static absl::StatusOr<std::unique_ptr<BlendedSampler>> Create(
-      std::vector<std::unique_ptr<CorpusSampler>> corpora, std::vector<double> weights);
+      std::vector<std::unique_ptr<RowSampler>> corpora, std::vector<double> weights);
 
   int64_t micro_batch_size() const override { return corpora_.front()->micro_batch_size(); }
   int64_t sequence_length() const override { return corpora_.front()->sequence_length(); }
@@ -41,11 +41,11 @@ class BlendedSampler : public BatchSource {
  private:
   static constexpr int64_t kBlock = 4096;
 
-  BlendedSampler(std::vector<std::unique_ptr<CorpusSampler>> corpora, std::vector<double> weights);
+  BlendedSampler(std::vector<std::unique_ptr<RowSampler>> corpora, std::vector<double> weights);
   // The assignments of samples [block * kBlock, (block + 1) * kBlock) into block_.
   void ComputeBlock(int64_t block);
 
-  std::vector<std::unique_ptr<CorpusSampler>> corpora_;
+  std::vector<std::unique_ptr<RowSampler>> corpora_;
   std::vector<double> weights_;  // [J], summing to 1
   // counts_at_block_[k][j]: samples corpus j got before sample k * kBlock ([blocks computed + 1]).
   std::vector<std::vector<int64_t>> counts_at_block_;

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/check.h"
 #include "core/io/mapped_file.h"
 
 namespace kelvin::data {
@@ -26,24 +27,16 @@ T LoadAt(const uint8_t* bytes) {
   return value;
 }
 
-// Megatron's DType enum: code -> token type; floats and unknown codes have none.
+// Megatron's DType enum codes of the integer token types (6 float64 and 7 float32 have none).
+constexpr std::pair<uint8_t, TokenType> kTokenTypeCodes[] = {
+    {1, TokenType::kUInt8},  {2, TokenType::kInt8},  {3, TokenType::kInt16},
+    {4, TokenType::kInt32},  {5, TokenType::kInt64}, {8, TokenType::kUInt16}};
+
 std::optional<TokenType> TokenTypeOfCode(uint8_t code) {
-  switch (code) {
-    case 1:
-      return TokenType::kUInt8;
-    case 2:
-      return TokenType::kInt8;
-    case 3:
-      return TokenType::kInt16;
-    case 4:
-      return TokenType::kInt32;
-    case 5:
-      return TokenType::kInt64;
-    case 8:
-      return TokenType::kUInt16;
-    default:
-      return std::nullopt;
+  for (const auto& [known, type] : kTokenTypeCodes) {
+    if (known == code) return type;
   }
+  return std::nullopt;
 }
 
 // "Megatron index file 'x.idx': <detail>" as an InvalidArgument status.
@@ -198,6 +191,13 @@ absl::StatusOr<std::vector<int64_t>> DocumentStarts(const std::string& idx_path,
 }
 
 }  // namespace
+
+uint8_t MegatronDTypeCode(TokenType type) {
+  for (const auto& [code, known] : kTokenTypeCodes) {
+    if (known == type) return code;
+  }
+  KELVIN_FATAL() << "token type " << TokenTypeName(type) << " has no Megatron dtype code";
+}
 
 absl::StatusOr<TokenCorpus> OpenMegatronDataset(std::string path_prefix) {
   for (const char* suffix : {".idx", ".bin"}) {

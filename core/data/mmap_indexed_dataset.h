@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/data/token_corpus.h"
@@ -20,6 +21,10 @@ namespace kelvin::data {
 inline constexpr char kMegatronIndexMagic[] = "MMIDIDX\0\0";  // 9 bytes, without the final NUL
 inline constexpr size_t kMegatronIndexMagicBytes = 9;
 inline constexpr size_t kMegatronIndexHeaderBytes = 34;  // magic, version, dtype, S, D
+
+// Megatron's DType code of `type` (the .idx header's byte 17): 1 uint8, 2 int8, 3 int16,
+// 4 int32, 5 int64, 8 uint16.
+uint8_t MegatronDTypeCode(TokenType type);
 
 // Opens `path_prefix`.idx and `path_prefix`.bin (a trailing ".idx" or ".bin" on the prefix is
 // dropped). Every field is checked against the files: a corrupted or mismatched pair is an error

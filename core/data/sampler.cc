@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_format.h"
 #include "core/check.h"
-#include "core/data/random.h"
 #include "core/ops/cross_entropy.h"
 
 namespace kelvin::data {
@@ -17,27 +16,7 @@ namespace kelvin::data {
 absl::StatusOr<std::unique_ptr<CorpusSampler>> CorpusSampler::Create(
     std::shared_ptr<const TokenCorpus> corpus, const SamplerOptions& options) {
   KELVIN_CHECK(corpus != nullptr);
-  constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
-  if (options.sequence_length <= 0 || options.sequence_length >= kMaxInt32) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sequence length %d must be in [1, 2^31 - 1)", options.sequence_length));
-  }
-  if (options.micro_batch_size <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("micro-batch size %d must be positive", options.micro_batch_size));
-  }
-  if (options.vocab_size <= 0 || options.vocab_size > kMaxInt32 + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("vocab size %d must be in [1, 2^31]", options.vocab_size));
-  }
-  SamplerOptions resolved = options;
-  if (resolved.stream_end < 0) resolved.stream_end = corpus->num_tokens();
-  if (resolved.stream_begin < 0 || resolved.stream_begin > resolved.stream_end ||
-      resolved.stream_end > corpus->num_tokens()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "token corpus '%s': tokens [%d, %d) are not a stretch of its %d tokens", corpus->path(),
-        resolved.stream_begin, resolved.stream_end, corpus->num_tokens()));
-  }
+  KELVIN_ASSIGN_OR_RETURN(const SamplerOptions resolved, ResolveSamplerOptions(*corpus, options));
   const int64_t tokens = resolved.stream_end - resolved.stream_begin;
   if (tokens < options.sequence_length + 1) {
     const std::string part = tokens == corpus->num_tokens()
@@ -54,9 +33,8 @@ absl::StatusOr<std::unique_ptr<CorpusSampler>> CorpusSampler::Create(
 
 CorpusSampler::CorpusSampler(std::shared_ptr<const TokenCorpus> corpus,
                              const SamplerOptions& options)
-    : corpus_(std::move(corpus)),
-      options_(options),
-      num_rows_((options.stream_end - options.stream_begin - 1) / options.sequence_length) {}
+    : RowSampler(options, (options.stream_end - options.stream_begin - 1) / options.sequence_length),
+      corpus_(std::move(corpus)) {}
 
 int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction) {
   const int64_t n = corpus.num_tokens();
@@ -69,41 +47,18 @@ int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction) {
   return n - next >= (n - target + 1) / 2 ? next : target;
 }
 
-int64_t CorpusSampler::RowOfSample(int64_t global_sample) {
-  KELVIN_CHECK_GE(global_sample, 0);
-  const int64_t epoch = global_sample / num_rows_;
-  if (epoch != permutation_epoch_) {
-    permutation_ = SeededPermutation(num_rows_, MixSeed(options_.seed, epoch));
-    permutation_epoch_ = epoch;
-  }
-  return permutation_[global_sample % num_rows_];
-}
-
-absl::StatusOr<Batch> CorpusSampler::BatchAt(const BatchCoordinates& where) {
-  const int64_t first = FirstGlobalSample(where, options_.micro_batch_size);
-  std::vector<int64_t> rows(options_.micro_batch_size);  // [B]
-  for (int64_t b = 0; b < options_.micro_batch_size; ++b) rows[b] = RowOfSample(first + b);
-  return ReadRows(rows);
-}
-
-absl::StatusOr<Batch> CorpusSampler::ReadRows(std::span<const int64_t> rows) const {
-  Batch batch = AllocateBatch(static_cast<int64_t>(rows.size()), options_.sequence_length);
-  for (size_t b = 0; b < rows.size(); ++b) {
-    KELVIN_RETURN_IF_ERROR(ReadRow(rows[b], batch, static_cast<int64_t>(b)));
-  }
-  return batch;
-}
-
 absl::Status CorpusSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const {
-  KELVIN_CHECK(row >= 0 && row < num_rows_) << "row " << row << " of " << num_rows_;
-  const int64_t t_len = options_.sequence_length;
-  const int64_t begin = options_.stream_begin + row * t_len;  // stream offset of input 0
+  KELVIN_CHECK(row >= 0 && row < num_rows()) << "row " << row << " of " << num_rows();
+  const int64_t t_len = options().sequence_length;
+  const int64_t begin = options().stream_begin + row * t_len;  // stream offset of input 0
   std::vector<int64_t> stored(t_len + 1);                     // [T + 1]
   corpus_->Read(begin, stored);
-  KELVIN_RETURN_IF_ERROR(corpus_->CheckVocab(begin, stored, options_.vocab_size));
+  KELVIN_RETURN_IF_ERROR(corpus_->CheckVocab(begin, stored, options().vocab_size));
   const std::vector<int32_t> row_tokens(stored.begin(), stored.end());  // [T + 1], all < 2^31
   FillRow(batch, b, row_tokens);
   batch.sources[b] = row;
+  int32_t* labels = batch.labels.data<int32_t>() + b * t_len;  // [T]
+  KELVIN_RETURN_IF_ERROR(IgnoreNonTargets(*corpus_, begin + 1, {labels, static_cast<size_t>(t_len)}));
 
   // Documents with tokens among the inputs [begin, begin + T).
   std::vector<DocumentSpan>& spans = batch.documents[b];
@@ -113,9 +68,8 @@ absl::Status CorpusSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const 
     const int64_t span_end = std::min(corpus_->document_start(d + 1), begin + t_len) - begin;
     if (span_end > span_begin) spans.push_back({d, span_begin, span_end});
   }
-  if (!options_.document_masking) return absl::OkStatus();
+  if (!options().document_masking) return absl::OkStatus();
 
-  int32_t* labels = batch.labels.data<int32_t>() + b * t_len;        // [T]
   int32_t* positions = batch.positions.data<int32_t>() + b * t_len;  // [T]
   for (const DocumentSpan& span : spans) {
     for (int64_t t = span.begin; t < span.end; ++t) {

@@ -129,4 +129,42 @@ absl::Status TokenCorpus::CheckVocab(int64_t vocab_size) const {
   return absl::OkStatus();
 }
 
+absl::Status TokenCorpus::AttachLossMask(TokenCorpus mask) {
+  if (mask.num_documents() != num_documents() || mask.num_tokens() != num_tokens()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "loss mask '%s' has %d documents of %d tokens, but the corpus '%s' has %d documents of %d "
+        "tokens: the mask must be written from the same samples (kelvin prepare-data writes both)",
+        mask.path(), mask.num_documents(), mask.num_tokens(), path(), num_documents(),
+        num_tokens()));
+  }
+  for (int64_t d = 0; d < num_documents(); ++d) {
+    if (mask.document_start(d + 1) == document_start(d + 1)) continue;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "loss mask '%s': document %d has %d tokens, but document %d of the corpus '%s' has %d: the "
+        "mask must be written from the same samples (kelvin prepare-data writes both)",
+        mask.path(), d, mask.document_start(d + 1) - mask.document_start(d), d, path(),
+        document_start(d + 1) - document_start(d)));
+  }
+  loss_mask_ = std::make_shared<const TokenCorpus>(std::move(mask));
+  return absl::OkStatus();
+}
+
+absl::Status TokenCorpus::ReadLossMask(int64_t begin, std::span<uint8_t> out) const {
+  KELVIN_CHECK(has_loss_mask()) << path();
+  std::vector<int64_t> values(out.size());  // [count]
+  loss_mask_->Read(begin, values);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (values[i] != 0 && values[i] != 1) {
+      const int64_t offset = begin + static_cast<int64_t>(i);
+      const int64_t document = DocumentAt(offset);
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "loss mask '%s': document %d, position %d holds %d; a loss mask holds 0 (no loss on the "
+          "token) or 1 (the token is a training target)",
+          loss_mask_->path(), document, offset - document_starts_[document], values[i]));
+    }
+    out[i] = static_cast<uint8_t>(values[i]);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kelvin::data

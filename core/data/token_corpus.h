@@ -1,10 +1,14 @@
 // TokenCorpus: a stream of integer token ids in one mapped file, cut into documents. The Megatron
 // indexed dataset and the flat token file both load into one; samplers read rows of it.
-// D documents, N tokens; document d covers stream tokens [start(d), start(d + 1)).
+// D documents, N tokens; document d covers stream tokens [start(d), start(d + 1)). A corpus may
+// carry a loss mask (fine-tuning data): a second corpus of the same documents whose token i is 1
+// when stream token i is a training target (its prediction counts in the loss) and 0 when it is
+// not (a prompt, a system message).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,10 +49,20 @@ class TokenCorpus {
   // The same over the whole corpus (a full scan: for validating a corpus before a job).
   absl::Status CheckVocab(int64_t vocab_size) const;
 
+  // Attaches `mask` as this corpus's loss mask; its documents must have the same lengths, else the
+  // error names both files and the first document that differs.
+  absl::Status AttachLossMask(TokenCorpus mask);
+  bool has_loss_mask() const { return loss_mask_ != nullptr; }
+  const TokenCorpus& loss_mask() const { return *loss_mask_; }
+  // Whether (1) or not (0) each of stream tokens [begin, begin + out.size()) is a training target; a mask value
+  // other than 0 or 1 is an error naming the mask file, document and position. Needs a loss mask.
+  absl::Status ReadLossMask(int64_t begin, std::span<uint8_t> out) const;
+
  private:
   io::MappedFile tokens_;
   TokenType type_;
   std::vector<int64_t> document_starts_;  // [D + 1]
+  std::shared_ptr<const TokenCorpus> loss_mask_;  // null without one
 };
 
 }  // namespace kelvin::data

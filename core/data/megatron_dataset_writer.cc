@@ -1,0 +1,179 @@
+// MegatronDatasetWriter: Megatron-LM's MMIDIDX .idx/.bin pair, written (see
+// megatron_dataset_writer.h).
+#include "core/data/megatron_dataset_writer.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+#include "core/data/mmap_indexed_dataset.h"
+
+namespace kelvin::data {
+namespace {
+
+constexpr uint64_t kIndexVersion = 1;
+constexpr const char* kPartial = ".partial";
+
+// The range of token ids `type` stores.
+std::pair<int64_t, int64_t> TokenRange(TokenType type) {
+  switch (type) {
+    case TokenType::kUInt8:
+      return {0, std::numeric_limits<uint8_t>::max()};
+    case TokenType::kInt8:
+      return {std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()};
+    case TokenType::kInt16:
+      return {std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()};
+    case TokenType::kUInt16:
+      return {0, std::numeric_limits<uint16_t>::max()};
+    case TokenType::kInt32:
+      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    case TokenType::kInt64:
+      return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
+  KELVIN_FATAL() << "unknown token type " << static_cast<int>(type);
+}
+
+template <typename T>
+void Append(std::vector<char>& bytes, T value) {
+  const size_t at = bytes.size();
+  bytes.resize(at + sizeof(T));
+  std::memcpy(bytes.data() + at, &value, sizeof(T));
+}
+
+// Narrows `tokens` into `bytes` as `type` (little-endian, checked by the caller's range test).
+void Narrow(std::span<const int64_t> tokens, TokenType type, std::vector<char>& bytes) {
+  bytes.clear();
+  for (const int64_t token : tokens) {
+    switch (type) {
+      case TokenType::kUInt8:
+        Append(bytes, static_cast<uint8_t>(token));
+        break;
+      case TokenType::kInt8:
+        Append(bytes, static_cast<int8_t>(token));
+        break;
+      case TokenType::kInt16:
+        Append(bytes, static_cast<int16_t>(token));
+        break;
+      case TokenType::kUInt16:
+        Append(bytes, static_cast<uint16_t>(token));
+        break;
+      case TokenType::kInt32:
+        Append(bytes, static_cast<int32_t>(token));
+        break;
+      case TokenType::kInt64:
+        Append(bytes, token);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<MegatronDatasetWriter> MegatronDatasetWriter::Create(const std::string& path_prefix,
+                                                                    TokenType type) {
+  const std::string path = path_prefix + ".bin" + kPartial;
+  std::FILE* bin = std::fopen(path.c_str(), "wb");
+  if (bin == nullptr) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "cannot create Megatron data file '%s': %s; check that the directory exists and is "
+        "writable",
+        path, std::strerror(errno)));
+  }
+  return MegatronDatasetWriter(path_prefix, type, bin);
+}
+
+MegatronDatasetWriter::MegatronDatasetWriter(std::string path_prefix, TokenType type,
+                                             std::FILE* bin)
+    : path_prefix_(std::move(path_prefix)), type_(type), bin_(bin, &std::fclose) {
+  document_indices_.push_back(0);
+}
+
+MegatronDatasetWriter::~MegatronDatasetWriter() {
+  if (bin_ == nullptr || finished_) return;
+  bin_.reset();
+  std::error_code ignored;
+  std::filesystem::remove(path_prefix_ + ".bin" + kPartial, ignored);
+  std::filesystem::remove(path_prefix_ + ".idx" + kPartial, ignored);
+}
+
+absl::Status MegatronDatasetWriter::WriteError(const std::string& path) const {
+  return absl::InternalError(absl::StrFormat("cannot write '%s': %s (disk full?)", path,
+                                             std::strerror(errno)));
+}
+
+absl::Status MegatronDatasetWriter::AddSequence(std::span<const int64_t> tokens) {
+  KELVIN_CHECK(!finished_) << path_prefix_;
+  const auto [lowest, highest] = TokenRange(type_);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < lowest || tokens[i] > highest) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "Megatron dataset '%s': token %d (position %d of sequence %d) does not fit %s",
+          path_prefix_, tokens[i], i, sequence_lengths_.size(), TokenTypeName(type_)));
+    }
+  }
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Megatron dataset '%s': a sequence of %d tokens is longer than the .idx's int32 lengths "
+        "hold",
+        path_prefix_, tokens.size()));
+  }
+  std::vector<char> bytes;  // [count * token bytes]
+  Narrow(tokens, type_, bytes);
+  if (std::fwrite(bytes.data(), 1, bytes.size(), bin_.get()) != bytes.size()) {
+    return WriteError(path_prefix_ + ".bin" + kPartial);
+  }
+  sequence_lengths_.push_back(static_cast<int32_t>(tokens.size()));
+  num_tokens_ += static_cast<int64_t>(tokens.size());
+  return absl::OkStatus();
+}
+
+void MegatronDatasetWriter::EndDocument() {
+  document_indices_.push_back(static_cast<int64_t>(sequence_lengths_.size()));
+}
+
+absl::Status MegatronDatasetWriter::Finish() {
+  KELVIN_CHECK(!finished_) << path_prefix_;
+  if (document_indices_.back() != static_cast<int64_t>(sequence_lengths_.size())) EndDocument();
+  const std::string bin_path = path_prefix_ + ".bin";
+  const std::string idx_path = path_prefix_ + ".idx";
+  if (std::fflush(bin_.get()) != 0) return WriteError(bin_path + kPartial);
+
+  std::vector<char> index;  // the whole .idx
+  index.insert(index.end(), kMegatronIndexMagic, kMegatronIndexMagic + kMegatronIndexMagicBytes);
+  Append(index, kIndexVersion);
+  Append(index, MegatronDTypeCode(type_));
+  Append(index, static_cast<uint64_t>(sequence_lengths_.size()));
+  Append(index, static_cast<uint64_t>(document_indices_.size()));
+  for (const int32_t length : sequence_lengths_) Append(index, length);
+  int64_t pointer = 0;  // byte offset of each sequence in the .bin
+  for (const int32_t length : sequence_lengths_) {
+    Append(index, pointer);
+    pointer += static_cast<int64_t>(length) * static_cast<int64_t>(TokenTypeSize(type_));
+  }
+  for (const int64_t document : document_indices_) Append(index, document);
+  {
+    const std::unique_ptr<std::FILE, int (*)(std::FILE*)> idx(
+        std::fopen((idx_path + kPartial).c_str(), "wb"), &std::fclose);
+    if (idx == nullptr || std::fwrite(index.data(), 1, index.size(), idx.get()) != index.size() ||
+        std::fflush(idx.get()) != 0) {
+      return WriteError(idx_path + kPartial);
+    }
+  }
+  bin_.reset();
+  std::error_code error;
+  std::filesystem::rename(bin_path + kPartial, bin_path, error);
+  if (!error) std::filesystem::rename(idx_path + kPartial, idx_path, error);
+  if (error) {
+    return absl::InternalError(absl::StrFormat("cannot rename the written '%s%s' into place: %s",
+                                               path_prefix_, kPartial, error.message()));
+  }
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::data

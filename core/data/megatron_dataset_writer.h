@@ -1,0 +1,54 @@
+// MegatronDatasetWriter: writes a Megatron-LM indexed dataset (the MMIDIDX .idx/.bin pair of
+// mmap_indexed_dataset.h) byte for byte as Megatron-Core's IndexedDatasetBuilder does, so that
+// Kelvin's and Megatron's tools read each other's corpora. Sequences stream into the .bin; the
+// .idx is written by Finish. Both files carry a ".partial" suffix until Finish renames them, so
+// an interrupted write never leaves a dataset that looks complete.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/data/token_corpus.h"
+#include "core/status.h"
+
+namespace kelvin::data {
+
+class MegatronDatasetWriter {
+ public:
+  // Creates `path_prefix`.bin.partial for tokens stored as `type`.
+  static absl::StatusOr<MegatronDatasetWriter> Create(const std::string& path_prefix,
+                                                      TokenType type);
+
+  MegatronDatasetWriter(MegatronDatasetWriter&&) noexcept = default;
+  MegatronDatasetWriter& operator=(MegatronDatasetWriter&&) noexcept = default;
+  ~MegatronDatasetWriter();  // an unfinished write removes its .partial files
+
+  // Appends one sequence to the current document; a token that does not fit the type is an error
+  // naming it (nothing of the sequence is written then).
+  absl::Status AddSequence(std::span<const int64_t> tokens);
+  // Ends the current document (the sequences added since the previous EndDocument).
+  void EndDocument();
+  // Writes the .idx (sequences added after the last EndDocument form a last document) and renames
+  // both files to `path_prefix`.bin / .idx.
+  absl::Status Finish();
+
+  int64_t num_tokens() const { return num_tokens_; }
+
+ private:
+  MegatronDatasetWriter(std::string path_prefix, TokenType type, std::FILE* bin);
+  absl::Status WriteError(const std::string& path) const;
+
+  std::string path_prefix_;
+  TokenType type_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> bin_;
+  std::vector<int32_t> sequence_lengths_;  // [S]
+  std::vector<int64_t> document_indices_;  // [D]: 0, then the sequence count at each document end
+  int64_t num_tokens_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace kelvin::data

@@ -1,0 +1,51 @@
+// PackedSampler: rows of whole documents, for fine-tuning on samples (SFT: one document per
+// prompt + answer). Unlike CorpusSampler's stream rows, a document is never split across rows:
+// the documents of the sampled stretch are packed into rows of T tokens by best-fit decreasing
+// (longest first, each into the fullest row it fits; a function of the corpus and T alone, so
+// every rank and every resume packs the same rows), each row's documents in stream order, and the
+// rest of a row is padding (token 0, no loss, positions 0, 1, ... of its own). A document longer
+// than T keeps its first T tokens (counted in truncated_documents()); one shorter than 2 tokens
+// has no label and is left out. Labels never cross documents (a document's last token has none);
+// with the corpus's loss mask only training targets carry labels. Positions restart at each
+// document when documents mask (attention then stays inside each), else run 0..T-1 over the row.
+// Epoch e visits every row once in RowSampler's seeded order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/data/row_sampler.h"
+#include "core/data/token_corpus.h"
+#include "core/status.h"
+
+namespace kelvin::data {
+
+class PackedSampler : public RowSampler {
+ public:
+  static absl::StatusOr<std::unique_ptr<PackedSampler>> Create(
+      std::shared_ptr<const TokenCorpus> corpus, const SamplerOptions& options);
+
+  int64_t num_documents() const { return static_cast<int64_t>(pieces_.size()); }  // packed ones
+  int64_t truncated_documents() const { return truncated_documents_; }
+  int64_t packed_tokens() const { return packed_tokens_; }  // document tokens over all rows
+
+  absl::Status ReadRow(int64_t row, Batch& batch, int64_t b) const override;
+
+ private:
+  // Stream tokens [begin, end) of `document` (its first T tokens at most).
+  struct Piece {
+    int64_t document = 0, begin = 0, end = 0;
+  };
+  PackedSampler(std::shared_ptr<const TokenCorpus> corpus, const SamplerOptions& options,
+                std::vector<Piece> pieces, std::vector<int64_t> row_starts, int64_t truncated);
+
+  std::shared_ptr<const TokenCorpus> corpus_;
+  std::vector<Piece> pieces_;        // [P], row by row
+  std::vector<int64_t> row_starts_;  // [R + 1]: row r holds pieces_[row_starts_[r], row_starts_[r + 1])
+  int64_t truncated_documents_ = 0;
+  int64_t packed_tokens_ = 0;
+};
+
+}  // namespace kelvin::data
