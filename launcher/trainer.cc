@@ -332,6 +332,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   StepStats stats;
   stats.step = step;
+  stats.labelled_tokens = labelled;
   ParameterSet& params = model_->parameters();
   params.ZeroGrads();
   if (labelled == 0) {

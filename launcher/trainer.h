@@ -32,6 +32,7 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   int64_t tokens = 0;  // this data-parallel replica's tokens (all positions, labelled or not)
+  int64_t labelled_tokens = 0;  // the global batch's tokens with a label (those the loss averages)
   // Wall time of this rank: the whole step, its forwards and backwards (the pipeline's program),
   // its communication calls (all groups), and of those the pipeline group's transfers (waiting
   // for the neighbouring stages: the bubble).

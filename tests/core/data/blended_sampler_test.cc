@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/data/sampler.h"
 #include "core/data/token_file.h"
 
 namespace kelvin::data {
@@ -34,7 +35,7 @@ std::unique_ptr<CorpusSampler> OffsetSampler(const std::string& name, int32_t ba
 }
 
 std::unique_ptr<BlendedSampler> Blend(const std::vector<double>& weights) {
-  std::vector<std::unique_ptr<CorpusSampler>> corpora;
+  std::vector<std::unique_ptr<RowSampler>> corpora;
   for (size_t j = 0; j < weights.size(); ++j) {
     corpora.push_back(OffsetSampler("blend_" + std::to_string(j), static_cast<int32_t>(j) * 10000,
                                     801 + 80 * static_cast<int32_t>(j), j + 1));
@@ -94,7 +95,7 @@ TEST(BlendedSampler, BatchesTakeEachRowFromItsCorpusAndSplitOverRanks) {
 }
 
 TEST(BlendedSampler, BadWeightsAreErrors) {
-  std::vector<std::unique_ptr<CorpusSampler>> corpora;
+  std::vector<std::unique_ptr<RowSampler>> corpora;
   corpora.push_back(OffsetSampler("blend_bad", 0, 100, 1));
   EXPECT_THAT(BlendedSampler::Create(std::move(corpora), {0.0}).status().message(),
               HasSubstr("blend corpus 0 has weight 0: weights must be positive"));

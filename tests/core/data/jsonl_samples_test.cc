@@ -1,0 +1,125 @@
+// JSON Lines samples into a Megatron dataset and its loss mask: labels (-100 = no loss),
+// loss_mask and unmasked lines all read back as written, the token type follows the largest id,
+// ignored keys are counted, and every malformed line is an error naming the file, line and field
+// after which nothing is written.
+#include "core/data/jsonl_samples.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/data/mmap_indexed_dataset.h"
+#include "tests/core/io/test_files.h"
+
+namespace kelvin::data {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<int64_t> Tokens(const TokenCorpus& corpus) {
+  std::vector<int64_t> tokens(corpus.num_tokens());
+  corpus.Read(0, tokens);
+  return tokens;
+}
+
+TEST(JsonlSamples, LabelsMasksAndPlainLinesReadBack) {
+  testing::ScratchDir dir;
+  testing::WriteFile(dir.Path("samples.jsonl"),
+                     R"({"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4], "text": "a"})"
+                     "\n\n"
+                     R"({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]})"
+                     "\n"
+                     R"({"input_ids": [8, 9], "attention_mask": [1, 1], "text": "b"})"
+                     "\n");
+  absl::StatusOr<PreparedSamples> prepared =
+      PrepareJsonlSamples(dir.Path("samples.jsonl"), dir.Path("sft"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->samples, 3);
+  EXPECT_EQ(prepared->tokens, 9);
+  EXPECT_EQ(prepared->targets, 2 + 2 + 2);
+  EXPECT_EQ(prepared->max_token, 9);
+  EXPECT_EQ(prepared->token_type, TokenType::kUInt16);
+  EXPECT_EQ(prepared->loss_mask_prefix, dir.Path("sft_loss_mask"));
+  EXPECT_EQ(prepared->ignored_keys,
+            (std::map<std::string, int64_t>{{"attention_mask", 1}, {"text", 2}}));
+
+  absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(dir.Path("sft"));
+  absl::StatusOr<TokenCorpus> mask = OpenMegatronDataset(dir.Path("sft_loss_mask"));
+  ASSERT_TRUE(corpus.ok() && mask.ok());
+  EXPECT_EQ(Tokens(*corpus), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(corpus->num_documents(), 3);
+  EXPECT_EQ(corpus->document_start(1), 4);
+  EXPECT_EQ(corpus->document_start(2), 7);
+  EXPECT_EQ(mask->token_type(), TokenType::kUInt8);
+  EXPECT_EQ(Tokens(*mask), (std::vector<int64_t>{0, 0, 1, 1, 0, 1, 1, 1, 1}));
+  ASSERT_TRUE(corpus->AttachLossMask(std::move(*mask)).ok());
+
+  const std::string described = DescribePreparedSamples(*prepared);
+  EXPECT_THAT(described, HasSubstr("3 samples (one document each), 9 tokens (uint16, the largest id 9)"));
+  EXPECT_THAT(described, HasSubstr("6 of the tokens (66.7%) are training targets"));
+  EXPECT_THAT(described, HasSubstr("loss_mask_path_prefix: \"" + dir.Path("sft_loss_mask") + "\""));
+  EXPECT_THAT(described, HasSubstr("packing: DOCUMENTS"));
+}
+
+TEST(JsonlSamples, LargeIdsGetInt32AndNoMaskWithoutLabels) {
+  testing::ScratchDir dir;
+  testing::WriteFile(dir.Path("plain.jsonl"), "{\"input_ids\": [70000, 3]}\n{\"input_ids\": [65499]}\n");
+  absl::StatusOr<PreparedSamples> prepared =
+      PrepareJsonlSamples(dir.Path("plain.jsonl"), dir.Path("plain"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->token_type, TokenType::kInt32);
+  EXPECT_TRUE(prepared->loss_mask_prefix.empty());
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("plain_loss_mask.bin")));
+  absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(dir.Path("plain"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  EXPECT_EQ(Tokens(*corpus), (std::vector<int64_t>{70000, 3, 65499}));
+  EXPECT_THAT(DescribePreparedSamples(*prepared), HasSubstr("every token is a target"));
+}
+
+TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
+  struct Case {
+    std::string line, message;
+  };
+  const std::vector<Case> cases = {
+      {R"({"input_ids": [1, 2)", ":2: not valid JSON"},
+      {R"([1, 2])", ":2: a JSON array, not an object with \"input_ids\""},
+      {R"({"labels": [1]})", ":2: no \"input_ids\""},
+      {R"({"input_ids": []})", ":2: \"input_ids\" is empty"},
+      {R"({"input_ids": "1 2"})", ":2: \"input_ids\" is string, not an array of integers"},
+      {R"({"input_ids": [1, -4]})", ":2: \"input_ids\"[1] is -4: token ids are integers in [0, 2^31)"},
+      {R"({"input_ids": [1, 2.5]})", ":2: \"input_ids\"[1] is 2.5"},
+      {R"({"input_ids": [1, 2], "labels": [-100]})", ":2: \"labels\" has 1 entries but \"input_ids\" has 2"},
+      {R"({"input_ids": [1, 2], "labels": [-100, 3]})",
+       ":2: \"labels\"[1] is 3 but \"input_ids\"[1] is 2: labels must be the input_ids themselves"},
+      {R"({"input_ids": [1, 2], "loss_mask": [0, 2]})",
+       ":2: \"loss_mask\"[1] is 2: a loss mask holds 1 (training target) or 0 (no loss)"},
+      {R"({"input_ids": [1, 2], "loss_mask": [1]})", ":2: \"loss_mask\" has 1 entries"},
+      {R"({"input_ids": [1], "labels": [1], "loss_mask": [1]})",
+       ":2: both \"labels\" and \"loss_mask\": give one of them"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.line);
+    testing::ScratchDir dir;
+    testing::WriteFile(dir.Path("bad.jsonl"), "{\"input_ids\": [1, 2, 3]}\n" + c.line + "\n");
+    const absl::StatusOr<PreparedSamples> prepared =
+        PrepareJsonlSamples(dir.Path("bad.jsonl"), dir.Path("out"));
+    EXPECT_THAT(prepared.status().message(), HasSubstr(dir.Path("bad.jsonl") + c.message));
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      files.push_back(entry.path().filename().string());
+    }
+    EXPECT_EQ(files, std::vector<std::string>{"bad.jsonl"});
+  }
+  testing::ScratchDir dir;
+  EXPECT_THAT(PrepareJsonlSamples(dir.Path("missing.jsonl"), dir.Path("out")).status().message(),
+              HasSubstr("cannot open the samples file '" + dir.Path("missing.jsonl") + "'"));
+  testing::WriteFile(dir.Path("blank.jsonl"), "\n  \n");
+  EXPECT_THAT(PrepareJsonlSamples(dir.Path("blank.jsonl"), dir.Path("out")).status().message(),
+              HasSubstr("has no sample (no non-blank line)"));
+}
+
+}  // namespace
+}  // namespace kelvin::data

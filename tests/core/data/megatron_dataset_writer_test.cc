@@ -1,0 +1,113 @@
+// MegatronDatasetWriter: the committed fixtures' sequences and documents, written again, give
+// Megatron-Core's own .bin and .idx byte for byte; what it writes reads back; tokens that do not
+// fit the type are errors naming them; an unfinished write leaves no dataset behind.
+#include "core/data/megatron_dataset_writer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/data/mmap_indexed_dataset.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/files.h"
+
+namespace kelvin::data {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kFixtureDir = std::string(KELVIN_FIXTURES_DIR) + "/megatron/";
+
+std::string Prefix(const std::string& name) {
+  return ::testing::TempDir() + "/megatron_writer_" + name;
+}
+
+TEST(MegatronDatasetWriter, RewritesMegatronCoresFixturesByteForByte) {
+  std::ifstream in(kFixtureDir + "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  for (const auto& [name, type] :
+       {std::pair{"corpus_u16", TokenType::kUInt16}, std::pair{"corpus_i32", TokenType::kInt32}}) {
+    SCOPED_TRACE(name);
+    const nlohmann::json& want = expected[name];
+    const auto lengths = want["sequence_lengths"].get<std::vector<int64_t>>();
+    const auto document_indices = want["document_indices"].get<std::vector<int64_t>>();
+    // The documents' tokens, back to back: the sequences in order.
+    std::vector<int64_t> stream;
+    for (const auto& document : want["documents"]) {
+      for (const int64_t token : document.get<std::vector<int64_t>>()) stream.push_back(token);
+    }
+    absl::StatusOr<MegatronDatasetWriter> writer = MegatronDatasetWriter::Create(Prefix(name), type);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    size_t next_document = 1, offset = 0;
+    for (size_t s = 0; s < lengths.size(); ++s) {
+      ASSERT_TRUE(writer->AddSequence({stream.data() + offset, static_cast<size_t>(lengths[s])}).ok());
+      offset += static_cast<size_t>(lengths[s]);
+      if (next_document < document_indices.size() &&
+          document_indices[next_document] == static_cast<int64_t>(s) + 1) {
+        writer->EndDocument();
+        ++next_document;
+      }
+    }
+    ASSERT_TRUE(writer->Finish().ok());
+    for (const char* extension : {".bin", ".idx"}) {
+      EXPECT_EQ(testing::FileBytes(Prefix(name) + extension),
+                testing::FileBytes(kFixtureDir + name + extension))
+          << extension;
+      EXPECT_FALSE(std::filesystem::exists(Prefix(name) + extension + ".partial"));
+    }
+  }
+}
+
+TEST(MegatronDatasetWriter, WhatItWritesReadsBack) {
+  absl::StatusOr<MegatronDatasetWriter> writer =
+      MegatronDatasetWriter::Create(Prefix("roundtrip"), TokenType::kUInt8);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{1, 0, 255}).ok());
+  writer->EndDocument();
+  ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{7}).ok());
+  ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{8, 9}).ok());  // ended by Finish
+  ASSERT_TRUE(writer->Finish().ok());
+  absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(Prefix("roundtrip"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  EXPECT_EQ(corpus->token_type(), TokenType::kUInt8);
+  ASSERT_EQ(corpus->num_documents(), 2);
+  EXPECT_EQ(corpus->document_start(1), 3);
+  std::vector<int64_t> tokens(6);
+  corpus->Read(0, tokens);
+  EXPECT_EQ(tokens, (std::vector<int64_t>{1, 0, 255, 7, 8, 9}));
+}
+
+TEST(MegatronDatasetWriter, TokensThatDoNotFitAreErrors) {
+  absl::StatusOr<MegatronDatasetWriter> writer =
+      MegatronDatasetWriter::Create(Prefix("overflow"), TokenType::kUInt16);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const absl::Status status = writer->AddSequence(std::vector<int64_t>{3, 65536});
+  EXPECT_THAT(status.message(), HasSubstr("token 65536 (position 1 of sequence 0) does not fit uint16"));
+  EXPECT_FALSE(writer->AddSequence(std::vector<int64_t>{-1}).ok());
+  EXPECT_EQ(writer->num_tokens(), 0);
+}
+
+TEST(MegatronDatasetWriter, AnUnfinishedWriteLeavesNoDataset) {
+  {
+    absl::StatusOr<MegatronDatasetWriter> writer =
+        MegatronDatasetWriter::Create(Prefix("unfinished"), TokenType::kInt32);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{1, 2, 3}).ok());
+    EXPECT_TRUE(std::filesystem::exists(Prefix("unfinished") + ".bin.partial"));
+  }
+  for (const char* file : {".bin", ".idx", ".bin.partial", ".idx.partial"}) {
+    EXPECT_FALSE(std::filesystem::exists(Prefix("unfinished") + file)) << file;
+  }
+  const absl::StatusOr<MegatronDatasetWriter> nowhere =
+      MegatronDatasetWriter::Create("/nonexistent_dir/x", TokenType::kInt32);
+  EXPECT_THAT(nowhere.status().message(),
+              HasSubstr("cannot create Megatron data file '/nonexistent_dir/x.bin.partial'"));
+}
+
+}  // namespace
+}  // namespace kelvin::data
