@@ -2,9 +2,11 @@
 // jsonl_samples.h).
 #include "core/data/jsonl_samples.h"
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -160,6 +162,13 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_pat
   }
   prepared.token_type =
       prepared.max_token < kUInt16VocabLimit ? TokenType::kUInt16 : TokenType::kInt32;
+  const std::filesystem::path directory = std::filesystem::path(output_prefix).parent_path();
+  std::error_code error;
+  if (!directory.empty()) std::filesystem::create_directories(directory, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create the output directory '",
+                                                    directory.string(), "': ", error.message()));
+  }
   KELVIN_ASSIGN_OR_RETURN(MegatronDatasetWriter tokens,
                           MegatronDatasetWriter::Create(output_prefix, prepared.token_type));
   std::optional<MegatronDatasetWriter> mask;

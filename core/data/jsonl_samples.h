@@ -10,7 +10,7 @@
 // else int32); when any sample has labels or loss_mask, PREFIX_loss_mask.bin/.idx holds its
 // targets (uint8 0/1; a sample with neither trains on all its tokens). The input is read twice:
 // once to validate all of it (a bad line is an error naming the file, line and field, and nothing
-// is written), once to write.
+// is written), once to write. The output directory is created when missing.
 #pragma once
 
 #include <cstdint>
