@@ -94,12 +94,8 @@ int Train(const kelvin::config::JobConfig& job) {
 int Eval(const kelvin::config::JobConfig& job) {
   const absl::StatusOr<kelvin::launcher::EvalStats> eval = kelvin::launcher::EvaluateJob(job);
   if (!eval.ok()) return Fail(eval.status());
-  KLOG_RANK0(INFO) << absl::StrFormat("eval of %s at step %d | loss %.4f", job.name(), eval->step,
-                                      eval->loss)
-                   << (eval->retrieval_accuracy >= 0
-                           ? absl::StrFormat(" | passkey retrieval %.1f%%",
-                                             100 * eval->retrieval_accuracy)
-                           : "");
+  KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval->step << " | "
+                   << kelvin::launcher::FormatEvalStats(*eval);
   return 0;
 }
 

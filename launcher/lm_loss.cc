@@ -1,6 +1,7 @@
 // The LM loss on the host or a CUDA device (see lm_loss.h).
 #include "launcher/lm_loss.h"
 
+#include "core/check.h"
 #include "core/copy.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
@@ -53,6 +54,18 @@ double CrossEntropySum(const Context& ctx, parallel::Communicator* tp, const Ten
   parallel::VocabParallelCrossEntropyLoss(tp, host, labels, vocab_begin, loss);
   if (predictions != nullptr) parallel::VocabParallelArgmax(tp, host, vocab_begin, *predictions);
   return Sum(loss);
+}
+
+int64_t CountCorrectPredictions(const Tensor& labels, const Tensor& predictions) {
+  KELVIN_CHECK(labels.is_cpu() && predictions.is_cpu() && labels.numel() == predictions.numel())
+      << labels.numel() << " labels vs " << predictions.numel() << " predictions";
+  const int32_t* label = labels.data<int32_t>();            // [N]
+  const int32_t* predicted = predictions.data<int32_t>();   // [N]
+  int64_t correct = 0;
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    correct += label[i] != ops::kIgnoreIndex && label[i] == predicted[i] ? 1 : 0;
+  }
+  return correct;
 }
 
 }  // namespace kelvin::launcher

@@ -23,4 +23,8 @@ double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator* tp, Te
 double CrossEntropySum(const Context& ctx, parallel::Communicator* tp, const Tensor& logits,
                        const Tensor& labels, int64_t vocab_begin, Tensor* predictions);
 
+// labels [N] and predictions [N] i32 on the host -> how many labelled tokens (label not
+// ops::kIgnoreIndex) were predicted right.
+int64_t CountCorrectPredictions(const Tensor& labels, const Tensor& predictions);
+
 }  // namespace kelvin::launcher

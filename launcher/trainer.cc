@@ -28,8 +28,6 @@
 namespace kelvin::launcher {
 namespace {
 
-// Features the schema describes that this build does not run yet: refuse them up front rather
-// than train without them.
 // Whether ResolvePlacement may pick CUDA (then the node-local rank is needed).
 bool MayTrainOnCuda(const config::JobConfig& job) {
   return job.training().device() == config::TrainingConfig::CUDA ||
@@ -67,6 +65,14 @@ void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& lay
 }
 
 }  // namespace
+
+std::string FormatEvalStats(const EvalStats& eval) {
+  return absl::StrFormat("loss %.4f | token accuracy %.1f%%", eval.loss,
+                         100 * eval.token_accuracy) +
+         (eval.retrieval_accuracy >= 0
+              ? absl::StrFormat(" | passkey retrieval %.1f%%", 100 * eval.retrieval_accuracy)
+              : "");
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig& job,
                                                          MPI_Comm world,
@@ -533,7 +539,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
         "the job has no held-out data: use data.passkey, or set data.eval_fraction for a corpus");
   }
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
-  int64_t labelled = 0, rows = 0, retrieved = 0;
+  int64_t labelled = 0, rows = 0, retrieved = 0, correct = 0;
   // Each data-parallel replica scores every DP-th batch (the same set on every layout); the sums
   // span the replicas.
   absl::Status read = absl::OkStatus();
@@ -552,7 +558,8 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
     if (logits == nullptr) continue;  // a pipeline stage before the last
     Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
     stats.loss += CrossEntropySum(ctx_, model_->tp(), *logits, labels, model_->layout().vocab_begin,
-                                  data_.passkey ? &predictions : nullptr);
+                                  &predictions);
+    correct += CountCorrectPredictions(labels, predictions);
     if (data_.passkey) {
       Tensor all = predictions;  // [B, T] every context-parallel rank's tokens
       if (ContextParallelSize() > 1) {
@@ -570,6 +577,8 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   stats.loss = FromLastStage(SumOverReplicas(stats.loss)) /
                static_cast<double>(std::max<int64_t>(labelled, 1));
+  stats.token_accuracy = FromLastStage(SumOverReplicas(static_cast<double>(correct))) /
+                         static_cast<double>(std::max<int64_t>(labelled, 1));
   if (data_.passkey) {  // whole rows: the context-parallel ranks count the same ones
     const auto over_data_parallel = [&](double value) {
       return DataParallelSize() == 1 ? value : SumOver(grid_->dp(), value);
@@ -649,16 +658,13 @@ absl::Status Trainer::Run() {
       if (!evaluated.ok()) return StopOnAgreedError(evaluated.status());
       const EvalStats& eval = *evaluated;
       evaluations_.push_back(eval);
-      std::vector<std::pair<std::string, double>> scalars = {{"eval/loss", eval.loss}};
+      std::vector<std::pair<std::string, double>> scalars = {
+          {"eval/loss", eval.loss}, {"eval/token_accuracy", eval.token_accuracy}};
       if (eval.retrieval_accuracy >= 0) {
         scalars.emplace_back("eval/passkey_retrieval", eval.retrieval_accuracy);
       }
       AddToTensorBoard(eval.step, scalars);
-      KLOG_RANK0(INFO) << absl::StrFormat("eval at step %d | loss %.4f", step + 1, eval.loss)
-                       << (eval.retrieval_accuracy >= 0
-                               ? absl::StrFormat(" | passkey retrieval %.1f%%",
-                                                 100 * eval.retrieval_accuracy)
-                               : "");
+      KLOG_RANK0(INFO) << "eval at step " << step + 1 << " | " << FormatEvalStats(eval);
     }
     const int64_t interval = job_.checkpoint().interval_steps();
     const bool save = checkpoints && (last || (interval > 0 && (step + 1) % interval == 0));

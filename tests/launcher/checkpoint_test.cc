@@ -175,6 +175,7 @@ TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
   EXPECT_EQ(eval->step, 6);
   EXPECT_EQ(eval->loss, trained->evaluations()[0].loss);
   EXPECT_EQ(eval->retrieval_accuracy, trained->evaluations()[0].retrieval_accuracy);
+  EXPECT_EQ(eval->token_accuracy, trained->evaluations()[0].token_accuracy);
   fs::remove_all(dir);
   fs::remove_all(hf);
 }

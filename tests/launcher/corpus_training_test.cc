@@ -3,7 +3,8 @@
 // same held-out batches every time (the same weights score the same loss), kelvin eval agrees,
 // and a fraction that leaves a part shorter than a row is a clear error. A blend of two corpora
 // trains and evaluates too, its resolved config printing and parsing back; its errors name the
-// corpus. Fine-tuning samples prepared from JSON Lines train on their answers only, packed whole;
+// corpus. Fine-tuning samples prepared from JSON Lines train on their answers only, packed whole,
+// and learn them (held-out loss and token accuracy);
 // a loss mask of other samples is an error naming the field.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -173,21 +174,21 @@ TEST(CorpusTraining, BlendErrorsNameTheCorpus) {
               HasSubstr("data.blend.corpora[1]: token file /nonexistent/corpus.i32"));
 }
 
-// Reversal samples: "1 d_1 .. d_n 2 d_n .. d_1 3" with digits 10..19, the prompt (up to and with
-// the 2) labelled -100. Returns each sample's target count (its answer: n digits and the 3).
-std::vector<int64_t> WriteReversalSamples(const std::string& path, int samples) {
+// Copy samples: "1 d_1 .. d_n 2 d_1 .. d_n 3" with digits 10..19, the prompt (up to and with the
+// 2) labelled -100. Returns each sample's target count (its answer: n digits and the 3).
+std::vector<int64_t> WriteCopySamples(const std::string& path, int samples) {
   std::mt19937 rng(11);
   std::ofstream out(path);
   std::vector<int64_t> targets;
   for (int i = 0; i < samples; ++i) {
-    const int n = 3 + static_cast<int>(rng() % 10);
+    const int n = 3 + static_cast<int>(rng() % 6);
     std::vector<int> digits(n);
     for (int& digit : digits) digit = 10 + static_cast<int>(rng() % 10);
     std::string ids = "1", labels = "-100";
     for (const int digit : digits) absl::StrAppend(&ids, ", ", digit), absl::StrAppend(&labels, ", -100");
     absl::StrAppend(&ids, ", 2"), absl::StrAppend(&labels, ", -100");
-    for (int k = n - 1; k >= 0; --k) {
-      absl::StrAppend(&ids, ", ", digits[k]), absl::StrAppend(&labels, ", ", digits[k]);
+    for (const int digit : digits) {
+      absl::StrAppend(&ids, ", ", digit), absl::StrAppend(&labels, ", ", digit);
     }
     absl::StrAppend(&ids, ", 3"), absl::StrAppend(&labels, ", 3");
     out << "{\"input_ids\": [" << ids << "], \"labels\": [" << labels << "]}\n";
@@ -199,7 +200,7 @@ std::vector<int64_t> WriteReversalSamples(const std::string& path, int samples) 
 TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
   const std::string dir = ::testing::TempDir() + "/corpus_training_sft";
   std::filesystem::create_directories(dir);
-  const std::vector<int64_t> targets = WriteReversalSamples(dir + "/samples.jsonl", 240);
+  const std::vector<int64_t> targets = WriteCopySamples(dir + "/samples.jsonl", 1500);
   const absl::StatusOr<data::PreparedSamples> prepared =
       data::PrepareJsonlSamples(dir + "/samples.jsonl", dir + "/sft");
   ASSERT_TRUE(prepared.ok()) << prepared.status();
@@ -208,8 +209,8 @@ TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
       "\"\n    loss_mask_path_prefix: \"", prepared->loss_mask_prefix,
       "\"\n  }\n  packing: DOCUMENTS\n  document_masking: true\n  eval_fraction: 0.05\n}");
   std::vector<std::string> overrides = kShortRun;
-  overrides.push_back("training.steps=40");
-  overrides.push_back("training.eval_interval=20");
+  overrides.push_back("training.steps=150");
+  overrides.push_back("training.eval_interval=75");
   const absl::StatusOr<config::JobConfig> job = JobWithData(data, overrides);
   ASSERT_TRUE(job.ok()) << job.status();
 
@@ -219,7 +220,7 @@ TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
   absl::StatusOr<DataSources> sources = BuildDataSources(*job, *arch);
   ASSERT_TRUE(sources.ok()) << sources.status();
   std::vector<int64_t> answers;  // [steps]
-  for (int64_t step = 0; step < 40; ++step) {
+  for (int64_t step = 0; step < 150; ++step) {
     int64_t sum = 0;
     for (int64_t m = 0; m < 2; ++m) {
       absl::StatusOr<data::Batch> batch = sources->train->BatchAt({step, m, 2, 0, 1});
@@ -233,24 +234,30 @@ TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
     answers.push_back(sum);
   }
 
+  const absl::StatusOr<EvalStats> untrained = EvaluateJob(*job);
+  ASSERT_TRUE(untrained.ok()) << untrained.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_TRUE((*trainer)->Run().ok());
-  ASSERT_EQ((*trainer)->history().size(), 40u);
+  ASSERT_EQ((*trainer)->history().size(), 150u);
   for (const StepStats& step : (*trainer)->history()) {
     EXPECT_EQ(step.labelled_tokens, answers[step.step]) << step.step;
   }
-  // It learns the answers: the held-out loss falls (the untrained model scores ~ln(260) = 5.6).
+  // It learns to copy: the held-out loss falls from ~ln(260) = 5.6 and most answer tokens come
+  // out right (65.8% at step 150 when this was written; the untrained model gets ~none).
   const std::vector<EvalStats>& evaluations = (*trainer)->evaluations();
   ASSERT_EQ(evaluations.size(), 2u);
-  EXPECT_LT(evaluations.back().loss, 3.0);
+  EXPECT_GT(untrained->loss, 5.0);
+  EXPECT_LT(untrained->token_accuracy, 0.1);
+  EXPECT_LT(evaluations.back().loss, 1.5);
+  EXPECT_GT(evaluations.back().token_accuracy, 0.5);
 }
 
 TEST(CorpusTraining, ALossMaskOfOtherSamplesNamesTheField) {
   const std::string dir = ::testing::TempDir() + "/corpus_training_sft_mismatch";
   std::filesystem::create_directories(dir);
-  WriteReversalSamples(dir + "/a.jsonl", 30);
-  WriteReversalSamples(dir + "/b.jsonl", 31);
+  WriteCopySamples(dir + "/a.jsonl", 30);
+  WriteCopySamples(dir + "/b.jsonl", 31);
   ASSERT_TRUE(data::PrepareJsonlSamples(dir + "/a.jsonl", dir + "/a").ok());
   ASSERT_TRUE(data::PrepareJsonlSamples(dir + "/b.jsonl", dir + "/b").ok());
   const absl::StatusOr<config::JobConfig> job = JobWithData(
