@@ -79,6 +79,20 @@ absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source) {
                                  : std::nullopt);
 }
 
+// How many epochs of `sampler`'s rows the run reads when `share` of its samples come from it
+// (`corpus` names it in a blend, ending in ", "; empty for the only corpus): fine-tuning is
+// planned in epochs.
+void LogEpochs(const config::JobConfig& job, const data::RowSampler& sampler, double share,
+               const std::string& corpus) {
+  const double rows_read = share * static_cast<double>(job.training().steps()) *
+                           static_cast<double>(job.training().global_batch_size());
+  KLOG_RANK0(INFO) << absl::StrFormat(
+      "data: %sthe run's %d steps x %d rows read %.2f epochs of %s %d training rows",
+      corpus, job.training().steps(),
+      job.training().global_batch_size(), rows_read / static_cast<double>(sampler.num_rows()),
+      corpus.empty() ? "the" : "its", sampler.num_rows());
+}
+
 // One corpus's samplers: its training part and, with data.eval_fraction, its held-out part.
 struct CorpusSamplers {
   std::unique_ptr<data::RowSampler> train, eval;
@@ -170,6 +184,13 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
     if (samplers->eval != nullptr) eval.push_back(std::move(samplers->eval));
     weights.push_back(corpus.weight());
   }
+  double total_weight = 0;
+  for (const double weight : weights) total_weight += weight;
+  for (size_t j = 0; j < train.size(); ++j) {
+    LogEpochs(job, *train[j], weights[j] / total_weight,
+              absl::StrFormat("data.blend.corpora[%d] (%.1f%% of the samples), ", j,
+                              100 * weights[j] / total_weight));
+  }
   DataSources sources;
   KELVIN_ASSIGN_OR_RETURN(sources.train, data::BlendedSampler::Create(std::move(train), weights));
   if (!eval.empty()) {
@@ -178,19 +199,45 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
   return sources;
 }
 
+// data.eval: rows of the separate held-out corpus, made as the training rows are.
+absl::StatusOr<std::unique_ptr<data::RowSampler>> HeldOutCorpusSampler(
+    const config::JobConfig& job, const models::LlamaConfig& arch) {
+  const auto named = [](const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat("data.eval: ", status.message()));
+  };
+  absl::StatusOr<data::TokenCorpus> opened = OpenCorpus(job.data().eval());
+  if (!opened.ok()) return named(opened.status());
+  const config::TrainingConfig& training = job.training();
+  const data::SamplerOptions options{training.seq_length(), training.micro_batch_size(),
+                                     arch.vocab_size, training.seed() + kEvalSeedOffset,
+                                     job.data().document_masking()};
+  absl::StatusOr<std::unique_ptr<data::RowSampler>> sampler =
+      RowSamplerOf(std::make_shared<const data::TokenCorpus>(std::move(opened).value()), options,
+                   job.data().packing(), "held-out corpus");
+  if (!sampler.ok()) return named(sampler.status());
+  return sampler;
+}
+
 }  // namespace
 
 absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                                              const models::LlamaConfig& arch) {
   const config::DataConfig& data = job.data();
   if (data.has_passkey()) return PasskeySources(job, arch);
-  if (data.has_blend()) return BlendSources(job, arch);
-  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus, OpenCorpus(data));
-  KELVIN_ASSIGN_OR_RETURN(CorpusSamplers samplers,
-                          SamplersOf(std::move(corpus), job, arch, job.training().seed()));
   DataSources sources;
-  sources.train = std::move(samplers.train);
-  sources.eval = std::move(samplers.eval);
+  if (data.has_blend()) {
+    KELVIN_ASSIGN_OR_RETURN(sources, BlendSources(job, arch));
+  } else {
+    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus, OpenCorpus(data));
+    KELVIN_ASSIGN_OR_RETURN(CorpusSamplers samplers,
+                            SamplersOf(std::move(corpus), job, arch, job.training().seed()));
+    LogEpochs(job, *samplers.train, 1.0, "");
+    sources.train = std::move(samplers.train);
+    sources.eval = std::move(samplers.eval);
+  }
+  if (data.has_eval()) {
+    KELVIN_ASSIGN_OR_RETURN(sources.eval, HeldOutCorpusSampler(job, arch));
+  }
   return sources;
 }
 

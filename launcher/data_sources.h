@@ -1,7 +1,8 @@
 // The training and evaluation batches of a job, from its data section: the passkey task, one
 // corpus (Megatron indexed dataset or flat token file) or a weighted blend of corpora, each corpus
-// split into a training and a held-out part by data.eval_fraction. Every error names the config
-// field at fault.
+// split into a training and a held-out part by data.eval_fraction, or evaluated on a held-out
+// corpus of its own (data.eval); rows by data.packing. Every error names the config field at
+// fault.
 #pragma once
 
 #include <memory>

@@ -329,6 +329,28 @@ void CheckBlend(const config::DataConfig& data, Problems& problems) {
   }
 }
 
+void CheckHeldOutCorpus(const config::DataConfig& data, Problems& problems) {
+  const config::HeldOutCorpus& eval = data.eval();
+  switch (eval.source_case()) {
+    case config::HeldOutCorpus::SOURCE_NOT_SET:
+      problems.Add("data.eval: no source: set megatron or token_file");
+      break;
+    case config::HeldOutCorpus::kMegatron:
+      CheckMegatronDataset(eval.megatron(), "data.eval.megatron", problems);
+      break;
+    case config::HeldOutCorpus::kTokenFile:
+      CheckTokenFile(eval.token_file(), "data.eval.token_file", data, problems);
+      break;
+  }
+  if (data.has_passkey()) {
+    problems.Add("data.eval: the passkey task evaluates on fresh samples; remove data.eval");
+  }
+  if (data.eval_fraction() != 0) {
+    problems.Add("data.eval and data.eval_fraction=", data.eval_fraction(),
+                 " both give held-out data: keep one");
+  }
+}
+
 void CheckData(const config::JobConfig& job, Problems& problems) {
   const config::DataConfig& data = job.data();
   switch (data.source_case()) {
@@ -371,10 +393,11 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
     }
   }
   InRange(problems, "data.eval_fraction", data.eval_fraction(), 0, 1, false);
-  const bool has_held_out_source = !data.has_passkey();
-  if (job.training().eval_interval() > 0 && has_held_out_source && data.eval_fraction() == 0) {
+  if (data.has_eval()) CheckHeldOutCorpus(data, problems);
+  const bool needs_held_out_data = !data.has_passkey() && !data.has_eval();
+  if (job.training().eval_interval() > 0 && needs_held_out_data && data.eval_fraction() == 0) {
     problems.Add("training.eval_interval=", job.training().eval_interval(),
-                 " needs held-out data: set data.eval_fraction (e.g. 0.01)");
+                 " needs held-out data: set data.eval_fraction (e.g. 0.01) or a data.eval corpus");
   }
 }
 

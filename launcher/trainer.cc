@@ -536,7 +536,8 @@ void Trainer::WriteTensorBoard(const StepStats& stats) {
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   if (data_.eval == nullptr) {
     return absl::FailedPreconditionError(
-        "the job has no held-out data: use data.passkey, or set data.eval_fraction for a corpus");
+        "the job has no held-out data: use data.passkey, or set data.eval_fraction or data.eval for "
+        "a corpus");
   }
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0, correct = 0;

@@ -273,5 +273,55 @@ TEST(CorpusTraining, ALossMaskOfOtherSamplesNamesTheField) {
                         "/b_loss_mask.bin' has 31 documents"));
 }
 
+TEST(CorpusTraining, AHeldOutCorpusOfItsOwnIsWhatEvaluationsScore) {
+  // The held-out corpus: token 7 throughout, documents of 20 tokens ended by the separator.
+  std::vector<int32_t> held_out;
+  for (int d = 0; d < 40; ++d) {
+    held_out.insert(held_out.end(), 19, 7);
+    held_out.push_back(kSeparator);
+  }
+  const std::string held_out_path = ::testing::TempDir() + "/corpus_training_held_out.i32";
+  ASSERT_TRUE(data::WriteTokenFile(held_out_path, held_out, data::TokenType::kInt32).ok());
+  const std::string data = absl::StrCat(
+      "data {\n  token_file { path: \"", WriteCountingCorpus(),
+      "\" document_separator_token: 0 }\n  document_masking: true\n  packing: DOCUMENTS\n"
+      "  eval { token_file { path: \"", held_out_path, "\" document_separator_token: 0 } }\n}");
+  const absl::StatusOr<config::JobConfig> job = JobWithData(data, kShortRun);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const absl::StatusOr<models::LlamaConfig> arch = ResolveModelArchitecture(job->model());
+  ASSERT_TRUE(arch.ok()) << arch.status();
+  absl::StatusOr<DataSources> sources = BuildDataSources(*job, *arch);
+  ASSERT_TRUE(sources.ok()) << sources.status();
+  ASSERT_NE(sources->eval, nullptr);
+  absl::StatusOr<data::Batch> batch = sources->eval->BatchAt({0, 0, 1, 0, 1});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const int64_t t_len = batch->sequence_length();
+  int64_t document_tokens = 0;
+  for (int64_t b = 0; b < batch->rows(); ++b) {
+    for (const data::DocumentSpan& span : batch->documents[b]) {
+      if (span.document == data::kPaddingDocument) continue;
+      for (int64_t t = span.begin; t < span.end; ++t, ++document_tokens) {
+        const int32_t token = batch->tokens.data<int32_t>()[b * t_len + t];
+        EXPECT_TRUE(token == 7 || token == kSeparator) << token;
+      }
+    }
+  }
+  EXPECT_GT(document_tokens, 0);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  ASSERT_EQ((*trainer)->evaluations().size(), 2u);
+  EXPECT_TRUE(std::isfinite((*trainer)->evaluations().back().loss));
+
+  const absl::StatusOr<config::JobConfig> missing = JobWithData(
+      absl::StrCat("data {\n  token_file { path: \"", WriteCountingCorpus(),
+                   "\" }\n  eval { token_file { path: \"/nonexistent/held_out.i32\" } }\n}"),
+      kShortRun);
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  const absl::StatusOr<std::unique_ptr<Trainer>> failed = Trainer::Create(*missing);
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr("data.eval: token file /nonexistent/held_out.i32"));
+}
+
 }  // namespace
 }  // namespace kelvin::launcher
