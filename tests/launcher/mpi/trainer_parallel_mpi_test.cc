@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/data/jsonl_samples.h"
 #include "core/io/hf_checkpoint.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/checkpoint_format.h"
@@ -40,6 +41,12 @@ int WorldSize() {
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
+}
+
+int WorldRank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
 }
 
 struct Layout {
@@ -160,19 +167,20 @@ void ExpectContinues(const Trainer& resumed, const Trainer& whole, const char* w
   }
 }
 
-// Trains `layout` and the one-process CPU run of the same job (on every rank, over
-// MPI_COMM_SELF): the layout's losses, gradient norms, evaluation loss and final master weights
+// Trains `layout` and the one-process CPU run of the same job (with `extra` overrides; on every
+// rank, over MPI_COMM_SELF): the layout's losses, gradient norms, evaluation loss and final master weights
 // (each rank's slices) follow the one-process run's within `tol`, and the rank's memory plan is
 // what it allocated.
-void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol) {
+void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
+                                   const std::vector<std::string>& extra = {}) {
   Layout one{"one", 1, 1, false};
   one.layers = layout.layers;
   one.hidden = layout.hidden;
   one.tied = layout.tied;
-  absl::StatusOr<std::unique_ptr<Trainer>> reference = CreateTrainer(one, {}, MPI_COMM_SELF);
+  absl::StatusOr<std::unique_ptr<Trainer>> reference = CreateTrainer(one, extra, MPI_COMM_SELF);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->Run().ok());
-  absl::StatusOr<std::unique_ptr<Trainer>> parallel = CreateTrainer(layout);
+  absl::StatusOr<std::unique_ptr<Trainer>> parallel = CreateTrainer(layout, extra);
   ASSERT_TRUE(parallel.ok()) << parallel.status();
   ASSERT_TRUE((*parallel)->Run().ok());
   models::LlamaModel& model = (*parallel)->model();
@@ -229,6 +237,30 @@ TEST_P(ParallelTraining, EqualsOneProcess) {
     GTEST_SKIP() << layout.name << " needs " << layout.world() << " ranks";
   }
   ExpectFollowsTheOneProcessRun(layout, {testing::kF32RelTol, 1e-4, testing::kF32RelTol});
+}
+
+// Fine-tuning samples (the SFT example's, prepared by rank 0) packed whole into rows with a loss
+// mask and document masking, under a context-parallel layout of this world size (each rank holds
+// chunks of rows whose documents, padding and masked labels straddle the chunk boundaries).
+TEST(ParallelTraining, PackedFineTuningSamplesEqualOneProcess) {
+  const std::string prefix = ::testing::TempDir() + "/parallel_training_sft/copy_digits";
+  if (WorldRank() == 0) {
+    const absl::StatusOr<data::PreparedSamples> prepared = data::PrepareJsonlSamples(
+        std::string(KELVIN_FIXTURES_DIR) + "/sft/copy_digits.jsonl", prefix);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<std::string> sft = {
+      "data.megatron.path_prefix=\"" + prefix + "\"",
+      "data.megatron.loss_mask_path_prefix=\"" + prefix + "_loss_mask\"",
+      "data.packing=DOCUMENTS", "data.document_masking=true", "data.eval_fraction=0.05"};
+  Layout layout{"CP2", 1, 1, false};
+  layout.cp = 2;
+  if (WorldSize() == 4) layout = Layout{"TP2_SPxCP2", 2, 1, true};
+  if (WorldSize() == 8) layout = Layout{"TP2_SPxCP2xDP2", 2, 2, true};
+  if (WorldSize() >= 4) layout.cp = 2;
+  ASSERT_EQ(layout.world(), WorldSize()) << layout.name;
+  ExpectFollowsTheOneProcessRun(layout, {testing::kF32RelTol, 1e-4, testing::kF32RelTol}, sft);
 }
 
 // The layout of this world size that exercises most: sequence parallelism and, with 4 ranks,
