@@ -391,6 +391,10 @@ void ResolveDefaults(config::JobConfig& config) {
   config::LrScheduleConfig& schedule = *config.mutable_lr_schedule();
   if (!schedule.has_min_lr_ratio()) schedule.set_min_lr_ratio(0.1);
   if (!schedule.has_decay_steps()) schedule.set_decay_steps(training.steps());
+  if (!schedule.has_cooldown_steps()) {
+    schedule.set_cooldown_steps(
+        std::max<int64_t>((schedule.decay_steps() - schedule.warmup_steps()) / 5, 1));
+  }
 
   config.mutable_checkpoint();
   config::LoggingConfig& logging = *config.mutable_logging();

@@ -420,10 +420,17 @@ void CheckLrSchedule(const config::JobConfig& job, Problems& problems) {
     problems.Add("lr_schedule.warmup_steps=", schedule.warmup_steps(),
                  " exceeds training.steps=", steps);
   }
-  if (schedule.type() == config::LrScheduleConfig::COSINE && warmup_fits &&
-      schedule.decay_steps() <= schedule.warmup_steps()) {
+  const bool decays = schedule.type() != config::LrScheduleConfig::CONSTANT;
+  const std::string type = config::LrScheduleConfig::Type_Name(schedule.type());
+  if (decays && warmup_fits && schedule.decay_steps() <= schedule.warmup_steps()) {
     problems.Add("lr_schedule.decay_steps=", schedule.decay_steps(),
-                 " must be > warmup_steps=", schedule.warmup_steps(), " for COSINE");
+                 " must be > warmup_steps=", schedule.warmup_steps(), " for ", type);
+  } else if (schedule.type() == config::LrScheduleConfig::WARMUP_STABLE_DECAY && warmup_fits &&
+             (schedule.cooldown_steps() < 1 ||
+              schedule.cooldown_steps() > schedule.decay_steps() - schedule.warmup_steps())) {
+    problems.Add("lr_schedule.cooldown_steps=", schedule.cooldown_steps(), " must be in [1, ",
+                 schedule.decay_steps() - schedule.warmup_steps(),
+                 "] (decay_steps - warmup_steps) for WARMUP_STABLE_DECAY");
   }
 }
 

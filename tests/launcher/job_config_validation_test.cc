@@ -163,6 +163,12 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"lr_schedule.type=COSINE", "lr_schedule.warmup_steps=5", "lr_schedule.decay_steps=5"},
        "lr_schedule.decay_steps=5 must be > warmup_steps=5 for COSINE"},
       {{"lr_schedule.min_lr_ratio=2"}, "lr_schedule.min_lr_ratio=2: must be in [0, 1]"},
+      {{"lr_schedule.type=LINEAR", "lr_schedule.decay_steps=5", "lr_schedule.warmup_steps=5"},
+       "lr_schedule.decay_steps=5 must be > warmup_steps=5 for LINEAR"},
+      {{"lr_schedule.type=WARMUP_STABLE_DECAY", "training.steps=100", "lr_schedule.warmup_steps=10",
+        "lr_schedule.cooldown_steps=91"},
+       "lr_schedule.cooldown_steps=91 must be in [1, 90] (decay_steps - warmup_steps) for "
+       "WARMUP_STABLE_DECAY"},
       {{"checkpoint.interval_steps=100"}, "checkpoint.interval_steps=100 needs checkpoint.dir"},
       {{"checkpoint.keep_last=2"}, "checkpoint.keep_last=2 needs checkpoint.dir"},
       {{"checkpoint.resume=REQUIRED"}, "checkpoint.resume=REQUIRED needs checkpoint.dir"},
