@@ -669,6 +669,7 @@ absl::Status ValidateJobConfig(const config::JobConfig& config) {
   CheckTraining(job, problems);
   CheckCheckpoint(job.checkpoint(), problems);
   AtLeast(problems, "logging.log_interval", job.logging().log_interval(), 1);
+  NonNegative(problems, "logging.peak_tflops", job.logging().peak_tflops());
   CheckParallel(job, problems);
   CheckLaunch(job, problems);
   return problems.ToStatus();

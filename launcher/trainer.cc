@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/allocator.h"
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
 #include "core/ops/cross_entropy.h"
@@ -23,6 +24,7 @@
 #include "launcher/training_state.h"
 #include "models/llama/context_parallel.h"
 #include "models/llama/memory_plan.h"
+#include "models/llama/model_flops.h"
 #include "parallel/distributed_adamw.h"
 
 namespace kelvin::launcher {
@@ -501,6 +503,18 @@ void Trainer::AddToTensorBoard(int64_t step,
   }
 }
 
+Trainer::Throughput Trainer::ThroughputOf(double tokens_per_second) const {
+  const double flops = models::TrainingFlopsPerToken(arch_, job_.training().seq_length()) *
+                       tokens_per_second / static_cast<double>(WorldSize());
+  const double peak = job_.logging().peak_tflops() * 1e12;
+  return {flops / 1e12, peak > 0 ? flops / peak : 0.0};
+}
+
+double Trainer::PeakMemoryGiB() const {
+  return static_cast<double>(AllocatorFor(ctx_.device()).stats().peak_bytes_in_use) /
+         static_cast<double>(1ull << 30);
+}
+
 void Trainer::WriteTensorBoard(const StepStats& stats) {
   if (tensorboard_ == nullptr) return;
   const int64_t step = stats.step + 1;  // steps completed, as the progress lines count
@@ -509,7 +523,11 @@ void Trainer::WriteTensorBoard(const StepStats& stats) {
       {"train/learning_rate", stats.lr},
       {"train/grad_norm", stats.grad_norm},
       {"train/step_seconds", stats.seconds},
-      {"train/tokens_per_second", stats.tokens * DataParallelSize() / stats.seconds}};
+      {"train/tokens_per_second", stats.tokens * DataParallelSize() / stats.seconds},
+      {"train/peak_memory_gib", PeakMemoryGiB()}};
+  const Throughput rate = ThroughputOf(stats.tokens * DataParallelSize() / stats.seconds);
+  scalars.emplace_back("train/tflops_per_process", rate.tflops_per_process);
+  if (rate.mfu > 0) scalars.emplace_back("train/mfu", rate.mfu);
   if (grid_ != nullptr) {
     scalars.emplace_back("train/communication_share", stats.communication_seconds / stats.seconds);
   }
@@ -641,11 +659,14 @@ absl::Status Trainer::Run() {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double eta =
           elapsed / static_cast<double>(step + 1 - start_step_) * (t.steps() - step - 1);
+      const Throughput rate = ThroughputOf(tokens / elapsed);
       KLOG_RANK0(INFO) << absl::StrFormat(
                               "step %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | "
-                              "ETA %s",
+                              "%.3g TFLOP/s per process%s | peak mem %.2f GiB | ETA %s",
                               step + 1, t.steps(), stats.loss, stats.lr, stats.grad_norm,
-                              tokens / elapsed, FormatDuration(eta))
+                              tokens / elapsed, rate.tflops_per_process,
+                              rate.mfu > 0 ? absl::StrFormat(" (MFU %.1f%%)", 100 * rate.mfu) : "",
+                              PeakMemoryGiB(), FormatDuration(eta))
                        << (grid_
                                ? absl::StrFormat(" | comm %.0f%%",
                                                  100 * stats.communication_seconds / stats.seconds)

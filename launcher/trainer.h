@@ -109,6 +109,16 @@ class Trainer {
   // The step's scalars (loss, lr, grad norm, throughput, communication share, SSA temperatures)
   // to logging.tensorboard_dir; a no-op without it and off world rank 0.
   void WriteTensorBoard(const StepStats& stats);
+  // Model FLOPs per second and process (models/llama/model_flops.h) at a global rate of
+  // `tokens_per_second`, and their share of logging.peak_tflops (0 without one).
+  struct Throughput {
+    double tflops_per_process = 0;
+    double mfu = 0;
+  };
+  Throughput ThroughputOf(double tokens_per_second) const;
+  // The most tensor memory this process has held at once on the training device (the allocator's
+  // peak), in GiB.
+  double PeakMemoryGiB() const;
   // Scalars of `step` to TensorBoard; a failed write (rank 0's alone) is a warning and turns
   // TensorBoard off, so that no rank stops while the others wait for it.
   void AddToTensorBoard(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
@@ -138,6 +148,7 @@ class Trainer {
   StepAgreement AgreeAfterStep();
   int DataParallelRank() const;
   int DataParallelSize() const;
+  int WorldSize() const { return grid_ ? grid_->spec().world_size : 1; }
   int ContextParallelSize() const { return grid_ ? grid_->spec().context_parallel : 1; }
   // The ranks that share the model but split the data: the data-parallel replicas and, within
   // each, the context-parallel ranks (each holding its tokens of every row). Gradients, losses and

@@ -3,10 +3,8 @@
 // with f32 master weights, B x T tokens; one step = forward, fused cross-entropy, backward and the
 // AdamW update. SSA on (the default temperatures, weight-shared) and off, in the same run.
 // Prints one JSON line per variant with the step time, tokens/s, achieved TFLOP/s and MFU.
-// FLOPs (the Megatron/PaLM model-FLOPs count, named "model_flops" in the output): per step
-//   6 * P_gemm * N  +  6 * L * T * D * N   (N = B*T tokens; causal attention: half of 12 L T D N)
-// where P_gemm are the parameters inside GEMMs (every decoder matrix and the LM head; not the
-// embedding table, a lookup). MFU = achieved / 989.4e12 (H100/H200 SXM dense bf16 peak); the SSA
+// FLOPs: models::TrainingFlopsPerToken (the Megatron/PaLM model-FLOPs count, "model_flops" in the
+// output) x B*T tokens. MFU = achieved / 989.4e12 (H100/H200 SXM dense bf16 peak); the SSA
 // temperatures' extra work is not counted, so SSA's MFU is comparable with vanilla's.
 // Usage: llama_layers_gpu [layers] [batch] [seq] [timed_steps]
 #include <cstdio>
@@ -19,23 +17,12 @@
 #include "core/ops/cross_entropy.h"
 #include "core/optim/adamw_optimizer.h"
 #include "models/llama/llama_model.h"
+#include "models/llama/model_flops.h"
 
 namespace kelvin {
 namespace {
 
 constexpr double kPeakBf16Flops = 989.4e12;
-
-// Model FLOPs of one training step (see the file comment).
-double StepFlops(const models::LlamaConfig& c, int64_t batch, int64_t seq) {
-  const double n = static_cast<double>(batch * seq), d = static_cast<double>(c.hidden_size);
-  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim);
-  const double per_layer =
-      d * d * 2 + d * kv * 2 + 3 * d * static_cast<double>(c.intermediate_size);
-  const double gemm_params =
-      static_cast<double>(c.num_layers) * per_layer + static_cast<double>(c.vocab_size) * d;
-  return 6 * gemm_params * n +
-         6 * static_cast<double>(c.num_layers) * static_cast<double>(seq) * d * n;
-}
 
 int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {
   if (!CudaAvailable()) {
@@ -64,7 +51,8 @@ int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {
       optimizer.Step(ctx, 1e-5);
     };
     const double ms = bench::MeanCudaMs(ctx, 2, timed_steps, step);
-    const double flops = StepFlops(*config, batch, seq);
+    const double flops =
+        models::TrainingFlopsPerToken(*config, seq) * static_cast<double>(batch * seq);
     const double achieved = flops / (ms * 1e-3);
     std::printf(
         "{\"impl\": \"kelvin_%s\", \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, "

@@ -163,6 +163,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"lr_schedule.type=COSINE", "lr_schedule.warmup_steps=5", "lr_schedule.decay_steps=5"},
        "lr_schedule.decay_steps=5 must be > warmup_steps=5 for COSINE"},
       {{"lr_schedule.min_lr_ratio=2"}, "lr_schedule.min_lr_ratio=2: must be in [0, 1]"},
+      {{"logging.peak_tflops=-989"}, "logging.peak_tflops=-989: must be >= 0"},
       {{"lr_schedule.type=LINEAR", "lr_schedule.decay_steps=5", "lr_schedule.warmup_steps=5"},
        "lr_schedule.decay_steps=5 must be > warmup_steps=5 for LINEAR"},
       {{"lr_schedule.type=WARMUP_STABLE_DECAY", "training.steps=100", "lr_schedule.warmup_steps=10",

@@ -109,6 +109,9 @@ TEST(TensorBoard, TrainerWritesItsCurves) {
   EXPECT_EQ(curves["train/learning_rate"].size(), 2u);
   EXPECT_EQ(curves["train/grad_norm"].size(), 2u);
   EXPECT_EQ(curves["train/tokens_per_second"].size(), 2u);
+  EXPECT_EQ(curves["train/tflops_per_process"].size(), 2u);
+  EXPECT_EQ(curves["train/peak_memory_gib"].size(), 2u);
+  EXPECT_EQ(curves.count("train/mfu"), 0u);  // no logging.peak_tflops
   ASSERT_EQ(curves["eval/loss"].size(), 1u);
   EXPECT_EQ(curves["eval/loss"][0].first, 2);
   EXPECT_EQ(curves["eval/passkey_retrieval"].size(), 1u);
