@@ -18,6 +18,7 @@
 #include "launcher/checkpoint.h"
 #include "launcher/job_plan.h"
 #include "launcher/lm_loss.h"
+#include "launcher/gradient_check.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
 #include "launcher/preemption.h"
@@ -370,6 +371,8 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     }
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
+  KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step, stats.loss, stats.grad_norm,
+                                              job_.optimizer().lr()));
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   if (distributed_optimizer_ != nullptr) {
@@ -481,7 +484,7 @@ double Trainer::ClipGradients(double max_norm) {
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
   if (coefficient < 1 && distributed_optimizer_ != nullptr) {
     distributed_optimizer_->ScaleGradients(coefficient);
-  } else if (coefficient < 1) {  // false for a NaN norm: the caller reports it
+  } else if (coefficient < 1) {  // false for a NaN norm: CheckGradientsFinite stops the step
     for (int g = 0; g < kNumParamGroups; ++g) {
       Tensor& grads = params.grads(static_cast<ParamGroup>(g));
       if (grads.defined()) ops::Scale(ctx_, grads, coefficient, grads);
