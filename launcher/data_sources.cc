@@ -96,7 +96,16 @@ void LogEpochs(const config::JobConfig& job, const data::RowSampler& sampler, do
 // One corpus's samplers: its training part and, with data.eval_fraction, its held-out part.
 struct CorpusSamplers {
   std::unique_ptr<data::RowSampler> train, eval;
+  std::string fingerprint;  // CorpusFingerprint of the corpus
 };
+
+// What identifies a corpus's contents for a resume: its file, token and document counts, and
+// whether it has a loss mask ("/d/c.bin: 21074 tokens in 1500 documents, loss mask").
+std::string CorpusFingerprint(const data::TokenCorpus& corpus) {
+  return absl::StrCat(corpus.path(), ": ", corpus.num_tokens(), " tokens in ",
+                      corpus.num_documents(), " documents",
+                      corpus.has_loss_mask() ? ", loss mask" : "");
+}
 
 // The sampler of data.packing over (part of) `corpus`; `part` names it in the log.
 absl::StatusOr<std::unique_ptr<data::RowSampler>> RowSamplerOf(
@@ -134,6 +143,7 @@ absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config
   data::SamplerOptions options{training.seq_length(), training.micro_batch_size(), arch.vocab_size,
                                seed, data.document_masking()};
   CorpusSamplers samplers;
+  samplers.fingerprint = CorpusFingerprint(*corpus);
   if (data.eval_fraction() == 0) {
     KELVIN_ASSIGN_OR_RETURN(samplers.train,
                             RowSamplerOf(corpus, options, data.packing(), "training"));
@@ -167,6 +177,7 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
   const config::DataBlend& blend = job.data().blend();
   std::vector<std::unique_ptr<data::RowSampler>> train, eval;
   std::vector<double> weights;
+  std::vector<std::string> fingerprints;
   for (int j = 0; j < blend.corpora_size(); ++j) {
     const config::BlendedCorpus& corpus = blend.corpora(j);
     const auto in_corpus = [j](const absl::Status& status) {
@@ -183,6 +194,7 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
     train.push_back(std::move(samplers->train));
     if (samplers->eval != nullptr) eval.push_back(std::move(samplers->eval));
     weights.push_back(corpus.weight());
+    fingerprints.push_back(std::move(samplers->fingerprint));
   }
   double total_weight = 0;
   for (const double weight : weights) total_weight += weight;
@@ -192,6 +204,7 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
                               100 * weights[j] / total_weight));
   }
   DataSources sources;
+  sources.corpora = std::move(fingerprints);
   KELVIN_ASSIGN_OR_RETURN(sources.train, data::BlendedSampler::Create(std::move(train), weights));
   if (!eval.empty()) {
     KELVIN_ASSIGN_OR_RETURN(sources.eval, data::BlendedSampler::Create(std::move(eval), weights));
@@ -201,12 +214,13 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
 
 // data.eval: rows of the separate held-out corpus, made as the training rows are.
 absl::StatusOr<std::unique_ptr<data::RowSampler>> HeldOutCorpusSampler(
-    const config::JobConfig& job, const models::LlamaConfig& arch) {
+    const config::JobConfig& job, const models::LlamaConfig& arch, std::string& fingerprint) {
   const auto named = [](const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat("data.eval: ", status.message()));
   };
   absl::StatusOr<data::TokenCorpus> opened = OpenCorpus(job.data().eval());
   if (!opened.ok()) return named(opened.status());
+  fingerprint = "held out: " + CorpusFingerprint(*opened);
   const config::TrainingConfig& training = job.training();
   const data::SamplerOptions options{training.seq_length(), training.micro_batch_size(),
                                      arch.vocab_size, training.seed() + kEvalSeedOffset,
@@ -234,9 +248,12 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
     LogEpochs(job, *samplers.train, 1.0, "");
     sources.train = std::move(samplers.train);
     sources.eval = std::move(samplers.eval);
+    sources.corpora.push_back(std::move(samplers.fingerprint));
   }
   if (data.has_eval()) {
-    KELVIN_ASSIGN_OR_RETURN(sources.eval, HeldOutCorpusSampler(job, arch));
+    std::string fingerprint;
+    KELVIN_ASSIGN_OR_RETURN(sources.eval, HeldOutCorpusSampler(job, arch, fingerprint));
+    sources.corpora.push_back(std::move(fingerprint));
   }
   return sources;
 }

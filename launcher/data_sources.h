@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
@@ -18,6 +20,9 @@ struct DataSources {
   std::unique_ptr<data::BatchSource> train;
   std::unique_ptr<data::BatchSource> eval;  // null when the job does not evaluate
   bool passkey = false;                     // batches are passkey samples (retrieval is scored)
+  // What identifies each corpus read (file, token and document counts, loss mask), for a resume
+  // to tell when the files under the same paths changed; empty for the passkey task.
+  std::vector<std::string> corpora;
 };
 absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                                              const models::LlamaConfig& arch);

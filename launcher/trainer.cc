@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/allocator.h"
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
@@ -228,6 +229,7 @@ TrainingState Trainer::CurrentTrainingState() const {
                             LayoutName());
   const config::TrainingConfig& t = job_.training();
   state.data_order = {{"data", job_.data().ShortDebugString()},
+                      {"data.corpora", absl::StrJoin(data_.corpora, "; ")},
                       {"training.global_batch_size",
                        std::to_string(t.micro_batch_size() * micro_batches_ * DataParallelSize())},
                       {"training.seq_length", std::to_string(t.seq_length())},

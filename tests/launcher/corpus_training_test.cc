@@ -28,6 +28,7 @@ namespace kelvin::launcher {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int32_t kSeparator = 0;
 
@@ -321,6 +322,41 @@ TEST(CorpusTraining, AHeldOutCorpusOfItsOwnIsWhatEvaluationsScore) {
   const absl::StatusOr<std::unique_ptr<Trainer>> failed = Trainer::Create(*missing);
   EXPECT_THAT(std::string(failed.status().message()),
               HasSubstr("data.eval: token file /nonexistent/held_out.i32"));
+}
+
+TEST(CorpusTraining, ResumingOnAChangedCorpusWarns) {
+  const std::string dir = ::testing::TempDir() + "/corpus_training_changed";
+  std::filesystem::remove_all(dir);
+  const std::string path = WriteCountingCorpus("changing", 3);
+  const auto job = [&] {
+    return JobWithData(
+        absl::StrCat("data {\n  token_file { path: \"", path,
+                     "\" document_separator_token: 0 }\n  document_masking: true\n}"),
+        {"training.steps=2", "training.seq_length=64", "training.micro_batch_size=2",
+         "training.global_batch_size=4", "training.export_hf_dir=\"\"",
+         "lr_schedule.warmup_steps=0", "training.eval_interval=0", "checkpoint.dir=\"" + dir + "\"",
+         "checkpoint.interval_steps=1"});
+  };
+  {
+    absl::StatusOr<config::JobConfig> first = job();
+    ASSERT_TRUE(first.ok()) << first.status();
+    first->mutable_training()->set_steps(1);
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*first);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_TRUE((*trainer)->Run().ok());
+  }
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<Trainer>> same = Trainer::Create(*job());
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ((*same)->start_step(), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), Not(HasSubstr("data.corpora")));
+  WriteCountingCorpus("changing", 4);  // other documents under the same path
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<Trainer>> changed = Trainer::Create(*job());
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("the checkpoint's run had data.corpora=" + path + ": "));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
