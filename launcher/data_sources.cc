@@ -58,7 +58,8 @@ absl::StatusOr<data::TokenCorpus> OpenMegatron(const config::MegatronDataset& da
   if (dataset.loss_mask_path_prefix().empty()) return corpus;
   absl::StatusOr<data::TokenCorpus> mask =
       data::OpenMegatronDataset(dataset.loss_mask_path_prefix());
-  absl::Status attached = mask.ok() ? corpus.AttachLossMask(std::move(mask).value()) : mask.status();
+  absl::Status attached =
+      mask.ok() ? corpus.AttachLossMask(std::move(mask).value()) : mask.status();
   if (!attached.ok()) {
     return absl::Status(attached.code(),
                         absl::StrCat("megatron.loss_mask_path_prefix: ", attached.message()));
@@ -87,10 +88,10 @@ void LogEpochs(const config::JobConfig& job, const data::RowSampler& sampler, do
   const double rows_read = share * static_cast<double>(job.training().steps()) *
                            static_cast<double>(job.training().global_batch_size());
   KLOG_RANK0(INFO) << absl::StrFormat(
-      "data: %sthe run's %d steps x %d rows read %.2f epochs of %s %d training rows",
-      corpus, job.training().steps(),
-      job.training().global_batch_size(), rows_read / static_cast<double>(sampler.num_rows()),
-      corpus.empty() ? "the" : "its", sampler.num_rows());
+      "data: %sthe run's %d steps x %d rows read %.2f epochs of %s %d training rows", corpus,
+      job.training().steps(), job.training().global_batch_size(),
+      rows_read / static_cast<double>(sampler.num_rows()), corpus.empty() ? "the" : "its",
+      sampler.num_rows());
 }
 
 // One corpus's samplers: its training part and, with data.eval_fraction, its held-out part.
@@ -126,8 +127,8 @@ absl::StatusOr<std::unique_ptr<data::RowSampler>> RowSamplerOf(
                    << options.sequence_length << " tokens, " << absl::StrFormat("%.1f", 100 * fill)
                    << "% of them document tokens (the rest padding)";
   if (sampler->truncated_documents() > 0) {
-    KLOG_RANK0(WARNING) << "data: " << path << " (" << part << "): "
-                        << sampler->truncated_documents()
+    KLOG_RANK0(WARNING) << "data: " << path << " (" << part
+                        << "): " << sampler->truncated_documents()
                         << " documents are longer than training.seq_length="
                         << options.sequence_length << " and keep only their first "
                         << options.sequence_length << " tokens";

@@ -25,14 +25,15 @@ absl::Status CheckGradientsFinite(const Context& ctx, const ParameterSet& params
   }
   const std::string where =
       non_finite == 0
-          ? std::string("none of this rank's parameters has them (another pipeline stage or "
-                        "data-parallel replica holds them)")
-          : absl::StrCat("non-finite gradients on this rank in ", absl::StrJoin(named, ", "),
-                         non_finite > static_cast<int64_t>(kNamed)
-                             ? absl::StrCat(" and ", non_finite - static_cast<int64_t>(kNamed),
-                                            " more")
-                             : "",
-                         " (of ", params.entries().size(), " parameters)");
+          ? std::string(
+                "none of this rank's parameters has them (another pipeline stage or "
+                "data-parallel replica holds them)")
+          : absl::StrCat(
+                "non-finite gradients on this rank in ", absl::StrJoin(named, ", "),
+                non_finite > static_cast<int64_t>(kNamed)
+                    ? absl::StrCat(" and ", non_finite - static_cast<int64_t>(kNamed), " more")
+                    : "",
+                " (of ", params.entries().size(), " parameters)");
   return absl::InternalError(absl::StrFormat(
       "the gradient norm became %g at step %d although the loss (%.4f) was finite: %s. No update "
       "was applied and no checkpoint of this step is written; lower optimizer.lr (now %g) or raise "

@@ -268,9 +268,9 @@ void CheckMegatronDataset(const config::MegatronDataset& dataset, const std::str
   if (prefix.empty()) {
     problems.Add(path, ".path_prefix is empty: give the dataset path without .bin/.idx");
   }
-  for (const auto& [field, value] : {std::pair{".path_prefix", prefix},
-                                     std::pair{".loss_mask_path_prefix",
-                                               dataset.loss_mask_path_prefix()}}) {
+  for (const auto& [field, value] :
+       {std::pair{".path_prefix", prefix},
+        std::pair{".loss_mask_path_prefix", dataset.loss_mask_path_prefix()}}) {
     if (absl::EndsWith(value, ".bin") || absl::EndsWith(value, ".idx")) {
       problems.Add(path, field, "=\"", value, "\": drop the extension (\"",
                    value.substr(0, value.size() - 4), "\"): the prefix names both .bin and .idx");

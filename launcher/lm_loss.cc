@@ -59,8 +59,8 @@ double CrossEntropySum(const Context& ctx, parallel::Communicator* tp, const Ten
 int64_t CountCorrectPredictions(const Tensor& labels, const Tensor& predictions) {
   KELVIN_CHECK(labels.is_cpu() && predictions.is_cpu() && labels.numel() == predictions.numel())
       << labels.numel() << " labels vs " << predictions.numel() << " predictions";
-  const int32_t* label = labels.data<int32_t>();            // [N]
-  const int32_t* predicted = predictions.data<int32_t>();   // [N]
+  const int32_t* label = labels.data<int32_t>();           // [N]
+  const int32_t* predicted = predictions.data<int32_t>();  // [N]
   int64_t correct = 0;
   for (int64_t i = 0; i < labels.numel(); ++i) {
     correct += label[i] != ops::kIgnoreIndex && label[i] == predicted[i] ? 1 : 0;

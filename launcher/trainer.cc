@@ -17,9 +17,9 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/grad_norm.h"
 #include "launcher/checkpoint.h"
+#include "launcher/gradient_check.h"
 #include "launcher/job_plan.h"
 #include "launcher/lm_loss.h"
-#include "launcher/gradient_check.h"
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
 #include "launcher/preemption.h"
@@ -373,8 +373,8 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     }
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
-  KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step, stats.loss, stats.grad_norm,
-                                              job_.optimizer().lr()));
+  KELVIN_RETURN_IF_ERROR(
+      CheckGradientsFinite(ctx_, params, step, stats.loss, stats.grad_norm, job_.optimizer().lr()));
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   if (distributed_optimizer_ != nullptr) {
@@ -559,7 +559,8 @@ void Trainer::WriteTensorBoard(const StepStats& stats) {
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   if (data_.eval == nullptr) {
     return absl::FailedPreconditionError(
-        "the job has no held-out data: use data.passkey, or set data.eval_fraction or data.eval for "
+        "the job has no held-out data: use data.passkey, or set data.eval_fraction or data.eval "
+        "for "
         "a corpus");
   }
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};

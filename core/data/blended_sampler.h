@@ -21,7 +21,8 @@ namespace kelvin::data {
 
 class BlendedSampler : public BatchSource {
  public:
-  // Corpus samplers (stream rows or packed documents) of one micro-batch size and sequence length; weights > 0, one per corpus.
+  // Corpus samplers (stream rows or packed documents) of one micro-batch size and sequence length;
+  // weights > 0, one per corpus.
   static absl::StatusOr<std::unique_ptr<BlendedSampler>> Create(
       std::vector<std::unique_ptr<RowSampler>> corpora, std::vector<double> weights);
 

@@ -42,8 +42,9 @@ absl::StatusOr<std::vector<int64_t>> IntegerArray(const json& object, const char
                                                   bool (*valid)(int64_t), const char* rule) {
   const json& array = object.at(key);
   if (!array.is_array()) {
-    return LineError(path, line, absl::StrCat("\"", key, "\" is ", array.type_name(),
-                                              ", not an array of integers"));
+    return LineError(
+        path, line,
+        absl::StrCat("\"", key, "\" is ", array.type_name(), ", not an array of integers"));
   }
   std::vector<int64_t> values;  // [n]
   values.reserve(array.size());
@@ -61,15 +62,15 @@ absl::StatusOr<std::vector<int64_t>> IntegerArray(const json& object, const char
   return values;
 }
 
-absl::StatusOr<Sample> ParseSample(const std::string& text, const std::string& path,
-                                   int64_t line) {
+absl::StatusOr<Sample> ParseSample(const std::string& text, const std::string& path, int64_t line) {
   const json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded()) {
     return LineError(path, line, "not valid JSON (each line must be one JSON object)");
   }
   if (!object.is_object()) {
-    return LineError(path, line, absl::StrCat("a JSON ", object.type_name(),
-                                              ", not an object with \"input_ids\""));
+    return LineError(
+        path, line,
+        absl::StrCat("a JSON ", object.type_name(), ", not an object with \"input_ids\""));
   }
   if (!object.contains("input_ids")) {
     return LineError(path, line, "no \"input_ids\": each sample needs its token ids");
@@ -80,18 +81,20 @@ absl::StatusOr<Sample> ParseSample(const std::string& text, const std::string& p
   Sample sample;
   KELVIN_ASSIGN_OR_RETURN(
       sample.tokens,
-      IntegerArray(object, "input_ids", path, line,
-                   [](int64_t id) { return id >= 0 && id <= std::numeric_limits<int32_t>::max(); },
-                   "token ids are integers in [0, 2^31)"));
+      IntegerArray(
+          object, "input_ids", path, line,
+          [](int64_t id) { return id >= 0 && id <= std::numeric_limits<int32_t>::max(); },
+          "token ids are integers in [0, 2^31)"));
   if (sample.tokens.empty()) return LineError(path, line, "\"input_ids\" is empty");
   const size_t n = sample.tokens.size();
   if (object.contains("labels")) {
-    KELVIN_ASSIGN_OR_RETURN(
-        const std::vector<int64_t> labels,
-        IntegerArray(object, "labels", path, line, [](int64_t) { return true; }, ""));
+    KELVIN_ASSIGN_OR_RETURN(const std::vector<int64_t> labels,
+                            IntegerArray(
+                                object, "labels", path, line, [](int64_t) { return true; }, ""));
     if (labels.size() != n) {
-      return LineError(path, line, absl::StrCat("\"labels\" has ", labels.size(),
-                                                " entries but \"input_ids\" has ", n));
+      return LineError(
+          path, line,
+          absl::StrCat("\"labels\" has ", labels.size(), " entries but \"input_ids\" has ", n));
     }
     for (size_t i = 0; i < n; ++i) {
       if (labels[i] != ops::kIgnoreIndex && labels[i] != sample.tokens[i]) {
@@ -107,12 +110,13 @@ absl::StatusOr<Sample> ParseSample(const std::string& text, const std::string& p
   } else if (object.contains("loss_mask")) {
     KELVIN_ASSIGN_OR_RETURN(
         sample.targets,
-        IntegerArray(object, "loss_mask", path, line,
-                     [](int64_t value) { return value == 0 || value == 1; },
-                     "a loss mask holds 1 (training target) or 0 (no loss)"));
+        IntegerArray(
+            object, "loss_mask", path, line, [](int64_t value) { return value == 0 || value == 1; },
+            "a loss mask holds 1 (training target) or 0 (no loss)"));
     if (sample.targets.size() != n) {
-      return LineError(path, line, absl::StrCat("\"loss_mask\" has ", sample.targets.size(),
-                                                " entries but \"input_ids\" has ", n));
+      return LineError(path, line,
+                       absl::StrCat("\"loss_mask\" has ", sample.targets.size(),
+                                    " entries but \"input_ids\" has ", n));
     }
   }
   for (const auto& item : object.items()) {
@@ -151,7 +155,8 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_pat
   KELVIN_RETURN_IF_ERROR(ForEachSample(jsonl_path, [&](const Sample& sample) {
     ++prepared.samples;
     prepared.tokens += static_cast<int64_t>(sample.tokens.size());
-    for (const int64_t token : sample.tokens) prepared.max_token = std::max(prepared.max_token, token);
+    for (const int64_t token : sample.tokens)
+      prepared.max_token = std::max(prepared.max_token, token);
     for (const std::string& key : sample.ignored_keys) ++prepared.ignored_keys[key];
     any_mask = any_mask || !sample.targets.empty();
     return absl::OkStatus();
@@ -174,8 +179,8 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_pat
   std::optional<MegatronDatasetWriter> mask;
   if (any_mask) {
     prepared.loss_mask_prefix = output_prefix + "_loss_mask";
-    KELVIN_ASSIGN_OR_RETURN(mask, MegatronDatasetWriter::Create(prepared.loss_mask_prefix,
-                                                                TokenType::kUInt8));
+    KELVIN_ASSIGN_OR_RETURN(
+        mask, MegatronDatasetWriter::Create(prepared.loss_mask_prefix, TokenType::kUInt8));
   }
   KELVIN_RETURN_IF_ERROR(ForEachSample(jsonl_path, [&](const Sample& sample) {
     KELVIN_RETURN_IF_ERROR(tokens.AddSequence(sample.tokens));

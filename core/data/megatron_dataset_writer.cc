@@ -102,8 +102,8 @@ MegatronDatasetWriter::~MegatronDatasetWriter() {
 }
 
 absl::Status MegatronDatasetWriter::WriteError(const std::string& path) const {
-  return absl::InternalError(absl::StrFormat("cannot write '%s': %s (disk full?)", path,
-                                             std::strerror(errno)));
+  return absl::InternalError(
+      absl::StrFormat("cannot write '%s': %s (disk full?)", path, std::strerror(errno)));
 }
 
 absl::Status MegatronDatasetWriter::AddSequence(std::span<const int64_t> tokens) {

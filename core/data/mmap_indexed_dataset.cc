@@ -29,8 +29,8 @@ T LoadAt(const uint8_t* bytes) {
 
 // Megatron's DType enum codes of the integer token types (6 float64 and 7 float32 have none).
 constexpr std::pair<uint8_t, TokenType> kTokenTypeCodes[] = {
-    {1, TokenType::kUInt8},  {2, TokenType::kInt8},  {3, TokenType::kInt16},
-    {4, TokenType::kInt32},  {5, TokenType::kInt64}, {8, TokenType::kUInt16}};
+    {1, TokenType::kUInt8}, {2, TokenType::kInt8},  {3, TokenType::kInt16},
+    {4, TokenType::kInt32}, {5, TokenType::kInt64}, {8, TokenType::kUInt16}};
 
 std::optional<TokenType> TokenTypeOfCode(uint8_t code) {
   for (const auto& [known, type] : kTokenTypeCodes) {

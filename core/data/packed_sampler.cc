@@ -45,8 +45,8 @@ absl::StatusOr<std::unique_ptr<PackedSampler>> PackedSampler::Create(
   const auto length = [&](int64_t i) { return pieces[i].end - pieces[i].begin; };
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return length(a) > length(b); });
-  std::vector<std::vector<int64_t>> rows;   // [R][pieces of the row]
-  std::multimap<int64_t, int64_t> room;     // tokens left -> row, for rows with any left
+  std::vector<std::vector<int64_t>> rows;  // [R][pieces of the row]
+  std::multimap<int64_t, int64_t> room;    // tokens left -> row, for rows with any left
   for (const int64_t i : order) {
     const auto fits = room.lower_bound(length(i));
     if (fits == room.end()) {
@@ -62,8 +62,8 @@ absl::StatusOr<std::unique_ptr<PackedSampler>> PackedSampler::Create(
     if (left - length(i) > 0) room.emplace(left - length(i), row);
   }
 
-  std::vector<Piece> packed;                          // [P], row by row, each in stream order
-  std::vector<int64_t> row_starts = {0};              // [R + 1]
+  std::vector<Piece> packed;              // [P], row by row, each in stream order
+  std::vector<int64_t> row_starts = {0};  // [R + 1]
   for (std::vector<int64_t>& row : rows) {
     std::sort(row.begin(), row.end());
     for (const int64_t i : row) packed.push_back(pieces[i]);
@@ -103,8 +103,8 @@ absl::Status PackedSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const 
       tokens[used + t] = static_cast<int32_t>(stored[t]);
       labels[used + t] = t + 1 < count ? static_cast<int32_t>(stored[t + 1]) : ops::kIgnoreIndex;
     }
-    KELVIN_RETURN_IF_ERROR(IgnoreNonTargets(
-        *corpus_, piece.begin + 1, {labels + used, static_cast<size_t>(count - 1)}));
+    KELVIN_RETURN_IF_ERROR(IgnoreNonTargets(*corpus_, piece.begin + 1,
+                                            {labels + used, static_cast<size_t>(count - 1)}));
     spans.push_back({piece.document, used, used + count});
     used += count;
   }

@@ -42,8 +42,9 @@ class PackedSampler : public RowSampler {
                 std::vector<Piece> pieces, std::vector<int64_t> row_starts, int64_t truncated);
 
   std::shared_ptr<const TokenCorpus> corpus_;
-  std::vector<Piece> pieces_;        // [P], row by row
-  std::vector<int64_t> row_starts_;  // [R + 1]: row r holds pieces_[row_starts_[r], row_starts_[r + 1])
+  std::vector<Piece> pieces_;  // [P], row by row
+  std::vector<int64_t>
+      row_starts_;  // [R + 1]: row r holds pieces_[row_starts_[r], row_starts_[r + 1])
   int64_t truncated_documents_ = 0;
   int64_t packed_tokens_ = 0;
 };

@@ -33,7 +33,8 @@ absl::StatusOr<std::unique_ptr<CorpusSampler>> CorpusSampler::Create(
 
 CorpusSampler::CorpusSampler(std::shared_ptr<const TokenCorpus> corpus,
                              const SamplerOptions& options)
-    : RowSampler(options, (options.stream_end - options.stream_begin - 1) / options.sequence_length),
+    : RowSampler(options,
+                 (options.stream_end - options.stream_begin - 1) / options.sequence_length),
       corpus_(std::move(corpus)) {}
 
 int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction) {
@@ -51,14 +52,15 @@ absl::Status CorpusSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const 
   KELVIN_CHECK(row >= 0 && row < num_rows()) << "row " << row << " of " << num_rows();
   const int64_t t_len = options().sequence_length;
   const int64_t begin = options().stream_begin + row * t_len;  // stream offset of input 0
-  std::vector<int64_t> stored(t_len + 1);                     // [T + 1]
+  std::vector<int64_t> stored(t_len + 1);                      // [T + 1]
   corpus_->Read(begin, stored);
   KELVIN_RETURN_IF_ERROR(corpus_->CheckVocab(begin, stored, options().vocab_size));
   const std::vector<int32_t> row_tokens(stored.begin(), stored.end());  // [T + 1], all < 2^31
   FillRow(batch, b, row_tokens);
   batch.sources[b] = row;
   int32_t* labels = batch.labels.data<int32_t>() + b * t_len;  // [T]
-  KELVIN_RETURN_IF_ERROR(IgnoreNonTargets(*corpus_, begin + 1, {labels, static_cast<size_t>(t_len)}));
+  KELVIN_RETURN_IF_ERROR(
+      IgnoreNonTargets(*corpus_, begin + 1, {labels, static_cast<size_t>(t_len)}));
 
   // Documents with tokens among the inputs [begin, begin + T).
   std::vector<DocumentSpan>& spans = batch.documents[b];

@@ -54,14 +54,15 @@ class TokenCorpus {
   absl::Status AttachLossMask(TokenCorpus mask);
   bool has_loss_mask() const { return loss_mask_ != nullptr; }
   const TokenCorpus& loss_mask() const { return *loss_mask_; }
-  // Whether (1) or not (0) each of stream tokens [begin, begin + out.size()) is a training target; a mask value
-  // other than 0 or 1 is an error naming the mask file, document and position. Needs a loss mask.
+  // Whether (1) or not (0) each of stream tokens [begin, begin + out.size()) is a training target;
+  // a mask value other than 0 or 1 is an error naming the mask file, document and position. Needs a
+  // loss mask.
   absl::Status ReadLossMask(int64_t begin, std::span<uint8_t> out) const;
 
  private:
   io::MappedFile tokens_;
   TokenType type_;
-  std::vector<int64_t> document_starts_;  // [D + 1]
+  std::vector<int64_t> document_starts_;          // [D + 1]
   std::shared_ptr<const TokenCorpus> loss_mask_;  // null without one
 };
 

@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/jsonl_samples.h"
 #include "core/data/token_file.h"
-#include "launcher/data_sources.h"
-#include "launcher/job_setup.h"
 #include "launcher/checkpoint_commands.h"
+#include "launcher/data_sources.h"
 #include "launcher/job_config.h"
+#include "launcher/job_setup.h"
 #include "launcher/trainer.h"
 #include "tests/testing/files.h"
 
@@ -186,7 +186,8 @@ std::vector<int64_t> WriteCopySamples(const std::string& path, int samples) {
     std::vector<int> digits(n);
     for (int& digit : digits) digit = 10 + static_cast<int>(rng() % 10);
     std::string ids = "1", labels = "-100";
-    for (const int digit : digits) absl::StrAppend(&ids, ", ", digit), absl::StrAppend(&labels, ", -100");
+    for (const int digit : digits)
+      absl::StrAppend(&ids, ", ", digit), absl::StrAppend(&labels, ", -100");
     absl::StrAppend(&ids, ", 2"), absl::StrAppend(&labels, ", -100");
     for (const int digit : digits) {
       absl::StrAppend(&ids, ", ", digit), absl::StrAppend(&labels, ", ", digit);
@@ -286,7 +287,8 @@ TEST(CorpusTraining, AHeldOutCorpusOfItsOwnIsWhatEvaluationsScore) {
   const std::string data = absl::StrCat(
       "data {\n  token_file { path: \"", WriteCountingCorpus(),
       "\" document_separator_token: 0 }\n  document_masking: true\n  packing: DOCUMENTS\n"
-      "  eval { token_file { path: \"", held_out_path, "\" document_separator_token: 0 } }\n}");
+      "  eval { token_file { path: \"",
+      held_out_path, "\" document_separator_token: 0 } }\n}");
   const absl::StatusOr<config::JobConfig> job = JobWithData(data, kShortRun);
   ASSERT_TRUE(job.ok()) << job.status();
   const absl::StatusOr<models::LlamaConfig> arch = ResolveModelArchitecture(job->model());

@@ -20,7 +20,8 @@ using ::testing::Not;
 
 ParameterSet Parameters(int count) {
   ParameterSet params;
-  for (int i = 0; i < count; ++i) params.Declare(absl::StrCat("layers.", i, ".w"), {3, 2}, ParamGroup::kDecay);
+  for (int i = 0; i < count; ++i)
+    params.Declare(absl::StrCat("layers.", i, ".w"), {3, 2}, ParamGroup::kDecay);
   params.Allocate(DType::kF32);
   return params;
 }

@@ -32,9 +32,9 @@ double At(const config::LrScheduleConfig& schedule, int64_t step) {
 }
 
 TEST(LrSchedule, EveryTypeWarmsUpLinearly) {
-  for (const auto type : {config::LrScheduleConfig::CONSTANT, config::LrScheduleConfig::COSINE,
-                          config::LrScheduleConfig::LINEAR,
-                          config::LrScheduleConfig::WARMUP_STABLE_DECAY}) {
+  for (const auto type :
+       {config::LrScheduleConfig::CONSTANT, config::LrScheduleConfig::COSINE,
+        config::LrScheduleConfig::LINEAR, config::LrScheduleConfig::WARMUP_STABLE_DECAY}) {
     const config::LrScheduleConfig schedule = Schedule(type);
     EXPECT_DOUBLE_EQ(At(schedule, 0), 0.2) << type;  // base_lr / warmup_steps
     EXPECT_DOUBLE_EQ(At(schedule, 4), 1.0) << type;
@@ -69,9 +69,9 @@ TEST(LrSchedule, WarmupStableDecayHoldsThenCoolsDown) {
 }
 
 TEST(LrSchedule, CooldownDefaultsToAFifthOfTheDecay) {
-  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(
-      testing::DemoJobPath(), {"lr_schedule.type=WARMUP_STABLE_DECAY", "training.steps=130",
-                               "lr_schedule.warmup_steps=30"});
+  const absl::StatusOr<config::JobConfig> job =
+      LoadJobConfig(testing::DemoJobPath(), {"lr_schedule.type=WARMUP_STABLE_DECAY",
+                                             "training.steps=130", "lr_schedule.warmup_steps=30"});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->lr_schedule().decay_steps(), 130);
   EXPECT_EQ(job->lr_schedule().cooldown_steps(), 20);

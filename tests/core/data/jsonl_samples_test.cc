@@ -58,7 +58,8 @@ TEST(JsonlSamples, LabelsMasksAndPlainLinesReadBack) {
   ASSERT_TRUE(corpus->AttachLossMask(std::move(*mask)).ok());
 
   const std::string described = DescribePreparedSamples(*prepared);
-  EXPECT_THAT(described, HasSubstr("3 samples (one document each), 9 tokens (uint16, the largest id 9)"));
+  EXPECT_THAT(described,
+              HasSubstr("3 samples (one document each), 9 tokens (uint16, the largest id 9)"));
   EXPECT_THAT(described, HasSubstr("6 of the tokens (66.7%) are training targets"));
   EXPECT_THAT(described, HasSubstr("loss_mask_path_prefix: \"" + dir.Path("sft_loss_mask") + "\""));
   EXPECT_THAT(described, HasSubstr("packing: DOCUMENTS"));
@@ -66,7 +67,8 @@ TEST(JsonlSamples, LabelsMasksAndPlainLinesReadBack) {
 
 TEST(JsonlSamples, LargeIdsGetInt32AndNoMaskWithoutLabels) {
   testing::ScratchDir dir;
-  testing::WriteFile(dir.Path("plain.jsonl"), "{\"input_ids\": [70000, 3]}\n{\"input_ids\": [65499]}\n");
+  testing::WriteFile(dir.Path("plain.jsonl"),
+                     "{\"input_ids\": [70000, 3]}\n{\"input_ids\": [65499]}\n");
   absl::StatusOr<PreparedSamples> prepared =
       PrepareJsonlSamples(dir.Path("plain.jsonl"), dir.Path("plain"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
@@ -89,9 +91,11 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
       {R"({"labels": [1]})", ":2: no \"input_ids\""},
       {R"({"input_ids": []})", ":2: \"input_ids\" is empty"},
       {R"({"input_ids": "1 2"})", ":2: \"input_ids\" is string, not an array of integers"},
-      {R"({"input_ids": [1, -4]})", ":2: \"input_ids\"[1] is -4: token ids are integers in [0, 2^31)"},
+      {R"({"input_ids": [1, -4]})",
+       ":2: \"input_ids\"[1] is -4: token ids are integers in [0, 2^31)"},
       {R"({"input_ids": [1, 2.5]})", ":2: \"input_ids\"[1] is 2.5"},
-      {R"({"input_ids": [1, 2], "labels": [-100]})", ":2: \"labels\" has 1 entries but \"input_ids\" has 2"},
+      {R"({"input_ids": [1, 2], "labels": [-100]})",
+       ":2: \"labels\" has 1 entries but \"input_ids\" has 2"},
       {R"({"input_ids": [1, 2], "labels": [-100, 3]})",
        ":2: \"labels\"[1] is 3 but \"input_ids\"[1] is 2: labels must be the input_ids themselves"},
       {R"({"input_ids": [1, 2], "loss_mask": [0, 2]})",

@@ -20,7 +20,8 @@ constexpr int32_t kNo = ops::kIgnoreIndex;
 
 TEST(LossMask, StreamRowsKeepOnlyTargets) {
   // Targets: every stream offset divisible by 3.
-  auto corpus = WrittenCorpus("stream_mask", {7, 9}, [](int64_t offset) { return offset % 3 == 0; });
+  auto corpus =
+      WrittenCorpus("stream_mask", {7, 9}, [](int64_t offset) { return offset % 3 == 0; });
   absl::StatusOr<std::unique_ptr<CorpusSampler>> sampler = CorpusSampler::Create(
       corpus, {.sequence_length = 5, .micro_batch_size = 1, .vocab_size = 100, .seed = 1});
   ASSERT_TRUE(sampler.ok()) << sampler.status();
@@ -45,7 +46,8 @@ TEST(LossMask, AMaskOfOtherSamplesIsAnError) {
   ASSERT_TRUE(corpus.ok() && other_lengths.ok() && other_count.ok());
   EXPECT_THAT(corpus->AttachLossMask(std::move(*other_lengths)).message(),
               HasSubstr("mask_other_lengths_mask.bin': document 0 has 5 tokens, but document 0 "
-                        "of the corpus '" + written + "mask_owner.bin' has 4"));
+                        "of the corpus '" +
+                        written + "mask_owner.bin' has 4"));
   EXPECT_THAT(corpus->AttachLossMask(std::move(*other_count)).message(),
               HasSubstr("has 1 documents of 10 tokens, but the corpus '" + written +
                         "mask_owner.bin' has 2 documents of 10 tokens"));
@@ -54,8 +56,8 @@ TEST(LossMask, AMaskOfOtherSamplesIsAnError) {
 
 TEST(LossMask, ValuesOtherThanZeroAndOneAreErrors) {
   const std::string prefix = ::testing::TempDir() + "/loss_mask_values";
-  for (const auto& [suffix, values] :
-       {std::pair{"", std::vector<int64_t>{5, 6, 7, 8}}, std::pair{"_mask", std::vector<int64_t>{1, 0, 2, 1}}}) {
+  for (const auto& [suffix, values] : {std::pair{"", std::vector<int64_t>{5, 6, 7, 8}},
+                                       std::pair{"_mask", std::vector<int64_t>{1, 0, 2, 1}}}) {
     absl::StatusOr<MegatronDatasetWriter> writer =
         MegatronDatasetWriter::Create(prefix + suffix, TokenType::kUInt8);
     ASSERT_TRUE(writer.ok() && writer->AddSequence(values).ok() && writer->Finish().ok());

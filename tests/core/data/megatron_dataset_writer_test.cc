@@ -41,11 +41,13 @@ TEST(MegatronDatasetWriter, RewritesMegatronCoresFixturesByteForByte) {
     for (const auto& document : want["documents"]) {
       for (const int64_t token : document.get<std::vector<int64_t>>()) stream.push_back(token);
     }
-    absl::StatusOr<MegatronDatasetWriter> writer = MegatronDatasetWriter::Create(Prefix(name), type);
+    absl::StatusOr<MegatronDatasetWriter> writer =
+        MegatronDatasetWriter::Create(Prefix(name), type);
     ASSERT_TRUE(writer.ok()) << writer.status();
     size_t next_document = 1, offset = 0;
     for (size_t s = 0; s < lengths.size(); ++s) {
-      ASSERT_TRUE(writer->AddSequence({stream.data() + offset, static_cast<size_t>(lengths[s])}).ok());
+      ASSERT_TRUE(
+          writer->AddSequence({stream.data() + offset, static_cast<size_t>(lengths[s])}).ok());
       offset += static_cast<size_t>(lengths[s]);
       if (next_document < document_indices.size() &&
           document_indices[next_document] == static_cast<int64_t>(s) + 1) {
@@ -87,7 +89,8 @@ TEST(MegatronDatasetWriter, TokensThatDoNotFitAreErrors) {
       MegatronDatasetWriter::Create(Prefix("overflow"), TokenType::kUInt16);
   ASSERT_TRUE(writer.ok()) << writer.status();
   const absl::Status status = writer->AddSequence(std::vector<int64_t>{3, 65536});
-  EXPECT_THAT(status.message(), HasSubstr("token 65536 (position 1 of sequence 0) does not fit uint16"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("token 65536 (position 1 of sequence 0) does not fit uint16"));
   EXPECT_FALSE(writer->AddSequence(std::vector<int64_t>{-1}).ok());
   EXPECT_EQ(writer->num_tokens(), 0);
 }

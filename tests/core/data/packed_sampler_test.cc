@@ -54,10 +54,11 @@ TEST(PackedSampler, PacksBestFitDecreasing) {
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(batch->documents[0], (std::vector<DocumentSpan>{{0, 0, 6}, {1, 6, 10}}));
   EXPECT_EQ(batch->documents[1], (std::vector<DocumentSpan>{{2, 0, 5}, {3, 5, 10}}));
-  EXPECT_EQ(batch->documents[2],
-            (std::vector<DocumentSpan>{{4, 0, 3}, {5, 3, 6}, {6, 6, 8}, {kPaddingDocument, 8, 10}}));
+  EXPECT_EQ(batch->documents[2], (std::vector<DocumentSpan>{
+                                     {4, 0, 3}, {5, 3, 6}, {6, 6, 8}, {kPaddingDocument, 8, 10}}));
   // Row 2: documents 4 (tokens 21..23), 5 (24..26), 6 (27, 28), then padding.
-  EXPECT_EQ(RowOf(batch->tokens, 2, 10), (std::vector<int32_t>{21, 22, 23, 24, 25, 26, 27, 28, 0, 0}));
+  EXPECT_EQ(RowOf(batch->tokens, 2, 10),
+            (std::vector<int32_t>{21, 22, 23, 24, 25, 26, 27, 28, 0, 0}));
   EXPECT_EQ(RowOf(batch->labels, 2, 10),
             (std::vector<int32_t>{22, 23, kNo, 25, 26, kNo, 28, kNo, kNo, kNo}));
   EXPECT_EQ(RowOf(batch->positions, 2, 10), (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 0, 1}));
@@ -98,7 +99,8 @@ TEST(PackedSampler, EveryDocumentOncePerEpochNeverSplit) {
       seen[g / rows].insert(span.document);
       // The whole document, in order.
       EXPECT_EQ(span.end - span.begin, lengths[span.document]);
-      EXPECT_EQ(batch->tokens.data<int32_t>()[span.begin], corpus->document_start(span.document) + 1);
+      EXPECT_EQ(batch->tokens.data<int32_t>()[span.begin],
+                corpus->document_start(span.document) + 1);
     }
     EXPECT_EQ(covered, 32);
   }
@@ -125,9 +127,8 @@ TEST(PackedSampler, LongDocumentsKeepTheirFirstTTokens) {
 
 TEST(PackedSampler, TheLossMaskKeepsOnlyTargets) {
   // Targets: stream offsets 3, 4 (the "answer" of document 0) and 8 (of document 1).
-  auto corpus = WrittenCorpus("masked", {5, 4}, [](int64_t offset) {
-    return offset == 3 || offset == 4 || offset == 8;
-  });
+  auto corpus = WrittenCorpus(
+      "masked", {5, 4}, [](int64_t offset) { return offset == 3 || offset == 4 || offset == 8; });
   auto sampler = Packed(corpus, kOptions);
   ASSERT_EQ(sampler->num_rows(), 1);
   absl::StatusOr<Batch> batch = sampler->ReadRows({{0}});

@@ -17,8 +17,8 @@ namespace kelvin::data {
 // lengths; the token at stream offset i is i + 1 (so a token tells where it came from). With
 // `mask_of`, the corpus carries a loss mask: mask_of(stream offset) says which tokens are targets.
 inline std::shared_ptr<const TokenCorpus> WrittenCorpus(const std::string& name,
-                                          const std::vector<int64_t>& lengths,
-                                          bool (*mask_of)(int64_t) = nullptr) {
+                                                        const std::vector<int64_t>& lengths,
+                                                        bool (*mask_of)(int64_t) = nullptr) {
   const std::string prefix = ::testing::TempDir() + "/written_corpus_" + name;
   absl::StatusOr<MegatronDatasetWriter> tokens =
       MegatronDatasetWriter::Create(prefix, TokenType::kInt32);

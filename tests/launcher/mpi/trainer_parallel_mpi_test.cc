@@ -168,9 +168,9 @@ void ExpectContinues(const Trainer& resumed, const Trainer& whole, const char* w
 }
 
 // Trains `layout` and the one-process CPU run of the same job (with `extra` overrides; on every
-// rank, over MPI_COMM_SELF): the layout's losses, gradient norms, evaluation loss and final master weights
-// (each rank's slices) follow the one-process run's within `tol`, and the rank's memory plan is
-// what it allocated.
+// rank, over MPI_COMM_SELF): the layout's losses, gradient norms, evaluation loss and final master
+// weights (each rank's slices) follow the one-process run's within `tol`, and the rank's memory
+// plan is what it allocated.
 void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
                                    const std::vector<std::string>& extra = {}) {
   Layout one{"one", 1, 1, false};
@@ -252,8 +252,8 @@ TEST(ParallelTraining, PackedFineTuningSamplesEqualOneProcess) {
   MPI_Barrier(MPI_COMM_WORLD);
   const std::vector<std::string> sft = {
       "data.megatron.path_prefix=\"" + prefix + "\"",
-      "data.megatron.loss_mask_path_prefix=\"" + prefix + "_loss_mask\"",
-      "data.packing=DOCUMENTS", "data.document_masking=true", "data.eval_fraction=0.05"};
+      "data.megatron.loss_mask_path_prefix=\"" + prefix + "_loss_mask\"", "data.packing=DOCUMENTS",
+      "data.document_masking=true", "data.eval_fraction=0.05"};
   Layout layout{"CP2", 1, 1, false};
   layout.cp = 2;
   if (WorldSize() == 4) layout = Layout{"TP2_SPxCP2", 2, 1, true};
