@@ -51,33 +51,39 @@ absl::StatusOr<DataSources> PasskeySources(const config::JobConfig& job,
   return sources;
 }
 
-// The Megatron dataset with its loss mask when it names one.
-absl::StatusOr<data::TokenCorpus> OpenMegatron(const config::MegatronDataset& dataset) {
-  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus,
-                          data::OpenMegatronDataset(dataset.path_prefix()));
+// `status` with the config field at fault in front ("data.blend.corpora[1].token_file: ...").
+absl::Status InField(absl::string_view field, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
+}
+
+// The Megatron dataset with its loss mask when it names one; `field` names the dataset in errors.
+absl::StatusOr<data::TokenCorpus> OpenMegatron(const config::MegatronDataset& dataset,
+                                               const std::string& field) {
+  absl::StatusOr<data::TokenCorpus> corpus = data::OpenMegatronDataset(dataset.path_prefix());
+  if (!corpus.ok()) return InField(field, corpus.status());
   if (dataset.loss_mask_path_prefix().empty()) return corpus;
   absl::StatusOr<data::TokenCorpus> mask =
       data::OpenMegatronDataset(dataset.loss_mask_path_prefix());
-  absl::Status attached =
-      mask.ok() ? corpus.AttachLossMask(std::move(mask).value()) : mask.status();
-  if (!attached.ok()) {
-    return absl::Status(attached.code(),
-                        absl::StrCat("megatron.loss_mask_path_prefix: ", attached.message()));
-  }
+  const absl::Status attached =
+      mask.ok() ? corpus->AttachLossMask(std::move(mask).value()) : mask.status();
+  if (!attached.ok()) return InField(field + ".loss_mask_path_prefix", attached);
   return corpus;
 }
 
-// The corpus a DataConfig or a BlendedCorpus names (both have megatron and token_file).
+// The corpus a DataConfig, BlendedCorpus or HeldOutCorpus names (each has megatron and
+// token_file); `field` is the source's path in the config ("data", "data.blend.corpora[1]").
 template <typename Source>
-absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source) {
-  if (source.has_megatron()) return OpenMegatron(source.megatron());
+absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source, const std::string& field) {
+  if (source.has_megatron()) return OpenMegatron(source.megatron(), field + ".megatron");
   const config::TokenFile& file = source.token_file();
-  return data::OpenTokenFile(file.path(),
-                             file.dtype() == config::TokenFile::UINT16 ? data::TokenType::kUInt16
-                                                                       : data::TokenType::kInt32,
-                             file.has_document_separator_token()
-                                 ? std::optional<int64_t>(file.document_separator_token())
-                                 : std::nullopt);
+  absl::StatusOr<data::TokenCorpus> corpus = data::OpenTokenFile(
+      file.path(),
+      file.dtype() == config::TokenFile::UINT16 ? data::TokenType::kUInt16
+                                                : data::TokenType::kInt32,
+      file.has_document_separator_token() ? std::optional<int64_t>(file.document_separator_token())
+                                          : std::nullopt);
+  if (!corpus.ok()) return InField(field + ".token_file", corpus.status());
+  return corpus;
 }
 
 // How many epochs of `sampler`'s rows the run reads when `share` of its samples come from it
@@ -131,7 +137,13 @@ absl::StatusOr<std::unique_ptr<data::RowSampler>> RowSamplerOf(
                         << "): " << sampler->truncated_documents()
                         << " documents are longer than training.seq_length="
                         << options.sequence_length << " and keep only their first "
-                        << options.sequence_length << " tokens";
+                        << options.sequence_length << " tokens"
+                        << (sampler->truncated_without_targets() > 0
+                                ? absl::StrCat("; ", sampler->truncated_without_targets(),
+                                               " of them lose every training target (their answers "
+                                               "lie beyond the cut): raise training.seq_length or "
+                                               "shorten those samples")
+                                : "");
   }
   return sampler;
 }
@@ -152,7 +164,8 @@ absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config
   }
   // The last eval_fraction of the corpus is held out: training never sees it, each evaluation
   // scores the same training.eval_steps batches of it.
-  const int64_t held_out_start = data::HeldOutStart(*corpus, data.eval_fraction());
+  const int64_t held_out_start = data::HeldOutStart(
+      *corpus, data.eval_fraction(), data.packing() == config::DataConfig::DOCUMENTS);
   const int64_t row_tokens = training.seq_length() + 1;
   const bool stream_rows = data.packing() == config::DataConfig::STREAM;  // packed: any document
   if (stream_rows &&
@@ -181,17 +194,13 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
   std::vector<std::string> fingerprints;
   for (int j = 0; j < blend.corpora_size(); ++j) {
     const config::BlendedCorpus& corpus = blend.corpora(j);
-    const auto in_corpus = [j](const absl::Status& status) {
-      return absl::Status(status.code(),
-                          absl::StrCat("data.blend.corpora[", j, "]: ", status.message()));
-    };
-    absl::StatusOr<data::TokenCorpus> opened = OpenCorpus(corpus);
-    if (!opened.ok()) return in_corpus(opened.status());
+    const std::string field = absl::StrCat("data.blend.corpora[", j, "]");
+    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(corpus, field));
     // Each corpus shuffles its rows with its own seed.
     absl::StatusOr<CorpusSamplers> samplers =
-        SamplersOf(std::move(opened).value(), job, arch,
+        SamplersOf(std::move(opened), job, arch,
                    data::MixSeed(job.training().seed(), static_cast<uint64_t>(j) + 1));
-    if (!samplers.ok()) return in_corpus(samplers.status());
+    if (!samplers.ok()) return InField(field, samplers.status());
     train.push_back(std::move(samplers->train));
     if (samplers->eval != nullptr) eval.push_back(std::move(samplers->eval));
     weights.push_back(corpus.weight());
@@ -216,20 +225,16 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
 // data.eval: rows of the separate held-out corpus, made as the training rows are.
 absl::StatusOr<std::unique_ptr<data::RowSampler>> HeldOutCorpusSampler(
     const config::JobConfig& job, const models::LlamaConfig& arch, std::string& fingerprint) {
-  const auto named = [](const absl::Status& status) {
-    return absl::Status(status.code(), absl::StrCat("data.eval: ", status.message()));
-  };
-  absl::StatusOr<data::TokenCorpus> opened = OpenCorpus(job.data().eval());
-  if (!opened.ok()) return named(opened.status());
-  fingerprint = "held out: " + CorpusFingerprint(*opened);
+  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(job.data().eval(), "data.eval"));
+  fingerprint = CorpusFingerprint(opened);
   const config::TrainingConfig& training = job.training();
   const data::SamplerOptions options{training.seq_length(), training.micro_batch_size(),
                                      arch.vocab_size, training.seed() + kEvalSeedOffset,
                                      job.data().document_masking()};
   absl::StatusOr<std::unique_ptr<data::RowSampler>> sampler =
-      RowSamplerOf(std::make_shared<const data::TokenCorpus>(std::move(opened).value()), options,
+      RowSamplerOf(std::make_shared<const data::TokenCorpus>(std::move(opened)), options,
                    job.data().packing(), "held-out corpus");
-  if (!sampler.ok()) return named(sampler.status());
+  if (!sampler.ok()) return InField("data.eval", sampler.status());
   return sampler;
 }
 
@@ -243,7 +248,7 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
   if (data.has_blend()) {
     KELVIN_ASSIGN_OR_RETURN(sources, BlendSources(job, arch));
   } else {
-    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus, OpenCorpus(data));
+    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus, OpenCorpus(data, "data"));
     KELVIN_ASSIGN_OR_RETURN(CorpusSamplers samplers,
                             SamplersOf(std::move(corpus), job, arch, job.training().seed()));
     LogEpochs(job, *samplers.train, 1.0, "");
@@ -252,9 +257,7 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
     sources.corpora.push_back(std::move(samplers.fingerprint));
   }
   if (data.has_eval()) {
-    std::string fingerprint;
-    KELVIN_ASSIGN_OR_RETURN(sources.eval, HeldOutCorpusSampler(job, arch, fingerprint));
-    sources.corpora.push_back(std::move(fingerprint));
+    KELVIN_ASSIGN_OR_RETURN(sources.eval, HeldOutCorpusSampler(job, arch, sources.eval_corpus));
   }
   return sources;
 }

@@ -20,9 +20,11 @@ struct DataSources {
   std::unique_ptr<data::BatchSource> train;
   std::unique_ptr<data::BatchSource> eval;  // null when the job does not evaluate
   bool passkey = false;                     // batches are passkey samples (retrieval is scored)
-  // What identifies each corpus read (file, token and document counts, loss mask), for a resume
-  // to tell when the files under the same paths changed; empty for the passkey task.
+  // What identifies each training corpus (file, token and document counts, loss mask), and the
+  // data.eval corpus, for a resume to tell when the files under the same paths changed; empty for
+  // the passkey task (and without data.eval).
   std::vector<std::string> corpora;
+  std::string eval_corpus;
 };
 absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                                              const models::LlamaConfig& arch);

@@ -230,6 +230,7 @@ TrainingState Trainer::CurrentTrainingState() const {
   const config::TrainingConfig& t = job_.training();
   state.data_order = {{"data", job_.data().ShortDebugString()},
                       {"data.corpora", absl::StrJoin(data_.corpora, "; ")},
+                      {"data.eval corpus", data_.eval_corpus},
                       {"training.global_batch_size",
                        std::to_string(t.micro_batch_size() * micro_batches_ * DataParallelSize())},
                       {"training.seq_length", std::to_string(t.seq_length())},
@@ -486,7 +487,8 @@ double Trainer::ClipGradients(double max_norm) {
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
   if (coefficient < 1 && distributed_optimizer_ != nullptr) {
     distributed_optimizer_->ScaleGradients(coefficient);
-  } else if (coefficient < 1) {  // false for a NaN norm: CheckGradientsFinite stops the step
+  } else if (coefficient < 1) {  // false for NaN; for any non-finite norm CheckGradientsFinite
+                                 // then stops the step before the update
     for (int g = 0; g < kNumParamGroups; ++g) {
       Tensor& grads = params.grads(static_cast<ParamGroup>(g));
       if (grads.defined()) ops::Scale(ctx_, grads, coefficient, grads);
@@ -559,9 +561,8 @@ void Trainer::WriteTensorBoard(const StepStats& stats) {
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   if (data_.eval == nullptr) {
     return absl::FailedPreconditionError(
-        "the job has no held-out data: use data.passkey, or set data.eval_fraction or data.eval "
-        "for "
-        "a corpus");
+        "the job has no held-out data: use data.passkey, or give a corpus data.eval_fraction or "
+        "a data.eval corpus");
   }
   EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0, correct = 0;
@@ -602,7 +603,10 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   stats.loss = FromLastStage(SumOverReplicas(stats.loss)) /
                static_cast<double>(std::max<int64_t>(labelled, 1));
-  stats.token_accuracy = FromLastStage(SumOverReplicas(static_cast<double>(correct))) /
+  stats.labelled_tokens = labelled;
+  stats.correct_tokens =
+      static_cast<int64_t>(FromLastStage(SumOverReplicas(static_cast<double>(correct))));
+  stats.token_accuracy = static_cast<double>(stats.correct_tokens) /
                          static_cast<double>(std::max<int64_t>(labelled, 1));
   if (data_.passkey) {  // whole rows: the context-parallel ranks count the same ones
     const auto over_data_parallel = [&](double value) {

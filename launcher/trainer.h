@@ -46,7 +46,10 @@ struct EvalStats {
   int64_t step = 0;
   double loss = 0;
   double retrieval_accuracy = -1;  // passkey rows with all digits right; -1 when not passkey
-  double token_accuracy = 0;       // labelled tokens whose most likely prediction is the label
+  double token_accuracy = 0;       // correct_tokens / labelled_tokens
+  // Over the evaluated batches: the tokens with a label, and those whose most likely prediction
+  // (the argmax over the vocabulary) is the label.
+  int64_t labelled_tokens = 0, correct_tokens = 0;
 };
 
 // "loss 1.2345 | token accuracy 61.2%" (and " | passkey retrieval 90.0%" for passkey), as the

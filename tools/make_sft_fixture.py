@@ -33,7 +33,7 @@ def main():
             else:
                 sample["labels"] = [-100] * len(prompt) + answer
             if i % 7 == 6:
-                sample["text"] = "reverse " + " ".join(str(d - 10) for d in digits)
+                sample["text"] = "repeat " + " ".join(str(d - 10) for d in digits)
             out.write(json.dumps(sample, separators=(",", ":")) + "\n")
 
 

@@ -179,10 +179,14 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_pat
   std::optional<MegatronDatasetWriter> mask;
   if (any_mask) {
     prepared.loss_mask_prefix = output_prefix + "_loss_mask";
-    KELVIN_ASSIGN_OR_RETURN(
-        mask, MegatronDatasetWriter::Create(prepared.loss_mask_prefix, TokenType::kUInt8));
+    absl::StatusOr<MegatronDatasetWriter> created =
+        MegatronDatasetWriter::Create(prepared.loss_mask_prefix, TokenType::kUInt8);
+    if (!created.ok()) return created.status();
+    mask.emplace(std::move(created).value());
   }
+  int64_t written_samples = 0;
   KELVIN_RETURN_IF_ERROR(ForEachSample(jsonl_path, [&](const Sample& sample) {
+    ++written_samples;
     KELVIN_RETURN_IF_ERROR(tokens.AddSequence(sample.tokens));
     tokens.EndDocument();
     const std::vector<int64_t> all(sample.tokens.size(), 1);  // a sample without a mask
@@ -194,13 +198,23 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_pat
     }
     return absl::OkStatus();
   }));
-  if (tokens.num_tokens() != prepared.tokens) {
+  if (tokens.num_tokens() != prepared.tokens || written_samples != prepared.samples) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the samples file '", jsonl_path, "' changed while it was read: ", prepared.tokens,
-        " tokens the first time, ", tokens.num_tokens(), " the second; nothing was written"));
+        "the samples file '", jsonl_path, "' changed while it was read: ", prepared.samples,
+        " samples of ", prepared.tokens, " tokens the first time, ", written_samples, " of ",
+        tokens.num_tokens(), " the second; nothing was written"));
   }
+  // Both datasets whole before either is committed.
   KELVIN_RETURN_IF_ERROR(tokens.Finish());
   if (mask.has_value()) KELVIN_RETURN_IF_ERROR(mask->Finish());
+  if (!mask.has_value()) {  // an earlier run's mask under this prefix would pair with new tokens
+    for (const char* extension : {".bin", ".idx"}) {
+      const std::string stale = output_prefix + "_loss_mask" + extension;
+      if (std::filesystem::remove(stale, error)) prepared.removed_stale_mask = true;
+    }
+  }
+  KELVIN_RETURN_IF_ERROR(tokens.Commit());
+  if (mask.has_value()) KELVIN_RETURN_IF_ERROR(mask->Commit());
   return prepared;
 }
 
@@ -215,6 +229,10 @@ std::string DescribePreparedSamples(const PreparedSamples& p) {
                           p.loss_mask_prefix, p.targets, share);
   } else {
     absl::StrAppend(&text, "  no sample has labels or a loss_mask: every token is a target\n");
+  }
+  if (p.removed_stale_mask) {
+    absl::StrAppend(&text, "  removed ", p.tokens_prefix,
+                    "_loss_mask.bin/.idx, an earlier run's mask that does not fit these samples\n");
   }
   if (!p.ignored_keys.empty()) {
     std::vector<std::string> keys;

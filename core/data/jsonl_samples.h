@@ -8,9 +8,10 @@
 // Other keys (e.g. "text", "attention_mask") are ignored and counted. Each sample becomes one
 // document of PREFIX.bin/.idx (uint16 tokens when every id is below 65500, as Megatron-LM chooses,
 // else int32); when any sample has labels or loss_mask, PREFIX_loss_mask.bin/.idx holds its
-// targets (uint8 0/1; a sample with neither trains on all its tokens). The input is read twice:
-// once to validate all of it (a bad line is an error naming the file, line and field, and nothing
-// is written), once to write. The output directory is created when missing.
+// targets (uint8 0/1; a sample with neither trains on all its tokens; without any mask, an
+// earlier run's PREFIX_loss_mask is removed). The input is read twice: once to validate all of it
+// (a bad line is an error naming the file, line and field, and nothing is written), once to write;
+// both datasets appear only when both are complete. The output directory is created when missing.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,7 @@ struct PreparedSamples {
   int64_t targets = 0;  // tokens that are training targets (all of them without a mask)
   int64_t max_token = 0;
   std::map<std::string, int64_t> ignored_keys;  // key -> lines that had it
+  bool removed_stale_mask = false;  // PREFIX_loss_mask of an earlier run, with no mask now
 };
 
 absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_path,

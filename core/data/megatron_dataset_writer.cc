@@ -93,8 +93,20 @@ MegatronDatasetWriter::MegatronDatasetWriter(std::string path_prefix, TokenType 
   document_indices_.push_back(0);
 }
 
+MegatronDatasetWriter::MegatronDatasetWriter(MegatronDatasetWriter&& other) noexcept
+    : path_prefix_(std::move(other.path_prefix_)),
+      type_(other.type_),
+      bin_(std::move(other.bin_)),
+      sequence_lengths_(std::move(other.sequence_lengths_)),
+      document_indices_(std::move(other.document_indices_)),
+      num_tokens_(other.num_tokens_),
+      finished_(other.finished_),
+      owns_partial_files_(other.owns_partial_files_) {
+  other.owns_partial_files_ = false;
+}
+
 MegatronDatasetWriter::~MegatronDatasetWriter() {
-  if (bin_ == nullptr || finished_) return;
+  if (!owns_partial_files_) return;
   bin_.reset();
   std::error_code ignored;
   std::filesystem::remove(path_prefix_ + ".bin" + kPartial, ignored);
@@ -139,9 +151,9 @@ void MegatronDatasetWriter::EndDocument() {
 absl::Status MegatronDatasetWriter::Finish() {
   KELVIN_CHECK(!finished_) << path_prefix_;
   if (document_indices_.back() != static_cast<int64_t>(sequence_lengths_.size())) EndDocument();
-  const std::string bin_path = path_prefix_ + ".bin";
-  const std::string idx_path = path_prefix_ + ".idx";
-  if (std::fflush(bin_.get()) != 0) return WriteError(bin_path + kPartial);
+  const std::string bin_path = path_prefix_ + ".bin" + kPartial;
+  const std::string idx_path = path_prefix_ + ".idx" + kPartial;
+  if (std::fclose(bin_.release()) != 0) return WriteError(bin_path);
 
   std::vector<char> index;  // the whole .idx
   index.insert(index.end(), kMegatronIndexMagic, kMegatronIndexMagic + kMegatronIndexMagicBytes);
@@ -156,23 +168,26 @@ absl::Status MegatronDatasetWriter::Finish() {
     pointer += static_cast<int64_t>(length) * static_cast<int64_t>(TokenTypeSize(type_));
   }
   for (const int64_t document : document_indices_) Append(index, document);
-  {
-    const std::unique_ptr<std::FILE, int (*)(std::FILE*)> idx(
-        std::fopen((idx_path + kPartial).c_str(), "wb"), &std::fclose);
-    if (idx == nullptr || std::fwrite(index.data(), 1, index.size(), idx.get()) != index.size() ||
-        std::fflush(idx.get()) != 0) {
-      return WriteError(idx_path + kPartial);
+  std::FILE* idx = std::fopen(idx_path.c_str(), "wb");
+  if (idx == nullptr) return WriteError(idx_path);
+  const bool written = std::fwrite(index.data(), 1, index.size(), idx) == index.size();
+  if ((std::fclose(idx) != 0) || !written) return WriteError(idx_path);
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status MegatronDatasetWriter::Commit() {
+  KELVIN_CHECK(finished_ && owns_partial_files_) << path_prefix_ << ": Commit after Finish, once";
+  std::error_code error;
+  for (const char* extension : {".idx", ".bin"}) {
+    const std::string path = path_prefix_ + extension;
+    std::filesystem::rename(path + kPartial, path, error);
+    if (error) {
+      return absl::InternalError(absl::StrFormat("cannot rename the written '%s%s' to '%s': %s",
+                                                 path, kPartial, path, error.message()));
     }
   }
-  bin_.reset();
-  std::error_code error;
-  std::filesystem::rename(bin_path + kPartial, bin_path, error);
-  if (!error) std::filesystem::rename(idx_path + kPartial, idx_path, error);
-  if (error) {
-    return absl::InternalError(absl::StrFormat("cannot rename the written '%s%s' into place: %s",
-                                               path_prefix_, kPartial, error.message()));
-  }
-  finished_ = true;
+  owns_partial_files_ = false;
   return absl::OkStatus();
 }
 

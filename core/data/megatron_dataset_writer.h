@@ -1,8 +1,10 @@
 // MegatronDatasetWriter: writes a Megatron-LM indexed dataset (the MMIDIDX .idx/.bin pair of
 // mmap_indexed_dataset.h) byte for byte as Megatron-Core's IndexedDatasetBuilder does, so that
 // Kelvin's and Megatron's tools read each other's corpora. Sequences stream into the .bin; the
-// .idx is written by Finish. Both files carry a ".partial" suffix until Finish renames them, so
-// an interrupted write never leaves a dataset that looks complete.
+// .idx is written by Finish. Both files carry a ".partial" suffix until Commit renames them, so
+// an interrupted or failed write never leaves a dataset that looks complete (the writer removes
+// its .partial files unless committed); writers of datasets that belong together Finish all of
+// them before committing any.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,8 @@ class MegatronDatasetWriter {
   static absl::StatusOr<MegatronDatasetWriter> Create(const std::string& path_prefix,
                                                       TokenType type);
 
-  MegatronDatasetWriter(MegatronDatasetWriter&&) noexcept = default;
-  MegatronDatasetWriter& operator=(MegatronDatasetWriter&&) noexcept = default;
+  MegatronDatasetWriter(MegatronDatasetWriter&& other) noexcept;
+  MegatronDatasetWriter& operator=(MegatronDatasetWriter&&) = delete;
   ~MegatronDatasetWriter();  // an unfinished write removes its .partial files
 
   // Appends one sequence to the current document; a token that does not fit the type is an error
@@ -32,9 +34,11 @@ class MegatronDatasetWriter {
   absl::Status AddSequence(std::span<const int64_t> tokens);
   // Ends the current document (the sequences added since the previous EndDocument).
   void EndDocument();
-  // Writes the .idx (sequences added after the last EndDocument form a last document) and renames
-  // both files to `path_prefix`.bin / .idx.
+  // Writes and closes both files (sequences added after the last EndDocument form a last
+  // document), still under their .partial names.
   absl::Status Finish();
+  // After Finish: renames both files to `path_prefix`.bin / .idx.
+  absl::Status Commit();
 
   int64_t num_tokens() const { return num_tokens_; }
 
@@ -49,6 +53,7 @@ class MegatronDatasetWriter {
   std::vector<int64_t> document_indices_;  // [D]: 0, then the sequence count at each document end
   int64_t num_tokens_ = 0;
   bool finished_ = false;
+  bool owns_partial_files_ = true;  // false once committed, or moved from
 };
 
 }  // namespace kelvin::data

@@ -20,15 +20,14 @@ absl::StatusOr<std::unique_ptr<PackedSampler>> PackedSampler::Create(
 
   // The documents of the stretch (clipped to it), cut to T tokens.
   std::vector<Piece> pieces;  // [P]
-  int64_t truncated = 0;
   if (resolved.stream_end > resolved.stream_begin) {
     for (int64_t d = corpus->DocumentAt(resolved.stream_begin);
          d < corpus->num_documents() && corpus->document_start(d) < resolved.stream_end; ++d) {
       const int64_t begin = std::max(corpus->document_start(d), resolved.stream_begin);
       const int64_t end = std::min(corpus->document_start(d + 1), resolved.stream_end);
       if (end - begin < 2) continue;  // no label to train on
-      if (end - begin > t_len) ++truncated;
-      pieces.push_back({d, begin, std::min(end, begin + t_len)});
+      const int64_t kept_end = std::min(end, begin + t_len);
+      pieces.push_back({d, begin, kept_end, std::min(end, kept_end + 1)});
     }
   }
   if (pieces.empty()) {
@@ -69,18 +68,33 @@ absl::StatusOr<std::unique_ptr<PackedSampler>> PackedSampler::Create(
     for (const int64_t i : row) packed.push_back(pieces[i]);
     row_starts.push_back(static_cast<int64_t>(packed.size()));
   }
-  return std::unique_ptr<PackedSampler>(new PackedSampler(
-      std::move(corpus), resolved, std::move(packed), std::move(row_starts), truncated));
+  auto sampler = std::unique_ptr<PackedSampler>(
+      new PackedSampler(std::move(corpus), resolved, std::move(packed), std::move(row_starts)));
+  KELVIN_RETURN_IF_ERROR(sampler->CountTruncated());
+  return sampler;
+}
+
+absl::Status PackedSampler::CountTruncated() {
+  for (const Piece& piece : pieces_) {
+    if (piece.label_end == piece.end) continue;  // the whole document
+    ++truncated_documents_;
+    if (!corpus_->has_loss_mask()) continue;
+    std::vector<uint8_t> targets(piece.label_end - piece.begin - 1);  // what its labels predict
+    KELVIN_RETURN_IF_ERROR(corpus_->ReadLossMask(piece.begin + 1, targets));
+    if (std::find(targets.begin(), targets.end(), 1) == targets.end()) {
+      ++truncated_without_targets_;
+    }
+  }
+  return absl::OkStatus();
 }
 
 PackedSampler::PackedSampler(std::shared_ptr<const TokenCorpus> corpus,
                              const SamplerOptions& options, std::vector<Piece> pieces,
-                             std::vector<int64_t> row_starts, int64_t truncated)
+                             std::vector<int64_t> row_starts)
     : RowSampler(options, static_cast<int64_t>(row_starts.size()) - 1),
       corpus_(std::move(corpus)),
       pieces_(std::move(pieces)),
-      row_starts_(std::move(row_starts)),
-      truncated_documents_(truncated) {
+      row_starts_(std::move(row_starts)) {
   for (const Piece& piece : pieces_) packed_tokens_ += piece.end - piece.begin;
 }
 
@@ -96,15 +110,16 @@ absl::Status PackedSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const 
   for (int64_t p = row_starts_[row]; p < row_starts_[row + 1]; ++p) {
     const Piece& piece = pieces_[p];
     const int64_t count = piece.end - piece.begin;
-    std::vector<int64_t> stored(count);  // [count]
+    const int64_t labelled = piece.label_end - piece.begin - 1;  // count - 1, or count when cut
+    std::vector<int64_t> stored(piece.label_end - piece.begin);  // [labelled + 1]
     corpus_->Read(piece.begin, stored);
     KELVIN_RETURN_IF_ERROR(corpus_->CheckVocab(piece.begin, stored, options().vocab_size));
     for (int64_t t = 0; t < count; ++t) {
       tokens[used + t] = static_cast<int32_t>(stored[t]);
-      labels[used + t] = t + 1 < count ? static_cast<int32_t>(stored[t + 1]) : ops::kIgnoreIndex;
+      labels[used + t] = t < labelled ? static_cast<int32_t>(stored[t + 1]) : ops::kIgnoreIndex;
     }
     KELVIN_RETURN_IF_ERROR(IgnoreNonTargets(*corpus_, piece.begin + 1,
-                                            {labels + used, static_cast<size_t>(count - 1)}));
+                                            {labels + used, static_cast<size_t>(labelled)}));
     spans.push_back({piece.document, used, used + count});
     used += count;
   }

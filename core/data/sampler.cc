@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <utility>
 
@@ -37,7 +36,7 @@ CorpusSampler::CorpusSampler(std::shared_ptr<const TokenCorpus> corpus,
                  (options.stream_end - options.stream_begin - 1) / options.sequence_length),
       corpus_(std::move(corpus)) {}
 
-int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction) {
+int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction, bool whole_documents) {
   const int64_t n = corpus.num_tokens();
   const auto held_out = static_cast<int64_t>(std::ceil(eval_fraction * static_cast<double>(n)));
   const int64_t target = n - std::min(held_out, n);
@@ -45,7 +44,8 @@ int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction) {
   const int64_t document = corpus.DocumentAt(target);
   if (corpus.document_start(document) == target) return target;
   const int64_t next = corpus.document_start(document + 1);
-  return n - next >= (n - target + 1) / 2 ? next : target;
+  if (n - next >= (n - target + 1) / 2) return next;
+  return whole_documents ? corpus.document_start(document) : target;
 }
 
 absl::Status CorpusSampler::ReadRow(int64_t row, Batch& batch, int64_t b) const {

@@ -21,8 +21,9 @@ namespace kelvin::data {
 // Where the held-out part of `corpus` begins when `eval_fraction` of its tokens are held out: the
 // last ceil(eval_fraction N) tokens, their start moved forward to the next document boundary when
 // that keeps at least half of them (so that no document is in both parts), else left inside the
-// document.
-int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction);
+// document, or with `whole_documents` (rows of whole samples, which a cut would split into a
+// prompt and an answer) moved back to the document's start.
+int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction, bool whole_documents = false);
 
 class CorpusSampler : public RowSampler {
  public:

@@ -53,7 +53,6 @@ class TokenCorpus {
   // error names both files and the first document that differs.
   absl::Status AttachLossMask(TokenCorpus mask);
   bool has_loss_mask() const { return loss_mask_ != nullptr; }
-  const TokenCorpus& loss_mask() const { return *loss_mask_; }
   // Whether (1) or not (0) each of stream tokens [begin, begin + out.size()) is a training target;
   // a mask value other than 0 or 1 is an error naming the mask file, document and position. Needs a
   // loss mask.

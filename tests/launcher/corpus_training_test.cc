@@ -172,7 +172,7 @@ TEST(CorpusTraining, BlendErrorsNameTheCorpus) {
   const absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*missing);
   ASSERT_FALSE(trainer.ok());
   EXPECT_THAT(std::string(trainer.status().message()),
-              HasSubstr("data.blend.corpora[1]: token file /nonexistent/corpus.i32"));
+              HasSubstr("data.blend.corpora[1].token_file: token file /nonexistent/corpus.i32"));
 }
 
 // Copy samples: "1 d_1 .. d_n 2 d_1 .. d_n 3" with digits 10..19, the prompt (up to and with the
@@ -271,7 +271,7 @@ TEST(CorpusTraining, ALossMaskOfOtherSamplesNamesTheField) {
   const absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   ASSERT_FALSE(trainer.ok());
   EXPECT_THAT(std::string(trainer.status().message()),
-              HasSubstr("megatron.loss_mask_path_prefix: loss mask '" + dir +
+              HasSubstr("data.megatron.loss_mask_path_prefix: loss mask '" + dir +
                         "/b_loss_mask.bin' has 31 documents"));
 }
 
@@ -323,7 +323,7 @@ TEST(CorpusTraining, AHeldOutCorpusOfItsOwnIsWhatEvaluationsScore) {
   ASSERT_TRUE(missing.ok()) << missing.status();
   const absl::StatusOr<std::unique_ptr<Trainer>> failed = Trainer::Create(*missing);
   EXPECT_THAT(std::string(failed.status().message()),
-              HasSubstr("data.eval: token file /nonexistent/held_out.i32"));
+              HasSubstr("data.eval.token_file: token file /nonexistent/held_out.i32"));
 }
 
 TEST(CorpusTraining, ResumingOnAChangedCorpusWarns) {

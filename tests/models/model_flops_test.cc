@@ -18,5 +18,19 @@ TEST(ModelFlops, Llama3_8bAt8KTokens) {
   EXPECT_EQ(TrainingFlopsPerToken(*config, 1024), 45027950592.0 + 6442450944.0 / 8);
 }
 
+TEST(ModelFlops, AttentionCountsTheQueryHeadsWidth) {
+  // Hidden 64 with 4 heads of 32 (H d = 128, not D) and 2 KV heads, FFN 96, vocab 100, 1 layer:
+  // P_gemm = 2*64*128 + 2*64*64 + 3*64*96 + 100*64 = 16384 + 8192 + 18432 + 6400 = 49408.
+  LlamaConfig config;
+  config.hidden_size = 64;
+  config.num_attention_heads = 4;
+  config.head_dim = 32;
+  config.num_key_value_heads = 2;
+  config.intermediate_size = 96;
+  config.vocab_size = 100;
+  config.num_layers = 1;
+  EXPECT_EQ(TrainingFlopsPerToken(config, 10), 6 * 49408.0 + 6 * 10 * 128.0);
+}
+
 }  // namespace
 }  // namespace kelvin::models

@@ -67,6 +67,10 @@ TEST(JsonlSamples, LabelsMasksAndPlainLinesReadBack) {
 
 TEST(JsonlSamples, LargeIdsGetInt32AndNoMaskWithoutLabels) {
   testing::ScratchDir dir;
+  // An earlier run under the same prefix had masks: its mask must not pair with the new tokens.
+  testing::WriteFile(dir.Path("masked.jsonl"), "{\"input_ids\": [1, 2], \"loss_mask\": [0, 1]}\n");
+  ASSERT_TRUE(PrepareJsonlSamples(dir.Path("masked.jsonl"), dir.Path("plain")).ok());
+  ASSERT_TRUE(std::filesystem::exists(dir.Path("plain_loss_mask.bin")));
   testing::WriteFile(dir.Path("plain.jsonl"),
                      "{\"input_ids\": [70000, 3]}\n{\"input_ids\": [65499]}\n");
   absl::StatusOr<PreparedSamples> prepared =
@@ -74,7 +78,10 @@ TEST(JsonlSamples, LargeIdsGetInt32AndNoMaskWithoutLabels) {
   ASSERT_TRUE(prepared.ok()) << prepared.status();
   EXPECT_EQ(prepared->token_type, TokenType::kInt32);
   EXPECT_TRUE(prepared->loss_mask_prefix.empty());
+  EXPECT_TRUE(prepared->removed_stale_mask);
   EXPECT_FALSE(std::filesystem::exists(dir.Path("plain_loss_mask.bin")));
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("plain_loss_mask.idx")));
+  EXPECT_THAT(DescribePreparedSamples(*prepared), HasSubstr("an earlier run's mask"));
   absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(dir.Path("plain"));
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   EXPECT_EQ(Tokens(*corpus), (std::vector<int64_t>{70000, 3, 65499}));

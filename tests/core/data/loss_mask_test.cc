@@ -60,7 +60,8 @@ TEST(LossMask, ValuesOtherThanZeroAndOneAreErrors) {
                                        std::pair{"_mask", std::vector<int64_t>{1, 0, 2, 1}}}) {
     absl::StatusOr<MegatronDatasetWriter> writer =
         MegatronDatasetWriter::Create(prefix + suffix, TokenType::kUInt8);
-    ASSERT_TRUE(writer.ok() && writer->AddSequence(values).ok() && writer->Finish().ok());
+    ASSERT_TRUE(writer.ok() && writer->AddSequence(values).ok() && writer->Finish().ok() &&
+                writer->Commit().ok());
   }
   absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(prefix);
   absl::StatusOr<TokenCorpus> mask = OpenMegatronDataset(prefix + "_mask");

@@ -55,7 +55,7 @@ TEST(MegatronDatasetWriter, RewritesMegatronCoresFixturesByteForByte) {
         ++next_document;
       }
     }
-    ASSERT_TRUE(writer->Finish().ok());
+    ASSERT_TRUE(writer->Finish().ok() && writer->Commit().ok());
     for (const char* extension : {".bin", ".idx"}) {
       EXPECT_EQ(testing::FileBytes(Prefix(name) + extension),
                 testing::FileBytes(kFixtureDir + name + extension))
@@ -73,7 +73,7 @@ TEST(MegatronDatasetWriter, WhatItWritesReadsBack) {
   writer->EndDocument();
   ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{7}).ok());
   ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{8, 9}).ok());  // ended by Finish
-  ASSERT_TRUE(writer->Finish().ok());
+  ASSERT_TRUE(writer->Finish().ok() && writer->Commit().ok());
   absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(Prefix("roundtrip"));
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   EXPECT_EQ(corpus->token_type(), TokenType::kUInt8);

@@ -118,11 +118,24 @@ TEST(PackedSampler, EveryDocumentOncePerEpochNeverSplit) {
 TEST(PackedSampler, LongDocumentsKeepTheirFirstTTokens) {
   auto sampler = Packed(WrittenCorpus("long", {25, 3}), kOptions);
   EXPECT_EQ(sampler->truncated_documents(), 1);
+  EXPECT_EQ(sampler->truncated_without_targets(), 0);  // no loss mask: every token a target
   EXPECT_EQ(sampler->num_rows(), 2);
   absl::StatusOr<Batch> batch = sampler->ReadRows({{0}});
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(RowOf(batch->tokens, 0, 10), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
-  EXPECT_EQ(RowOf(batch->labels, 0, 10), (std::vector<int32_t>{2, 3, 4, 5, 6, 7, 8, 9, 10, kNo}));
+  // The last kept token is labelled with the document's next one, 11.
+  EXPECT_EQ(RowOf(batch->labels, 0, 10), (std::vector<int32_t>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+}
+
+TEST(PackedSampler, CountsCutDocumentsThatLoseEveryTarget) {
+  // Document 0 (offsets 0..13) has its answer at 12..13, beyond the cut after 10 tokens (labels
+  // predict offsets 1..10); document 1 (offsets 14..27) has one at 20, kept.
+  auto corpus = WrittenCorpus("cut_answers", {14, 14}, [](int64_t offset) {
+    return offset == 12 || offset == 13 || offset == 20;
+  });
+  auto sampler = Packed(corpus, kOptions);
+  EXPECT_EQ(sampler->truncated_documents(), 2);
+  EXPECT_EQ(sampler->truncated_without_targets(), 1);
 }
 
 TEST(PackedSampler, TheLossMaskKeepsOnlyTargets) {
@@ -144,19 +157,28 @@ TEST(PackedSampler, BatchesAreDeterministicAndHeldOutIsDisjoint) {
   auto corpus = WrittenCorpus("resume", lengths);
   SamplerOptions train = kOptions;
   train.stream_end = 50 * 7;
-  auto first = Packed(corpus, train);
-  auto second = Packed(corpus, train);
-  for (int64_t step : {9, 0, 4}) {
-    absl::StatusOr<Batch> a = first->BatchAt({.step = step});
-    absl::StatusOr<Batch> b = second->BatchAt({.step = step});
-    ASSERT_TRUE(a.ok() && b.ok());
-    EXPECT_EQ(a->sources, b->sources);
-    EXPECT_EQ(RowOf(a->tokens, 1, 10), RowOf(b->tokens, 1, 10));
+  // 50 documents of 7 tokens: 50 rows, 25 steps of 2 rows an epoch; steps 0..39 span two epochs.
+  auto walked = Packed(corpus, train);
+  std::vector<Batch> batches;
+  for (int64_t step = 0; step < 40; ++step) {
+    absl::StatusOr<Batch> batch = walked->BatchAt({.step = step});
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    batches.push_back(std::move(*batch));
+  }
+  EXPECT_NE(batches[3].sources, batches[28].sources);  // epoch 1 has its own order
+  // A resumed job's fresh sampler, asked for later steps directly and out of order.
+  auto resumed = Packed(corpus, train);
+  for (int64_t step : {37, 9, 26, 0}) {
+    absl::StatusOr<Batch> batch = resumed->BatchAt({.step = step});
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ(batch->sources, batches[step].sources) << step;
+    EXPECT_EQ(RowOf(batch->tokens, 1, 10), RowOf(batches[step].tokens, 1, 10)) << step;
+    EXPECT_EQ(RowOf(batch->labels, 0, 10), RowOf(batches[step].labels, 0, 10)) << step;
   }
   SamplerOptions held_out = kOptions;
   held_out.stream_begin = 50 * 7;
   auto eval = Packed(corpus, held_out);
-  EXPECT_EQ(first->num_documents(), 50);
+  EXPECT_EQ(walked->num_documents(), 50);
   EXPECT_EQ(eval->num_documents(), 10);
   absl::StatusOr<Batch> batch = eval->ReadRows({{0}});
   ASSERT_TRUE(batch.ok());

@@ -237,6 +237,9 @@ TEST(Sampler, HeldOutPartStartsAtADocumentWhenItCanAndIsDisjoint) {
   EXPECT_EQ(HeldOutStart(*corpus, 0.1), 950);
   // 20%: 201 tokens from 800; moving to 950 would leave fewer than half: split inside it.
   EXPECT_EQ(HeldOutStart(*corpus, 0.2), 800);
+  // With whole documents (packed samples) it moves back to that document's start instead.
+  EXPECT_EQ(HeldOutStart(*corpus, 0.2, /*whole_documents=*/true), 301);
+  EXPECT_EQ(HeldOutStart(*corpus, 0.1, /*whole_documents=*/true), 950);
   EXPECT_EQ(HeldOutStart(*corpus, 0.7), 300);  // 701 tokens from 300: a document start already
   EXPECT_EQ(HeldOutStart(*corpus, 0.0), 1001);
   EXPECT_EQ(HeldOutStart(*OffsetCorpus("sampler_held_out_one", 1001, {0, 1001}), 0.1), 900);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/data/megatron_dataset_writer.h"
 #include "core/data/mmap_indexed_dataset.h"
 
@@ -37,13 +38,13 @@ inline std::shared_ptr<const TokenCorpus> WrittenCorpus(const std::string& name,
     tokens->EndDocument();
     mask->EndDocument();
   }
-  EXPECT_TRUE(tokens->Finish().ok());
-  EXPECT_TRUE(mask->Finish().ok());
+  EXPECT_TRUE(tokens->Finish().ok() && tokens->Commit().ok());
+  EXPECT_TRUE(mask->Finish().ok() && mask->Commit().ok());
   absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(prefix);
-  EXPECT_TRUE(corpus.ok()) << corpus.status();
+  KELVIN_CHECK(corpus.ok()) << corpus.status();  // setup, not what is tested
   if (mask_of != nullptr) {
     absl::StatusOr<TokenCorpus> opened_mask = OpenMegatronDataset(prefix + "_mask");
-    EXPECT_TRUE(opened_mask.ok()) << opened_mask.status();
+    KELVIN_CHECK(opened_mask.ok()) << opened_mask.status();
     EXPECT_TRUE(corpus->AttachLossMask(std::move(*opened_mask)).ok());
   }
   return std::make_shared<const TokenCorpus>(std::move(*corpus));
