@@ -12,6 +12,7 @@
 #include "launcher/pipeline_runner.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
+#include "models/llama/model_flops.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace kelvin::launcher {
@@ -170,6 +171,48 @@ CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLa
   return plan;
 }
 
+namespace {
+
+// A duration for people: "42.0 s", "12.5 min", "3.2 h", "2.1 days".
+std::string HumanDuration(double seconds) {
+  if (seconds < 60) return absl::StrFormat("%.1f s", seconds);
+  if (seconds < 3600) return absl::StrFormat("%.1f min", seconds / 60);
+  if (seconds < 86400) return absl::StrFormat("%.1f h", seconds / 3600);
+  return absl::StrFormat("%.1f days", seconds / 86400);
+}
+
+// FLOPs for people: "5.4 MFLOP", "13.9 GFLOP", "27.0 PFLOP".
+std::string HumanFlops(double flops) {
+  if (flops >= 1e15) return absl::StrFormat("%.1f PFLOP", flops / 1e15);
+  if (flops >= 1e12) return absl::StrFormat("%.1f TFLOP", flops / 1e12);
+  if (flops >= 1e9) return absl::StrFormat("%.1f GFLOP", flops / 1e9);
+  return absl::StrFormat("%.1f MFLOP", flops / 1e6);
+}
+
+// The step's model FLOPs and, with logging.peak_tflops, the least time a step and the job take
+// (at 100% MFU: no run is faster; real runs reach a fraction of it).
+std::string FormatComputeBound(const config::JobConfig& job, const models::LlamaConfig& arch,
+                               const parallel::GridSpec& g) {
+  const double tokens = static_cast<double>(g.global_batch_size * g.seq_length);
+  const double per_token = models::TrainingFlopsPerToken(arch, g.seq_length);
+  std::string out = absl::StrFormat(
+      "compute: %s per step (model FLOPs, models/llama/model_flops.h: %s per token x %.0f tokens)",
+      HumanFlops(per_token * tokens), HumanFlops(per_token), tokens);
+  const double peak = job.logging().peak_tflops() * 1e12;
+  if (peak <= 0) return out + "; set logging.peak_tflops for the least step time\n";
+  const double step_seconds = per_token * tokens / (peak * g.world_size);
+  absl::StrAppendFormat(&out,
+                        "; at least %s per step and %s for the job's %d steps on %d processes of "
+                        "%g TFLOP/s (100%% MFU; at 40%%: %s per step)\n",
+                        HumanDuration(step_seconds),
+                        HumanDuration(step_seconds * static_cast<double>(job.training().steps())),
+                        job.training().steps(), g.world_size, job.logging().peak_tflops(),
+                        HumanDuration(step_seconds / 0.4));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                                           const models::LlamaConfig& arch,
                                           const JobLayout& layout) {
@@ -200,6 +243,7 @@ absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                         : "",
                     ": ", stage.plan.ToString(), "\n");
   }
+  absl::StrAppend(&out, FormatComputeBound(job, arch, g));
   KELVIN_ASSIGN_OR_RETURN(const PeakMemory peak, PlanPeakMemory(job, arch, layout));
   absl::StrAppendFormat(&out, "largest rank: pipeline stage %d, tensor rank %d: %.3f GiB\n",
                         peak.pipeline_rank, peak.tensor_rank,
