@@ -244,6 +244,11 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                                              const models::LlamaConfig& arch) {
   const config::DataConfig& data = job.data();
   if (data.has_passkey()) return PasskeySources(job, arch);
+  if (data.packing() == config::DataConfig::DOCUMENTS && !data.document_masking()) {
+    KLOG_RANK0(WARNING) << "data.packing=DOCUMENTS without data.document_masking: the samples "
+                           "packed in a row attend to the ones before them; set "
+                           "data.document_masking=true unless that is meant";
+  }
   DataSources sources;
   if (data.has_blend()) {
     KELVIN_ASSIGN_OR_RETURN(sources, BlendSources(job, arch));
