@@ -114,6 +114,14 @@ std::string CorpusFingerprint(const data::TokenCorpus& corpus) {
                       corpus.has_loss_mask() ? ", loss mask" : "");
 }
 
+// The rows every corpus sampler of the job makes: T, B, the vocabulary, document masking; `seed`
+// shuffles them.
+data::SamplerOptions SamplerOptionsOf(const config::JobConfig& job, const models::LlamaConfig& arch,
+                                      uint64_t seed) {
+  return {job.training().seq_length(), job.training().micro_batch_size(), arch.vocab_size, seed,
+          job.data().document_masking()};
+}
+
 // The sampler of data.packing over (part of) `corpus`; `part` names it in the log.
 absl::StatusOr<std::unique_ptr<data::RowSampler>> RowSamplerOf(
     std::shared_ptr<const data::TokenCorpus> corpus, const data::SamplerOptions& options,
@@ -153,8 +161,7 @@ absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config
   const config::DataConfig& data = job.data();
   const config::TrainingConfig& training = job.training();
   auto corpus = std::make_shared<const data::TokenCorpus>(std::move(opened));
-  data::SamplerOptions options{training.seq_length(), training.micro_batch_size(), arch.vocab_size,
-                               seed, data.document_masking()};
+  data::SamplerOptions options = SamplerOptionsOf(job, arch, seed);
   CorpusSamplers samplers;
   samplers.fingerprint = CorpusFingerprint(*corpus);
   if (data.eval_fraction() == 0) {
@@ -227,12 +234,9 @@ absl::StatusOr<std::unique_ptr<data::RowSampler>> HeldOutCorpusSampler(
     const config::JobConfig& job, const models::LlamaConfig& arch, std::string& fingerprint) {
   KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(job.data().eval(), "data.eval"));
   fingerprint = CorpusFingerprint(opened);
-  const config::TrainingConfig& training = job.training();
-  const data::SamplerOptions options{training.seq_length(), training.micro_batch_size(),
-                                     arch.vocab_size, training.seed() + kEvalSeedOffset,
-                                     job.data().document_masking()};
   absl::StatusOr<std::unique_ptr<data::RowSampler>> sampler =
-      RowSamplerOf(std::make_shared<const data::TokenCorpus>(std::move(opened)), options,
+      RowSamplerOf(std::make_shared<const data::TokenCorpus>(std::move(opened)),
+                   SamplerOptionsOf(job, arch, job.training().seed() + kEvalSeedOffset),
                    job.data().packing(), "held-out corpus");
   if (!sampler.ok()) return InField("data.eval", sampler.status());
   return sampler;

@@ -173,14 +173,6 @@ CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLa
 
 namespace {
 
-// A duration for people: "42.0 s", "12.5 min", "3.2 h", "2.1 days".
-std::string HumanDuration(double seconds) {
-  if (seconds < 60) return absl::StrFormat("%.1f s", seconds);
-  if (seconds < 3600) return absl::StrFormat("%.1f min", seconds / 60);
-  if (seconds < 86400) return absl::StrFormat("%.1f h", seconds / 3600);
-  return absl::StrFormat("%.1f days", seconds / 86400);
-}
-
 // FLOPs for people: "5.4 MFLOP", "13.9 GFLOP", "27.0 PFLOP".
 std::string HumanFlops(double flops) {
   if (flops >= 1e15) return absl::StrFormat("%.1f PFLOP", flops / 1e15);
@@ -204,14 +196,22 @@ std::string FormatComputeBound(const config::JobConfig& job, const models::Llama
   absl::StrAppendFormat(&out,
                         "; at least %s per step and %s for the job's %d steps on %d processes of "
                         "%g TFLOP/s (100%% MFU; at 40%%: %s per step)\n",
-                        HumanDuration(step_seconds),
-                        HumanDuration(step_seconds * static_cast<double>(job.training().steps())),
+                        FormatDuration(step_seconds),
+                        FormatDuration(step_seconds * static_cast<double>(job.training().steps())),
                         job.training().steps(), g.world_size, job.logging().peak_tflops(),
-                        HumanDuration(step_seconds / 0.4));
+                        FormatDuration(step_seconds / 0.4));
   return out;
 }
 
 }  // namespace
+
+std::string FormatDuration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds);
+  if (s >= 86400) return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%.1fs", seconds);
+}
 
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                                           const models::LlamaConfig& arch,

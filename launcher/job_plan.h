@@ -65,6 +65,9 @@ struct CheckpointBytes {
 };
 CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLayout& layout);
 
+// A duration as the plan and the progress lines print it: "0.9s", "4m07s", "28h25m", "2d03h".
+std::string FormatDuration(double seconds);
+
 // The report of `kelvin plan`: the model, the layout, the batch, the memory plan of every
 // pipeline stage (its largest tensor rank) in GiB, the largest rank's total and the size of a
 // checkpoint.

@@ -38,13 +38,6 @@ bool MayTrainOnCuda(const config::JobConfig& job) {
          (job.training().device() == config::TrainingConfig::AUTO && CudaAvailable());
 }
 
-std::string FormatDuration(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds);
-  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
-  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
-  return absl::StrFormat("%ds", s);
-}
-
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -525,14 +518,15 @@ double Trainer::PeakMemoryGiB() const {
 void Trainer::WriteTensorBoard(const StepStats& stats) {
   if (tensorboard_ == nullptr) return;
   const int64_t step = stats.step + 1;  // steps completed, as the progress lines count
+  const double tokens_per_second = stats.tokens * DataParallelSize() / stats.seconds;
   std::vector<std::pair<std::string, double>> scalars = {
       {"train/loss", stats.loss},
       {"train/learning_rate", stats.lr},
       {"train/grad_norm", stats.grad_norm},
       {"train/step_seconds", stats.seconds},
-      {"train/tokens_per_second", stats.tokens * DataParallelSize() / stats.seconds},
+      {"train/tokens_per_second", tokens_per_second},
       {"train/peak_memory_gib", PeakMemoryGiB()}};
-  const Throughput rate = ThroughputOf(stats.tokens * DataParallelSize() / stats.seconds);
+  const Throughput rate = ThroughputOf(tokens_per_second);
   scalars.emplace_back("train/tflops_per_process", rate.tflops_per_process);
   if (rate.mfu > 0) scalars.emplace_back("train/mfu", rate.mfu);
   if (grid_ != nullptr) {

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -40,7 +42,7 @@ absl::StatusOr<std::unique_ptr<PackedSampler>> PackedSampler::Create(
   // Best-fit decreasing: longest first (ties in stream order), each into the row with the least
   // room that still fits it, else a new row.
   std::vector<int64_t> order(pieces.size());  // [P]: piece indices, longest first
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::iota(order.begin(), order.end(), 0);
   const auto length = [&](int64_t i) { return pieces[i].end - pieces[i].begin; };
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return length(a) > length(b); });
@@ -48,15 +50,13 @@ absl::StatusOr<std::unique_ptr<PackedSampler>> PackedSampler::Create(
   std::multimap<int64_t, int64_t> room;    // tokens left -> row, for rows with any left
   for (const int64_t i : order) {
     const auto fits = room.lower_bound(length(i));
+    int64_t left = t_len, row = static_cast<int64_t>(rows.size());  // a new row, unless one fits
     if (fits == room.end()) {
-      rows.push_back({i});
-      if (t_len - length(i) > 0) {
-        room.emplace(t_len - length(i), static_cast<int64_t>(rows.size()) - 1);
-      }
-      continue;
+      rows.emplace_back();
+    } else {
+      std::tie(left, row) = *fits;
+      room.erase(fits);
     }
-    const auto [left, row] = *fits;
-    room.erase(fits);
     rows[row].push_back(i);
     if (left - length(i) > 0) room.emplace(left - length(i), row);
   }

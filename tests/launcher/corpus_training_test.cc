@@ -175,6 +175,12 @@ TEST(CorpusTraining, BlendErrorsNameTheCorpus) {
               HasSubstr("data.blend.corpora[1].token_file: token file /nonexistent/corpus.i32"));
 }
 
+// The batches the trainer of `job` reads.
+absl::StatusOr<DataSources> SourcesOf(const config::JobConfig& job) {
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));
+  return BuildDataSources(job, arch);
+}
+
 // Copy samples: "1 d_1 .. d_n 2 d_1 .. d_n 3" with digits 10..19, the prompt (up to and with the
 // 2) labelled -100. Returns each sample's target count (its answer: n digits and the 3).
 std::vector<int64_t> WriteCopySamples(const std::string& path, int samples) {
@@ -217,9 +223,7 @@ TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
   ASSERT_TRUE(job.ok()) << job.status();
 
   // The labelled tokens of each step are the answers of the samples its rows hold.
-  const absl::StatusOr<models::LlamaConfig> arch = ResolveModelArchitecture(job->model());
-  ASSERT_TRUE(arch.ok()) << arch.status();
-  absl::StatusOr<DataSources> sources = BuildDataSources(*job, *arch);
+  absl::StatusOr<DataSources> sources = SourcesOf(*job);
   ASSERT_TRUE(sources.ok()) << sources.status();
   std::vector<int64_t> answers;  // [steps]
   for (int64_t step = 0; step < 150; ++step) {
@@ -291,9 +295,7 @@ TEST(CorpusTraining, AHeldOutCorpusOfItsOwnIsWhatEvaluationsScore) {
       held_out_path, "\" document_separator_token: 0 } }\n}");
   const absl::StatusOr<config::JobConfig> job = JobWithData(data, kShortRun);
   ASSERT_TRUE(job.ok()) << job.status();
-  const absl::StatusOr<models::LlamaConfig> arch = ResolveModelArchitecture(job->model());
-  ASSERT_TRUE(arch.ok()) << arch.status();
-  absl::StatusOr<DataSources> sources = BuildDataSources(*job, *arch);
+  absl::StatusOr<DataSources> sources = SourcesOf(*job);
   ASSERT_TRUE(sources.ok()) << sources.status();
   ASSERT_NE(sources->eval, nullptr);
   absl::StatusOr<data::Batch> batch = sources->eval->BatchAt({0, 0, 1, 0, 1});

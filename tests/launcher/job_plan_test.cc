@@ -37,6 +37,14 @@ Planned Job(const std::vector<std::string>& overrides) {
   return {*job, *arch};
 }
 
+TEST(JobPlan, DurationsReadAtEveryScale) {
+  EXPECT_EQ(FormatDuration(0.8523), "0.9s");
+  EXPECT_EQ(FormatDuration(59.94), "59.9s");
+  EXPECT_EQ(FormatDuration(247.0), "4m07s");
+  EXPECT_EQ(FormatDuration(1704.6), "28m24s");
+  EXPECT_EQ(FormatDuration(102300.0), "1d04h");
+}
+
 TEST(JobPlan, DerivesDataParallelAndAccumulationFromTheWorldSize) {
   const Planned p = Job({"parallel.tensor_parallel=2", "training.micro_batch_size=2"});
   const absl::StatusOr<parallel::GridSpec> spec = GridSpecOf(p.job, p.arch, 8);
