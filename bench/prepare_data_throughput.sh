@@ -3,8 +3,8 @@
 # samples of 50-400 token ids below 128256 (Llama-3's vocabulary) with Hugging Face-style labels
 # (-100 on a random prompt prefix), written by Python with a fixed seed. Baseline, same run: the
 # plain Python route to the same bytes (json.loads per line, the ids and the 0/1 targets appended to
-# two int32 / uint8 arrays and written with tofile; one pass, no validation, no index). Kelvin reads
-# the file twice (validates all of it first) and writes both Megatron datasets with their indexes.
+# two int32 / uint8 arrays and written with tofile; one pass, no validation, no index). Kelvin
+# validates every line as it writes both Megatron datasets with their indexes (one pass).
 # Prints both wall times, tokens/s and the ratio. Needs python3 (standard library only).
 # Usage: bench/prepare_data_throughput.sh BUILD_DIR [samples]
 set -euo pipefail

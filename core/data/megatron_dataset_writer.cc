@@ -2,6 +2,7 @@
 // megatron_dataset_writer.h).
 #include "core/data/megatron_dataset_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "core/data/mmap_indexed_dataset.h"
+#include "core/io/mapped_file.h"
 
 namespace kelvin::data {
 namespace {
@@ -45,30 +47,30 @@ void Append(std::vector<char>& bytes, T value) {
   std::memcpy(bytes.data() + at, &value, sizeof(T));
 }
 
+template <typename Stored>
+void NarrowTo(std::span<const int64_t> tokens, std::vector<char>& bytes) {
+  bytes.resize(tokens.size() * sizeof(Stored));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const Stored value = static_cast<Stored>(tokens[i]);
+    std::memcpy(bytes.data() + i * sizeof(Stored), &value, sizeof(Stored));
+  }
+}
+
 // Narrows `tokens` into `bytes` as `type` (little-endian, checked by the caller's range test).
 void Narrow(std::span<const int64_t> tokens, TokenType type, std::vector<char>& bytes) {
-  bytes.clear();
-  for (const int64_t token : tokens) {
-    switch (type) {
-      case TokenType::kUInt8:
-        Append(bytes, static_cast<uint8_t>(token));
-        break;
-      case TokenType::kInt8:
-        Append(bytes, static_cast<int8_t>(token));
-        break;
-      case TokenType::kInt16:
-        Append(bytes, static_cast<int16_t>(token));
-        break;
-      case TokenType::kUInt16:
-        Append(bytes, static_cast<uint16_t>(token));
-        break;
-      case TokenType::kInt32:
-        Append(bytes, static_cast<int32_t>(token));
-        break;
-      case TokenType::kInt64:
-        Append(bytes, token);
-        break;
-    }
+  switch (type) {
+    case TokenType::kUInt8:
+      return NarrowTo<uint8_t>(tokens, bytes);
+    case TokenType::kInt8:
+      return NarrowTo<int8_t>(tokens, bytes);
+    case TokenType::kInt16:
+      return NarrowTo<int16_t>(tokens, bytes);
+    case TokenType::kUInt16:
+      return NarrowTo<uint16_t>(tokens, bytes);
+    case TokenType::kInt32:
+      return NarrowTo<int32_t>(tokens, bytes);
+    case TokenType::kInt64:
+      return NarrowTo<int64_t>(tokens, bytes);
   }
 }
 
@@ -100,6 +102,8 @@ MegatronDatasetWriter::MegatronDatasetWriter(MegatronDatasetWriter&& other) noex
       sequence_lengths_(std::move(other.sequence_lengths_)),
       document_indices_(std::move(other.document_indices_)),
       num_tokens_(other.num_tokens_),
+      min_token_(other.min_token_),
+      max_token_(other.max_token_),
       finished_(other.finished_),
       owns_partial_files_(other.owns_partial_files_) {
   other.owns_partial_files_ = false;
@@ -141,6 +145,10 @@ absl::Status MegatronDatasetWriter::AddSequence(std::span<const int64_t> tokens)
   }
   sequence_lengths_.push_back(static_cast<int32_t>(tokens.size()));
   num_tokens_ += static_cast<int64_t>(tokens.size());
+  for (const int64_t token : tokens) {
+    min_token_ = std::min(min_token_, token);
+    max_token_ = std::max(max_token_, token);
+  }
   return absl::OkStatus();
 }
 
@@ -148,12 +156,52 @@ void MegatronDatasetWriter::EndDocument() {
   document_indices_.push_back(static_cast<int64_t>(sequence_lengths_.size()));
 }
 
-absl::Status MegatronDatasetWriter::Finish() {
+absl::Status MegatronDatasetWriter::Finish() { return FinishAs(type_); }
+
+absl::Status MegatronDatasetWriter::RewriteBinAs(TokenType stored) {
+  const auto [lowest, highest] = TokenRange(stored);
+  if (num_tokens_ > 0 && (min_token_ < lowest || max_token_ > highest)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Megatron dataset '%s': tokens %d to %d do not fit %s", path_prefix_,
+                        min_token_, max_token_, TokenTypeName(stored)));
+  }
+  const std::string bin_path = path_prefix_ + ".bin" + kPartial;
+  const std::string rewritten_path = path_prefix_ + ".bin.rewritten" + kPartial;
+  KELVIN_ASSIGN_OR_RETURN(io::MappedFile written, io::MappedFile::Open(bin_path));
+  const TokenCorpus tokens(std::move(written), type_, {0, num_tokens_});
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(rewritten_path.c_str(), "wb"),
+                                                      &std::fclose);
+  if (out == nullptr) return WriteError(rewritten_path);
+  const auto fail = [&] {
+    out.reset();
+    std::error_code ignored;
+    std::filesystem::remove(rewritten_path, ignored);
+    return WriteError(rewritten_path);
+  };
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<int64_t> chunk(static_cast<size_t>(std::min(kChunk, num_tokens_)));  // [chunk]
+  std::vector<char> bytes;  // [chunk * stored bytes]
+  for (int64_t begin = 0; begin < num_tokens_; begin += kChunk) {
+    const std::span<int64_t> part(chunk.data(), std::min(kChunk, num_tokens_ - begin));
+    tokens.Read(begin, part);
+    Narrow(part, stored, bytes);
+    if (std::fwrite(bytes.data(), 1, bytes.size(), out.get()) != bytes.size()) return fail();
+  }
+  if (std::fclose(out.release()) != 0) return fail();
+  std::error_code error;
+  std::filesystem::rename(rewritten_path, bin_path, error);
+  if (error) return fail();
+  type_ = stored;
+  return absl::OkStatus();
+}
+
+absl::Status MegatronDatasetWriter::FinishAs(TokenType stored) {
   KELVIN_CHECK(!finished_) << path_prefix_;
   if (document_indices_.back() != static_cast<int64_t>(sequence_lengths_.size())) EndDocument();
   const std::string bin_path = path_prefix_ + ".bin" + kPartial;
   const std::string idx_path = path_prefix_ + ".idx" + kPartial;
   if (std::fclose(bin_.release()) != 0) return WriteError(bin_path);
+  if (stored != type_) KELVIN_RETURN_IF_ERROR(RewriteBinAs(stored));
 
   std::vector<char> index;  // the whole .idx
   index.insert(index.end(), kMegatronIndexMagic, kMegatronIndexMagic + kMegatronIndexMagicBytes);

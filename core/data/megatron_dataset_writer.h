@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,6 +38,10 @@ class MegatronDatasetWriter {
   // Writes and closes both files (sequences added after the last EndDocument form a last
   // document), still under their .partial names.
   absl::Status Finish();
+  // Finish, storing the tokens as `stored` rather than the type they were written as: the .bin is
+  // rewritten, and a token written that does not fit `stored` is an error naming the range. For a
+  // writer that learns the narrowest type only at the end (it writes the wider one first).
+  absl::Status FinishAs(TokenType stored);
   // After Finish: renames both files to `path_prefix`.bin / .idx.
   absl::Status Commit();
 
@@ -45,6 +50,8 @@ class MegatronDatasetWriter {
  private:
   MegatronDatasetWriter(std::string path_prefix, TokenType type, std::FILE* bin);
   absl::Status WriteError(const std::string& path) const;
+  // Rewrites the closed .bin.partial with its tokens stored as `stored`.
+  absl::Status RewriteBinAs(TokenType stored);
 
   std::string path_prefix_;
   TokenType type_;
@@ -52,6 +59,8 @@ class MegatronDatasetWriter {
   std::vector<int32_t> sequence_lengths_;  // [S]
   std::vector<int64_t> document_indices_;  // [D]: 0, then the sequence count at each document end
   int64_t num_tokens_ = 0;
+  int64_t min_token_ = std::numeric_limits<int64_t>::max();  // of the tokens written so far
+  int64_t max_token_ = std::numeric_limits<int64_t>::min();
   bool finished_ = false;
   bool owns_partial_files_ = true;  // false once committed, or moved from
 };

@@ -1,7 +1,7 @@
 // JSON Lines samples into a Megatron dataset and its loss mask: labels (-100 = no loss),
 // loss_mask and unmasked lines all read back as written, the token type follows the largest id,
 // ignored keys are counted, and every malformed line is an error naming the file, line and field
-// after which nothing is written.
+// after which nothing is left behind.
 #include "core/data/jsonl_samples.h"
 
 #include <gmock/gmock.h>
@@ -33,34 +33,40 @@ TEST(JsonlSamples, LabelsMasksAndPlainLinesReadBack) {
                      R"({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]})"
                      "\n"
                      R"({"input_ids": [8, 9], "attention_mask": [1, 1], "text": "b"})"
+                     "\n"
+                     // Keys in any order; keys inside another key's value are not the sample's.
+                     R"({"labels": [-100, 11], "meta": {"input_ids": [99], "x": [[1], {}]},)"
+                     R"( "input_ids": [10, 11]})"
                      "\n");
   absl::StatusOr<PreparedSamples> prepared =
       PrepareJsonlSamples(dir.Path("samples.jsonl"), dir.Path("sft"));
   ASSERT_TRUE(prepared.ok()) << prepared.status();
-  EXPECT_EQ(prepared->samples, 3);
-  EXPECT_EQ(prepared->tokens, 9);
-  EXPECT_EQ(prepared->targets, 2 + 2 + 2);
-  EXPECT_EQ(prepared->max_token, 9);
+  EXPECT_EQ(prepared->samples, 4);
+  EXPECT_EQ(prepared->tokens, 11);
+  EXPECT_EQ(prepared->targets, 2 + 2 + 2 + 1);
+  EXPECT_EQ(prepared->max_token, 11);
   EXPECT_EQ(prepared->token_type, TokenType::kUInt16);
   EXPECT_EQ(prepared->loss_mask_prefix, dir.Path("sft_loss_mask"));
   EXPECT_EQ(prepared->ignored_keys,
-            (std::map<std::string, int64_t>{{"attention_mask", 1}, {"text", 2}}));
+            (std::map<std::string, int64_t>{{"attention_mask", 1}, {"meta", 1}, {"text", 2}}));
 
   absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(dir.Path("sft"));
   absl::StatusOr<TokenCorpus> mask = OpenMegatronDataset(dir.Path("sft_loss_mask"));
   ASSERT_TRUE(corpus.ok() && mask.ok());
-  EXPECT_EQ(Tokens(*corpus), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
-  EXPECT_EQ(corpus->num_documents(), 3);
+  EXPECT_EQ(Tokens(*corpus), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(corpus->token_type(), TokenType::kUInt16);
+  EXPECT_EQ(corpus->num_documents(), 4);
   EXPECT_EQ(corpus->document_start(1), 4);
   EXPECT_EQ(corpus->document_start(2), 7);
+  EXPECT_EQ(corpus->document_start(3), 9);
   EXPECT_EQ(mask->token_type(), TokenType::kUInt8);
-  EXPECT_EQ(Tokens(*mask), (std::vector<int64_t>{0, 0, 1, 1, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(Tokens(*mask), (std::vector<int64_t>{0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 1}));
   ASSERT_TRUE(corpus->AttachLossMask(std::move(*mask)).ok());
 
   const std::string described = DescribePreparedSamples(*prepared);
   EXPECT_THAT(described,
-              HasSubstr("3 samples (one document each), 9 tokens (uint16, the largest id 9)"));
-  EXPECT_THAT(described, HasSubstr("6 of the tokens (66.7%) are training targets"));
+              HasSubstr("4 samples (one document each), 11 tokens (uint16, the largest id 11)"));
+  EXPECT_THAT(described, HasSubstr("7 of the tokens (63.6%) are training targets"));
   EXPECT_THAT(described, HasSubstr("loss_mask_path_prefix: \"" + dir.Path("sft_loss_mask") + "\""));
   EXPECT_THAT(described, HasSubstr("packing: DOCUMENTS"));
 }
@@ -93,11 +99,25 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
     std::string line, message;
   };
   const std::vector<Case> cases = {
-      {R"({"input_ids": [1, 2)", ":2: not valid JSON"},
-      {R"([1, 2])", ":2: a JSON array, not an object with \"input_ids\""},
+      {R"({"input_ids": [1, 2)",
+       ":2: not valid JSON (each line must be one JSON object): column 20: syntax error while "
+       "parsing array - unexpected end of input; expected ']'"},
+      {R"({"input_ids": [1, 2]} x)",
+       ":2: not valid JSON (each line must be one JSON object): "
+       "column 23: syntax error while parsing value - invalid literal"},
+      {R"([1, 2])", ":2: the line is an array, not an object with \"input_ids\""},
+      {R"("text")", ":2: the line is a string, not an object with \"input_ids\""},
       {R"({"labels": [1]})", ":2: no \"input_ids\""},
       {R"({"input_ids": []})", ":2: \"input_ids\" is empty"},
-      {R"({"input_ids": "1 2"})", ":2: \"input_ids\" is string, not an array of integers"},
+      {R"({"input_ids": "1 2"})", ":2: \"input_ids\" is a string, not an array of integers"},
+      {R"({"input_ids": {"a": 1}})", ":2: \"input_ids\" is an object, not an array of integers"},
+      {R"({"input_ids": [1, [2]]})", ":2: \"input_ids\"[1] is an array: token ids are integers"},
+      {R"({"input_ids": [1, "2"]})", ":2: \"input_ids\"[1] is \"2\": token ids are integers"},
+      {R"({"input_ids": [1, 9223372036854775808]})",
+       ":2: \"input_ids\"[1] is 9223372036854775808: token ids"},
+      {R"({"input_ids": [1, 2], "input_ids": [3]})", ":2: \"input_ids\" appears twice"},
+      {R"({"input_ids": [1, 2], "labels": [-100, null]})",
+       ":2: \"labels\"[1] is null: labels are integers (-100, or the token id itself)"},
       {R"({"input_ids": [1, -4]})",
        ":2: \"input_ids\"[1] is -4: token ids are integers in [0, 2^31)"},
       {R"({"input_ids": [1, 2.5]})", ":2: \"input_ids\"[1] is 2.5"},
@@ -125,6 +145,12 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
     EXPECT_EQ(files, std::vector<std::string>{"bad.jsonl"});
   }
   testing::ScratchDir dir;
+  // A directory made for the output is removed again when the input is bad.
+  testing::WriteFile(dir.Path("bad.jsonl"), "{\"input_ids\": [1]}\n{}\n");
+  EXPECT_THAT(
+      PrepareJsonlSamples(dir.Path("bad.jsonl"), dir.Path("new/nested/out")).status().message(),
+      HasSubstr("bad.jsonl:2: no \"input_ids\""));
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("new")));
   EXPECT_THAT(PrepareJsonlSamples(dir.Path("missing.jsonl"), dir.Path("out")).status().message(),
               HasSubstr("cannot open the samples file '" + dir.Path("missing.jsonl") + "'"));
   testing::WriteFile(dir.Path("blank.jsonl"), "\n  \n");

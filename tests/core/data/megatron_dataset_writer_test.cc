@@ -1,6 +1,7 @@
 // MegatronDatasetWriter: the committed fixtures' sequences and documents, written again, give
-// Megatron-Core's own .bin and .idx byte for byte; what it writes reads back; tokens that do not
-// fit the type are errors naming them; an unfinished write leaves no dataset behind.
+// Megatron-Core's own .bin and .idx byte for byte (also when written wider and narrowed at the
+// end); what it writes reads back; tokens that do not fit the type are errors naming them; an
+// unfinished write leaves no dataset behind.
 #include "core/data/megatron_dataset_writer.h"
 
 #include <gmock/gmock.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/data/mmap_indexed_dataset.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/files.h"
@@ -30,9 +32,15 @@ std::string Prefix(const std::string& name) {
 TEST(MegatronDatasetWriter, RewritesMegatronCoresFixturesByteForByte) {
   std::ifstream in(kFixtureDir + "expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
-  for (const auto& [name, type] :
-       {std::pair{"corpus_u16", TokenType::kUInt16}, std::pair{"corpus_i32", TokenType::kInt32}}) {
-    SCOPED_TRACE(name);
+  struct Case {
+    const char* name;
+    TokenType written, stored;  // stored != written: FinishAs rewrites the .bin
+  };
+  for (const auto& [name, type, stored] :
+       {Case{"corpus_u16", TokenType::kUInt16, TokenType::kUInt16},
+        Case{"corpus_i32", TokenType::kInt32, TokenType::kInt32},
+        Case{"corpus_u16", TokenType::kInt32, TokenType::kUInt16}}) {
+    SCOPED_TRACE(absl::StrCat(name, " written as ", std::string(TokenTypeName(type))));
     const nlohmann::json& want = expected[name];
     const auto lengths = want["sequence_lengths"].get<std::vector<int64_t>>();
     const auto document_indices = want["document_indices"].get<std::vector<int64_t>>();
@@ -55,13 +63,14 @@ TEST(MegatronDatasetWriter, RewritesMegatronCoresFixturesByteForByte) {
         ++next_document;
       }
     }
-    ASSERT_TRUE(writer->Finish().ok() && writer->Commit().ok());
+    ASSERT_TRUE(writer->FinishAs(stored).ok() && writer->Commit().ok());
     for (const char* extension : {".bin", ".idx"}) {
       EXPECT_EQ(testing::FileBytes(Prefix(name) + extension),
                 testing::FileBytes(kFixtureDir + name + extension))
           << extension;
       EXPECT_FALSE(std::filesystem::exists(Prefix(name) + extension + ".partial"));
     }
+    EXPECT_FALSE(std::filesystem::exists(Prefix(name) + ".bin.rewritten.partial"));
   }
 }
 
@@ -93,6 +102,20 @@ TEST(MegatronDatasetWriter, TokensThatDoNotFitAreErrors) {
               HasSubstr("token 65536 (position 1 of sequence 0) does not fit uint16"));
   EXPECT_FALSE(writer->AddSequence(std::vector<int64_t>{-1}).ok());
   EXPECT_EQ(writer->num_tokens(), 0);
+}
+
+TEST(MegatronDatasetWriter, FinishingAsATypeTheTokensDoNotFitIsAnError) {
+  {
+    absl::StatusOr<MegatronDatasetWriter> writer =
+        MegatronDatasetWriter::Create(Prefix("narrowed"), TokenType::kInt32);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{3, 70000, 5}).ok());
+    EXPECT_THAT(writer->FinishAs(TokenType::kUInt16).message(),
+                HasSubstr("tokens 3 to 70000 do not fit uint16"));
+  }
+  for (const char* file : {".bin", ".idx", ".bin.partial", ".idx.partial"}) {
+    EXPECT_FALSE(std::filesystem::exists(Prefix("narrowed") + file)) << file;
+  }
 }
 
 TEST(MegatronDatasetWriter, AnUnfinishedWriteLeavesNoDataset) {
