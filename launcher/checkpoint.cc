@@ -85,8 +85,8 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
   absl::Status created = absl::OkStatus();
   if (rank == 0) {
     created = CreatePartialDirectory(
-        checkpoint.partial_,
-        {job_name, state.layout, steps_completed, state.optimizer_steps, parts, state.data_order});
+        checkpoint.partial_, {job_name, state.layout, steps_completed, state.optimizer_steps, parts,
+                              state.data_order, state.eval_loss});
   }
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
       world, created, "creating checkpoint " + checkpoint.partial_.string()));
@@ -210,11 +210,28 @@ absl::Status MarkStoppedForPreemption(const std::string& dir, int64_t steps_comp
   return absl::OkStatus();
 }
 
-absl::Status PruneCheckpoints(const std::string& dir, int keep_last) {
+absl::StatusOr<std::optional<BestCheckpoint>> FindBestCheckpoint(const std::string& dir) {
+  KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
+  std::optional<BestCheckpoint> best;
+  for (const auto& [step, path] : checkpoints) {
+    KELVIN_ASSIGN_OR_RETURN(const CheckpointIndex index, ReadCheckpointIndex(path));
+    if (index.eval_loss.has_value() && (!best.has_value() || *index.eval_loss < best->eval_loss)) {
+      best = BestCheckpoint{path.string(), step, *index.eval_loss};
+    }
+  }
+  return best;
+}
+
+absl::Status PruneCheckpoints(const std::string& dir, int keep_last, bool keep_best) {
   if (keep_last <= 0) return absl::OkStatus();
   KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
+  std::optional<BestCheckpoint> best;
+  if (keep_best) {
+    KELVIN_ASSIGN_OR_RETURN(best, FindBestCheckpoint(dir));
+  }
   int64_t excess = static_cast<int64_t>(checkpoints.size()) - keep_last;
   for (auto it = checkpoints.begin(); excess > 0; ++it, --excess) {
+    if (best.has_value() && it->first == best->step) continue;
     std::error_code error;
     fs::remove_all(it->second, error);
     if (error) {

@@ -56,6 +56,8 @@ struct TrainingState {
   // The settings the order of the training data depends on, by field path (recorded, and
   // compared on resume by the trainer).
   std::map<std::string, std::string> data_order;
+  // The held-out loss evaluated after the step being saved, when the run evaluated at it.
+  std::optional<double> eval_loss;
 };
 
 // A checkpoint being saved, in three stages: Begin (collective) creates step_<N>.partial and takes
@@ -130,7 +132,17 @@ absl::Status CheckNoOtherTensors(const CheckpointReader& reader,
 inline constexpr const char* kStoppedForPreemptionFile = "STOPPED_FOR_PREEMPTION";
 absl::Status MarkStoppedForPreemption(const std::string& dir, int64_t steps_completed, int signal);
 
-// Deletes all but the newest `keep_last` complete checkpoints under `dir` (0 keeps all).
-absl::Status PruneCheckpoints(const std::string& dir, int keep_last);
+// The complete checkpoint under `dir` with the lowest evaluation loss (the earliest of equal ones),
+// or nullopt when none has one (none was saved at a step the run evaluated at).
+struct BestCheckpoint {
+  std::string path;
+  int64_t step = 0;
+  double eval_loss = 0;
+};
+absl::StatusOr<std::optional<BestCheckpoint>> FindBestCheckpoint(const std::string& dir);
+
+// Deletes all but the newest `keep_last` complete checkpoints under `dir` (0 keeps all), and with
+// `keep_best` not the one FindBestCheckpoint names.
+absl::Status PruneCheckpoints(const std::string& dir, int keep_last, bool keep_best);
 
 }  // namespace kelvin::launcher

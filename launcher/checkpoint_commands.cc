@@ -22,7 +22,17 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
   KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
       << "convert writes f32 or bf16";
   std::optional<std::string> chosen;
-  if (options.step.has_value()) {
+  if (options.best) {
+    KELVIN_ASSIGN_OR_RETURN(const std::optional<BestCheckpoint> best,
+                            FindBestCheckpoint(job.checkpoint().dir()));
+    if (!best.has_value()) {
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint.dir=\"", job.checkpoint().dir(),
+          "\" holds no checkpoint with an evaluation loss (those saved at steps the run evaluated "
+          "at, with training.eval_interval set): convert the latest, or one --step N"));
+    }
+    chosen = best->path;
+  } else if (options.step.has_value()) {
     KELVIN_ASSIGN_OR_RETURN(chosen, CheckpointOfStep(job.checkpoint().dir(), *options.step));
   } else {
     KELVIN_ASSIGN_OR_RETURN(chosen, LatestCheckpoint(job.checkpoint().dir()));

@@ -17,10 +17,12 @@ namespace kelvin::launcher {
 struct ConvertOptions {
   std::optional<int64_t> step;  // the checkpoint of this step; unset: the newest
   DType dtype = DType::kF32;    // of the written weights: f32 (the masters, exact) or bf16 (RNE)
+  bool best = false;            // the checkpoint of the lowest evaluation loss (keep_best's)
 };
 
-// Writes the weights of a complete checkpoint of checkpoint.dir (the newest, or options.step's;
-// an error naming the field when there is none; the checkpoint must be this job's and of its
+// Writes the weights of a complete checkpoint of checkpoint.dir (the newest, options.step's, or
+// with options.best the one of the lowest evaluation loss; an error naming the field when there
+// is none; the checkpoint must be this job's and of its
 // model) to `directory` as a Hugging Face model (config.json + safetensors). Returns the
 // checkpoint's step.
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,

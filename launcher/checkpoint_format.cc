@@ -87,15 +87,24 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
       if (value.is_string()) index.data_order[setting] = value.get<std::string>();
     }
   }
+  const auto eval_loss = json.find("eval_loss");
+  if (eval_loss != json.end()) {
+    if (!eval_loss->is_number()) {
+      return absl::DataLossError(
+          absl::StrCat(path.string(), ": \"eval_loss\" is ", eval_loss->dump(), ", not a number"));
+    }
+    index.eval_loss = eval_loss->get<double>();
+  }
   return index;
 }
 
 absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIndex& index) {
-  const nlohmann::json json = {
+  nlohmann::json json = {
       {"format", kCheckpointFormat},   {"job", index.job},
       {"step", index.steps_completed}, {"optimizer_steps", index.optimizer_steps},
       {"layout", index.layout},        {"parts", index.parts},
       {"data_order", index.data_order}};
+  if (index.eval_loss.has_value()) json["eval_loss"] = *index.eval_loss;
   std::ofstream file(checkpoint / kIndexFile);
   file << json.dump(2) << "\n";
   if (!file) {

@@ -30,6 +30,9 @@ struct CheckpointIndex {
   int64_t steps_completed = 0, optimizer_steps = 0;
   int parts = 0;
   std::map<std::string, std::string> data_order;  // setting -> value
+  // The held-out loss evaluated after this step, when the run evaluated at it (checkpoint.keep_best
+  // keeps the checkpoint where it is lowest).
+  std::optional<double> eval_loss;
 };
 
 // checkpoint.json of the checkpoint directory `checkpoint`; a missing, malformed or foreign index

@@ -485,9 +485,19 @@ void CheckTraining(const config::JobConfig& job, Problems& problems) {
   }
 }
 
-void CheckCheckpoint(const config::CheckpointConfig& checkpoint, Problems& problems) {
+void CheckCheckpoint(const config::JobConfig& job, Problems& problems) {
+  const config::CheckpointConfig& checkpoint = job.checkpoint();
   AtLeast(problems, "checkpoint.interval_steps", checkpoint.interval_steps(), 0);
   AtLeast(problems, "checkpoint.keep_last", checkpoint.keep_last(), 0);
+  const int64_t eval_interval = job.training().eval_interval();
+  if (checkpoint.keep_best() && eval_interval <= 0) {
+    problems.Add("checkpoint.keep_best=true needs an evaluation: set training.eval_interval");
+  } else if (checkpoint.keep_best() && checkpoint.interval_steps() % eval_interval != 0) {
+    problems.Add(
+        "checkpoint.keep_best=true needs checkpoint.interval_steps=", checkpoint.interval_steps(),
+        " to be a multiple of training.eval_interval=", eval_interval,
+        ", so that each checkpoint records its evaluation loss");
+  }
   if (!checkpoint.dir().empty()) return;
   if (checkpoint.interval_steps() > 0) {
     problems.Add("checkpoint.interval_steps=", checkpoint.interval_steps(),
@@ -499,6 +509,7 @@ void CheckCheckpoint(const config::CheckpointConfig& checkpoint, Problems& probl
   if (checkpoint.keep_last() > 0) {
     problems.Add("checkpoint.keep_last=", checkpoint.keep_last(), " needs checkpoint.dir");
   }
+  if (checkpoint.keep_best()) problems.Add("checkpoint.keep_best=true needs checkpoint.dir");
   if (checkpoint.resume() == config::CheckpointConfig::REQUIRED) {
     problems.Add("checkpoint.resume=REQUIRED needs checkpoint.dir (where to resume from)");
   }
@@ -667,7 +678,7 @@ absl::Status ValidateJobConfig(const config::JobConfig& config) {
   CheckOptimizer(job.optimizer(), problems);
   CheckLrSchedule(job, problems);
   CheckTraining(job, problems);
-  CheckCheckpoint(job.checkpoint(), problems);
+  CheckCheckpoint(job, problems);
   AtLeast(problems, "logging.log_interval", job.logging().log_interval(), 1);
   NonNegative(problems, "logging.peak_tflops", job.logging().peak_tflops());
   CheckParallel(job, problems);

@@ -45,6 +45,8 @@ constexpr const char* kUsage =
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
     "          (one process, no GPU, whatever layout wrote the checkpoint); options:\n"
     "            --step N        the checkpoint of step N instead\n"
+    "            --best          the checkpoint of the lowest evaluation loss instead\n"
+    "                            (kept by checkpoint.keep_best)\n"
     "            --dtype f32|bf16  of the written weights (default f32: the exact masters)\n"
     "  prepare-data SAMPLES.jsonl --out PREFIX: fine-tuning samples (one JSON object per line:\n"
     "          \"input_ids\", optional \"labels\" with -100 where there is no loss, or\n"
@@ -64,7 +66,7 @@ struct Arguments {
   std::string device;                        // plan --device: "", "cpu" or "cuda"
   bool submit = false;                       // launch --submit
   std::string out;                           // convert --out
-  kelvin::launcher::ConvertOptions convert;  // convert --step, --dtype
+  kelvin::launcher::ConvertOptions convert;  // convert --step, --best, --dtype
 };
 
 int Usage(const std::string& problem) {
@@ -271,6 +273,8 @@ int main(int argc, char** argv) {
         return Usage("--step " + args[i] + ": give a step count >= 0");
       }
       a.convert.step = step;
+    } else if (a.command == "convert" && arg == "--best") {
+      a.convert.best = true;
     } else if (a.command == "convert" && arg == "--dtype" && has_value) {
       const std::string dtype = args[++i];
       if (dtype != "f32" && dtype != "bf16") return Usage("--dtype " + dtype + ": use f32 or bf16");
@@ -280,6 +284,9 @@ int main(int argc, char** argv) {
     }
   }
   if (a.command == "convert" && a.out.empty()) return Usage("convert needs --out DIR");
+  if (a.convert.best && a.convert.step.has_value()) {
+    return Usage("convert takes --step N or --best, not both");
+  }
   if (a.command == "plan") return Plan(a);
   return a.command == "launch" ? Launch(a) : RunUnderLauncher(a);
 }

@@ -235,17 +235,21 @@ absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
   const config::CheckpointConfig& c = job_.checkpoint();
   parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
   if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+  TrainingState state = CurrentTrainingState();
+  if (!evaluations_.empty() && evaluations_.back().step == steps_completed) {
+    state.eval_loss = evaluations_.back().loss;  // for checkpoint.keep_best
+  }
   if (!c.async_save() || wait) {  // waiting anyway: no host copy, no thread
     KELVIN_ASSIGN_OR_RETURN(
         const std::string path,
-        SaveCheckpoint(c.dir(), steps_completed, job_.name(), CurrentTrainingState(), ctx_, world));
+        SaveCheckpoint(c.dir(), steps_completed, job_.name(), state, ctx_, world));
     CheckpointSaved({path, false});
     return absl::OkStatus();
   }
-  KELVIN_ASSIGN_OR_RETURN(PendingCheckpoint pending,
-                          PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(),
-                                                   CurrentTrainingState(), ctx_, world,
-                                                   /*snapshot_host_tensors=*/true));
+  KELVIN_ASSIGN_OR_RETURN(
+      PendingCheckpoint pending,
+      PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(), state, ctx_, world,
+                               /*snapshot_host_tensors=*/true));
   background_save_.Start(std::move(pending));
   return absl::OkStatus();
 }
@@ -272,8 +276,22 @@ void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
   if (grid_ == nullptr || grid_->world_rank() == 0) {
     // Rank 0's alone: a failure is a warning (the others would wait for it in the next step).
     const config::CheckpointConfig& c = job_.checkpoint();
-    const absl::Status pruned = PruneCheckpoints(c.dir(), c.keep_last());
+    const absl::Status pruned = PruneCheckpoints(c.dir(), c.keep_last(), c.keep_best());
     if (!pruned.ok()) KLOG(WARNING) << "keeping old checkpoints: " << pruned;
+    if (c.keep_best()) LogBestCheckpoint();
+  }
+}
+
+void Trainer::LogBestCheckpoint() const {
+  const absl::StatusOr<std::optional<BestCheckpoint>> best =
+      FindBestCheckpoint(job_.checkpoint().dir());
+  if (!best.ok()) {
+    KLOG(WARNING) << "cannot tell the best checkpoint: " << best.status();
+  } else if (best->has_value()) {
+    KLOG(INFO) << absl::StrFormat(
+        "the lowest evaluation loss so far: %.4f after step %d (%s, kept; `kelvin convert "
+        "--best` exports it)",
+        (*best)->eval_loss, (*best)->step, (*best)->path);
   }
 }
 

@@ -5,19 +5,22 @@
 // again), a truncated or missing part and a missing index are clear errors; a half-written
 // (.partial) checkpoint is ignored; a resume with another global batch warns that the data order
 // changed; a bit flipped in a part after the save fails its checksum; another version's format is
-// named. kelvin convert writes a checkpoint's weights as Hugging Face files, kelvin eval scores
+// named; keep_best keeps the checkpoint of the lowest evaluation loss. kelvin convert writes a
+// checkpoint's weights as Hugging Face files (the newest, a step's or the best), kelvin eval scores
 // them.
 #include "launcher/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/io/crc32c.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/io/safetensors.h"
@@ -143,6 +146,73 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
   fs::remove_all(hf);
 }
 
+// Writes checkpoint.json of step_<step> under `dir` with `eval_loss` (a stand-in for a whole
+// checkpoint: pruning and FindBestCheckpoint read only the index).
+void WriteIndexOnly(const std::string& dir, int64_t step, std::optional<double> eval_loss) {
+  const fs::path path = fs::path(dir) / absl::StrFormat("step_%08d", step);
+  fs::create_directories(path);
+  ASSERT_TRUE(
+      WriteCheckpointIndex(path, {"job", "one process", step, step, 1, {}, eval_loss}).ok());
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
+  const std::string dir = CheckpointDir("keep_best_index");
+  WriteIndexOnly(dir, 2, 1.5);
+  WriteIndexOnly(dir, 4, 1.25);
+  WriteIndexOnly(dir, 6, 1.25);  // as low: the earlier one is the best
+  WriteIndexOnly(dir, 8, std::nullopt);
+  WriteIndexOnly(dir, 10, 1.375);
+  absl::StatusOr<std::optional<BestCheckpoint>> best = FindBestCheckpoint(dir);
+  ASSERT_TRUE(best.ok() && best->has_value()) << best.status();
+  EXPECT_EQ((*best)->step, 4);
+  EXPECT_EQ((*best)->eval_loss, 1.25);
+  EXPECT_EQ(fs::path((*best)->path).filename(), "step_00000004");
+  ASSERT_TRUE(PruneCheckpoints(dir, 2, /*keep_best=*/true).ok());
+  EXPECT_EQ(Entries(dir),
+            (std::vector<std::string>{"step_00000004", "step_00000008", "step_00000010"}));
+  ASSERT_TRUE(PruneCheckpoints(dir, 1, /*keep_best=*/false).ok());
+  EXPECT_EQ(Entries(dir), (std::vector<std::string>{"step_00000010"}));
+  fs::remove_all(dir);
+
+  // A whole run: every checkpoint saved where the run evaluated records that loss, and the kept
+  // ones are the newest and the lowest loss's, which `kelvin convert --best` exports.
+  std::unique_ptr<Trainer> trainer =
+      CreateOrDie(SmallJob(dir, {"training.eval_interval=2", "checkpoint.interval_steps=2",
+                                 "checkpoint.keep_last=1", "checkpoint.keep_best=true"}));
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_TRUE(trainer->Run().ok());
+  ASSERT_EQ(trainer->evaluations().size(), 3u);
+  const EvalStats* lowest = &trainer->evaluations()[0];
+  for (const EvalStats& eval : trainer->evaluations()) {
+    if (eval.loss < lowest->loss) lowest = &eval;
+  }
+  std::vector<std::string> kept = {absl::StrFormat("step_%08d", lowest->step), "step_00000006"};
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+  EXPECT_EQ(Entries(dir), kept);
+  for (const std::string& name : kept) {
+    absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(fs::path(dir) / name);
+    ASSERT_TRUE(index.ok() && index->eval_loss.has_value()) << name;
+    const int64_t step = index->steps_completed;
+    EXPECT_EQ(*index->eval_loss, trainer->evaluations()[step / 2 - 1].loss) << name;
+  }
+  const std::string hf = CheckpointDir("keep_best_hf");
+  const absl::StatusOr<int64_t> converted = ConvertCheckpointToHf(
+      SmallJob(dir), hf, {.step = std::nullopt, .dtype = DType::kF32, .best = true});
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(*converted, lowest->step);
+  fs::remove_all(dir);
+  fs::remove_all(hf);
+}
+
 TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
   const std::string dir = CheckpointDir("convert");
   std::unique_ptr<Trainer> trained = CreateOrDie(SmallJob(dir, {"training.eval_interval=6"}));
@@ -188,6 +258,15 @@ TEST(Checkpoint, ConvertNeedsACheckpoint) {
               HasSubstr("checkpoint.dir=\"" + dir +
                         "\" holds no complete checkpoint (step_<N> directories): nothing to "
                         "convert"));
+  // Saved where the run did not evaluate: no checkpoint is the best.
+  WriteIndexOnly(dir, 2, std::nullopt);
+  EXPECT_THAT(ConvertCheckpointToHf(SmallJob(dir), "/tmp/unused",
+                                    {.step = std::nullopt, .dtype = DType::kF32, .best = true})
+                  .status()
+                  .message(),
+              HasSubstr("holds no checkpoint with an evaluation loss (those saved at steps the run "
+                        "evaluated at, with training.eval_interval set)"));
+  fs::remove_all(dir);
 }
 
 TEST(Checkpoint, RequiredWithoutACheckpointIsAClearError) {
