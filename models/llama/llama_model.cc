@@ -389,6 +389,12 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
   LlamaMicroBatchActivations& slot = slots_[free];
   AllocateSlot(slot, tokens.dim(0), tokens.dim(1));
   slot.micro_batch = micro_batch;
+  if (ctx_.is_cuda() && positions.is_cpu()) {
+    // The CUDA attention's tile skipping relies on the position-id rule without checking it (the
+    // CPU kernels check it on every call).
+    ssa::CheckPositionIds(positions.View({-1}), tokens.dim(0), 0, tokens.dim(1),
+                          "the micro-batch's position ids");
+  }
   if (parallelism_.cp == nullptr) {
     CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
     CopyTensor(ctx_, positions.View({-1}), slot.positions);
