@@ -205,6 +205,15 @@ std::string FormatComputeBound(const config::JobConfig& job, const models::Llama
 
 }  // namespace
 
+std::string LayoutName(const parallel::GridSpec& g, bool distributed_optimizer) {
+  const std::string pp = g.pipeline_parallel > 1 ? absl::StrCat(" pp", g.pipeline_parallel, " vp",
+                                                                g.virtual_pipeline_stages)
+                                                 : "";
+  const std::string cp = g.context_parallel > 1 ? absl::StrCat(" cp", g.context_parallel) : "";
+  return absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", cp, pp, " dp",
+                      g.data_parallel, distributed_optimizer ? " zero1" : "");
+}
+
 std::string FormatDuration(double seconds) {
   const auto s = static_cast<int64_t>(seconds);
   if (s >= 86400) return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);

@@ -65,6 +65,9 @@ struct CheckpointBytes {
 };
 CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLayout& layout);
 
+// The layout in short, as checkpoints record it and logs print it: "tp2 sp cp2 pp2 vp1 dp4 zero1".
+std::string LayoutName(const parallel::GridSpec& spec, bool distributed_optimizer);
+
 // A duration as the plan and the progress lines print it: "0.9s", "4m07s", "28h25m", "2d03h".
 std::string FormatDuration(double seconds);
 

@@ -24,6 +24,7 @@
 #include "launcher/job_config.h"
 #include "launcher/job_plan.h"
 #include "launcher/job_setup.h"
+#include "launcher/layout_search.h"
 #include "launcher/slurm_batch.h"
 #include "launcher/trainer.h"
 #include "parallel/rank_discovery.h"
@@ -38,6 +39,10 @@ constexpr const char* kUsage =
     "                            launch.processes_per_node)\n"
     "            --device cpu|cuda  (default: training.device; AUTO: cuda when\n"
     "                            launch.gpus_per_node > 0)\n"
+    "            --layouts       instead: every valid tensor x context x pipeline x data\n"
+    "                            split of the processes with its largest rank's memory,\n"
+    "                            those fitting launch.gpu_memory_gib first, the least\n"
+    "                            model parallelism first, and the --set flags of the best\n"
     "  launch  check the layout on launch.nodes x processes_per_node, then write the SLURM\n"
     "          batch script and the resolved job into launch.run_dir; --submit: also sbatch it\n"
     "  eval    the held-out loss (and passkey retrieval) of the job's model: its latest\n"
@@ -64,6 +69,7 @@ struct Arguments {
   std::vector<std::string> overrides;
   int processes = 0;                         // plan --processes (0: from launch.*)
   std::string device;                        // plan --device: "", "cpu" or "cuda"
+  bool layouts = false;                      // plan --layouts
   bool submit = false;                       // launch --submit
   std::string out;                           // convert --out
   kelvin::launcher::ConvertOptions convert;  // convert --step, --best, --dtype
@@ -153,21 +159,46 @@ struct PlannedJob {
   kelvin::models::LlamaConfig arch;
   kelvin::launcher::JobLayout layout;
 };
+// plan --processes, else launch.nodes x launch.processes_per_node.
+absl::StatusOr<int> ProcessesOf(const Arguments& a, const kelvin::config::JobConfig& job) {
+  const int64_t launched = int64_t{job.launch().nodes()} * job.launch().processes_per_node();
+  if (a.processes == 0 && launched > INT_MAX) {
+    return absl::InvalidArgumentError("launch.nodes x launch.processes_per_node is too large");
+  }
+  return a.processes > 0 ? a.processes : static_cast<int>(launched);
+}
+
 absl::StatusOr<PlannedJob> PlanJob(const Arguments& a) {
   PlannedJob planned;
   KELVIN_ASSIGN_OR_RETURN(planned.job, kelvin::launcher::LoadJobConfig(a.job_path, a.overrides));
   KELVIN_ASSIGN_OR_RETURN(planned.arch,
                           kelvin::launcher::ResolveModelArchitecture(planned.job.model()));
-  const kelvin::config::LaunchConfig& launch = planned.job.launch();
-  const int64_t launched = int64_t{launch.nodes()} * launch.processes_per_node();
-  if (a.processes == 0 && launched > INT_MAX) {
-    return absl::InvalidArgumentError("launch.nodes x launch.processes_per_node is too large");
-  }
-  const int processes = a.processes > 0 ? a.processes : static_cast<int>(launched);
+  KELVIN_ASSIGN_OR_RETURN(const int processes, ProcessesOf(a, planned.job));
   KELVIN_ASSIGN_OR_RETURN(planned.layout,
                           kelvin::launcher::PlanJobLayout(planned.job, planned.arch, processes,
                                                           PlansForCuda(planned.job, a.device)));
   return planned;
+}
+
+// plan --layouts: the job's valid layouts on the planned processes, best first; an error when
+// none fits launch.gpu_memory_gib.
+absl::Status PrintLayouts(const Arguments& a) {
+  KELVIN_ASSIGN_OR_RETURN(const kelvin::config::JobConfig job,
+                          kelvin::launcher::LoadJobConfig(a.job_path, a.overrides));
+  KELVIN_ASSIGN_OR_RETURN(const kelvin::models::LlamaConfig arch,
+                          kelvin::launcher::ResolveModelArchitecture(job.model()));
+  KELVIN_ASSIGN_OR_RETURN(const int processes, ProcessesOf(a, job));
+  KELVIN_ASSIGN_OR_RETURN(
+      const kelvin::launcher::LayoutSearch search,
+      kelvin::launcher::SearchLayouts(job, arch, processes, PlansForCuda(job, a.device)));
+  std::printf("%s", kelvin::launcher::FormatLayoutSearch(job, search, processes, 15).c_str());
+  std::fflush(stdout);
+  if (!search.candidates.empty() && search.candidates.front().fits) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "no layout of ", processes,
+      " processes fits launch.gpu_memory_gib=", job.launch().gpu_memory_gib(),
+      ": turn on model.recompute_attention / recompute_mlp, lower training.micro_batch_size, or "
+      "plan for more processes (--processes N)"));
 }
 
 // Prints the job's plan; an error when its largest rank does not fit launch.gpu_memory_gib.
@@ -183,6 +214,10 @@ absl::Status PrintPlan(const PlannedJob& planned) {
 }
 
 int Plan(const Arguments& a) {
+  if (a.layouts) {
+    const absl::Status printed = PrintLayouts(a);
+    return printed.ok() ? 0 : Fail(printed);
+  }
   const absl::StatusOr<PlannedJob> planned = PlanJob(a);
   if (!planned.ok()) return Fail(planned.status());
   const absl::Status printed = PrintPlan(*planned);
@@ -263,6 +298,8 @@ int main(int argc, char** argv) {
       if (a.device != "cpu" && a.device != "cuda") {
         return Usage("--device " + a.device + ": use cpu or cuda");
       }
+    } else if (a.command == "plan" && arg == "--layouts") {
+      a.layouts = true;
     } else if (a.command == "launch" && arg == "--submit") {
       a.submit = true;
     } else if (a.command == "convert" && arg == "--out" && has_value) {

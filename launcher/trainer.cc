@@ -202,13 +202,7 @@ absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::str
 
 std::string Trainer::LayoutName() const {
   if (grid_ == nullptr) return "one process";
-  const parallel::GridSpec& g = grid_->spec();
-  const std::string pp = g.pipeline_parallel > 1 ? absl::StrCat(" pp", g.pipeline_parallel, " vp",
-                                                                g.virtual_pipeline_stages)
-                                                 : "";
-  const std::string cp = g.context_parallel > 1 ? absl::StrCat(" cp", g.context_parallel) : "";
-  return absl::StrCat("tp", g.tensor_parallel, g.sequence_parallel ? " sp" : "", cp, pp, " dp",
-                      g.data_parallel, distributed_optimizer_ != nullptr ? " zero1" : "");
+  return launcher::LayoutName(grid_->spec(), distributed_optimizer_ != nullptr);
 }
 
 TrainingState Trainer::CurrentTrainingState() const {

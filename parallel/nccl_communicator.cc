@@ -18,6 +18,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/logging.h"
+#include "core/ops/elementwise.h"
 #include "parallel/mpi_communicator.h"
 
 namespace kelvin::parallel {
@@ -160,8 +161,12 @@ class NcclWatchdog {
           continue;
         }
         if (state != cudaErrorNotReady) {
-          Fail(absl::StrCat("CUDA error in group ", group_, " (", this_rank_, ") during ",
-                            call->description, ": ", internal::DescribeCudaError(state)));
+          // Sticky errors of earlier compute kernels surface here too.
+          Fail(
+              absl::StrCat("CUDA error (possibly from an earlier compute kernel) seen by the "
+                           "watchdog of group ",
+                           group_, " (", this_rank_, ") while waiting for ", call->description,
+                           ": ", internal::DescribeCudaError(state)));
         }
         if (now >= call->deadline) {
           Fail(absl::StrCat(
@@ -203,6 +208,7 @@ NcclCommunicator::NcclCommunicator(std::string_view role, int rank, std::vector<
   KELVIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   KELVIN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
   barrier_scratch_ = Tensor::Empty({1}, DType::kF32, ctx_.device());
+  ops::Fill(ctx_, barrier_scratch_, 0.0);  // summed by every Barrier: keep it finite
   watchdog_ = std::make_unique<NcclWatchdog>(
       name(),
       absl::StrCat("group rank ", this->rank(), ", world rank ",

@@ -49,7 +49,10 @@ class CudaRawAllocator final : public RawAllocator {
     KELVIN_CUDA_CHECK(error);
     return ptr;
   }
-  void Free(void* ptr) override { KELVIN_CUDA_CHECK(cudaFree(ptr)); }
+  void Free(void* ptr) override {
+    KELVIN_CUDA_CHECK(cudaSetDevice(device_));  // the caller's thread may have another current
+    KELVIN_CUDA_CHECK(cudaFree(ptr));
+  }
 
  private:
   int device_;

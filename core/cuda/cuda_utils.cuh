@@ -30,7 +30,8 @@ __device__ __forceinline__ float RoundTo(float v) {
   return ToFloat(FromFloat<T>(v));
 }
 
-__device__ __forceinline__ float WarpReduceSum(float v) {
+template <typename Acc>  // float, or double where f32 sums could overflow
+__device__ __forceinline__ Acc WarpReduceSum(Acc v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
@@ -43,15 +44,16 @@ __device__ __forceinline__ float WarpReduceMax(float v) {
 }
 
 // Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
-__device__ __forceinline__ float BlockReduceSum(float v) {
-  __shared__ float partial[32];
+template <typename Acc>
+__device__ __forceinline__ Acc BlockReduceSum(Acc v) {
+  __shared__ Acc partial[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   v = WarpReduceSum(v);
   __syncthreads();  // partial[] may still be read by a previous call
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   const int warps = static_cast<int>(blockDim.x) / 32;
-  v = lane < warps ? partial[lane] : 0.0f;
+  v = lane < warps ? partial[lane] : Acc(0);
   return WarpReduceSum(v);
 }
 

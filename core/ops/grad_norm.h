@@ -1,7 +1,7 @@
 // Global gradient L2 norm and clipping by it (PyTorch's clip_grad_norm_ on one rank; the parallel
 // layer all-reduces the sums of squares across ranks before the sqrt). Not differentiated: there is
 // no backward. CPU: f32, bf16, f64, summed in f64 over fixed blocks (bit-identical for any thread
-// count). CUDA: f32, bf16, summed in f32 within each block and in f64 over the blocks on the host.
+// count). CUDA: f32, bf16, summed in f64 within each block and over the blocks on the host.
 #pragma once
 
 #include <vector>
