@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,7 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
   }
   JsonlSampleParser parser;
   std::vector<int64_t> all_targets;  // [n] ones, for a sample without a mask
+  std::vector<int64_t> lengths;      // [samples]
   std::string text;
   for (int64_t line = 1; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -65,6 +67,7 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
     const JsonlSample& sample = parser.sample();
     ++prepared.samples;
     prepared.tokens += static_cast<int64_t>(sample.tokens.size());
+    lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
     for (const int64_t token : sample.tokens) {
       prepared.max_token = std::max(prepared.max_token, token);
     }
@@ -83,6 +86,7 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
     return absl::InvalidArgumentError(
         absl::StrCat("the samples file '", jsonl_path, "' has no sample (no non-blank line)"));
   }
+  prepared.lengths = SummarizeLengths(std::move(lengths));
   return absl::OkStatus();
 }
 
@@ -143,6 +147,8 @@ std::string DescribePreparedSamples(const PreparedSamples& p) {
   } else {
     absl::StrAppend(&text, "  no sample has labels or a loss_mask: every token is a target\n");
   }
+  absl::StrAppend(&text, "  ", FormatLengthSummary(p.lengths),
+                  " (packing: DOCUMENTS keeps the first seq_length tokens of a longer sample)\n");
   if (p.removed_stale_mask) {
     absl::StrAppend(&text, "  removed ", p.tokens_prefix,
                     "_loss_mask.bin/.idx, an earlier run's mask that does not fit these samples\n");

@@ -19,6 +19,7 @@
 #include <map>
 #include <string>
 
+#include "core/data/length_summary.h"
 #include "core/data/token_corpus.h"
 #include "core/status.h"
 
@@ -33,6 +34,7 @@ struct PreparedSamples {
   int64_t targets = 0;  // tokens that are training targets (all of them without a mask)
   int64_t max_token = 0;
   std::map<std::string, int64_t> ignored_keys;  // key -> lines that had it
+  LengthSummary lengths;                        // of the samples, for choosing seq_length
   bool removed_stale_mask = false;  // PREFIX_loss_mask of an earlier run, with no mask now
 };
 

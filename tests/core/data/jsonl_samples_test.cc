@@ -69,6 +69,10 @@ TEST(JsonlSamples, LabelsMasksAndPlainLinesReadBack) {
   EXPECT_THAT(described, HasSubstr("7 of the tokens (63.6%) are training targets"));
   EXPECT_THAT(described, HasSubstr("loss_mask_path_prefix: \"" + dir.Path("sft_loss_mask") + "\""));
   EXPECT_THAT(described, HasSubstr("packing: DOCUMENTS"));
+  // Lengths 4, 3, 2, 2.
+  EXPECT_THAT(described, HasSubstr("sample lengths: median 2, p90 4, p99 4, longest 4 tokens; "
+                                   "longer than 2: 2 samples (50.0%; 27.3% of the tokens cut "
+                                   "off), 4: none"));
 }
 
 TEST(JsonlSamples, LargeIdsGetInt32AndNoMaskWithoutLabels) {
