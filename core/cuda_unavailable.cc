@@ -1,5 +1,6 @@
 // CPU-only builds (KELVIN_CUDA=OFF): every CUDA entry point reports that CUDA is not built in.
 #include "core/allocator.h"
+#include "core/build_info.h"
 #include "core/copy.h"
 
 namespace kelvin {
@@ -7,6 +8,7 @@ namespace kelvin {
 bool CudaAvailable() { return false; }
 std::string CudaUnavailableReason() { return "Kelvin was built with KELVIN_CUDA=OFF"; }
 int CudaDeviceCount() { return 0; }
+std::string CudaLibraryVersions() { return "built without CUDA"; }
 
 Allocator& CudaAllocator(int index) {
   KELVIN_FATAL() << "CUDA device " << index << " requested, but " << CudaUnavailableReason();

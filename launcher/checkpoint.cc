@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/build_info.h"
 #include "core/copy.h"
 #include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
@@ -86,7 +87,7 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
   if (rank == 0) {
     created = CreatePartialDirectory(
         checkpoint.partial_, {job_name, state.layout, steps_completed, state.optimizer_steps, parts,
-                              state.data_order, state.eval_loss});
+                              state.data_order, state.eval_loss, KelvinVersion()});
   }
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
       world, created, "creating checkpoint " + checkpoint.partial_.string()));
@@ -175,8 +176,8 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
     CopyTensor(ctx, stored.View(target.data.shape()), destination);
   }
   const CheckpointIndex& index = reader.index();
-  return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout,
-                       index.data_order};
+  return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout, index.data_order,
+                       index.kelvin_version};
 }
 
 absl::Status CheckNoOtherTensors(const CheckpointReader& reader,

@@ -3,7 +3,8 @@
 //   checkpoint.json                  {"format": "kelvin-checkpoint-3", "job", "step" (steps
 //                                    completed), "optimizer_steps", "layout" (that wrote it),
 //                                    "parts": N, "data_order": {setting: value} (what the data
-//                                    order depends on)};
+//                                    order depends on), "kelvin" (the version that wrote it),
+//                                    "eval_loss" (when the run evaluated at this step)};
 //   part_<r>_of_<N>.safetensors      one per process r: the pieces of the training state it
 //                                    writes, each a 1-d tensor named by its logical tensor, with
 //                                    its region (core/io/tensor_region.h) in the metadata entry
@@ -113,6 +114,7 @@ struct RestoredSteps {
   int64_t optimizer_steps = 0;
   std::string saved_layout;
   std::map<std::string, std::string> saved_data_order;
+  std::string saved_by;  // the Kelvin version that wrote it ("" when not recorded)
 };
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
                                              const TrainingState& state, const Context& ctx);

@@ -87,6 +87,9 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
       if (value.is_string()) index.data_order[setting] = value.get<std::string>();
     }
   }
+  const auto kelvin = json.find("kelvin");
+  if (kelvin != json.end() && kelvin->is_string())
+    index.kelvin_version = kelvin->get<std::string>();
   const auto eval_loss = json.find("eval_loss");
   if (eval_loss != json.end()) {
     if (!eval_loss->is_number()) {
@@ -105,6 +108,7 @@ absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIn
       {"layout", index.layout},        {"parts", index.parts},
       {"data_order", index.data_order}};
   if (index.eval_loss.has_value()) json["eval_loss"] = *index.eval_loss;
+  json["kelvin"] = index.kelvin_version;
   std::ofstream file(checkpoint / kIndexFile);
   file << json.dump(2) << "\n";
   if (!file) {

@@ -33,6 +33,8 @@ struct CheckpointIndex {
   // The held-out loss evaluated after this step, when the run evaluated at it (checkpoint.keep_best
   // keeps the checkpoint where it is lowest).
   std::optional<double> eval_loss;
+  std::string
+      kelvin_version;  // KelvinVersion() of the binary that wrote it ("" before it was kept)
 };
 
 // checkpoint.json of the checkpoint directory `checkpoint`; a missing, malformed or foreign index

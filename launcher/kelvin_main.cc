@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "core/build_info.h"
 #include "core/data/jsonl_samples.h"
 #include "core/logging.h"
 #include "core/status.h"
@@ -60,6 +61,7 @@ constexpr const char* kUsage =
     "  train and eval run one process, or one rank each under mpirun / srun with the job's\n"
     "  layout (checkpoints resume under any layout)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n"
+    "  kelvin --version: Kelvin's version and commit, and its libraries' versions\n"
     "exit codes: 0 done, 1 failed, 2 bad command line, 3 stopped by SIGTERM/SIGUSR1 after\n"
     "  saving a checkpoint (running the job again resumes)\n";
 
@@ -273,6 +275,11 @@ int PrepareData(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--version") {
+    std::printf("kelvin %s\n%s\n", kelvin::KelvinVersion().c_str(),
+                kelvin::LibraryVersions().c_str());
+    return 0;
+  }
   if (args.size() < 2) return Usage("a command and a job file are needed");
   if (args[0] == "prepare-data") return PrepareData(args);
   Arguments a;

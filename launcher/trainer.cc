@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/allocator.h"
+#include "core/build_info.h"
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
 #include "core/ops/cross_entropy.h"
@@ -168,6 +169,10 @@ absl::Status Trainer::Resume() {
     optimizer_->set_steps_taken(restored.optimizer_steps);
   }
   KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
+  if (!restored.saved_by.empty() && restored.saved_by != KelvinVersion()) {
+    KLOG_RANK0(INFO) << "the checkpoint was written by kelvin " << restored.saved_by
+                     << "; this is kelvin " << KelvinVersion();
+  }
   for (const auto& [setting, value] : state.data_order) {
     const auto saved = restored.saved_data_order.find(setting);
     if (saved != restored.saved_data_order.end() && saved->second != value) {
@@ -626,6 +631,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
 
 absl::Status Trainer::Run() {
   const config::TrainingConfig& t = job_.training();
+  KLOG_RANK0(INFO) << "kelvin " << KelvinVersion() << "; " << LibraryVersions();
   KLOG_RANK0(INFO) << "model: " << arch_.num_layers << " layers, hidden " << arch_.hidden_size
                    << ", " << arch_.num_attention_heads << "/" << arch_.num_key_value_heads
                    << " heads, vocab " << arch_.vocab_size << ", " << arch_.NumParameters()

@@ -1,9 +1,15 @@
 // CUDA device discovery, the CUDA Context, the device caching allocator and device copies.
+#include <cublasLt.h>
+#include <nccl.h>
+
 #include <array>
 #include <memory>
 #include <mutex>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "core/allocator.h"
+#include "core/build_info.h"
 #include "core/copy.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
@@ -63,6 +69,19 @@ class CudaRawAllocator final : public RawAllocator {
 bool CudaAvailable() { return QueryDevices().count > 0; }
 std::string CudaUnavailableReason() { return QueryDevices().error; }
 int CudaDeviceCount() { return QueryDevices().count; }
+
+std::string CudaLibraryVersions() {
+  // Each query works without a GPU; a missing driver reports version 0.
+  int runtime = 0, driver = 0, nccl = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  ncclGetVersion(&nccl);
+  const auto cuda_version = [](int v) { return absl::StrCat(v / 1000, ".", (v % 1000) / 10); };
+  return absl::StrCat("CUDA runtime ", cuda_version(runtime), ", driver ",
+                      driver == 0 ? std::string("none") : cuda_version(driver), ", cuBLASLt ",
+                      cublasLtGetVersion(), ", NCCL ", nccl / 10000, ".", (nccl % 10000) / 100, ".",
+                      nccl % 100);
+}
 
 Allocator& CudaAllocator(int index) {
   static std::mutex mutex;

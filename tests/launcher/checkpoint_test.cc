@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/build_info.h"
 #include "core/io/crc32c.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/io/safetensors.h"
@@ -152,7 +153,7 @@ void WriteIndexOnly(const std::string& dir, int64_t step, std::optional<double> 
   const fs::path path = fs::path(dir) / absl::StrFormat("step_%08d", step);
   fs::create_directories(path);
   ASSERT_TRUE(
-      WriteCheckpointIndex(path, {"job", "one process", step, step, 1, {}, eval_loss}).ok());
+      WriteCheckpointIndex(path, {"job", "one process", step, step, 1, {}, eval_loss, "test"}).ok());
 }
 
 std::vector<std::string> Entries(const std::string& dir) {
@@ -201,6 +202,7 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
   for (const std::string& name : kept) {
     absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(fs::path(dir) / name);
     ASSERT_TRUE(index.ok() && index->eval_loss.has_value()) << name;
+    EXPECT_EQ(index->kelvin_version, KelvinVersion()) << name;
     const int64_t step = index->steps_completed;
     EXPECT_EQ(*index->eval_loss, trainer->evaluations()[step / 2 - 1].loss) << name;
   }
