@@ -2,6 +2,7 @@
 #include "core/allocator.h"
 #include "core/build_info.h"
 #include "core/copy.h"
+#include "core/profile_range.h"
 
 namespace kelvin {
 
@@ -9,6 +10,11 @@ bool CudaAvailable() { return false; }
 std::string CudaUnavailableReason() { return "Kelvin was built with KELVIN_CUDA=OFF"; }
 int CudaDeviceCount() { return 0; }
 std::string CudaLibraryVersions() { return "built without CUDA"; }
+
+ProfileRange::ProfileRange(const std::string&) {}
+ProfileRange::~ProfileRange() {}
+void StartProfilerCapture() {}
+void StopProfilerCapture() {}
 
 Allocator& CudaAllocator(int index) {
   KELVIN_FATAL() << "CUDA device " << index << " requested, but " << CudaUnavailableReason();

@@ -680,6 +680,16 @@ absl::Status ValidateJobConfig(const config::JobConfig& config) {
   CheckTraining(job, problems);
   CheckCheckpoint(job, problems);
   AtLeast(problems, "logging.log_interval", job.logging().log_interval(), 1);
+  if (job.logging().has_profile()) {
+    const config::ProfileSteps& profile = job.logging().profile();
+    AtLeast(problems, "logging.profile.first_step", profile.first_step(), 1);
+    if (profile.last_step() < profile.first_step() ||
+        profile.last_step() > job.training().steps()) {
+      problems.Add("logging.profile.last_step=", profile.last_step(),
+                   " must be in [first_step=", profile.first_step(),
+                   ", training.steps=", job.training().steps(), "]");
+    }
+  }
   NonNegative(problems, "logging.peak_tflops", job.logging().peak_tflops());
   CheckParallel(job, problems);
   CheckLaunch(job, problems);

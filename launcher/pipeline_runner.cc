@@ -5,6 +5,9 @@
 #include <set>
 #include <variant>
 
+#include "absl/strings/str_cat.h"
+#include "core/profile_range.h"
+
 namespace kelvin::launcher {
 namespace {
 
@@ -101,7 +104,11 @@ std::vector<double> PipelineRunner::RunStep(const Context& ctx,
       const auto& transfer = std::get<parallel::PipelineTransfer>(step);
       const int c = transfer.chunk;
       const bool activation = transfer.tensor == parallel::PipelineTensor::kActivation;
-      if (transfer.kind == parallel::PipelineTransfer::kRecv) {
+      const bool receive = transfer.kind == parallel::PipelineTransfer::kRecv;
+      const ProfileRange range(absl::StrCat(
+          receive ? "receive " : "send ", activation ? "activation" : "gradient",
+          " of micro-batch ", m, receive ? " from stage " : " to stage ", transfer.peer));
+      if (receive) {
         pp_.Recv(activation ? model_.ChunkInput(m, c) : model_.ChunkGradient(m, c), transfer.peer);
       } else {
         pp_.Send(activation ? model_.ChunkOutput(m, c) : model_.ChunkGradient(m, c), transfer.peer);

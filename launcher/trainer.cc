@@ -17,6 +17,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/grad_norm.h"
+#include "core/profile_range.h"
 #include "launcher/checkpoint.h"
 #include "launcher/gradient_check.h"
 #include "launcher/job_plan.h"
@@ -231,6 +232,7 @@ TrainingState Trainer::CurrentTrainingState() const {
 }
 
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
+  const ProfileRange range(absl::StrCat("checkpoint save of step ", steps_completed));
   const config::CheckpointConfig& c = job_.checkpoint();
   parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
   if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
@@ -281,6 +283,12 @@ void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
   }
 }
 
+bool Trainer::ProfilesStep(int64_t step) const {
+  if (!job_.logging().has_profile() || !ctx_.is_cuda()) return false;
+  const config::ProfileSteps& profile = job_.logging().profile();
+  return step + 1 >= profile.first_step() && step + 1 <= profile.last_step();
+}
+
 void Trainer::LogBestCheckpoint() const {
   const absl::StatusOr<std::optional<BestCheckpoint>> best =
       FindBestCheckpoint(job_.checkpoint().dir());
@@ -317,6 +325,7 @@ Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
 }
 
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
+  const ProfileRange range(absl::StrCat("step ", step + 1));
   const auto start = std::chrono::steady_clock::now();
   const double communication_before = grid_ ? grid_->CommunicationSeconds() : 0;
   const double pipeline_before = pipeline_ ? grid_->PipelineCommunicationSeconds() : 0;
@@ -374,13 +383,16 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
                                             job_.optimizer().lr(),
                                             ") or raise lr_schedule.warmup_steps"));
   }
-  model_->FinishGradients();
-  if (distributed_optimizer_ != nullptr) {
-    distributed_optimizer_->ReduceScatterGradients();
-  } else if (GradientReplicas() > 1) {
-    for (int g = 0; g < kNumParamGroups; ++g) {
-      Tensor& grads = params.grads(static_cast<ParamGroup>(g));
-      if (grads.defined()) grid_->dp_cp().AllReduce(grads, parallel::ReduceOp::kSum);
+  {
+    const ProfileRange reduction("gradient reduction");
+    model_->FinishGradients();
+    if (distributed_optimizer_ != nullptr) {
+      distributed_optimizer_->ReduceScatterGradients();
+    } else if (GradientReplicas() > 1) {
+      for (int g = 0; g < kNumParamGroups; ++g) {
+        Tensor& grads = params.grads(static_cast<ParamGroup>(g));
+        if (grads.defined()) grid_->dp_cp().AllReduce(grads, parallel::ReduceOp::kSum);
+      }
     }
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
@@ -388,10 +400,13 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
       CheckGradientsFinite(ctx_, params, step, stats.loss, stats.grad_norm, job_.optimizer().lr()));
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
-  if (distributed_optimizer_ != nullptr) {
-    distributed_optimizer_->Step(ctx_, stats.lr);
-  } else {
-    optimizer_->Step(ctx_, stats.lr);
+  {
+    const ProfileRange update("optimizer step");
+    if (distributed_optimizer_ != nullptr) {
+      distributed_optimizer_->Step(ctx_, stats.lr);
+    } else {
+      optimizer_->Step(ctx_, stats.lr);
+    }
   }
   stats.temperatures = pipeline_
                            ? pipeline_->GatherTemperatureStatistics(model_->TemperatureStatistics())
@@ -570,6 +585,7 @@ void Trainer::WriteTensorBoard(const StepStats& stats) {
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
+  const ProfileRange range(absl::StrCat("evaluation at step ", step));
   if (data_.eval == nullptr) {
     return absl::FailedPreconditionError(
         "the job has no held-out data: use data.passkey, or give a corpus data.eval_fraction or "
@@ -632,6 +648,10 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
 absl::Status Trainer::Run() {
   const config::TrainingConfig& t = job_.training();
   KLOG_RANK0(INFO) << "kelvin " << KelvinVersion() << "; " << LibraryVersions();
+  if (job_.logging().has_profile() && !ctx_.is_cuda()) {
+    KLOG_RANK0(WARNING) << "logging.profile opens the CUDA profiler's capture window; this run is "
+                           "on the CPU: nothing to capture";
+  }
   KLOG_RANK0(INFO) << "model: " << arch_.num_layers << " layers, hidden " << arch_.hidden_size
                    << ", " << arch_.num_attention_heads << "/" << arch_.num_key_value_heads
                    << " heads, vocab " << arch_.vocab_size << ", " << arch_.NumParameters()
@@ -668,10 +688,21 @@ absl::Status Trainer::Run() {
   if (checkpoints) InstallPreemptionHandlers();
   int64_t tokens = 0;  // of every data-parallel replica (as TensorBoard's tokens_per_second)
   for (int64_t step = start_step_; step < t.steps(); ++step) {
+    if (ProfilesStep(step) &&
+        (step + 1 == job_.logging().profile().first_step() || step == start_step_)) {
+      KLOG_RANK0(INFO) << "profiling steps " << step + 1 << " to "
+                       << job_.logging().profile().last_step()
+                       << " (the capture window of nsys --capture-range=cudaProfilerApi)";
+      StartProfilerCapture();
+    }
     // TrainStep's and Evaluate's errors are every rank's (their inputs and losses are agreed).
     const absl::StatusOr<StepStats> trained = TrainStep(step);
     if (!trained.ok()) return StopOnAgreedError(trained.status());
     const StepStats& stats = *trained;
+    if (ProfilesStep(step) && step + 1 == job_.logging().profile().last_step()) {
+      ctx_.Synchronize();  // the step's kernels inside the window
+      StopProfilerCapture();
+    }
     history_.push_back(stats);
     WriteTensorBoard(stats);
     tokens += stats.tokens * DataParallelSize();

@@ -140,7 +140,9 @@ class Trainer {
   absl::Status StopOnAgreedError(const absl::Status& error);
   // Records and logs a saved checkpoint; prunes old ones (world rank 0: a failure is a warning).
   void CheckpointSaved(const SavedCheckpoint& saved);
-  void LogBestCheckpoint() const;  // checkpoint.keep_best: which one it keeps (world rank 0)
+  void LogBestCheckpoint() const;
+  // Whether logging.profile's capture window covers `step` (0-based) on this run's CUDA device.
+  bool ProfilesStep(int64_t step) const;  // checkpoint.keep_best: which one it keeps (world rank 0)
   std::string LayoutName() const;  // e.g. "tp2 sp pp2 vp1 dp2 zero1", for checkpoints and logs
   TrainingState CurrentTrainingState() const;  // this rank's, as checkpoints hold it
   // What the ranks agree on after a step (one all-reduce): the preemption signal any rank

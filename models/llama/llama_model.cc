@@ -14,6 +14,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
+#include "core/profile_range.h"
 #include "models/llama/context_parallel.h"
 #include "ssa/ssa_attention.h"
 
@@ -438,6 +439,7 @@ Tensor& LlamaModel::ChunkGradient(int micro_batch, int chunk) {
 }
 
 Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk) {
+  const ProfileRange range(absl::StrCat("micro-batch ", micro_batch, " chunk ", chunk, " forward"));
   LlamaMicroBatchActivations& slot = Slot(micro_batch);
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
   Tensor& input = slot.layers[c.local_begin].x;
@@ -450,6 +452,7 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
   }
   Tensor& output = slot.outputs[chunk];
   for (int64_t l = c.layer_begin; l < c.layer_end; ++l) {
+    const ProfileRange layer(absl::StrCat("layer ", l, " forward"));
     LayerForward(ctx, slot, l, l + 1 < c.layer_end ? slot.layers[LocalLayer(l + 1)].x : output);
   }
   if (!stage_.ends_model(chunk)) return output;
@@ -581,6 +584,8 @@ void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
 }
 
 void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
+  const ProfileRange range(
+      absl::StrCat("micro-batch ", micro_batch, " chunk ", chunk, " backward"));
   LlamaMicroBatchActivations& slot = Slot(micro_batch);
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
   Tensor& dx = slot.output_grads[chunk];  // [Nl, D]
@@ -590,7 +595,10 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
     NormBackward(ctx, dh_, slot.outputs[chunk], params_.value(kFinalNormName), slot.rstd_final,
                  params_.grad(kFinalNormName), dx);
   }
-  for (int64_t l = c.layer_end - 1; l >= c.layer_begin; --l) LayerBackward(ctx, slot, l, dx);
+  for (int64_t l = c.layer_end - 1; l >= c.layer_begin; --l) {
+    const ProfileRange layer(absl::StrCat("layer ", l, " backward"));
+    LayerBackward(ctx, slot, l, dx);
+  }
   if (stage_.starts_model(chunk)) {
     ops::EmbeddingBackward(ctx, slot.tokens, FullTokenGradient(dx), layout_.vocab_begin,
                            params_.grad(kEmbeddingName));

@@ -183,6 +183,10 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "checkpoint.keep_best=true needs checkpoint.interval_steps=6 to be a multiple of "
        "training.eval_interval=4, so that each checkpoint records its evaluation loss"},
       {{"logging.log_interval=0"}, "logging.log_interval=0: must be >= 1"},
+      {{"logging.profile.first_step=0", "logging.profile.last_step=1"},
+       "logging.profile.first_step=0: must be >= 1"},
+      {{"training.steps=10", "logging.profile.first_step=4", "logging.profile.last_step=11"},
+       "logging.profile.last_step=11 must be in [first_step=4, training.steps=10]"},
       {{"parallel.tensor_parallel=0"}, "parallel.tensor_parallel=0: must be >= 1"},
       {{"parallel.data_parallel=-2"}, "parallel.data_parallel=-2: must be >= 0"},
       {{"parallel.collective_timeout_seconds=0"},
