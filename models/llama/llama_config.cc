@@ -230,6 +230,20 @@ absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name) {
       c.max_position_embeddings = 131072;
       c.rope.llama3_scaling = true;  // factor 8, low 1, high 4, original 8192: RopeConfig defaults
     }
+  } else if (name == "llama3.2-1b" || name == "llama3.2-3b") {
+    // Meta's config.json of Llama-3.2-1B / -3B: tied embeddings, llama3 RoPE scaling by 32.
+    const bool small = name == "llama3.2-1b";
+    c.hidden_size = small ? 2048 : 3072;
+    c.intermediate_size = 8192;
+    c.num_layers = small ? 16 : 28;
+    c.num_attention_heads = small ? 32 : 24;
+    c.num_key_value_heads = 8;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 131072;
+    c.tie_word_embeddings = true;
+    c.rope.theta = 500000.0;
+    c.rope.llama3_scaling = true;
+    c.rope.factor = 32.0;
   } else if (name == "small-25m") {
     c.hidden_size = 512;
     c.intermediate_size = 1536;
@@ -259,7 +273,7 @@ absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name) {
 }
 
 std::vector<std::string> LlamaPresetNames() {
-  return {"llama3-8b", "llama3.1-8b", "small-25m", "tiny"};
+  return {"llama3-8b", "llama3.1-8b", "llama3.2-1b", "llama3.2-3b", "small-25m", "tiny"};
 }
 
 absl::Status ValidateLlamaConfig(const LlamaConfig& c) {

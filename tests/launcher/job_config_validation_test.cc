@@ -118,7 +118,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "model.architecture.rope_scaling: high_freq_factor=1 must be > low_freq_factor=4"},
       {{"model.preset=tiney"},
        "model.preset=\"tiney\": unknown preset (did you mean \"tiny\"?); known presets: "
-       "llama3-8b, llama3.1-8b, small-25m, tiny"},
+       "llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b, small-25m, tiny"},
       {{"model.hf_dir="}, "model.hf_dir is empty"},
       {{"data.passkey.min_depth=0.8", "data.passkey.max_depth=0.2"},
        "data.passkey: min_depth=0.8 must be <= max_depth=0.2"},
@@ -251,7 +251,8 @@ TEST(JobConfigValidation, MissingSourcesAndRequiredFieldsAllReportedAtOnce) {
   for (const char* line : {
            "\n  name is empty",
            "\n  model: no model source: set model.preset (one of llama3-8b, llama3.1-8b, "
-           "small-25m, tiny) or model.hf_dir (a Hugging Face model directory)",
+           "llama3.2-1b, llama3.2-3b, small-25m, tiny) or model.hf_dir (a Hugging Face model "
+           "directory)",
            "\n  data: no data source: set one of data.megatron, data.token_file, data.blend, "
            "data.passkey",
            "\n  optimizer.lr=0: must be > 0",

@@ -136,8 +136,12 @@ TEST(LlamaConfig, ValidationListsEveryProblem) {
   }
   EXPECT_THAT(Message(models::LlamaPreset("llama2").status()),
               HasSubstr("model.preset=\"llama2\" is not a preset; known presets: llama3-8b"));
-  // The 8B preset's parameter count is Llama-3-8B's: 8,030,261,248.
+  // The presets' parameter counts are Meta's models': Llama-3-8B 8,030,261,248; Llama-3.2-1B
+  // 1,235,814,400 and -3B 3,212,749,824 (embeddings tied to the LM head).
   EXPECT_EQ(models::LlamaPreset("llama3-8b")->NumParameters(), 8030261248);
+  EXPECT_EQ(models::LlamaPreset("llama3.2-1b")->NumParameters(), 1235814400);
+  EXPECT_EQ(models::LlamaPreset("llama3.2-3b")->NumParameters(), 3212749824);
+  EXPECT_EQ(models::LlamaPreset("llama3.2-3b")->head_dim, 128);
 }
 
 TEST(LlamaModel, MissingOrMisshapenCheckpointTensorsAreClearErrors) {
