@@ -136,6 +136,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
     trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
   }
   KELVIN_RETURN_IF_ERROR(trainer->Resume());
+  if (!job.logging().metrics_file().empty() && logging_rank) {  // after Resume: its step
+    KELVIN_ASSIGN_OR_RETURN(MetricsFile metrics,
+                            MetricsFile::Open(job.logging().metrics_file(), trainer->start_step_));
+    trainer->metrics_ = std::make_unique<MetricsFile>(std::move(metrics));
+  }
   return trainer;
 }
 
@@ -522,12 +527,20 @@ double Trainer::ClipGradients(double max_norm) {
   return norm;
 }
 
-void Trainer::AddToTensorBoard(int64_t step,
-                               const std::vector<std::pair<std::string, double>>& scalars) {
+void Trainer::RecordScalars(int64_t step,
+                            const std::vector<std::pair<std::string, double>>& scalars) {
+  // Rank 0's alone: on a write error training goes on (the others would wait for it).
+  if (metrics_ != nullptr) {
+    const absl::Status appended = metrics_->Append(step, scalars);
+    if (!appended.ok()) {
+      KLOG(WARNING) << "the metrics file stops here: " << appended;
+      metrics_.reset();
+    }
+  }
   if (tensorboard_ == nullptr) return;
   for (const auto& [tag, value] : scalars) {
     const absl::Status added = tensorboard_->AddScalar(tag, step, value);
-    if (!added.ok()) {  // rank 0's alone: training goes on (the others would wait for it)
+    if (!added.ok()) {
       KLOG(WARNING) << "TensorBoard logging stops here: " << added;
       tensorboard_.reset();
       return;
@@ -547,8 +560,8 @@ double Trainer::PeakMemoryGiB() const {
          static_cast<double>(1ull << 30);
 }
 
-void Trainer::WriteTensorBoard(const StepStats& stats) {
-  if (tensorboard_ == nullptr) return;
+void Trainer::RecordStepScalars(const StepStats& stats) {
+  if (tensorboard_ == nullptr && metrics_ == nullptr) return;
   const int64_t step = stats.step + 1;  // steps completed, as the progress lines count
   const double tokens_per_second = stats.tokens * DataParallelSize() / stats.seconds;
   std::vector<std::pair<std::string, double>> scalars = {
@@ -581,7 +594,7 @@ void Trainer::WriteTensorBoard(const StepStats& stats) {
       scalars.emplace_back(layer + "sigma_alpha_max", *hi);
     }
   }
-  AddToTensorBoard(step, scalars);
+  RecordScalars(step, scalars);
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
@@ -704,7 +717,7 @@ absl::Status Trainer::Run() {
       StopProfilerCapture();
     }
     history_.push_back(stats);
-    WriteTensorBoard(stats);
+    RecordStepScalars(stats);
     tokens += stats.tokens * DataParallelSize();
     const bool last = step + 1 == t.steps();
     if ((step + 1) % job_.logging().log_interval() == 0 || last) {
@@ -738,7 +751,7 @@ absl::Status Trainer::Run() {
       if (eval.retrieval_accuracy >= 0) {
         scalars.emplace_back("eval/passkey_retrieval", eval.retrieval_accuracy);
       }
-      AddToTensorBoard(eval.step, scalars);
+      RecordScalars(eval.step, scalars);
       KLOG_RANK0(INFO) << "eval at step " << step + 1 << " | " << FormatEvalStats(eval);
     }
     const int64_t interval = job_.checkpoint().interval_steps();

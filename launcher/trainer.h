@@ -18,6 +18,7 @@
 #include "launcher/checkpoint.h"
 #include "launcher/data_sources.h"
 #include "launcher/job_setup.h"
+#include "launcher/metrics_file.h"
 #include "launcher/pipeline_runner.h"
 #include "launcher/tensorboard_writer.h"
 #include "models/llama/memory_plan.h"
@@ -110,8 +111,8 @@ class Trainer {
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);
   absl::StatusOr<StepStats> TrainStepUntimed(int64_t step);
   // The step's scalars (loss, lr, grad norm, throughput, communication share, SSA temperatures)
-  // to logging.tensorboard_dir; a no-op without it and off world rank 0.
-  void WriteTensorBoard(const StepStats& stats);
+  // to logging.tensorboard_dir and logging.metrics_file; a no-op without them and off world rank 0.
+  void RecordStepScalars(const StepStats& stats);
   // Model FLOPs per second and process (models/llama/model_flops.h) at a global rate of
   // `tokens_per_second`, and their share of logging.peak_tflops (0 without one).
   struct Throughput {
@@ -122,9 +123,9 @@ class Trainer {
   // The most tensor memory this process has held at once on the training device (the allocator's
   // peak), in GiB.
   double PeakMemoryGiB() const;
-  // Scalars of `step` to TensorBoard; a failed write (rank 0's alone) is a warning and turns
-  // TensorBoard off, so that no rank stops while the others wait for it.
-  void AddToTensorBoard(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
+  // Scalars of `step` to TensorBoard and the metrics file; a failed write (rank 0's alone) is a
+  // warning and turns that sink off, so that no rank stops while the others wait for it.
+  void RecordScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   // Every rank found the same newest checkpoint (a shared filesystem may show one late): an error
@@ -186,6 +187,7 @@ class Trainer {
   int64_t micro_batches_ = 1;                       // per step (gradient accumulation)
   std::unique_ptr<PipelineRunner> pipeline_;        // nullptr without pipeline parallelism
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // on world rank 0 with tensorboard_dir
+  std::unique_ptr<MetricsFile> metrics_;            // on world rank 0 with metrics_file
   AsyncCheckpointSaver background_save_;            // checkpoint.async_save
   int64_t start_step_ = 0;  // steps already done by the run this one resumes
   std::vector<StepStats> history_;
