@@ -1,4 +1,6 @@
-// The single-process training loop.
+// The training loop: building the job (model, layout, data, optimizer), a step (micro-batches,
+// gradient reduction, clipping, the update), evaluation, the progress lines and metrics, and the
+// run; the checkpoint side is trainer_checkpoints.cc.
 #include "launcher/trainer.h"
 
 #include <omp.h>
@@ -9,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "core/allocator.h"
 #include "core/build_info.h"
 #include "core/data/passkey_task.h"
@@ -25,7 +26,6 @@
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
 #include "launcher/preemption.h"
-#include "launcher/training_state.h"
 #include "models/llama/context_parallel.h"
 #include "models/llama/memory_plan.h"
 #include "models/llama/model_flops.h"
@@ -144,180 +144,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   return trainer;
 }
 
-absl::Status Trainer::Resume() {
-  const config::CheckpointConfig& c = job_.checkpoint();
-  if (c.dir().empty() || c.resume() == config::CheckpointConfig::NEVER) return absl::OkStatus();
-  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
-  const absl::StatusOr<std::optional<std::string>> found = LatestCheckpoint(c.dir());
-  KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(world, found.status(), "listing checkpoint.dir=" + c.dir()));
-  const std::optional<std::string>& latest = *found;
-  KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(latest));
-  if (!latest.has_value()) {
-    if (c.resume() == config::CheckpointConfig::REQUIRED) {
-      return absl::NotFoundError(absl::StrCat(
-          "checkpoint.resume=REQUIRED but checkpoint.dir=\"", c.dir(),
-          "\" holds no complete checkpoint (step_<N> directories); use AUTO to start afresh"));
-    }
-    return absl::OkStatus();
-  }
-  const TrainingState state = CurrentTrainingState();
-  absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(*latest, job_.name(), state, ctx_);
-  // A damaged part may fail some ranks only: none goes on to train without the others.
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + *latest));
-  const RestoredSteps& restored = *loaded;
-  start_step_ = restored.steps_completed;
-  if (distributed_optimizer_ != nullptr) {
-    distributed_optimizer_->RefreshModelFromShards();
-    distributed_optimizer_->set_steps_taken(restored.optimizer_steps);
-  } else {
-    model_->parameters().SyncModelCopy();
-    optimizer_->set_steps_taken(restored.optimizer_steps);
-  }
-  KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
-  if (!restored.saved_by.empty() && restored.saved_by != KelvinVersion()) {
-    KLOG_RANK0(INFO) << "the checkpoint was written by kelvin " << restored.saved_by
-                     << "; this is kelvin " << KelvinVersion();
-  }
-  for (const auto& [setting, value] : state.data_order) {
-    const auto saved = restored.saved_data_order.find(setting);
-    if (saved != restored.saved_data_order.end() && saved->second != value) {
-      KLOG_RANK0(WARNING) << "the checkpoint's run had " << setting << "=" << saved->second
-                          << ", this job has " << value
-                          << ": the training data from here on is not what that run would have "
-                             "read (rows may repeat or be skipped)";
-    }
-  }
-  if (restored.saved_layout != state.layout) {
-    KLOG_RANK0(INFO) << "resharded the checkpoint of layout \"" << restored.saved_layout
-                     << "\" to this job's \"" << state.layout
-                     << "\": the run continues within rounding of the saved one's";
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::string>& latest) {
-  if (grid_ == nullptr) return absl::OkStatus();
-  const int64_t step = latest.has_value() ? CheckpointStepOf(*latest).value_or(-1) : -1;
-  Tensor range = Tensor::Empty({2}, DType::kI64);  // [max step, -min step] over the ranks
-  range.data<int64_t>()[0] = step;
-  range.data<int64_t>()[1] = -step;
-  grid_->world().AllReduce(range, parallel::ReduceOp::kMax);
-  const int64_t newest = range.data<int64_t>()[0], oldest = -range.data<int64_t>()[1];
-  if (newest == oldest) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the ranks see different newest checkpoints in checkpoint.dir=\"", job_.checkpoint().dir(),
-      "\" (steps ", oldest, " to ", newest,
-      "; -1: none): the shared filesystem shows the latest save late; run the job again"));
-}
-
-std::string Trainer::LayoutName() const {
-  if (grid_ == nullptr) return "one process";
-  return launcher::LayoutName(grid_->spec(), distributed_optimizer_ != nullptr);
-}
-
-TrainingState Trainer::CurrentTrainingState() const {
-  // The ranks of a (cp, dp) group hold the same model slice; ZeRO-1 shards over all of them.
-  const ReplicaPlace place{grid_ ? grid_->dp_cp().rank() : 0, distributed_optimizer_ != nullptr};
-  TrainingState state =
-      distributed_optimizer_ != nullptr
-          ? TrainingStateOf(*model_, distributed_optimizer_->StateSpans(),
-                            distributed_optimizer_->steps_taken(), place, LayoutName())
-          : TrainingStateOf(*model_, optimizer_->StateSpans(), optimizer_->steps_taken(), place,
-                            LayoutName());
-  const config::TrainingConfig& t = job_.training();
-  state.data_order = {{"data", job_.data().ShortDebugString()},
-                      {"data.corpora", absl::StrJoin(data_.corpora, "; ")},
-                      {"data.eval corpus", data_.eval_corpus},
-                      {"training.global_batch_size",
-                       std::to_string(t.micro_batch_size() * micro_batches_ * DataParallelSize())},
-                      {"training.seq_length", std::to_string(t.seq_length())},
-                      {"training.seed", std::to_string(t.seed())}};
-  return state;
-}
-
-absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
-  const ProfileRange range(absl::StrCat("checkpoint save of step ", steps_completed));
-  const config::CheckpointConfig& c = job_.checkpoint();
-  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
-  if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
-  TrainingState state = CurrentTrainingState();
-  if (!evaluations_.empty() && evaluations_.back().step == steps_completed) {
-    state.eval_loss = evaluations_.back().loss;  // for checkpoint.keep_best
-  }
-  if (!c.async_save() || wait) {  // waiting anyway: no host copy, no thread
-    KELVIN_ASSIGN_OR_RETURN(
-        const std::string path,
-        SaveCheckpoint(c.dir(), steps_completed, job_.name(), state, ctx_, world));
-    CheckpointSaved({path, false});
-    return absl::OkStatus();
-  }
-  KELVIN_ASSIGN_OR_RETURN(
-      PendingCheckpoint pending,
-      PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(), state, ctx_, world,
-                               /*snapshot_host_tensors=*/true));
-  background_save_.Start(std::move(pending));
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::FinishBackgroundSave() {
-  KELVIN_ASSIGN_OR_RETURN(const std::string path,
-                          background_save_.Finish(grid_ ? &grid_->world() : nullptr));
-  CheckpointSaved({path, true});
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::StopOnAgreedError(const absl::Status& error) {
-  if (background_save_.in_flight()) {
-    const absl::Status committed = FinishBackgroundSave();
-    if (!committed.ok()) KLOG_RANK0(WARNING) << "the background save failed too: " << committed;
-  }
-  return error;
-}
-
-void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
-  saved_checkpoints_.push_back(saved);
-  KLOG_RANK0(INFO) << "saved checkpoint " << saved.path
-                   << (saved.written_in_background ? " (written in the background)" : "");
-  if (grid_ == nullptr || grid_->world_rank() == 0) {
-    // Rank 0's alone: a failure is a warning (the others would wait for it in the next step).
-    const config::CheckpointConfig& c = job_.checkpoint();
-    const absl::Status pruned = PruneCheckpoints(c.dir(), c.keep_last(), c.keep_best());
-    if (!pruned.ok()) KLOG(WARNING) << "keeping old checkpoints: " << pruned;
-    if (c.keep_best()) LogBestCheckpoint();
-  }
-}
-
 bool Trainer::ProfilesStep(int64_t step) const {
   if (!job_.logging().has_profile() || !ctx_.is_cuda()) return false;
   const config::ProfileSteps& profile = job_.logging().profile();
   return step + 1 >= profile.first_step() && step + 1 <= profile.last_step();
-}
-
-void Trainer::LogBestCheckpoint() const {
-  const absl::StatusOr<std::optional<BestCheckpoint>> best =
-      FindBestCheckpoint(job_.checkpoint().dir());
-  if (!best.ok()) {
-    KLOG(WARNING) << "cannot tell the best checkpoint: " << best.status();
-  } else if (best->has_value()) {
-    KLOG(INFO) << absl::StrFormat(
-        "the lowest evaluation loss so far: %.4f after step %d (%s, kept; `kelvin convert "
-        "--best` exports it)",
-        (*best)->eval_loss, (*best)->step, (*best)->path);
-  }
-}
-
-Trainer::StepAgreement Trainer::AgreeAfterStep() {
-  // Every rank stops after the same step (the signal may reach the ranks at different times) and
-  // commits the background save at the same step.
-  const bool saving = background_save_.in_flight();
-  const int32_t writing = saving && !background_save_.PartFinished() ? 1 : 0;
-  if (grid_ == nullptr) return {PreemptionSignal(), saving && writing == 0};
-  Tensor flags = Tensor::Empty({2}, DType::kI32);  // [signal, a rank still writing]
-  flags.data<int32_t>()[0] = PreemptionSignal();
-  flags.data<int32_t>()[1] = writing;
-  grid_->world().AllReduce(flags, parallel::ReduceOp::kMax);
-  return {flags.data<int32_t>()[0], saving && flags.data<int32_t>()[1] == 0};
 }
 
 Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)

@@ -6,7 +6,7 @@
 // context-parallel ranks and clipped by the norm of the full model, the learning rate comes from
 // the schedule, AdamW steps; progress lines, periodic evaluation, checkpoints (resume, every
 // checkpoint.interval_steps, at the end and on a preemption signal; with checkpoint.async_save
-// written in the background), export at the end.
+// written in the background: trainer_checkpoints.cc), export at the end.
 #pragma once
 
 #include <memory>
