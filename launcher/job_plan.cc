@@ -62,10 +62,27 @@ absl::StatusOr<JobLayout> PlanJobLayout(const config::JobConfig& job,
   return layout;
 }
 
-absl::StatusOr<models::MemoryPlan> PlanRankMemory(const config::JobConfig& job,
-                                                  const models::LlamaConfig& arch,
-                                                  const JobLayout& layout, int tensor_rank,
-                                                  int pipeline_rank) {
+namespace {
+
+// The micro-batches pipeline rank `pipeline_rank` holds at once under the job's schedule (its
+// program's slots; 0 without pipeline parallelism: the memory plan's own count).
+absl::StatusOr<int> MicroBatchesInFlight(const config::JobConfig& job, const JobLayout& layout,
+                                         int pipeline_rank) {
+  const parallel::GridSpec& g = layout.spec;
+  if (g.pipeline_parallel == 1) return 0;
+  KELVIN_ASSIGN_OR_RETURN(
+      const std::vector<parallel::PipelineStep> program,
+      parallel::BuildPipelineProgram(PipelineScheduleKindOf(job.parallel().pipeline_schedule()),
+                                     g.pipeline_parallel, pipeline_rank,
+                                     static_cast<int>(g.gradient_accumulation_steps),
+                                     g.virtual_pipeline_stages));
+  return PipelineRunner::SlotsNeeded(program, pipeline_rank);
+}
+
+// PlanRankMemory given the rank's micro-batches in flight.
+models::MemoryPlan PlanRankMemoryHolding(const config::JobConfig& job,
+                                         const models::LlamaConfig& arch, const JobLayout& layout,
+                                         int tensor_rank, int pipeline_rank, int in_flight) {
   const parallel::GridSpec& g = layout.spec;
   models::MemoryPlanOptions o;
   o.micro_batch = job.training().micro_batch_size();
@@ -84,33 +101,32 @@ absl::StatusOr<models::MemoryPlan> PlanRankMemory(const config::JobConfig& job,
   o.virtual_stages = g.virtual_pipeline_stages;
   o.data_parallel = g.data_parallel;
   o.distributed_optimizer = layout.distributed_optimizer;
-  if (g.pipeline_parallel > 1) {
-    KELVIN_ASSIGN_OR_RETURN(
-        const std::vector<parallel::PipelineStep> program,
-        parallel::BuildPipelineProgram(PipelineScheduleKindOf(job.parallel().pipeline_schedule()),
-                                       g.pipeline_parallel, pipeline_rank,
-                                       static_cast<int>(g.gradient_accumulation_steps),
-                                       g.virtual_pipeline_stages));
-    o.micro_batches_in_flight = PipelineRunner::SlotsNeeded(program, pipeline_rank);
-  }
+  if (in_flight > 0) o.micro_batches_in_flight = in_flight;
   return models::PlanLlamaMemory(arch, o);
 }
 
-namespace {
-
-// The largest plan over the tensor ranks of one pipeline stage.
+// The largest plan over the tensor ranks of one pipeline stage (its program built once).
 absl::StatusOr<PeakMemory> StagePeak(const config::JobConfig& job, const models::LlamaConfig& arch,
                                      const JobLayout& layout, int pipeline_rank) {
+  KELVIN_ASSIGN_OR_RETURN(const int in_flight, MicroBatchesInFlight(job, layout, pipeline_rank));
   PeakMemory peak;
   for (int tp = 0; tp < layout.spec.tensor_parallel; ++tp) {
-    KELVIN_ASSIGN_OR_RETURN(const models::MemoryPlan plan,
-                            PlanRankMemory(job, arch, layout, tp, pipeline_rank));
+    const models::MemoryPlan plan =
+        PlanRankMemoryHolding(job, arch, layout, tp, pipeline_rank, in_flight);
     if (tp == 0 || plan.Total() > peak.plan.Total()) peak = {plan, tp, pipeline_rank};
   }
   return peak;
 }
 
 }  // namespace
+
+absl::StatusOr<models::MemoryPlan> PlanRankMemory(const config::JobConfig& job,
+                                                  const models::LlamaConfig& arch,
+                                                  const JobLayout& layout, int tensor_rank,
+                                                  int pipeline_rank) {
+  KELVIN_ASSIGN_OR_RETURN(const int in_flight, MicroBatchesInFlight(job, layout, pipeline_rank));
+  return PlanRankMemoryHolding(job, arch, layout, tensor_rank, pipeline_rank, in_flight);
+}
 
 absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
                                           const models::LlamaConfig& arch,
