@@ -223,13 +223,14 @@ absl::StatusOr<std::optional<BestCheckpoint>> FindBestCheckpoint(const std::stri
   return best;
 }
 
-absl::Status PruneCheckpoints(const std::string& dir, int keep_last, bool keep_best) {
-  if (keep_last <= 0) return absl::OkStatus();
-  KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
+absl::StatusOr<std::optional<BestCheckpoint>> PruneCheckpoints(const std::string& dir,
+                                                               int keep_last, bool keep_best) {
   std::optional<BestCheckpoint> best;
   if (keep_best) {
     KELVIN_ASSIGN_OR_RETURN(best, FindBestCheckpoint(dir));
   }
+  if (keep_last <= 0) return best;
+  KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
   int64_t excess = static_cast<int64_t>(checkpoints.size()) - keep_last;
   for (auto it = checkpoints.begin(); excess > 0; ++it, --excess) {
     if (best.has_value() && it->first == best->step) continue;
@@ -240,7 +241,7 @@ absl::Status PruneCheckpoints(const std::string& dir, int keep_last, bool keep_b
                                                       it->second.string(), ": ", error.message()));
     }
   }
-  return absl::OkStatus();
+  return best;
 }
 
 }  // namespace kelvin::launcher

@@ -144,7 +144,8 @@ struct BestCheckpoint {
 absl::StatusOr<std::optional<BestCheckpoint>> FindBestCheckpoint(const std::string& dir);
 
 // Deletes all but the newest `keep_last` complete checkpoints under `dir` (0 keeps all), and with
-// `keep_best` not the one FindBestCheckpoint names.
-absl::Status PruneCheckpoints(const std::string& dir, int keep_last, bool keep_best);
+// `keep_best` not the one FindBestCheckpoint names, which it returns (nullopt without keep_best).
+absl::StatusOr<std::optional<BestCheckpoint>> PruneCheckpoints(const std::string& dir,
+                                                               int keep_last, bool keep_best);
 
 }  // namespace kelvin::launcher

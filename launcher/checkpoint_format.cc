@@ -2,6 +2,7 @@
 #include "launcher/checkpoint_format.h"
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -107,7 +108,9 @@ absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIn
       {"step", index.steps_completed}, {"optimizer_steps", index.optimizer_steps},
       {"layout", index.layout},        {"parts", index.parts},
       {"data_order", index.data_order}};
-  if (index.eval_loss.has_value()) json["eval_loss"] = *index.eval_loss;
+  if (index.eval_loss.has_value() && std::isfinite(*index.eval_loss)) {
+    json["eval_loss"] = *index.eval_loss;  // JSON has no NaN or inf (they would read back as null)
+  }
   json["kelvin"] = index.kelvin_version;
   std::ofstream file(checkpoint / kIndexFile);
   file << json.dump(2) << "\n";

@@ -139,6 +139,15 @@ absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
   return peak;
 }
 
+std::vector<std::string> ActivationMemoryRemedies(const config::JobConfig& job) {
+  std::vector<std::string> remedies;
+  if (!job.model().recompute_attention() || !job.model().recompute_mlp()) {
+    remedies.push_back("turn on model.recompute_attention / recompute_mlp");
+  }
+  if (job.training().micro_batch_size() > 1) remedies.push_back("lower training.micro_batch_size");
+  return remedies;
+}
+
 absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& layout,
                               const PeakMemory& peak) {
   const int64_t gib = job.launch().gpu_memory_gib();
@@ -146,13 +155,9 @@ absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& lay
   if (gib == 0 || layout.dtype == DType::kF32 || peak.plan.Total() <= gib * (int64_t{1} << 30)) {
     return absl::OkStatus();  // f32: the layout trains on the CPU
   }
-  // The settings that shrink a rank's memory, those the job does not use yet.
   std::vector<std::string> remedies = {"raise parallel.tensor_parallel or pipeline_parallel"};
   if (!layout.distributed_optimizer) remedies.push_back("turn on parallel.distributed_optimizer");
-  if (!job.model().recompute_attention() || !job.model().recompute_mlp()) {
-    remedies.push_back("turn on model.recompute_attention / recompute_mlp");
-  }
-  if (job.training().micro_batch_size() > 1) remedies.push_back("lower training.micro_batch_size");
+  for (const std::string& remedy : ActivationMemoryRemedies(job)) remedies.push_back(remedy);
   return absl::ResourceExhaustedError(absl::StrFormat(
       "the largest rank (pipeline stage %d, tensor rank %d) plans %.2f GiB, more than "
       "launch.gpu_memory_gib=%d: %s",

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
@@ -48,6 +49,10 @@ struct PeakMemory {
 };
 absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
                                           const models::LlamaConfig& arch, const JobLayout& layout);
+
+// The settings not yet in use that shrink every rank's activations: recompute, a smaller
+// micro-batch.
+std::vector<std::string> ActivationMemoryRemedies(const config::JobConfig& job);
 
 // With launch.gpu_memory_gib set and the layout on CUDA: an error when the largest rank's plan
 // exceeds it, naming the rank, the bytes and the settings not yet in use that shrink them.

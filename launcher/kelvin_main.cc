@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/build_info.h"
 #include "core/data/jsonl_samples.h"
 #include "core/logging.h"
@@ -94,6 +95,7 @@ int Fail(const absl::Status& status) {
 }
 
 int Train(const kelvin::config::JobConfig& job) {
+  KLOG_RANK0(INFO) << "kelvin " << kelvin::KelvinVersion() << "; " << kelvin::LibraryVersions();
   KLOG_RANK0(INFO) << "resolved job config:\n" << kelvin::launcher::FormatResolvedConfig(job);
   absl::StatusOr<std::unique_ptr<kelvin::launcher::Trainer>> trainer =
       kelvin::launcher::Trainer::Create(job);
@@ -195,12 +197,18 @@ absl::Status PrintLayouts(const Arguments& a) {
       kelvin::launcher::SearchLayouts(job, arch, processes, PlansForCuda(job, a.device)));
   std::printf("%s", kelvin::launcher::FormatLayoutSearch(job, search, processes, 15).c_str());
   std::fflush(stdout);
-  if (!search.candidates.empty() && search.candidates.front().fits) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "no layout of ", processes,
-      " processes fits launch.gpu_memory_gib=", job.launch().gpu_memory_gib(),
-      ": turn on model.recompute_attention / recompute_mlp, lower training.micro_batch_size, or "
-      "plan for more processes (--processes N)"));
+  if (search.candidates.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no split of ", processes, " processes is valid for this job (", search.invalid,
+        " tried; e.g. ", search.invalid_reasons.front(),
+        "): plan for another count (--processes N) or change training.global_batch_size"));
+  }
+  if (search.candidates.front().fits) return absl::OkStatus();
+  std::vector<std::string> remedies = kelvin::launcher::ActivationMemoryRemedies(job);
+  remedies.push_back("plan for more processes (--processes N)");
+  return absl::ResourceExhaustedError(
+      absl::StrCat("no layout of ", processes, " processes fits launch.gpu_memory_gib=",
+                   job.launch().gpu_memory_gib(), ": ", absl::StrJoin(remedies, ", or ")));
 }
 
 // Prints the job's plan; an error when its largest rank does not fit launch.gpu_memory_gib.

@@ -1,5 +1,7 @@
-// The layouts `kelvin plan --layouts` compares: every split of N processes into tensor x context x
-// pipeline (1 or 2 model chunks per stage) x data parallel that the job's model and batch allow,
+// The layouts `kelvin plan --layouts` compares: every split of N processes into tensor x context
+// (powers of two) x pipeline (any divisor; 1 or 2 model chunks per stage) x data parallel that the
+// job's model and batch allow (a job that sets training.gradient_accumulation_steps keeps it, which
+// fixes the data-parallel size; leave it unset to compare them all),
 // each with its largest rank's memory plan. Sequence parallelism goes with tensor parallelism and
 // the distributed optimizer with more than one gradient replica (each saves memory and moves the
 // same bytes as its absence); the job's other settings (micro-batch, sequence length, recompute)

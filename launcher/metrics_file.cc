@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 #include "nlohmann/json.hpp"
 
 namespace kelvin::launcher {
@@ -17,8 +18,13 @@ namespace {
 namespace fs = std::filesystem;
 
 // The lines of `path` whose record's "step" is at most `steps` (whole JSON objects only).
-std::string KeptRecords(const fs::path& path, int64_t steps) {
+absl::StatusOr<std::string> KeptRecords(const fs::path& path, int64_t steps) {
   std::ifstream in(path);
+  if (!in.is_open()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("logging.metrics_file=\"", path.string(),
+                     "\": cannot read it to keep the records up to step ", steps));
+  }
   std::string kept, line;
   while (std::getline(in, line)) {
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -27,6 +33,10 @@ std::string KeptRecords(const fs::path& path, int64_t steps) {
     if (step != record.end() && step->is_number_integer() && step->get<int64_t>() <= steps) {
       absl::StrAppend(&kept, line, "\n");
     }
+  }
+  if (in.bad()) {
+    return absl::DataLossError(
+        absl::StrCat("logging.metrics_file=\"", path.string(), "\": reading it failed"));
   }
   return kept;
 }
@@ -38,18 +48,21 @@ absl::StatusOr<MetricsFile> MetricsFile::Open(const std::string& path, int64_t r
     return absl::PermissionDeniedError(absl::StrCat("logging.metrics_file=\"", path, "\": cannot ",
                                                     what, ": ", std::strerror(errno)));
   };
-  std::error_code ignored;
+  std::error_code fs_error;
   const fs::path parent = fs::path(path).parent_path();
-  if (!parent.empty()) fs::create_directories(parent, ignored);
-  if (resumed_steps > 0 && fs::exists(path)) {  // the kept records replace the file whole
-    const std::string kept = KeptRecords(path, resumed_steps);
+  if (!parent.empty()) fs::create_directories(parent, fs_error);  // fopen below reports a failure
+  if (resumed_steps > 0 && fs::exists(path, fs_error)) {  // the kept records replace it whole
+    KELVIN_ASSIGN_OR_RETURN(const std::string kept, KeptRecords(path, resumed_steps));
     const std::string rewritten = path + ".partial";
     std::ofstream out(rewritten, std::ios::binary | std::ios::trunc);
     out << kept;
     out.close();
-    if (!out) return error(absl::StrCat("write ", rewritten));
-    fs::rename(rewritten, path, ignored);
-    if (ignored) return error(absl::StrCat("rename ", rewritten, " to it"));
+    if (out) fs::rename(rewritten, path, fs_error);
+    if (!out || fs_error) {
+      fs::remove(rewritten, fs_error);
+      return absl::DataLossError(absl::StrCat("logging.metrics_file=\"", path, "\": cannot write ",
+                                              rewritten, " and rename it over the file"));
+    }
   }
   std::FILE* file = std::fopen(path.c_str(), resumed_steps > 0 ? "a" : "w");
   if (file == nullptr) return error("open it for writing");

@@ -26,8 +26,6 @@ class MetricsFile {
   // One record: {"step": step, tag: value, ...}; a non-finite value is written as null.
   absl::Status Append(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
 
-  const std::string& path() const { return path_; }
-
  private:
   MetricsFile(std::string path, std::FILE* file)
       : path_(std::move(path)), file_(file, &std::fclose) {}

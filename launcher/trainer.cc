@@ -136,11 +136,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
     trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
   }
   KELVIN_RETURN_IF_ERROR(trainer->Resume());
-  if (!job.logging().metrics_file().empty() && logging_rank) {  // after Resume: its step
-    KELVIN_ASSIGN_OR_RETURN(MetricsFile metrics,
-                            MetricsFile::Open(job.logging().metrics_file(), trainer->start_step_));
-    trainer->metrics_ = std::make_unique<MetricsFile>(std::move(metrics));
-  }
   return trainer;
 }
 
@@ -357,6 +352,19 @@ double Trainer::ClipGradients(double max_norm) {
   return norm;
 }
 
+absl::Status Trainer::OpenMetricsFile() {
+  if (job_.logging().metrics_file().empty()) return absl::OkStatus();
+  absl::Status opened = absl::OkStatus();
+  if (grid_ == nullptr || grid_->world_rank() == 0) {  // from the step the run resumed at
+    absl::StatusOr<MetricsFile> metrics =
+        MetricsFile::Open(job_.logging().metrics_file(), start_step_);
+    if (metrics.ok()) metrics_ = std::make_unique<MetricsFile>(std::move(*metrics));
+    opened = metrics.status();
+  }
+  return parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, opened,
+                                 "opening logging.metrics_file");
+}
+
 void Trainer::RecordScalars(int64_t step,
                             const std::vector<std::pair<std::string, double>>& scalars) {
   // Rank 0's alone: on a write error training goes on (the others would wait for it).
@@ -490,7 +498,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
 
 absl::Status Trainer::Run() {
   const config::TrainingConfig& t = job_.training();
-  KLOG_RANK0(INFO) << "kelvin " << KelvinVersion() << "; " << LibraryVersions();
+  KELVIN_RETURN_IF_ERROR(OpenMetricsFile());
   if (job_.logging().has_profile() && !ctx_.is_cuda()) {
     KLOG_RANK0(WARNING) << "logging.profile opens the CUDA profiler's capture window; this run is "
                            "on the CPU: nothing to capture";

@@ -126,6 +126,9 @@ class Trainer {
   // Scalars of `step` to TensorBoard and the metrics file; a failed write (rank 0's alone) is a
   // warning and turns that sink off, so that no rank stops while the others wait for it.
   void RecordScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
+  // logging.metrics_file on world rank 0, keeping the records up to the resumed step (training
+  // only: `kelvin eval` builds a Trainer too and must leave the file alone). Collective.
+  absl::Status OpenMetricsFile();
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
   // Every rank found the same newest checkpoint (a shared filesystem may show one late): an error
@@ -141,9 +144,10 @@ class Trainer {
   absl::Status StopOnAgreedError(const absl::Status& error);
   // Records and logs a saved checkpoint; prunes old ones (world rank 0: a failure is a warning).
   void CheckpointSaved(const SavedCheckpoint& saved);
-  void LogBestCheckpoint() const;
+  // checkpoint.keep_best: logs which checkpoint it keeps (world rank 0).
+  void LogBestCheckpoint(const BestCheckpoint& best) const;
   // Whether logging.profile's capture window covers `step` (0-based) on this run's CUDA device.
-  bool ProfilesStep(int64_t step) const;  // checkpoint.keep_best: which one it keeps (world rank 0)
+  bool ProfilesStep(int64_t step) const;
   std::string LayoutName() const;  // e.g. "tp2 sp pp2 vp1 dp2 zero1", for checkpoints and logs
   TrainingState CurrentTrainingState() const;  // this rank's, as checkpoints hold it
   // What the ranks agree on after a step (one all-reduce): the preemption signal any rank

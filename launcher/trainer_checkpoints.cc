@@ -157,23 +157,22 @@ void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
   if (grid_ == nullptr || grid_->world_rank() == 0) {
     // Rank 0's alone: a failure is a warning (the others would wait for it in the next step).
     const config::CheckpointConfig& c = job_.checkpoint();
-    const absl::Status pruned = PruneCheckpoints(c.dir(), c.keep_last(), c.keep_best());
-    if (!pruned.ok()) KLOG(WARNING) << "keeping old checkpoints: " << pruned;
-    if (c.keep_best()) LogBestCheckpoint();
+    const absl::StatusOr<std::optional<BestCheckpoint>> pruned =
+        PruneCheckpoints(c.dir(), c.keep_last(), c.keep_best());
+    if (!pruned.ok()) {
+      KLOG(WARNING) << "keeping old checkpoints: " << pruned.status()
+                    << " (no checkpoint is deleted until that is mended or removed)";
+    } else if (pruned->has_value()) {
+      LogBestCheckpoint(**pruned);
+    }
   }
 }
 
-void Trainer::LogBestCheckpoint() const {
-  const absl::StatusOr<std::optional<BestCheckpoint>> best =
-      FindBestCheckpoint(job_.checkpoint().dir());
-  if (!best.ok()) {
-    KLOG(WARNING) << "cannot tell the best checkpoint: " << best.status();
-  } else if (best->has_value()) {
-    KLOG(INFO) << absl::StrFormat(
-        "the lowest evaluation loss so far: %.4f after step %d (%s, kept; `kelvin convert "
-        "--best` exports it)",
-        (*best)->eval_loss, (*best)->step, (*best)->path);
-  }
+void Trainer::LogBestCheckpoint(const BestCheckpoint& best) const {
+  KLOG(INFO) << absl::StrFormat(
+      "the lowest evaluation loss so far: %.4f after step %d (%s, kept; `kelvin convert --best` "
+      "exports it)",
+      best.eval_loss, best.step, best.path);
 }
 
 Trainer::StepAgreement Trainer::AgreeAfterStep() {

@@ -1,6 +1,7 @@
 // One JSON Lines fine-tuning sample, parsed from nlohmann's SAX events (see jsonl_sample_parser.h).
 #include "core/data/jsonl_sample_parser.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -52,7 +53,9 @@ class SampleEvents final : public json::json_sax_t {
   bool number_float(number_float_t, const string_t& text) override {
     return Scalar("a number", text);
   }
-  bool string(string_t& value) override { return Scalar("a string", json(value).dump()); }
+  bool string(string_t& value) override {
+    return InSkippedValue() || Scalar("a string", json(value).dump());
+  }
   bool binary(binary_t&) override { return Scalar("binary data", "binary data"); }
   bool start_object(std::size_t) override { return Open("an object", /*is_array=*/false); }
   bool end_object() override { return Close(); }
@@ -65,8 +68,10 @@ class SampleEvents final : public json::json_sax_t {
     for (int f = 0; f < 3; ++f) {
       if (name == kFields[f]->key) field_ = f;
     }
-    if (field_ == kSkipped) {
-      ignored_keys_->push_back(name);
+    if (field_ == kSkipped) {  // counted once per line however often it repeats
+      if (std::find(ignored_keys_->begin(), ignored_keys_->end(), name) == ignored_keys_->end()) {
+        ignored_keys_->push_back(name);
+      }
     } else if (seen[field_]) {
       return Stop(absl::StrCat("\"", name, "\" appears twice in the object"));
     } else {
@@ -96,6 +101,8 @@ class SampleEvents final : public json::json_sax_t {
 
   // True while the events are the elements of one of the three arrays.
   bool InArray() const { return depth_ == 2 && field_ != kSkipped; }
+  // True while the events are (inside) the value of another key: nothing to check or keep.
+  bool InSkippedValue() const { return depth_ >= 1 && field_ == kSkipped; }
 
   bool NotAnArray(const char* kind) {
     return Stop(
@@ -109,6 +116,7 @@ class SampleEvents final : public json::json_sax_t {
   }
 
   bool Integer(int64_t value) {
+    if (InSkippedValue()) return true;
     if (InArray()) {
       if (!kFields[field_]->valid(value)) return BadElement(absl::StrCat(value));
       values_[field_]->push_back(value);

@@ -26,12 +26,18 @@ constexpr int64_t kUInt16VocabLimit = 65500;
 absl::Status CreateOutputDirectory(const std::string& prefix, std::filesystem::path& created) {
   const std::filesystem::path directory = std::filesystem::path(prefix).parent_path();
   created.clear();
-  for (std::filesystem::path p = directory; !p.empty() && !std::filesystem::exists(p);
-       p = p.parent_path()) {
+  std::error_code error;
+  for (std::filesystem::path p = directory; !p.empty(); p = p.parent_path()) {
+    const bool exists = std::filesystem::exists(p, error);
+    if (error) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot look at '", p.string(),
+                       "' for the output directory: ", error.message(), "; check its permissions"));
+    }
+    if (exists) break;
     created = p;
     if (p == p.parent_path()) break;
   }
-  std::error_code error;
   if (!created.empty()) std::filesystem::create_directories(directory, error);
   if (error) {
     return absl::PermissionDeniedError(absl::StrCat("cannot create the output directory '",

@@ -11,8 +11,8 @@
 // targets (uint8 0/1; a sample with neither trains on all its tokens; without any mask, an
 // earlier run's PREFIX_loss_mask is removed). The input is read once, each line validated as it is
 // written into .partial files: a bad line is an error naming the file, line and field, after which
-// nothing is left (a directory created for the output is removed again); both datasets appear only
-// when both are complete.
+// nothing is left (a directory created for the output is removed again); both datasets are
+// written whole before either is renamed into place.
 #pragma once
 
 #include <cstdint>

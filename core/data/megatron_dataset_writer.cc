@@ -173,10 +173,11 @@ absl::Status MegatronDatasetWriter::RewriteBinAs(TokenType stored) {
                                                       &std::fclose);
   if (out == nullptr) return WriteError(rewritten_path);
   const auto fail = [&] {
+    const absl::Status error = WriteError(rewritten_path);  // before the cleanup changes errno
     out.reset();
     std::error_code ignored;
     std::filesystem::remove(rewritten_path, ignored);
-    return WriteError(rewritten_path);
+    return error;
   };
   constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<int64_t> chunk(static_cast<size_t>(std::min(kChunk, num_tokens_)));  // [chunk]

@@ -153,7 +153,8 @@ void WriteIndexOnly(const std::string& dir, int64_t step, std::optional<double> 
   const fs::path path = fs::path(dir) / absl::StrFormat("step_%08d", step);
   fs::create_directories(path);
   ASSERT_TRUE(
-      WriteCheckpointIndex(path, {"job", "one process", step, step, 1, {}, eval_loss, "test"}).ok());
+      WriteCheckpointIndex(path, {"job", "one process", step, step, 1, {}, eval_loss, "test"})
+          .ok());
 }
 
 std::vector<std::string> Entries(const std::string& dir) {
@@ -177,10 +178,13 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
   EXPECT_EQ((*best)->step, 4);
   EXPECT_EQ((*best)->eval_loss, 1.25);
   EXPECT_EQ(fs::path((*best)->path).filename(), "step_00000004");
-  ASSERT_TRUE(PruneCheckpoints(dir, 2, /*keep_best=*/true).ok());
+  const absl::StatusOr<std::optional<BestCheckpoint>> pruned = PruneCheckpoints(dir, 2, true);
+  ASSERT_TRUE(pruned.ok() && pruned->has_value()) << pruned.status();
+  EXPECT_EQ((*pruned)->step, 4);
   EXPECT_EQ(Entries(dir),
             (std::vector<std::string>{"step_00000004", "step_00000008", "step_00000010"}));
-  ASSERT_TRUE(PruneCheckpoints(dir, 1, /*keep_best=*/false).ok());
+  const absl::StatusOr<std::optional<BestCheckpoint>> none = PruneCheckpoints(dir, 1, false);
+  ASSERT_TRUE(none.ok() && !none->has_value()) << none.status();
   EXPECT_EQ(Entries(dir), (std::vector<std::string>{"step_00000010"}));
   fs::remove_all(dir);
 

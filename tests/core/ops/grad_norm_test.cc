@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/ops/elementwise.h"
 #include "core/ops/reference/grad_norm.h"
 #include "core/ops/reference/values.h"
 #include "tests/testing/backends.h"
@@ -98,6 +99,24 @@ TEST_P(GradNormTest, ClipScalesOnlyAboveMaxNorm) {
   // The clipped tensors are rounded to their dtype, so their norm is only as exact as that.
   EXPECT_NEAR(ops::GlobalL2Norm(ctx, clipped), coefficient * norm,
               testing::RelTolerance(backend.dtype) * norm);
+}
+
+// Gradients near 1e20 (a diverging step): their squares overflow f32 but the norm does not, so
+// every backend sums in f64 and returns the finite norm (an f32 sum gave inf, and the clip then
+// zeroed every gradient).
+TEST_P(GradNormTest, HugeGradientsGiveAFiniteNorm) {
+  const Backend backend = GetParam();
+  KELVIN_SKIP_WITHOUT_CUDA(backend.device);
+  const Context& ctx = testing::ContextFor(backend.device);
+  const Tensor unit = testing::Random({4099}, backend.dtype, 800);
+  Tensor host = Tensor::Empty(unit.shape(), backend.dtype);  // [4099] ~1e20 each
+  ops::Scale(Context::Cpu(), unit, 1e20, host);
+  const double expected = std::sqrt(reference::SumOfSquares(host));
+  ASSERT_TRUE(std::isfinite(expected));
+  const std::vector<Tensor> device = FreshCopies({host}, backend.device);
+  const double norm = ops::GlobalL2Norm(ctx, device);
+  EXPECT_TRUE(std::isfinite(norm)) << norm;
+  EXPECT_NEAR(norm, expected, testing::RelTolerance(AccumDType(backend.dtype)) * expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GradNormTest, ::testing::ValuesIn(testing::AllBackends()),
