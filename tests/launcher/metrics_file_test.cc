@@ -1,6 +1,7 @@
 // logging.metrics_file: one JSON object per step and evaluation keyed by the TensorBoard tags, with
 // the values the run logged; a resumed run keeps exactly the records up to its checkpoint (a
-// stopped run's later steps and a line cut short are dropped) and appends its own.
+// stopped run's later steps and a line cut short are dropped) and appends its own; kelvin eval
+// leaves it alone.
 #include "launcher/metrics_file.h"
 
 #include <gmock/gmock.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/trainer.h"
 #include "nlohmann/json.hpp"
@@ -111,6 +113,10 @@ TEST(MetricsFile, ARunWritesWhatItLoggedAndAResumeKeepsOneHistory) {
   EXPECT_EQ(logged, losses);  // bit for bit: JSON numbers round-trip doubles
   EXPECT_EQ(logged_eval, eval_losses);  // steps 3, 4 (the first run's end) and 6
   EXPECT_EQ(logged_eval.size(), 3u);
+  // kelvin eval of the same job leaves the training history alone.
+  const std::string history = testing::FileBytes(dir + "/metrics.jsonl");
+  ASSERT_TRUE(EvaluateJob(DemoJob(dir, 6)).ok());
+  EXPECT_EQ(testing::FileBytes(dir + "/metrics.jsonl"), history);
   fs::remove_all(dir);
 }
 
