@@ -116,8 +116,8 @@ TEST(LayoutSearch, WhenNothingFitsTheTableSaysSoAndSuggestsNoFlags) {
   ASSERT_TRUE(search.ok()) << search.status();
   for (const LayoutCandidate& c : search->candidates) EXPECT_FALSE(c.fits);
   const std::string table = FormatLayoutSearch(job, *search, 8, 3);
-  EXPECT_THAT(table, HasSubstr(absl::StrCat("0 of ", search->candidates.size(),
-                                            " valid layouts fit")));
+  EXPECT_THAT(table,
+              HasSubstr(absl::StrCat("0 of ", search->candidates.size(), " valid layouts fit")));
   EXPECT_THAT(table, Not(HasSubstr("the first:")));
   // A sequence longer than the model takes is the job's error, not a layout's.
   const config::JobConfig too_long = Job({"training.seq_length=262144"});

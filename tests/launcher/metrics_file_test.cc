@@ -110,7 +110,7 @@ TEST(MetricsFile, ARunWritesWhatItLoggedAndAResumeKeepsOneHistory) {
     }
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
-  EXPECT_EQ(logged, losses);  // bit for bit: JSON numbers round-trip doubles
+  EXPECT_EQ(logged, losses);            // bit for bit: JSON numbers round-trip doubles
   EXPECT_EQ(logged_eval, eval_losses);  // steps 3, 4 (the first run's end) and 6
   EXPECT_EQ(logged_eval.size(), 3u);
   // kelvin eval of the same job leaves the training history alone.
