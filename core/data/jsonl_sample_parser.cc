@@ -30,7 +30,7 @@ constexpr ArrayField kLossMask = {"loss_mask",
                                   "a loss mask holds 1 (training target) or 0 (no loss)"};
 
 // Receives the line's JSON events: the top-level object's keys pick where each array's integers
-// go (`targets[f]` for field f); every other key's value is skipped and the key recorded.
+// go (`values_[f]` for field f); every other key's value is skipped and the key recorded.
 // Returning false stops the parse with `error` set.
 class SampleEvents final : public json::json_sax_t {
  public:
