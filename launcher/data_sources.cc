@@ -229,17 +229,34 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
   return sources;
 }
 
-// data.eval: rows of the separate held-out corpus, made as the training rows are.
+// A held-out corpus of its own (data.eval, or data.also_eval[i].corpus at `path`): its rows,
+// made as the training rows are.
 absl::StatusOr<std::unique_ptr<data::RowSampler>> HeldOutCorpusSampler(
-    const config::JobConfig& job, const models::LlamaConfig& arch, std::string& fingerprint) {
-  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(job.data().eval(), "data.eval"));
+    const config::JobConfig& job, const models::LlamaConfig& arch,
+    const config::HeldOutCorpus& corpus, const std::string& path, std::string& fingerprint) {
+  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(corpus, path));
   fingerprint = CorpusFingerprint(opened);
   absl::StatusOr<std::unique_ptr<data::RowSampler>> sampler =
       RowSamplerOf(std::make_shared<const data::TokenCorpus>(std::move(opened)),
                    SamplerOptionsOf(job, arch, job.training().seed() + kEvalSeedOffset),
-                   job.data().packing(), "held-out corpus");
-  if (!sampler.ok()) return InField("data.eval", sampler.status());
+                   job.data().packing(), "held-out corpus " + path);
+  if (!sampler.ok()) return InField(path, sampler.status());
   return sampler;
+}
+
+// data.also_eval's sets.
+absl::Status AddFurtherHeldOutSets(const config::JobConfig& job, const models::LlamaConfig& arch,
+                                   DataSources& sources) {
+  for (int i = 0; i < job.data().also_eval_size(); ++i) {
+    const config::NamedHeldOutCorpus& also = job.data().also_eval(i);
+    NamedEvalSource named{also.name(), nullptr, ""};
+    KELVIN_ASSIGN_OR_RETURN(
+        named.source,
+        HeldOutCorpusSampler(job, arch, also.corpus(),
+                             absl::StrCat("data.also_eval[", i, "].corpus"), named.corpus));
+    sources.also_eval.push_back(std::move(named));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -247,7 +264,11 @@ absl::StatusOr<std::unique_ptr<data::RowSampler>> HeldOutCorpusSampler(
 absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                                              const models::LlamaConfig& arch) {
   const config::DataConfig& data = job.data();
-  if (data.has_passkey()) return PasskeySources(job, arch);
+  if (data.has_passkey()) {
+    KELVIN_ASSIGN_OR_RETURN(DataSources sources, PasskeySources(job, arch));
+    KELVIN_RETURN_IF_ERROR(AddFurtherHeldOutSets(job, arch, sources));
+    return sources;
+  }
   if (data.packing() == config::DataConfig::DOCUMENTS && !data.document_masking()) {
     KLOG_RANK0(WARNING) << "data.packing=DOCUMENTS without data.document_masking: the samples "
                            "packed in a row attend to the ones before them; set "
@@ -266,8 +287,10 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
     sources.corpora.push_back(std::move(samplers.fingerprint));
   }
   if (data.has_eval()) {
-    KELVIN_ASSIGN_OR_RETURN(sources.eval, HeldOutCorpusSampler(job, arch, sources.eval_corpus));
+    KELVIN_ASSIGN_OR_RETURN(sources.eval, HeldOutCorpusSampler(job, arch, data.eval(), "data.eval",
+                                                               sources.eval_corpus));
   }
+  KELVIN_RETURN_IF_ERROR(AddFurtherHeldOutSets(job, arch, sources));
   return sources;
 }
 

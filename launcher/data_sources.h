@@ -1,8 +1,8 @@
 // The training and evaluation batches of a job, from its data section: the passkey task, one
 // corpus (Megatron indexed dataset or flat token file) or a weighted blend of corpora, each corpus
 // split into a training and a held-out part by data.eval_fraction, or evaluated on a held-out
-// corpus of its own (data.eval); rows by data.packing. Every error names the config field at
-// fault.
+// corpus of its own (data.eval), plus any further held-out sets (data.also_eval); rows by
+// data.packing. Every error names the config field at fault.
 #pragma once
 
 #include <memory>
@@ -16,9 +16,17 @@
 
 namespace kelvin::launcher {
 
+// One data.also_eval set: its rows, made as the training rows are.
+struct NamedEvalSource {
+  std::string name;
+  std::unique_ptr<data::BatchSource> source;
+  std::string corpus;  // what identifies its corpus (file, token and document counts, loss mask)
+};
+
 struct DataSources {
   std::unique_ptr<data::BatchSource> train;
   std::unique_ptr<data::BatchSource> eval;  // null when the job does not evaluate
+  std::vector<NamedEvalSource> also_eval;   // data.also_eval, in order
   bool passkey = false;                     // batches are passkey samples (retrieval is scored)
   // What identifies each training corpus (file, token and document counts, loss mask), and the
   // data.eval corpus, for a resume to tell when the files under the same paths changed; empty for

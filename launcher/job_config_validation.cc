@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -329,19 +331,24 @@ void CheckBlend(const config::DataConfig& data, Problems& problems) {
   }
 }
 
-void CheckHeldOutCorpus(const config::DataConfig& data, Problems& problems) {
-  const config::HeldOutCorpus& eval = data.eval();
-  switch (eval.source_case()) {
+// The source of a held-out corpus at `path` ("data.eval", "data.also_eval[0].corpus").
+void CheckHeldOutSource(const config::HeldOutCorpus& corpus, const std::string& path,
+                        const config::DataConfig& data, Problems& problems) {
+  switch (corpus.source_case()) {
     case config::HeldOutCorpus::SOURCE_NOT_SET:
-      problems.Add("data.eval: no source: set megatron or token_file");
+      problems.Add(path, ": no source: set megatron or token_file");
       break;
     case config::HeldOutCorpus::kMegatron:
-      CheckMegatronDataset(eval.megatron(), "data.eval.megatron", problems);
+      CheckMegatronDataset(corpus.megatron(), path + ".megatron", problems);
       break;
     case config::HeldOutCorpus::kTokenFile:
-      CheckTokenFile(eval.token_file(), "data.eval.token_file", data, problems);
+      CheckTokenFile(corpus.token_file(), path + ".token_file", data, problems);
       break;
   }
+}
+
+void CheckHeldOutCorpus(const config::DataConfig& data, Problems& problems) {
+  CheckHeldOutSource(data.eval(), "data.eval", data, problems);
   if (data.has_passkey()) {
     problems.Add("data.eval: the passkey task evaluates on fresh samples; remove data.eval");
   }
@@ -394,6 +401,26 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
   }
   InRange(problems, "data.eval_fraction", data.eval_fraction(), 0, 1, false);
   if (data.has_eval()) CheckHeldOutCorpus(data, problems);
+  std::set<std::string> names;
+  for (int i = 0; i < data.also_eval_size(); ++i) {
+    const config::NamedHeldOutCorpus& also = data.also_eval(i);
+    const std::string path = absl::StrCat("data.also_eval[", i, "]");
+    if (also.name().empty() || !std::all_of(also.name().begin(), also.name().end(), [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+        })) {
+      problems.Add(path, ".name=\"", also.name(),
+                   "\": name the set with letters, digits, '_' and '-' (it names its scalars)");
+    } else if (!names.insert(also.name()).second) {
+      problems.Add(path, ".name=\"", also.name(), "\" names another data.also_eval set too");
+    }
+    CheckHeldOutSource(also.corpus(), path + ".corpus", data, problems);
+  }
+  const bool has_main_eval = data.has_passkey() || data.has_eval() || data.eval_fraction() > 0;
+  if (data.also_eval_size() > 0 && (!has_main_eval || job.training().eval_interval() <= 0)) {
+    problems.Add(
+        "data.also_eval is scored beside the main evaluation: set training.eval_interval "
+        "and held-out data (data.eval or data.eval_fraction)");
+  }
   const bool needs_held_out_data = !data.has_passkey() && !data.has_eval();
   if (job.training().eval_interval() > 0 && needs_held_out_data && data.eval_fraction() == 0) {
     problems.Add("training.eval_interval=", job.training().eval_interval(),

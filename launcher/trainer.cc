@@ -435,20 +435,50 @@ void Trainer::RecordStepScalars(const StepStats& stats) {
   RecordScalars(step, scalars);
 }
 
+absl::Status Trainer::EvaluateAll(int64_t steps_completed) {
+  // `name` "": the main evaluation (eval/loss, ...); else data.also_eval's (eval/<name>/loss).
+  const auto record = [&](const EvalStats& eval, const std::string& name) {
+    const std::string prefix = name.empty() ? "eval/" : absl::StrCat("eval/", name, "/");
+    std::vector<std::pair<std::string, double>> scalars = {
+        {prefix + "loss", eval.loss}, {prefix + "token_accuracy", eval.token_accuracy}};
+    if (eval.retrieval_accuracy >= 0) {
+      scalars.emplace_back(prefix + "passkey_retrieval", eval.retrieval_accuracy);
+    }
+    RecordScalars(eval.step, scalars);
+    KLOG_RANK0(INFO) << "eval" << (name.empty() ? "" : " of " + name) << " at step "
+                     << steps_completed << " | " << FormatEvalStats(eval);
+  };
+  KELVIN_ASSIGN_OR_RETURN(const EvalStats main, Evaluate(steps_completed));
+  evaluations_.push_back(main);
+  record(main, "");
+  for (NamedEvalSource& also : data_.also_eval) {
+    KELVIN_ASSIGN_OR_RETURN(const EvalStats eval,
+                            EvaluateOn(*also.source, /*passkey=*/false, steps_completed));
+    also_evaluations_[also.name].push_back(eval);
+    record(eval, also.name);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
-  const ProfileRange range(absl::StrCat("evaluation at step ", step));
   if (data_.eval == nullptr) {
     return absl::FailedPreconditionError(
         "the job has no held-out data: use data.passkey, or give a corpus data.eval_fraction or "
         "a data.eval corpus");
   }
-  EvalStats stats{step, 0, data_.passkey ? 0.0 : -1.0};
+  return EvaluateOn(*data_.eval, data_.passkey, step);
+}
+
+absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool passkey,
+                                              int64_t step) {
+  const ProfileRange range(absl::StrCat("evaluation at step ", step));
+  EvalStats stats{step, 0, passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0, correct = 0;
   // Each data-parallel replica scores every DP-th batch (the same set on every layout); the sums
   // span the replicas.
   absl::Status read = absl::OkStatus();
   for (int64_t i = DataParallelRank(); i < job_.training().eval_steps(); i += DataParallelSize()) {
-    const absl::StatusOr<data::Batch> next = data_.eval->BatchAt({i, 0, 1, 0, 1});
+    const absl::StatusOr<data::Batch> next = source.BatchAt({i, 0, 1, 0, 1});
     if (!next.ok()) {  // at the same batch on every rank of this replica
       read = next.status();
       break;
@@ -464,7 +494,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
     stats.loss += CrossEntropySum(ctx_, model_->tp(), *logits, labels, model_->layout().vocab_begin,
                                   &predictions);
     correct += CountCorrectPredictions(labels, predictions);
-    if (data_.passkey) {
+    if (passkey) {
       Tensor all = predictions;  // [B, T] every context-parallel rank's tokens
       if (ContextParallelSize() > 1) {
         all = Tensor::Empty(batch.tokens.shape(), DType::kI32);
@@ -486,7 +516,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
       static_cast<int64_t>(FromLastStage(SumOverReplicas(static_cast<double>(correct))));
   stats.token_accuracy = static_cast<double>(stats.correct_tokens) /
                          static_cast<double>(std::max<int64_t>(labelled, 1));
-  if (data_.passkey) {  // whole rows: the context-parallel ranks count the same ones
+  if (passkey) {  // whole rows: the context-parallel ranks count the same ones
     const auto over_data_parallel = [&](double value) {
       return DataParallelSize() == 1 ? value : SumOver(grid_->dp(), value);
     };
@@ -580,17 +610,8 @@ absl::Status Trainer::Run() {
       }
     }
     if (data_.eval != nullptr && ((step + 1) % t.eval_interval() == 0 || last)) {
-      const absl::StatusOr<EvalStats> evaluated = Evaluate(step + 1);
-      if (!evaluated.ok()) return StopOnAgreedError(evaluated.status());
-      const EvalStats& eval = *evaluated;
-      evaluations_.push_back(eval);
-      std::vector<std::pair<std::string, double>> scalars = {
-          {"eval/loss", eval.loss}, {"eval/token_accuracy", eval.token_accuracy}};
-      if (eval.retrieval_accuracy >= 0) {
-        scalars.emplace_back("eval/passkey_retrieval", eval.retrieval_accuracy);
-      }
-      RecordScalars(eval.step, scalars);
-      KLOG_RANK0(INFO) << "eval at step " << step + 1 << " | " << FormatEvalStats(eval);
+      const absl::Status evaluated = EvaluateAll(step + 1);
+      if (!evaluated.ok()) return StopOnAgreedError(evaluated);
     }
     const int64_t interval = job_.checkpoint().interval_steps();
     const bool save = checkpoints && (last || (interval > 0 && (step + 1) % interval == 0));

@@ -9,7 +9,9 @@
 // written in the background: trainer_checkpoints.cc), export at the end.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "configs/kelvin.pb.h"
@@ -93,6 +95,10 @@ class Trainer {
 
   const std::vector<StepStats>& history() const { return history_; }
   const std::vector<EvalStats>& evaluations() const { return evaluations_; }
+  // data.also_eval's evaluations, by set name, in step order.
+  const std::map<std::string, std::vector<EvalStats>>& also_evaluations() const {
+    return also_evaluations_;
+  }
   const std::vector<SavedCheckpoint>& saved_checkpoints() const { return saved_checkpoints_; }
   models::LlamaModel& model() { return *model_; }
   int64_t start_step() const { return start_step_; }  // > 0 after a resume
@@ -110,6 +116,11 @@ class Trainer {
  private:
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);
   absl::StatusOr<StepStats> TrainStepUntimed(int64_t step);
+  // Evaluate on `source` (passkey rows score retrieval too).
+  absl::StatusOr<EvalStats> EvaluateOn(data::BatchSource& source, bool passkey, int64_t step);
+  // The main evaluation after `steps_completed` steps, then data.also_eval's sets: logged, and
+  // recorded in TensorBoard and the metrics file.
+  absl::Status EvaluateAll(int64_t steps_completed);
   // The step's scalars (loss, lr, grad norm, throughput, communication share, SSA temperatures)
   // to logging.tensorboard_dir and logging.metrics_file; a no-op without them and off world rank 0.
   void RecordStepScalars(const StepStats& stats);
@@ -196,6 +207,7 @@ class Trainer {
   int64_t start_step_ = 0;  // steps already done by the run this one resumes
   std::vector<StepStats> history_;
   std::vector<EvalStats> evaluations_;
+  std::map<std::string, std::vector<EvalStats>> also_evaluations_;
   std::vector<SavedCheckpoint> saved_checkpoints_;
 };
 

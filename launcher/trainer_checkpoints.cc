@@ -108,6 +108,9 @@ TrainingState Trainer::CurrentTrainingState() const {
                        std::to_string(t.micro_batch_size() * micro_batches_ * DataParallelSize())},
                       {"training.seq_length", std::to_string(t.seq_length())},
                       {"training.seed", std::to_string(t.seed())}};
+  for (const NamedEvalSource& also : data_.also_eval) {
+    state.data_order["data.also_eval " + also.name + " corpus"] = also.corpus;
+  }
   return state;
 }
 

@@ -363,5 +363,45 @@ TEST(CorpusTraining, ResumingOnAChangedCorpusWarns) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CorpusTraining, FurtherHeldOutSetsAreScoredBesideTheMainOne) {
+  // data.eval and data.also_eval "same" are one corpus: their rows are made alike, so every
+  // evaluation scores them identically; "sevens" is another corpus and scores otherwise.
+  std::vector<int32_t> held_out;
+  for (int d = 0; d < 40; ++d) {
+    held_out.insert(held_out.end(), 19, 7);
+    held_out.push_back(kSeparator);
+  }
+  const std::string sevens = ::testing::TempDir() + "/corpus_training_sevens.i32";
+  ASSERT_TRUE(data::WriteTokenFile(sevens, held_out, data::TokenType::kInt32).ok());
+  const std::string counting = WriteCountingCorpus();
+  const auto corpus = [](const std::string& path) {
+    return absl::StrCat("{ token_file { path: \"", path, "\" document_separator_token: 0 } }");
+  };
+  const absl::StatusOr<config::JobConfig> job = JobWithData(
+      absl::StrCat("data {\n  token_file { path: \"", counting,
+                   "\" document_separator_token: 0 }\n  document_masking: true\n  eval ",
+                   corpus(counting), "\n  also_eval { name: \"same\" corpus ", corpus(counting),
+                   " }\n  also_eval { name: \"sevens\" corpus ", corpus(sevens), " }\n}"),
+      kShortRun);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  const std::vector<EvalStats>& main = (*trainer)->evaluations();
+  const auto& also = (*trainer)->also_evaluations();
+  ASSERT_EQ(main.size(), 2u);
+  ASSERT_EQ(also.size(), 2u);
+  ASSERT_EQ(also.at("same").size(), 2u);
+  ASSERT_EQ(also.at("sevens").size(), 2u);
+  for (size_t i = 0; i < main.size(); ++i) {
+    EXPECT_EQ(also.at("same")[i].step, main[i].step);
+    EXPECT_EQ(also.at("same")[i].loss, main[i].loss);
+    EXPECT_EQ(also.at("same")[i].correct_tokens, main[i].correct_tokens);
+    EXPECT_EQ(also.at("sevens")[i].step, main[i].step);
+    EXPECT_NE(also.at("sevens")[i].loss, main[i].loss);
+    EXPECT_TRUE(std::isfinite(also.at("sevens")[i].loss));
+  }
+}
+
 }  // namespace
 }  // namespace kelvin::launcher

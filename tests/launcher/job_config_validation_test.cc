@@ -240,6 +240,44 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
   }
 }
 
+// data.also_eval sets, given in the job's text (repeated messages have no --set form).
+std::string ProblemsWithAlsoEval(const std::string& data, const std::string& training) {
+  absl::StatusOr<config::JobConfig> job = ParseJobConfigText(
+      absl::StrCat(R"pb(name: "also"
+                        model { preset: "tiny" }
+                        optimizer { lr: 1e-3 })pb",
+                   "data { ", data, " } training { steps: 10 global_batch_size: 4 seq_length: 128 ",
+                   training, " }"),
+      "job.textproto");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return std::string(ValidateJobConfig(*job).message());
+}
+
+TEST(JobConfigValidation, FurtherHeldOutSetsNeedNamesSourcesAndAMainEvaluation) {
+  const std::string set = R"pb(corpus { megatron { path_prefix: "/d/web" } })pb";
+  EXPECT_EQ(
+      ProblemsWithAlsoEval(absl::StrCat("passkey {} also_eval { name: \"web-text_1\" ", set, " }"),
+                           "eval_interval: 5"),
+      "");
+  EXPECT_EQ(
+      ProblemsWithAlsoEval(absl::StrCat("passkey {} also_eval { name: \"web text\" ", set, " }"),
+                           "eval_interval: 5"),
+      "invalid job config: data.also_eval[0].name=\"web text\": name the set with letters, "
+      "digits, '_' and '-' (it names its scalars)");
+  EXPECT_EQ(ProblemsWithAlsoEval(absl::StrCat("passkey {} also_eval { name: \"web\" ", set,
+                                              " } also_eval { name: \"web\" ", set, " }"),
+                                 "eval_interval: 5"),
+            "invalid job config: data.also_eval[1].name=\"web\" names another data.also_eval set "
+            "too");
+  EXPECT_EQ(
+      ProblemsWithAlsoEval("passkey {} also_eval { name: \"web\" corpus {} }", "eval_interval: 5"),
+      "invalid job config: data.also_eval[0].corpus: no source: set megatron or token_file");
+  EXPECT_EQ(
+      ProblemsWithAlsoEval(absl::StrCat("passkey {} also_eval { name: \"web\" ", set, " }"), ""),
+      "invalid job config: data.also_eval is scored beside the main evaluation: set "
+      "training.eval_interval and held-out data (data.eval or data.eval_fraction)");
+}
+
 TEST(JobConfigValidation, NonFiniteNumbersAreReportedOnce) {
   const std::string message = ProblemsWith({"optimizer.lr=nan"});
   EXPECT_THAT(message, Not(HasSubstr("must be > 0")));
