@@ -67,8 +67,16 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
 }
 
 absl::StatusOr<EvalStats> EvaluateJob(const config::JobConfig& job) {
+  KELVIN_ASSIGN_OR_RETURN(const JobEvaluation evaluation, EvaluateJobOnEverySet(job));
+  return evaluation.main;
+}
+
+absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job) {
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, Trainer::Create(job));
-  return trainer->Evaluate(trainer->start_step());
+  JobEvaluation evaluation;
+  KELVIN_ASSIGN_OR_RETURN(evaluation.main, trainer->Evaluate(trainer->start_step()));
+  KELVIN_ASSIGN_OR_RETURN(evaluation.also, trainer->EvaluateFurtherSets(trainer->start_step()));
+  return evaluation;
 }
 
 }  // namespace kelvin::launcher

@@ -34,4 +34,11 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
 // training.eval_steps held-out batches; its step is the checkpoint's.
 absl::StatusOr<EvalStats> EvaluateJob(const config::JobConfig& job);
 
+// The same evaluation, and each data.also_eval set's, as `kelvin eval` prints them.
+struct JobEvaluation {
+  EvalStats main;
+  std::vector<std::pair<std::string, EvalStats>> also;  // (name, statistics), in config order
+};
+absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job);
+
 }  // namespace kelvin::launcher

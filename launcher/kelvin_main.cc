@@ -104,10 +104,15 @@ int Train(const kelvin::config::JobConfig& job) {
 }
 
 int Eval(const kelvin::config::JobConfig& job) {
-  const absl::StatusOr<kelvin::launcher::EvalStats> eval = kelvin::launcher::EvaluateJob(job);
+  const absl::StatusOr<kelvin::launcher::JobEvaluation> eval =
+      kelvin::launcher::EvaluateJobOnEverySet(job);
   if (!eval.ok()) return Fail(eval.status());
-  KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval->step << " | "
-                   << kelvin::launcher::FormatEvalStats(*eval);
+  KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval->main.step << " | "
+                   << kelvin::launcher::FormatEvalStats(eval->main);
+  for (const auto& [name, stats] : eval->also) {
+    KLOG_RANK0(INFO) << "eval of " << job.name() << " on " << name << " at step " << stats.step
+                     << " | " << kelvin::launcher::FormatEvalStats(stats);
+  }
   return 0;
 }
 

@@ -451,13 +451,23 @@ absl::Status Trainer::EvaluateAll(int64_t steps_completed) {
   KELVIN_ASSIGN_OR_RETURN(const EvalStats main, Evaluate(steps_completed));
   evaluations_.push_back(main);
   record(main, "");
-  for (NamedEvalSource& also : data_.also_eval) {
-    KELVIN_ASSIGN_OR_RETURN(const EvalStats eval,
-                            EvaluateOn(*also.source, /*passkey=*/false, steps_completed));
-    also_evaluations_[also.name].push_back(eval);
-    record(eval, also.name);
+  KELVIN_ASSIGN_OR_RETURN(const auto further, EvaluateFurtherSets(steps_completed));
+  for (const auto& [name, eval] : further) {
+    also_evaluations_[name].push_back(eval);
+    record(eval, name);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, EvalStats>>> Trainer::EvaluateFurtherSets(
+    int64_t step) {
+  std::vector<std::pair<std::string, EvalStats>> evaluated;
+  for (NamedEvalSource& also : data_.also_eval) {
+    KELVIN_ASSIGN_OR_RETURN(const EvalStats eval,
+                            EvaluateOn(*also.source, /*passkey=*/false, step));
+    evaluated.emplace_back(also.name, eval);
+  }
+  return evaluated;
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {

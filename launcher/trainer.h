@@ -88,6 +88,8 @@ class Trainer {
   // data-parallel replicas (the same batches on every layout); an error naming
   // the data fields when the job has no held-out data.
   absl::StatusOr<EvalStats> Evaluate(int64_t step);
+  // The same on each data.also_eval set: (name, its statistics), in the config's order.
+  absl::StatusOr<std::vector<std::pair<std::string, EvalStats>>> EvaluateFurtherSets(int64_t step);
   // The model (as built, or as restored from the checkpoint) to a Hugging Face directory
   // (config.json + safetensors), gathered over the tensor and pipeline ranks; written once, by
   // one replica's ranks (data- and context-parallel rank 0). Every rank calls it.

@@ -401,6 +401,15 @@ TEST(CorpusTraining, FurtherHeldOutSetsAreScoredBesideTheMainOne) {
     EXPECT_NE(also.at("sevens")[i].loss, main[i].loss);
     EXPECT_TRUE(std::isfinite(also.at("sevens")[i].loss));
   }
+  // kelvin eval (no checkpoint here: the seed's untrained model) scores every set, "same" exactly
+  // as the main one.
+  const absl::StatusOr<JobEvaluation> untrained = EvaluateJobOnEverySet(*job);
+  ASSERT_TRUE(untrained.ok()) << untrained.status();
+  ASSERT_EQ(untrained->also.size(), 2u);
+  EXPECT_EQ(untrained->also[0].first, "same");
+  EXPECT_EQ(untrained->also[1].first, "sevens");
+  EXPECT_EQ(untrained->also[0].second.loss, untrained->main.loss);
+  EXPECT_NE(untrained->also[1].second.loss, untrained->main.loss);
 }
 
 }  // namespace
