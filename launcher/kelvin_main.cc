@@ -162,44 +162,49 @@ bool PlansForCuda(const kelvin::config::JobConfig& job, const std::string& devic
   return job.launch().gpus_per_node() > 0;
 }
 
-// The job, its architecture and its layout on `processes` (0: launch.nodes x processes_per_node).
+// The job and what plan and launch work it out for: its architecture, the processes (plan
+// --processes, else launch.nodes x launch.processes_per_node), the device, and with PlanJob its
+// layout on them.
 struct PlannedJob {
   kelvin::config::JobConfig job;
   kelvin::models::LlamaConfig arch;
-  kelvin::launcher::JobLayout layout;
+  int processes = 0;
+  bool cuda = false;
+  kelvin::launcher::JobLayout layout;  // PlanJob's
 };
-// plan --processes, else launch.nodes x launch.processes_per_node.
-absl::StatusOr<int> ProcessesOf(const Arguments& a, const kelvin::config::JobConfig& job) {
-  const int64_t launched = int64_t{job.launch().nodes()} * job.launch().processes_per_node();
-  if (a.processes == 0 && launched > INT_MAX) {
-    return absl::InvalidArgumentError("launch.nodes x launch.processes_per_node is too large");
-  }
-  return a.processes > 0 ? a.processes : static_cast<int>(launched);
-}
 
-absl::StatusOr<PlannedJob> PlanJob(const Arguments& a) {
+absl::StatusOr<PlannedJob> LoadJobToPlan(const Arguments& a) {
   PlannedJob planned;
   KELVIN_ASSIGN_OR_RETURN(planned.job, kelvin::launcher::LoadJobConfig(a.job_path, a.overrides));
   KELVIN_ASSIGN_OR_RETURN(planned.arch,
                           kelvin::launcher::ResolveModelArchitecture(planned.job.model()));
-  KELVIN_ASSIGN_OR_RETURN(const int processes, ProcessesOf(a, planned.job));
-  KELVIN_ASSIGN_OR_RETURN(planned.layout,
-                          kelvin::launcher::PlanJobLayout(planned.job, planned.arch, processes,
-                                                          PlansForCuda(planned.job, a.device)));
+  const kelvin::config::LaunchConfig& launch = planned.job.launch();
+  const int64_t launched = int64_t{launch.nodes()} * launch.processes_per_node();
+  if (a.processes == 0 && launched > INT_MAX) {
+    return absl::InvalidArgumentError("launch.nodes x launch.processes_per_node is too large");
+  }
+  planned.processes = a.processes > 0 ? a.processes : static_cast<int>(launched);
+  planned.cuda = PlansForCuda(planned.job, a.device);
+  return planned;
+}
+
+absl::StatusOr<PlannedJob> PlanJob(const Arguments& a) {
+  KELVIN_ASSIGN_OR_RETURN(PlannedJob planned, LoadJobToPlan(a));
+  KELVIN_ASSIGN_OR_RETURN(
+      planned.layout,
+      kelvin::launcher::PlanJobLayout(planned.job, planned.arch, planned.processes, planned.cuda));
   return planned;
 }
 
 // plan --layouts: the job's valid layouts on the planned processes, best first; an error when
 // none fits launch.gpu_memory_gib.
 absl::Status PrintLayouts(const Arguments& a) {
-  KELVIN_ASSIGN_OR_RETURN(const kelvin::config::JobConfig job,
-                          kelvin::launcher::LoadJobConfig(a.job_path, a.overrides));
-  KELVIN_ASSIGN_OR_RETURN(const kelvin::models::LlamaConfig arch,
-                          kelvin::launcher::ResolveModelArchitecture(job.model()));
-  KELVIN_ASSIGN_OR_RETURN(const int processes, ProcessesOf(a, job));
+  KELVIN_ASSIGN_OR_RETURN(const PlannedJob loaded, LoadJobToPlan(a));
+  const kelvin::config::JobConfig& job = loaded.job;
+  const int processes = loaded.processes;
   KELVIN_ASSIGN_OR_RETURN(
       const kelvin::launcher::LayoutSearch search,
-      kelvin::launcher::SearchLayouts(job, arch, processes, PlansForCuda(job, a.device)));
+      kelvin::launcher::SearchLayouts(job, loaded.arch, processes, loaded.cuda));
   std::printf("%s", kelvin::launcher::FormatLayoutSearch(job, search, processes, 15).c_str());
   std::fflush(stdout);
   if (search.candidates.empty()) {

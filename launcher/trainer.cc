@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/allocator.h"
-#include "core/build_info.h"
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
 #include "core/ops/cross_entropy.h"

@@ -2,7 +2,6 @@
 // jsonl_samples.h).
 #include "core/data/jsonl_samples.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -72,14 +71,10 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
     KELVIN_RETURN_IF_ERROR(parser.Parse(text, jsonl_path, line));
     const JsonlSample& sample = parser.sample();
     ++prepared.samples;
-    prepared.tokens += static_cast<int64_t>(sample.tokens.size());
     lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
-    for (const int64_t token : sample.tokens) {
-      prepared.max_token = std::max(prepared.max_token, token);
-    }
     for (const std::string& key : sample.ignored_keys) ++prepared.ignored_keys[key];
     any_mask = any_mask || !sample.targets.empty();
-    all_targets.assign(sample.tokens.size(), 1);
+    if (sample.targets.empty()) all_targets.assign(sample.tokens.size(), 1);
     const std::vector<int64_t>& targets = sample.targets.empty() ? all_targets : sample.targets;
     for (const int64_t target : targets) prepared.targets += target;
     KELVIN_RETURN_IF_ERROR(tokens.AddSequence(sample.tokens));
@@ -88,6 +83,8 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
     mask.EndDocument();
   }
   if (in.bad()) return absl::InternalError(absl::StrCat("reading '", jsonl_path, "' failed"));
+  prepared.tokens = tokens.num_tokens();
+  prepared.max_token = tokens.max_token();
   if (prepared.samples == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the samples file '", jsonl_path, "' has no sample (no non-blank line)"));

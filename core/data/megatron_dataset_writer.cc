@@ -125,12 +125,15 @@ absl::Status MegatronDatasetWriter::WriteError(const std::string& path) const {
 absl::Status MegatronDatasetWriter::AddSequence(std::span<const int64_t> tokens) {
   KELVIN_CHECK(!finished_) << path_prefix_;
   const auto [lowest, highest] = TokenRange(type_);
+  int64_t min_token = min_token_, max_token = max_token_;  // kept only if the sequence is written
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < lowest || tokens[i] > highest) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "Megatron dataset '%s': token %d (position %d of sequence %d) does not fit %s",
           path_prefix_, tokens[i], i, sequence_lengths_.size(), TokenTypeName(type_)));
     }
+    min_token = std::min(min_token, tokens[i]);
+    max_token = std::max(max_token, tokens[i]);
   }
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -145,10 +148,8 @@ absl::Status MegatronDatasetWriter::AddSequence(std::span<const int64_t> tokens)
   }
   sequence_lengths_.push_back(static_cast<int32_t>(tokens.size()));
   num_tokens_ += static_cast<int64_t>(tokens.size());
-  for (const int64_t token : tokens) {
-    min_token_ = std::min(min_token_, token);
-    max_token_ = std::max(max_token_, token);
-  }
+  min_token_ = min_token;
+  max_token_ = max_token;
   return absl::OkStatus();
 }
 

@@ -46,6 +46,8 @@ class MegatronDatasetWriter {
   absl::Status Commit();
 
   int64_t num_tokens() const { return num_tokens_; }
+  // The largest token added so far (INT64_MIN before any).
+  int64_t max_token() const { return max_token_; }
 
  private:
   MegatronDatasetWriter(std::string path_prefix, TokenType type, std::FILE* bin);

@@ -279,15 +279,20 @@ TEST(CorpusTraining, ALossMaskOfOtherSamplesNamesTheField) {
                         "/b_loss_mask.bin' has 31 documents"));
 }
 
-TEST(CorpusTraining, AHeldOutCorpusOfItsOwnIsWhatEvaluationsScore) {
-  // The held-out corpus: token 7 throughout, documents of 20 tokens ended by the separator.
-  std::vector<int32_t> held_out;
+// A corpus of token 7 throughout: 40 documents of 20 tokens, each ended by the separator.
+std::string WriteSevensCorpus() {
+  std::vector<int32_t> tokens;
   for (int d = 0; d < 40; ++d) {
-    held_out.insert(held_out.end(), 19, 7);
-    held_out.push_back(kSeparator);
+    tokens.insert(tokens.end(), 19, 7);
+    tokens.push_back(kSeparator);
   }
-  const std::string held_out_path = ::testing::TempDir() + "/corpus_training_held_out.i32";
-  ASSERT_TRUE(data::WriteTokenFile(held_out_path, held_out, data::TokenType::kInt32).ok());
+  const std::string path = ::testing::TempDir() + "/corpus_training_sevens.i32";
+  EXPECT_TRUE(data::WriteTokenFile(path, tokens, data::TokenType::kInt32).ok());
+  return path;
+}
+
+TEST(CorpusTraining, AHeldOutCorpusOfItsOwnIsWhatEvaluationsScore) {
+  const std::string held_out_path = WriteSevensCorpus();  // the held-out corpus
   const std::string data = absl::StrCat(
       "data {\n  token_file { path: \"", WriteCountingCorpus(),
       "\" document_separator_token: 0 }\n  document_masking: true\n  packing: DOCUMENTS\n"
@@ -366,13 +371,7 @@ TEST(CorpusTraining, ResumingOnAChangedCorpusWarns) {
 TEST(CorpusTraining, FurtherHeldOutSetsAreScoredBesideTheMainOne) {
   // data.eval and data.also_eval "same" are one corpus: their rows are made alike, so every
   // evaluation scores them identically; "sevens" is another corpus and scores otherwise.
-  std::vector<int32_t> held_out;
-  for (int d = 0; d < 40; ++d) {
-    held_out.insert(held_out.end(), 19, 7);
-    held_out.push_back(kSeparator);
-  }
-  const std::string sevens = ::testing::TempDir() + "/corpus_training_sevens.i32";
-  ASSERT_TRUE(data::WriteTokenFile(sevens, held_out, data::TokenType::kInt32).ok());
+  const std::string sevens = WriteSevensCorpus();
   const std::string counting = WriteCountingCorpus();
   const auto corpus = [](const std::string& path) {
     return absl::StrCat("{ token_file { path: \"", path, "\" document_separator_token: 0 } }");
