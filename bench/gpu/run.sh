@@ -1,75 +1,111 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE (CUDA toolkit, CMake and Python with PyTorch; no Debian packages), from
 # the repository root, with build/device-kit carried (bench/gpu/make_kit.sh built it here):
+#   bash bench/gpu/run.sh [stages]      stages: comma-separated, default tests,gemm,ssa,llama
 #   1. unpacks the prebuilt programs and their libraries, recreates this machine's root path (a
 #      link to the repository copy there) so CTest's files and the compiled-in fixture paths
 #      resolve, and points the loader and OpenMPI at the kit (NCCL: PyTorch's nvidia-nccl wheel);
-#   2. runs every CUDA-labelled CTest entry: the op, SSA, model and trainer CUDA cases, the NCCL
-#      one-rank tests, host staging with two ranks, and TP2xPP2 training with 4 processes sharing
-#      the GPU. They must all pass; none may skip;
-#   3. times Kelvin's cuBLASLt bf16 GEMM against torch.matmul and the fused SSA attention (SSA on
-#      and off) against torch SDPA's flash backend on the same shapes in the same run, and the
-#      training step of a 2-layer Llama-3-8B-shaped model at 8K tokens (TFLOP/s, MFU).
-# Writes tests.txt, ctest.xml, gemm_*.jsonl, ssa_*.jsonl, llama_gpu.jsonl, ratio files and
-# summary.txt under $OUT.
+#   2. tests: runs every CUDA-labelled CTest entry: the op, SSA, model and trainer CUDA cases
+#      (each against the CPU reference on fresh inputs), the NCCL one-rank tests, host staging
+#      with two ranks, and TP2xPP2 training with 4 processes sharing the GPU. They must all pass;
+#      none may skip;
+#   3. gemm, ssa, llama: times Kelvin's cuBLASLt bf16 GEMM against torch.matmul, the fused SSA
+#      attention (SSA on and off) against torch SDPA's flash backend on the same shapes in the
+#      same run, and the training step of a 2-layer Llama-3-8B-shaped model at 8K tokens.
+# Device time is scarce, so every stage runs under its own deadline and the script always ends
+# inside the device call's limit (about 6 minutes with every stage). What comes back under $OUT
+# (the device tool returns at most 8 files): summary.txt (written as it goes: each stage's exit
+# status and seconds, the ratios), tests.txt (CTest's log) and results.tar.gz (every result
+# file: the benchmarks' JSON lines, their stderr, CTest's JUnit XML).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${OUT:-$root/build/gpu-out}"
-mkdir -p "$out"
+stages=",${1:-tests,gemm,ssa,llama},"
+work=/tmp/kelvin-gpu-results  # every result file, packed into $out/results.tar.gz at the end
 kit=/tmp/kelvin-kit
+rm -rf "$work" && mkdir -p "$out" "$work"
+summary="$out/summary.txt"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
 [[ -f "$root/build/device-kit/kit.tar.xz" ]] ||
-  { echo "run.sh: build/device-kit/kit.tar.xz missing: run bench/gpu/make_kit.sh and carry build/device-kit" | tee "$out/summary.txt"; exit 1; }
+  { say "run.sh: build/device-kit/kit.tar.xz missing: run bench/gpu/make_kit.sh and carry build/device-kit"; exit 1; }
 rm -rf "$kit" && mkdir -p "$kit" && tar -C "$kit" -xJf "$root/build/device-kit/kit.tar.xz"
 built_root="$(cat "$kit/root.txt")"
 build_dir="$(cat "$kit/build-dir.txt")"
 if [[ "$built_root" != "$root" && ! -e "$built_root" ]]; then
   mkdir -p "$(dirname "$built_root")" && ln -s "$root" "$built_root"
 fi
-rm -rf "$root/$build_dir" && mkdir -p "$(dirname "$root/$build_dir")"
+rm -rf "${root:?}/${build_dir:?}" && mkdir -p "$(dirname "$root/$build_dir")"
 cp -r "$kit/$build_dir" "$root/$build_dir"
 build="$built_root/$build_dir"
 # CTest's MPI entries name this machine's mpiexec: use the kit's.
 find "$root/$build_dir" -name CTestTestfile.cmake -exec sed -i "s|\"/usr/bin/mpiexec\"|\"$kit/openmpi/bin/mpirun\"|g" {} +
 
-nccl_lib="$(python3 -c 'import nvidia.nccl as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)"
+# NCCL from the Python packages (nvidia-nccl-cu13 installs libnccl.so.2 somewhere under nvidia/).
+nccl_so="$(python3 -c 'import nvidia, os; print(*[os.path.join(r, f) for p in nvidia.__path__ for r, _, fs in os.walk(p) for f in fs if f.startswith("libnccl.so")], sep="\n")' 2>/dev/null | head -n 1)"
+nccl_lib="$(dirname "${nccl_so:-/nonexistent/x}")"
 cuda_lib=/usr/local/cuda/lib64
 export LD_LIBRARY_PATH="$kit/lib:$nccl_lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="$kit/openmpi" OPAL_BINDIR="$kit/openmpi/bin" OPAL_LIBDIR="$kit/lib" \
   OPAL_PKGLIBDIR="$kit/openmpi/plugins" OPAL_PKGDATADIR="$kit/openmpi/help" \
   OPAL_DATADIR="$kit/openmpi/help" OPAL_SYSCONFDIR="$kit/openmpi" \
   PMIX_MCA_mca_base_component_path="$kit/openmpi/pmix-plugins"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1
-nvcc --version | tail -n 2 >> "$out/gpu.txt"
-echo "NCCL from: ${nccl_lib:-not found}" >> "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
+say "nvcc: $(nvcc --version | tail -n 1); NCCL: ${nccl_so:-not found}"
+missing_libs="$(ldd "$build/kelvin" "$build/tests/ssa_test" 2>&1 | grep 'not found' | sort -u)"
+[[ -z "$missing_libs" ]] || say "libraries not found: $missing_libs"
 
 status=0
-(cd "$build" && ctest -L cuda --output-on-failure --timeout 400 --output-junit "$out/ctest.xml") \
-  > "$out/tests.txt" 2>&1 || status=1
-cuda_summary="$(grep -E "tests passed|tests failed" "$out/tests.txt" | tail -n 1)"
-skipped_entries="$(grep -c "\*\*\*Skipped" "$out/tests.txt" || true)"
+# stage NAME SECONDS OUTPUT_FILE COMMAND...: runs COMMAND under a deadline, stdout to
+# $work/OUTPUT_FILE, stderr to $work/stderr.txt; records the exit status and the seconds taken.
+stage() {
+  local name=$1 secs=$2 file=$3 t0=$SECONDS rc
+  shift 3
+  echo "== $name" >> "$work/stderr.txt"
+  timeout -k 5 "$secs" "$@" > "$work/$file" 2>> "$work/stderr.txt"
+  rc=$?
+  say "[$name: exit $rc$([[ $rc -eq 124 ]] && echo " (deadline ${secs} s)"), $((SECONDS - t0)) s]"
+  [[ $rc -eq 0 ]] || status=1
+  return $rc
+}
+wants() { [[ "$stages" == *",$1,"* ]]; }
 
-"$build/bench/gemm_gpu_tflops" > "$out/gemm_kelvin.jsonl" 2>> "$out/bench_err.txt" || status=1
-python3 "$root/bench/gpu/torch_matmul.py" > "$out/gemm_torch.jsonl" 2>> "$out/bench_err.txt" || status=1
-python3 - "$out" > "$out/gemm_ratio.txt" <<'PY'
+if wants tests; then
+  (cd "$build" && timeout -k 5 200 ctest -L cuda -j 4 --output-on-failure --timeout 120 \
+     --output-junit "$work/ctest.xml") > "$out/tests.txt" 2>&1 || status=1
+  say "CUDA CTest entries: $(grep -E "tests passed|tests failed" "$out/tests.txt" | tail -n 1)"
+  skipped="$(grep -c "\*\*\*Skipped" "$out/tests.txt" || true)"
+  say "skipped entries: $skipped (a GPU run must skip none)"
+  [[ $skipped -eq 0 ]] || status=1
+  grep -E "^\s*[0-9]+/[0-9]+ Test" "$out/tests.txt" | grep -v "Passed" | tee -a "$summary"
+fi
+
+if wants gemm; then
+  stage gemm_kelvin 40 gemm_kelvin.jsonl "$build/bench/gemm_gpu_tflops" &&
+    stage gemm_torch 40 gemm_torch.jsonl python3 "$root/bench/gpu/torch_matmul.py" &&
+    python3 - "$work" <<'PY' | tee -a "$summary"
 import json, sys
-out = sys.argv[1]
-ours = [json.loads(l) for l in open(f"{out}/gemm_kelvin.jsonl")]
-torch = [json.loads(l) for l in open(f"{out}/gemm_torch.jsonl")]
+w = sys.argv[1]
+ours = [json.loads(l) for l in open(f"{w}/gemm_kelvin.jsonl")]
+torch = [json.loads(l) for l in open(f"{w}/gemm_torch.jsonl")]
 for o, t in zip(ours, torch):
     print(f"bf16 GEMM {o['m']}x{o['n']}x{o['k']}: kelvin {o['tflops']} TFLOP/s, "
           f"torch.matmul {t['tflops']} TFLOP/s, ratio {o['tflops'] / t['tflops']:.3f}")
 PY
+fi
 
-"$build/bench/ssa_attention_gpu" > "$out/ssa_kelvin.jsonl" 2>> "$out/bench_err.txt" || status=1
-python3 "$root/bench/gpu/torch_sdpa.py" > "$out/ssa_torch.jsonl" 2>> "$out/bench_err.txt" || status=1
-python3 - "$out" > "$out/ssa_ratio.txt" <<'PY'
+if wants ssa; then
+  stage ssa_kelvin 120 ssa_kelvin.jsonl "$build/bench/ssa_attention_gpu"
+  stage ssa_torch 60 ssa_torch.jsonl python3 "$root/bench/gpu/torch_sdpa.py"
+  python3 - "$work" <<'PY' | tee -a "$summary"
 import json, sys
-out = sys.argv[1]
-rows = [json.loads(l) for name in ("ssa_kelvin", "ssa_torch") for l in open(f"{out}/{name}.jsonl")]
+w = sys.argv[1]
+rows = [json.loads(l) for name in ("ssa_kelvin", "ssa_torch") for l in open(f"{w}/{name}.jsonl")]
 by = {(r["impl"], r["seq"]): r for r in rows}
-print("SSA attention, B x T = 16K, H 32, G 8, d 128, causal, bf16: fwd+bwd TFLOP/s "
+print("SSA attention, B x T = 16K, H 32, G 8, d 128, causal, bf16: TFLOP/s "
       "(FlashAttention FLOPs); goals: SSA-on/torch >= 0.8, SSA-on/SSA-off >= 0.95")
 for seq in sorted({r["seq"] for r in rows}):
     ssa, off, torch = (by.get((i, seq)) for i in ("kelvin_ssa", "kelvin_vanilla", "torch_sdpa_flash"))
@@ -83,15 +119,17 @@ for seq in sorted({r["seq"] for r in rows}):
                     f"ssa/off {ssa[k] / off[k]:.3f});")
     print(" ".join(line) + f" torch gqa: {torch['gqa']}")
 PY
+fi
 
-"$build/bench/llama_layers_gpu" 2 1 8192 5 > "$out/llama_gpu.jsonl" 2>> "$out/bench_err.txt" || status=1
-{
-  cat "$out/gpu.txt"
-  echo "CUDA CTest entries: $cuda_summary; $skipped_entries skipped (a GPU run must skip none)"
-  cat "$out/gemm_ratio.txt"
-  cat "$out/ssa_ratio.txt"
-  echo "Llama-3-8B-shaped, 2 layers, 1 x 8192 tokens, bf16 training step (MFU vs 989.4 TFLOP/s):"
-  cat "$out/llama_gpu.jsonl"
-} | tee "$out/summary.txt"
-[[ $skipped_entries -eq 0 ]] || status=1
+if wants llama; then
+  say "Llama-3-8B-shaped, 2 layers, 1 x 8192 tokens, bf16 training step (MFU vs 989.4 TFLOP/s):"
+  stage llama 90 llama_gpu.jsonl "$build/bench/llama_layers_gpu" 2 1 8192 5
+  tee -a "$summary" < "$work/llama_gpu.jsonl"
+fi
+
+if [[ -s "$work/stderr.txt" ]]; then
+  say "--- benchmark stderr (last 40 lines; all of it in results.tar.gz)"
+  tail -n 40 "$work/stderr.txt" | tee -a "$summary"
+fi
+tar -C "$work" -czf "$out/results.tar.gz" .
 exit $status
