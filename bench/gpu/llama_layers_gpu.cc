@@ -2,6 +2,7 @@
 // decoder layers (default 2; embedding, final norm and the 128K-vocabulary LM head included), bf16
 // with f32 master weights, B x T tokens; one step = forward, fused cross-entropy, backward and the
 // AdamW update. SSA on (the default temperatures, weight-shared) and off, in the same run.
+// Weights: bench::InitForThroughput (uniform, std 0.02; the values do not change the work).
 // Prints one JSON line per variant with the step time, tokens/s, achieved TFLOP/s and MFU.
 // FLOPs: models::TrainingFlopsPerToken (the Megatron/PaLM model-FLOPs count, "model_flops" in the
 // output) x B*T tokens. MFU = achieved / 989.4e12 (H100/H200 SXM dense bf16 peak); the SSA
@@ -13,6 +14,7 @@
 
 #include "bench/gpu/cuda_event_timer.h"
 #include "bench/synthetic_llama_batch.h"
+#include "bench/throughput_init.h"
 #include "core/copy.h"
 #include "core/ops/cross_entropy.h"
 #include "core/optim/adamw_optimizer.h"
@@ -36,7 +38,7 @@ int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {
     config->num_layers = layers;
     if (ssa) config->ssa = ssa::SsaOptions();
     models::LlamaModel model(*config, DType::kBF16, {}, {}, {ctx, false});
-    model.InitRandom(1);
+    bench::InitForThroughput(model);  // InitRandom would take over a minute here
     AdamWOptimizer optimizer(model.parameters(), AdamWSettings{});
     const bench::SyntheticLlamaBatch data =
         bench::MakeSyntheticLlamaBatch(batch, seq, config->vocab_size);

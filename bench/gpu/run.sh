@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE (CUDA toolkit, CMake and Python with PyTorch; no Debian packages), from
 # the repository root, with build/device-kit carried (bench/gpu/make_kit.sh built it here):
-#   bash bench/gpu/run.sh [stages]      stages: comma-separated, default tests,gemm,ssa,llama
-#   1. unpacks the prebuilt programs and their libraries, recreates this machine's root path (a
-#      link to the repository copy there) so CTest's files and the compiled-in fixture paths
-#      resolve, and points the loader and OpenMPI at the kit (NCCL: PyTorch's nvidia-nccl wheel);
-#   2. tests: runs every CUDA-labelled CTest entry: the op, SSA, model and trainer CUDA cases
-#      (each against the CPU reference on fresh inputs), the NCCL one-rank tests, host staging
-#      with two ranks, and TP2xPP2 training with 4 processes sharing the GPU. They must all pass;
-#      none may skip;
-#   3. gemm, ssa, llama: times Kelvin's cuBLASLt bf16 GEMM against torch.matmul, the fused SSA
-#      attention (SSA on and off) against torch SDPA's flash backend on the same shapes in the
-#      same run, and the training step of a 2-layer Llama-3-8B-shaped model at 8K tokens.
+#   bash bench/gpu/run.sh [stages]   stages: comma-separated; default tests,sanitize,gemm,ssa,llama
+# First it unpacks the prebuilt programs and their libraries, recreates this machine's root path
+# (a link to the repository copy there) so CTest's files and the compiled-in fixture paths
+# resolve, and points the loader and OpenMPI at the kit (NCCL: PyTorch's nvidia-nccl wheel).
+#   tests     every CUDA-labelled CTest entry: the op, SSA, model and trainer CUDA cases (each
+#             against the CPU reference on fresh inputs), the NCCL one-rank tests, host staging
+#             with two ranks, and TP2xPP2 training with 4 processes sharing the GPU. They must
+#             all pass; none may skip;
+#   sanitize  compute-sanitizer's memcheck over the SSA kernel's block and packed test cases;
+#   gemm      Kelvin's cuBLASLt bf16 GEMM against torch.matmul;
+#   ssa       the fused SSA attention (SSA on and off) against torch SDPA's flash backend on the
+#             same shapes in the same run;
+#   llama     the training step of a 2-layer Llama-3-8B-shaped model at 8K tokens (MFU).
 # Device time is scarce, so every stage runs under its own deadline and the script always ends
 # inside the device call's limit (about 6 minutes with every stage). What comes back under $OUT
 # (the device tool returns at most 8 files): summary.txt (written as it goes: each stage's exit
@@ -20,7 +22,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${OUT:-$root/build/gpu-out}"
-stages=",${1:-tests,gemm,ssa,llama},"
+stages=",${1:-tests,sanitize,gemm,ssa,llama},"
 work=/tmp/kelvin-gpu-results  # every result file, packed into $out/results.tar.gz at the end
 kit=/tmp/kelvin-kit
 rm -rf "$work" && mkdir -p "$out" "$work"
@@ -81,6 +83,14 @@ if wants tests; then
   say "skipped entries: $skipped (a GPU run must skip none)"
   [[ $skipped -eq 0 ]] || status=1
   grep -E "^\s*[0-9]+/[0-9]+ Test" "$out/tests.txt" | grep -v "Passed" | tee -a "$summary"
+fi
+
+if wants sanitize; then
+  # compute-sanitizer's memcheck over the SSA kernels' block and packed cases (out-of-bounds and
+  # misaligned accesses; it runs the kernels many times slower, so only these).
+  stage sanitize 150 sanitize.txt compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$build/tests/ssa_test" --gtest_filter='SsaAttentionCudaBlocks.*:*d64_h4g2_t100_b2_packed*'
+  tail -n 5 "$work/sanitize.txt" | tee -a "$summary"
 fi
 
 if wants gemm; then

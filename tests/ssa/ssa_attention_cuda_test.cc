@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -269,7 +270,10 @@ Result NaiveBf16(const SsaProblem& pr) {
 void ExpectWithinNaiveBf16(const SsaOptions& o, const Result& kernel, const Result& naive,
                            const Result& expected, bool temperatures = true) {
   auto check = [&](auto field, const char* what) {
-    EXPECT_TRUE(WithinNaiveBf16(field(kernel), field(naive), field(expected), what));
+    const ::testing::AssertionResult within =
+        WithinNaiveBf16(field(kernel), field(naive), field(expected), what);
+    std::printf("  %s\n", within.message());  // the margins, recorded in a GPU run's log
+    EXPECT_TRUE(within);
   };
   check([](const Result& r) { return r.fwd.out; }, "out");
   check([](const Result& r) { return r.fwd.lse; }, "lse");
