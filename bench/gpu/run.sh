@@ -9,6 +9,7 @@
 #             against the CPU reference on fresh inputs), the NCCL one-rank tests, host staging
 #             with two ranks, and TP2xPP2 training with 4 processes sharing the GPU. They must
 #             all pass; none may skip;
+#   ssa_cases the SSA program's CUDA cases alone (SSA_FILTER narrows them; not a default stage);
 #   sanitize  compute-sanitizer's memcheck over the SSA kernel's block and packed test cases;
 #   gemm      Kelvin's cuBLASLt bf16 GEMM against torch.matmul;
 #   ssa       the fused SSA attention (SSA on and off) against torch SDPA's flash backend on the
@@ -83,6 +84,12 @@ if wants tests; then
   say "skipped entries: $skipped (a GPU run must skip none)"
   [[ $skipped -eq 0 ]] || status=1
   grep -E "^\s*[0-9]+/[0-9]+ Test" "$out/tests.txt" | grep -v "Passed" | tee -a "$summary"
+fi
+
+if wants ssa_cases; then
+  # Only the SSA program's CUDA cases (SSA_FILTER narrows them), for a quick look at the kernel.
+  stage ssa_cases 120 ssa_cases.txt "$build/tests/ssa_test" --gtest_filter="${SSA_FILTER:-*Cuda*}"
+  grep -E "DIAG|FAILED|PASSED" "$work/ssa_cases.txt" | tee -a "$summary"
 fi
 
 if wants sanitize; then
