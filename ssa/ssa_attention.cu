@@ -1,8 +1,12 @@
 // The fused SSA attention operator on CUDA (bf16 storage, f32 accumulation, sm_90 tensor cores
-// through mma.sync m16n8k16): FlashAttention-2 forward and backward that apply RoPE, tau^q and
-// tau^v as tiles are loaded into shared memory (q~, v~ never reach global memory), plus the
-// log-sum-exp merge of key blocks. B rows, Tq / Tk query / key tokens per row, H query heads,
-// G kv heads, d head dim (64 or 128). Temperatures: ssa_temperature.cu.
+// through mma.sync m16n8k16): FlashAttention-2 forward and backward, plus the log-sum-exp merge
+// of key blocks. B rows, Tq / Tk query / key tokens per row, H query heads, G kv heads, d head dim
+// (64 or 128). Temperatures: ssa_temperature.cu.
+// Each call first writes q~ = bf16(tau^q R(u)), k~ = bf16(R(k)) and v~ = bf16(tau^v v) into bf16
+// scratch (PrepareKernel, O(N)); the attention kernels then copy plain tiles. (Applying RoPE and
+// the temperatures as each tile was loaded repeated the rotation of every key for each of the
+// T/64 query tiles that visit it, and of every query for each key tile; the values are the same
+// bf16 either way.)
 #include <cmath>
 #include <cstdint>
 
@@ -27,59 +31,66 @@ constexpr int kPad = 8;  // bf16 of padding per shared row: conflict-free 32-bit
 // What both attention kernels read. Token t of a side is row * T + local index; its vectors sit
 // at (t * heads + head) * d.
 struct AttentionParams {
-  const bf16* u;                   // [Nq, H, d]
-  const bf16* k;                   // [Nk, G, d]
-  const bf16* v;                   // [Nk, G, d]
+  const bf16* q;                   // [Nq, H, d] q~ = tau^q R(u)
+  const bf16* k;                   // [Nk, G, d] k~ = R(k)
+  const bf16* v;                   // [Nk, G, d] v~ = tau^v v
   const int32_t* query_positions;  // [Nq]
   const int32_t* key_positions;    // [Nk]
-  const float* inv_freq;           // [d/2]
-  const float* tau_q;              // [Nq, H]; null: query temperature off
-  const float* tau_v;              // [Nk, G]; null: value temperature off
   int query_begin, query_count;    // global index of each row's first query, Tq
   int key_begin, key_count;        // global index of each row's first key, Tk
   int heads, kv_heads;             // H, G
   float scale_log2;                // log2(e) / sqrt(d): scores in log2 units
 };
 
-// rows x kD tile: dst[r][e] = bf16(scale_r * R_r(x_r)[e]) where R_r is RoPE at the row's position
-// (when rope) and scale_r = tau[r] (1 when tau is null); rows at or past `valid` are zeros.
-// x / positions / tau point at the tile's first token; x_stride, tau_stride count elements.
+// grid (ceil(vectors * d/16 / 256)), 256 threads; thread: one 8-element chunk of the first half
+// of a (token, head) vector and its RoPE partners d/2 later. out = bf16(scale * R(x)) where R is
+// RoPE at the token's position (when positions is not null) and scale = tau of the vector (1 when
+// tau is null). x, out [N, heads, d]; positions [N]; tau [N, heads].
+template <int kD>
+__global__ void __launch_bounds__(256)
+    PrepareKernel(const bf16* x, const int32_t* positions, const float* inv_freq, const float* tau,
+                  int64_t vectors, int heads, bf16* out) {
+  constexpr int kChunks = kD / 16;  // 8-element chunks in half a vector
+  const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (item >= vectors * kChunks) return;
+  const int64_t vector = item / kChunks;
+  const int c = static_cast<int>(item % kChunks) * 8;
+  const bf16* row = x + vector * kD;
+  float a[8], b[8];  // elements c..c+7 and their RoPE partners c+d/2..c+d/2+7
+  Unpack8(*reinterpret_cast<const uint4*>(row + c), a);
+  Unpack8(*reinterpret_cast<const uint4*>(row + c + kD / 2), b);
+  if (positions != nullptr) {
+    const float position = static_cast<float>(positions[vector / heads]);
+    for (int j = 0; j < 8; ++j) {
+      float sn, cs;
+      RopeSinCos(position, inv_freq[c + j], &sn, &cs);
+      const float ra = a[j] * cs - b[j] * sn, rb = b[j] * cs + a[j] * sn;
+      a[j] = ra;
+      b[j] = rb;
+    }
+  }
+  if (tau != nullptr) {
+    const float scale = tau[vector];
+    for (int j = 0; j < 8; ++j) {
+      a[j] *= scale;
+      b[j] *= scale;
+    }
+  }
+  *reinterpret_cast<uint4*>(out + vector * kD + c) = Pack8(a);
+  *reinterpret_cast<uint4*>(out + vector * kD + c + kD / 2) = Pack8(b);
+}
+
+// rows x kD tile of shared memory (rows kD + kPad apart) from rows x_stride elements apart;
+// rows at or past `valid` are zeros.
 template <int kD, int kRows>
-__device__ void LoadTile(bf16* dst, const bf16* x, int64_t x_stride, const int32_t* positions,
-                         bool rope, const float* inv_freq, const float* tau, int64_t tau_stride,
-                         int valid) {
-  constexpr int kChunks = kD / 16;  // 8-element chunks in half a row
+__device__ void LoadTile(bf16* dst, const bf16* x, int64_t x_stride, int valid) {
+  constexpr int kChunks = kD / 8;
   constexpr int kStride = kD + kPad;
   for (int item = threadIdx.x; item < kRows * kChunks; item += kThreads) {
     const int r = item / kChunks, c = (item % kChunks) * 8;
-    uint4 first = make_uint4(0, 0, 0, 0), second = first;
-    if (r < valid) {
-      const bf16* row = x + r * x_stride;
-      float a[8], b[8];  // elements c..c+7 and their RoPE partners c+d/2..c+d/2+7
-      Unpack8(*reinterpret_cast<const uint4*>(row + c), a);
-      Unpack8(*reinterpret_cast<const uint4*>(row + c + kD / 2), b);
-      if (rope) {
-        const float position = static_cast<float>(positions[r]);
-        for (int j = 0; j < 8; ++j) {
-          float s, co;
-          RopeSinCos(position, inv_freq[c + j], &s, &co);
-          const float ra = a[j] * co - b[j] * s, rb = b[j] * co + a[j] * s;
-          a[j] = ra;
-          b[j] = rb;
-        }
-      }
-      if (tau != nullptr) {
-        const float scale = tau[r * tau_stride];
-        for (int j = 0; j < 8; ++j) {
-          a[j] *= scale;
-          b[j] *= scale;
-        }
-      }
-      first = Pack8(a);
-      second = Pack8(b);
-    }
-    *reinterpret_cast<uint4*>(dst + r * kStride + c) = first;
-    *reinterpret_cast<uint4*>(dst + r * kStride + c + kD / 2) = second;
+    const uint4 chunk = r < valid ? *reinterpret_cast<const uint4*>(x + r * x_stride + c)
+                                  : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(dst + r * kStride + c) = chunk;
   }
 }
 
@@ -132,8 +143,7 @@ template <int kD>
 struct ForwardSmem {
   bf16 q[kForwardQueries][kD + kPad];  // q~ = tau^q RoPE(u)
   bf16 k[kKeys][kD + kPad];            // k~ = RoPE(k)
-  bf16 vt[kD][kKeys + kPad];           // v~ = tau^v v, transposed [dim][key]
-  float inv_freq[kD / 2];
+  bf16 vt[kD][kKeys + kPad];           // v~ transposed [dim][key]
 };
 
 // grid (query tiles, H, B), kThreads threads: one CTA per 64 queries of one head of one row, the
@@ -155,12 +165,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q_token0 = static_cast<int64_t>(row) * p.query_count + a0;
   const int64_t k_token0 = static_cast<int64_t>(row) * p.key_count;
 
-  for (int i = threadIdx.x; i < kD / 2; i += kThreads) s.inv_freq[i] = p.inv_freq[i];
-  __syncthreads();
-  LoadTile<kD, kForwardQueries>(
-      &s.q[0][0], p.u + (q_token0 * p.heads + head) * kD, static_cast<int64_t>(p.heads) * kD,
-      p.query_positions + q_token0, true, s.inv_freq,
-      p.tau_q != nullptr ? p.tau_q + q_token0 * p.heads + head : nullptr, p.heads, q_valid);
+  LoadTile<kD, kForwardQueries>(&s.q[0][0], p.q + (q_token0 * p.heads + head) * kD,
+                                static_cast<int64_t>(p.heads) * kD, q_valid);
 
   // This thread's two query rows (index 0: row 16w + group, 1: row 16w + group + 8).
   int query_index[2], document_start[2];
@@ -194,8 +200,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t token = k_token0 + b0;
     __syncthreads();  // every warp is done with the previous tile
     LoadTile<kD, kKeys>(&s.k[0][0], p.k + (token * p.kv_heads + kv_head) * kD,
-                        static_cast<int64_t>(p.kv_heads) * kD, p.key_positions + token, true,
-                        s.inv_freq, nullptr, 0, k_valid);
+                        static_cast<int64_t>(p.kv_heads) * kD, k_valid);
     {  // v~ transposed: consecutive threads take consecutive keys of one 8-dim chunk
       constexpr int kChunks = kD / 8;
       for (int item = threadIdx.x; item < kKeys * kChunks; item += kThreads) {
@@ -204,10 +209,6 @@ __global__ void __launch_bounds__(kThreads)
         if (r < k_valid) {
           const int64_t vector = (token + r) * p.kv_heads + kv_head;
           Unpack8(*reinterpret_cast<const uint4*>(p.v + vector * kD + c), vals);
-          if (p.tau_v != nullptr) {
-            const float scale = p.tau_v[vector];
-            for (int j = 0; j < 8; ++j) vals[j] *= scale;
-          }
         }
         for (int j = 0; j < 8; ++j) s.vt[c + j][r] = bf16(vals[j]);
       }
@@ -308,7 +309,6 @@ struct BackwardSmem {
   float delta[kBackwardQueries];            // rowsum(dO * O)
   int query_index[kBackwardQueries];        // global i, -1 past the end
   int document_start[kBackwardQueries];     // i - p_i
-  float inv_freq[kD / 2];
 };
 
 struct BackwardOutputs {
@@ -336,15 +336,10 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
   const int64_t k_token0 = static_cast<int64_t>(row) * p.key_count + b0;
   const int group_size = p.heads / p.kv_heads;
 
-  for (int i = threadIdx.x; i < kD / 2; i += kThreads) s.inv_freq[i] = p.inv_freq[i];
-  __syncthreads();
   LoadTile<kD, kKeys>(&s.k[0][0], p.k + (k_token0 * p.kv_heads + kv_head) * kD,
-                      static_cast<int64_t>(p.kv_heads) * kD, p.key_positions + k_token0, true,
-                      s.inv_freq, nullptr, 0, k_valid);
+                      static_cast<int64_t>(p.kv_heads) * kD, k_valid);
   LoadTile<kD, kKeys>(&s.v[0][0], p.v + (k_token0 * p.kv_heads + kv_head) * kD,
-                      static_cast<int64_t>(p.kv_heads) * kD, nullptr, false, nullptr,
-                      p.tau_v != nullptr ? p.tau_v + k_token0 * p.kv_heads + kv_head : nullptr,
-                      p.kv_heads, k_valid);
+                      static_cast<int64_t>(p.kv_heads) * kD, k_valid);
   __syncthreads();
   TransposeTile<kD, kKeys>(&s.k[0][0], &s.kt[0][0]);  // read after the loop's first barrier
 
@@ -374,13 +369,10 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
       if (p.query_begin + a0 - p.query_positions[q_token0] > j_last) break;
       __syncthreads();  // every warp is done with the previous query tile
       const int64_t q_vector0 = q_token0 * p.heads + head;
-      LoadTile<kD, kBackwardQueries>(
-          &s.q[0][0], p.u + q_vector0 * kD, static_cast<int64_t>(p.heads) * kD,
-          p.query_positions + q_token0, true, s.inv_freq,
-          p.tau_q != nullptr ? p.tau_q + q_vector0 : nullptr, p.heads, q_valid);
+      LoadTile<kD, kBackwardQueries>(&s.q[0][0], p.q + q_vector0 * kD,
+                                     static_cast<int64_t>(p.heads) * kD, q_valid);
       LoadTile<kD, kBackwardQueries>(&s.dout[0][0], g.dout + q_vector0 * kD,
-                                     static_cast<int64_t>(p.heads) * kD, nullptr, false, nullptr,
-                                     nullptr, 0, q_valid);
+                                     static_cast<int64_t>(p.heads) * kD, q_valid);
       if (threadIdx.x < kBackwardQueries) {
         const int r = threadIdx.x;
         const bool valid = r < q_valid;
@@ -528,26 +520,59 @@ void CheckAligned(const Tensor& t, const char* name) {
       << " must start 16-byte aligned for vector loads";
 }
 
-// The parameters every kernel shares, and the temperatures of this call (the forward computes
-// them, the backward reads the saved ones).
-AttentionParams MakeParams(const SsaBlockShape& shape, const SsaAttentionInputs& in,
-                           const float* tau_q, const float* tau_v) {
-  KELVIN_CHECK(shape.query_begin + shape.query_count < INT32_MAX &&
-               shape.key_begin + shape.key_count < INT32_MAX)
-      << "ssa_attention (CUDA): global token indices must fit in 32 bits";
+// out [N, heads, d] = bf16(tau R(x)) (PrepareKernel); positions null: no RoPE, tau null: 1.
+void LaunchPrepare(cudaStream_t stream, const Tensor& x, const int32_t* positions,
+                   const float* inv_freq, const float* tau, Tensor& out) {
+  const int64_t vectors = x.dim(0) * x.dim(1);
+  if (vectors == 0) return;
+  DispatchHeadDim(x.dim(2), [&]<int kD>() {
+    const int64_t items = vectors * (kD / 16);
+    PrepareKernel<kD><<<static_cast<unsigned>(cuda_utils::CeilDiv(items, 256)), 256, 0, stream>>>(
+        x.data<bf16>(), positions, inv_freq, tau, vectors, static_cast<int>(x.dim(1)),
+        out.data<bf16>());
+    KELVIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// The tiles both attention kernels read, written once per call: q~ [Nq, H, d], k~ [Nk, G, d],
+// v~ [Nk, G, d] (v itself when the value temperature is off).
+struct PreparedTiles {
+  Tensor q, k, v;
+};
+
+PreparedTiles Prepare(const Context& ctx, const SsaAttentionInputs& in, const float* tau_q,
+                      const float* tau_v) {
   CheckAligned(in.u, "u");
   CheckAligned(in.k, "k");
   CheckAligned(in.v, "v");
+  cudaStream_t stream = StreamOf(ctx);
+  const int32_t* key_positions = in.key_positions.defined() ? in.key_positions.data<int32_t>()
+                                                            : in.query_positions.data<int32_t>();
+  const float* inv_freq = in.inv_freq.data<float>();
+  PreparedTiles t{Tensor::Empty(in.u.shape(), DType::kBF16, ctx.device()),
+                  Tensor::Empty(in.k.shape(), DType::kBF16, ctx.device()), in.v};
+  LaunchPrepare(stream, in.u, in.query_positions.data<int32_t>(), inv_freq, tau_q, t.q);
+  LaunchPrepare(stream, in.k, key_positions, inv_freq, nullptr, t.k);
+  if (tau_v != nullptr) {
+    t.v = Tensor::Empty(in.v.shape(), DType::kBF16, ctx.device());
+    LaunchPrepare(stream, in.v, nullptr, nullptr, tau_v, t.v);
+  }
+  return t;
+}
+
+// The parameters both attention kernels share.
+AttentionParams MakeParams(const SsaBlockShape& shape, const SsaAttentionInputs& in,
+                           const PreparedTiles& tiles) {
+  KELVIN_CHECK(shape.query_begin + shape.query_count < INT32_MAX &&
+               shape.key_begin + shape.key_count < INT32_MAX)
+      << "ssa_attention (CUDA): global token indices must fit in 32 bits";
   AttentionParams p;
-  p.u = in.u.data<bf16>();
-  p.k = in.k.data<bf16>();
-  p.v = in.v.data<bf16>();
+  p.q = tiles.q.data<bf16>();
+  p.k = tiles.k.data<bf16>();
+  p.v = tiles.v.data<bf16>();
   p.query_positions = in.query_positions.data<int32_t>();
   p.key_positions = in.key_positions.defined() ? in.key_positions.data<int32_t>()
                                                : in.query_positions.data<int32_t>();
-  p.inv_freq = in.inv_freq.data<float>();
-  p.tau_q = tau_q;
-  p.tau_v = tau_v;
   p.query_begin = static_cast<int>(shape.query_begin);
   p.query_count = static_cast<int>(shape.query_count);
   p.key_begin = static_cast<int>(shape.key_begin);
@@ -595,7 +620,8 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
                              DataOrNull<bf16>(params.value_readout), nullptr, nullptr, nk,
                              static_cast<int>(g), tau_v);
   }
-  const AttentionParams p = MakeParams(shape, inputs, tau_q, tau_v);
+  const PreparedTiles tiles = Prepare(ctx, inputs, tau_q, tau_v);
+  const AttentionParams p = MakeParams(shape, inputs, tiles);
   CheckAligned(outputs.out, "out");
   const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(shape.query_count, kForwardQueries)),
                   static_cast<unsigned>(h), static_cast<unsigned>(shape.batch));
@@ -630,7 +656,8 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   Zero(ctx, dq_tilde);
   LaunchRowDot(stream, dim, dout.data<bf16>(), saved.out.data<bf16>(), nq * h, delta.data<float>());
 
-  const AttentionParams p = MakeParams(shape, inputs, tau_q, tau_v);
+  const PreparedTiles tiles = Prepare(ctx, inputs, tau_q, tau_v);
+  const AttentionParams p = MakeParams(shape, inputs, tiles);
   BackwardOutputs out;
   out.dout = dout.data<bf16>();
   out.lse = saved.lse.data<float>();
@@ -662,7 +689,7 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   q.grad_tilde = dq_tilde.data<float>();
   q.x = inputs.u.data<bf16>();
   q.positions = p.query_positions;
-  q.inv_freq = p.inv_freq;
+  q.inv_freq = inputs.inv_freq.data<float>();
   q.tau = tau_q;
   q.terms = query_terms;
   q.source = DataOrNull<bf16>(query_source);
@@ -680,7 +707,7 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   k.grad_tilde = dk_tilde.data<float>();
   k.x = inputs.k.data<bf16>();
   k.positions = p.key_positions;
-  k.inv_freq = p.inv_freq;
+  k.inv_freq = inputs.inv_freq.data<float>();
   k.dx = grads.dk.data<bf16>();
   LaunchTokenBackward(stream, dim, k);
 
