@@ -10,6 +10,7 @@
 #             with two ranks, and TP2xPP2 training with 4 processes sharing the GPU. They must
 #             all pass; none may skip;
 #   ssa_cases the SSA program's CUDA cases alone (SSA_FILTER narrows them; not a default stage);
+#   profile   Nsight Compute (ncu) over the SSA kernels, every section (not a default stage);
 #   sanitize  compute-sanitizer's memcheck over the SSA kernel's block and packed test cases;
 #   gemm      Kelvin's cuBLASLt bf16 GEMM against torch.matmul;
 #   ssa       the fused SSA attention (SSA on and off) against torch SDPA's flash backend on the
@@ -90,6 +91,15 @@ if wants ssa_cases; then
   # Only the SSA program's CUDA cases (SSA_FILTER narrows them), for a quick look at the kernel.
   stage ssa_cases 120 ssa_cases.txt "$build/tests/ssa_test" --gtest_filter="${SSA_FILTER:-*Cuda*}"
   grep -E "DIAG|FAILED|PASSED" "$work/ssa_cases.txt" | tee -a "$summary"
+fi
+
+if wants profile; then
+  # Nsight Compute over the first forward and backward attention kernels of the SSA benchmark
+  # (T = 1024, SSA on): every section, as text in ncu.txt.
+  stage profile 200 ncu.txt ncu --clock-control none --set full \
+    -k 'regex:ForwardKernel|BackwardKernel' -c 2 "$build/bench/ssa_attention_gpu"
+  grep -E "^  [A-Za-z].*Kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Executed Ipc A|Issue Slots Busy" \
+    "$work/ncu.txt" | tee -a "$summary"
 fi
 
 if wants sanitize; then
