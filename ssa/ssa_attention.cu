@@ -94,6 +94,17 @@ __device__ void LoadTile(bf16* dst, const bf16* x, int64_t x_stride, int valid) 
   }
 }
 
+// As LoadTile, by cp.async (the caller commits and waits).
+template <int kD, int kRows>
+__device__ void LoadTileAsync(bf16* dst, const bf16* x, int64_t x_stride, int valid) {
+  constexpr int kChunks = kD / 8;
+  for (int item = threadIdx.x; item < kRows * kChunks; item += kThreads) {
+    const int r = item / kChunks, c = (item % kChunks) * 8;
+    const bool in = r < valid;
+    CopyAsync16(dst + r * (kD + kPad) + c, in ? x + r * x_stride + c : x, in);
+  }
+}
+
 // dst [kD][kRows + kPad] = src [kRows][kD + kPad] transposed (shared memory to shared memory).
 template <int kD, int kRows>
 __device__ void TransposeTile(const bf16* src, bf16* dst) {
@@ -142,12 +153,13 @@ __device__ __forceinline__ bool Visible(int i, int document_start, int j) {
 template <int kD>
 struct ForwardSmem {
   bf16 q[kForwardQueries][kD + kPad];  // q~ = tau^q RoPE(u)
-  bf16 k[kKeys][kD + kPad];            // k~ = RoPE(k)
-  bf16 vt[kD][kKeys + kPad];           // v~ transposed [dim][key]
+  bf16 k[2][kKeys][kD + kPad];         // k~ = RoPE(k): the tile in use and the next one
+  bf16 v[2][kKeys][kD + kPad];         // v~ = tau^v v, likewise
 };
 
 // grid (query tiles, H, B), kThreads threads: one CTA per 64 queries of one head of one row, the
 // query tile reversed so the longest causal rows start first. Warp w owns query rows 16w..16w+15.
+// The next key tile's k~ and v~ are copied (cp.async) while the current one is used.
 // Position ids restart at 0 or count up by one within a row (the dispatcher's contract), so the
 // document start i - p_i is non-decreasing in i and a tile's visible keys are
 // [start of its first query's document, its last query].
@@ -194,26 +206,30 @@ __global__ void __launch_bounds__(kThreads)
   float row_max[2] = {-INFINITY, -INFINITY};  // log2 units
   float row_sum[2] = {0.0f, 0.0f};            // this thread's share of sum 2^(x - max)
 
+  auto fetch = [&](int tile, int buffer) {  // k~, v~ of key tile `tile` into `buffer`
+    const int b0 = tile * kKeys;
+    const int64_t vector0 = (k_token0 + b0) * p.kv_heads + kv_head;
+    const int k_valid = min(kKeys, p.key_count - b0);
+    const int64_t stride = static_cast<int64_t>(p.kv_heads) * kD;
+    LoadTileAsync<kD, kKeys>(&s.k[buffer][0][0], p.k + vector0 * kD, stride, k_valid);
+    LoadTileAsync<kD, kKeys>(&s.v[buffer][0][0], p.v + vector0 * kD, stride, k_valid);
+    CopyAsyncCommit();
+  };
+  if (tile_begin < tile_end) fetch(tile_begin, 0);
+
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int b0 = tile * kKeys;
     const int k_valid = min(kKeys, p.key_count - b0);
-    const int64_t token = k_token0 + b0;
-    __syncthreads();  // every warp is done with the previous tile
-    LoadTile<kD, kKeys>(&s.k[0][0], p.k + (token * p.kv_heads + kv_head) * kD,
-                        static_cast<int64_t>(p.kv_heads) * kD, k_valid);
-    {  // v~ transposed: consecutive threads take consecutive keys of one 8-dim chunk
-      constexpr int kChunks = kD / 8;
-      for (int item = threadIdx.x; item < kKeys * kChunks; item += kThreads) {
-        const int r = item % kKeys, c = (item / kKeys) * 8;
-        float vals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (r < k_valid) {
-          const int64_t vector = (token + r) * p.kv_heads + kv_head;
-          Unpack8(*reinterpret_cast<const uint4*>(p.v + vector * kD + c), vals);
-        }
-        for (int j = 0; j < 8; ++j) s.vt[c + j][r] = bf16(vals[j]);
-      }
+    const int buffer = (tile - tile_begin) & 1;
+    if (tile + 1 < tile_end) {
+      fetch(tile + 1, buffer ^ 1);  // its buffer was last read before the previous barrier
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
     }
-    __syncthreads();
+    __syncthreads();  // this tile's copies, from every thread, have landed
+    const bf16* k_tile = &s.k[buffer][0][0];  // [kKeys][kD + kPad]
+    const bf16* v_tile = &s.v[buffer][0][0];  // [kKeys][kD + kPad]
 
     // S = q~ k~^T for 16 rows x 64 keys (8 tiles of 8 keys).
     float sc[kKeys / 8][4];
@@ -221,7 +237,7 @@ __global__ void __launch_bounds__(kThreads)
       sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
       for (int ks = 0; ks < kD / 16; ++ks) {
         uint32_t kb0, kb1;
-        LoadB(&s.k[0][0], kD + kPad, n * 8, ks * 16, group, quad, kb0, kb1);
+        LoadB(k_tile, kD + kPad, n * 8, ks * 16, group, quad, kb0, kb1);
         MmaBf16(sc[n], qa[ks], kb0, kb1);
       }
     }
@@ -265,16 +281,20 @@ __global__ void __launch_bounds__(kThreads)
       o[n][2] *= correction[1];
       o[n][3] *= correction[1];
     }
-    // O += P v~ (P rounded to bf16 in registers).
+    // O += P v~ (P rounded to bf16 in registers; v~'s B fragments by transposing loads: lane l
+    // addresses key 16 kk + 8 ((l / 8) % 2) + l % 8, dims 8 n + 8 (l / 16), for tiles n, n + 1).
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       uint32_t pa[4];
       AccumulatorsAsA(sc[2 * kk], sc[2 * kk + 1], pa);
-      for (int n = 0; n < kD / 8; ++n) {
-        uint32_t vb0, vb1;
-        LoadB(&s.vt[0][0], kKeys + kPad, n * 8, kk * 16, group, quad, vb0, vb1);
-        MmaBf16(o[n], pa, vb0, vb1);
+      const int key = kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+      for (int n = 0; n < kD / 8; n += 2) {
+        uint32_t vb[4];
+        LoadMatricesTransposed(v_tile + key * (kD + kPad) + n * 8 + (lane / 16) * 8, vb);
+        MmaBf16(o[n], pa, vb[0], vb[1]);
+        MmaBf16(o[n + 1], pa, vb[2], vb[3]);
       }
     }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
   }
 
   // Normalise and store; rows with no visible key get out = 0 and lse = -inf.

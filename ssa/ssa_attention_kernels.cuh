@@ -53,6 +53,34 @@ __device__ __forceinline__ uint32_t LoadPair(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// Four 8x8 bf16 matrices of shared memory, transposed: lane l gives the address of row l % 8 of
+// matrix l / 8 (16 bytes, 16-byte aligned) and receives, of each matrix m, r[m] = the elements
+// [2q][group] and [2q+1][group] (the low half the first): with rows = the k index of an MMA's B,
+// r[m] is a b0 / b1 fragment.
+__device__ __forceinline__ void LoadMatricesTransposed(const bf16* row, uint32_t (&r)[4]) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// 16 bytes from global to shared memory without passing through registers (cp.async, cached in
+// L2 only); `valid` false writes 16 zero bytes instead (src is not read). Completes at
+// CopyAsyncWait of its group.
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, bool valid) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+               :
+               : "r"(address), "l"(src), "r"(valid ? 16 : 0));
+}
+// Closes the group of the cp.asyncs this thread issued since the last commit.
+__device__ __forceinline__ void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CopyAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 // 8 consecutive bf16 (16-byte aligned) <-> 8 floats.
 __device__ __forceinline__ void Unpack8(const uint4& raw, float (&v)[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};

@@ -96,8 +96,11 @@ fi
 if wants profile; then
   # Nsight Compute over the first forward and backward attention kernels of the SSA benchmark
   # (T = 1024, SSA on): every section, as text in ncu.txt.
-  stage profile 200 ncu.txt ncu --clock-control none --set full \
-    -k 'regex:ForwardKernel|BackwardKernel' -c 2 "$build/bench/ssa_attention_gpu"
+  for kernel in ForwardKernel BackwardKernel; do
+    stage "profile $kernel" 100 "ncu_$kernel.txt" ncu --clock-control none --set full \
+      -k "regex:(^|:)$kernel" -c 1 "$build/bench/ssa_attention_gpu"
+  done
+  cat "$work"/ncu_*.txt > "$work/ncu.txt"
   grep -E "^  [A-Za-z].*Kernel|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Executed Ipc A|Issue Slots Busy" \
     "$work/ncu.txt" | tee -a "$summary"
 fi
