@@ -88,8 +88,8 @@ __device__ void LoadTile(bf16* dst, const bf16* x, int64_t x_stride, int valid) 
   constexpr int kStride = kD + kPad;
   for (int item = threadIdx.x; item < kRows * kChunks; item += kThreads) {
     const int r = item / kChunks, c = (item % kChunks) * 8;
-    const uint4 chunk = r < valid ? *reinterpret_cast<const uint4*>(x + r * x_stride + c)
-                                  : make_uint4(0, 0, 0, 0);
+    const uint4 chunk =
+        r < valid ? *reinterpret_cast<const uint4*>(x + r * x_stride + c) : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(dst + r * kStride + c) = chunk;
   }
 }
@@ -227,7 +227,8 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       CopyAsyncWait<0>();
     }
-    __syncthreads();  // this tile's copies, from every thread, have landed
+    // This tile's copies, from every thread, have landed.
+    __syncthreads();
     const bf16* k_tile = &s.k[buffer][0][0];  // [kKeys][kD + kPad]
     const bf16* v_tile = &s.v[buffer][0][0];  // [kKeys][kD + kPad]
 

@@ -78,8 +78,8 @@ TEST(TrainerCuda, DemoInBf16FollowsTheF32CpuRun) {
   ParameterSet& trained = gpu->model().parameters();
   for (const ParameterSet::Entry& e : cpu->model().parameters().entries()) {
     const bool readout = absl::StrContains(e.name, "_readout");
-    EXPECT_TRUE(testing::AllClose(trained.MasterOnHost(e.name), e.value, readout ? 0.15 : 3e-2,
-                                  e.name));
+    EXPECT_TRUE(
+        testing::AllClose(trained.MasterOnHost(e.name), e.value, readout ? 0.15 : 3e-2, e.name));
   }
   // The memory plan of bf16 training is what the device holds: bf16 activations and parameters,
   // f32 masters, gradients and moments.

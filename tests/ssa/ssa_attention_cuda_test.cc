@@ -295,9 +295,9 @@ void ExpectWithinNaiveBf16(const SsaOptions& o, const Result& kernel, const Resu
   check([](const Result& r) { return r.grads.params.value_readout; }, "d a^v");
   // d alpha: exactly 0 where the position term is off; otherwise see AlphaGradientOverSeeds.
   if (!(o.query_temperature && o.position_aware)) {
-    EXPECT_TRUE(testing::BitIdentical(testing::Cast(testing::ToHost(kernel.grads.params.alpha),
-                                                    DType::kF64),
-                                      expected.grads.params.alpha, "d alpha"));
+    EXPECT_TRUE(testing::BitIdentical(
+        testing::Cast(testing::ToHost(kernel.grads.params.alpha), DType::kF64),
+        expected.grads.params.alpha, "d alpha"));
   }
 }
 
