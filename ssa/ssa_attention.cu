@@ -3,10 +3,14 @@
 // of key blocks. B rows, Tq / Tk query / key tokens per row, H query heads, G kv heads, d head dim
 // (64 or 128). Temperatures: ssa_temperature.cu.
 // Each call first writes q~ = bf16(tau^q R(u)), k~ = bf16(R(k)) and v~ = bf16(tau^v v) into bf16
-// scratch (PrepareKernel, O(N)); the attention kernels then copy plain tiles. (Applying RoPE and
-// the temperatures as each tile was loaded repeated the rotation of every key for each of the
-// T/64 query tiles that visit it, and of every query for each key tile; the values are the same
-// bf16 either way.)
+// scratch (PrepareKernel, O(N)); the attention kernels then copy plain tiles, the forward with
+// cp.async while it computes. Choice, against the letter of SSA.md section 6 ("never writing q~
+// or v~ to memory: applied as tiles are loaded"): applying them on load repeated the rotation of
+// every key for each of the T/64 query tiles that visit it (and of every query for each key tile
+// in the backward), and a tile that must be transformed cannot be copied by cp.async. The values
+// are the same bf16; nothing more is saved for the backward (which writes them again); the cost
+// is transient scratch of Nq x H x d + 2 x Nk x G x d bf16 during each call (96 MiB for a
+// Llama-3-8B layer at 8K tokens). Measured on an H200: forward 2.1-2.6x faster (bench/RESULTS.md).
 #include <cmath>
 #include <cstdint>
 
@@ -561,19 +565,23 @@ struct PreparedTiles {
   Tensor q, k, v;
 };
 
+// The keys' positions: their own for a key block, else the queries'.
+const int32_t* KeyPositions(const SsaAttentionInputs& in) {
+  return in.key_positions.defined() ? in.key_positions.data<int32_t>()
+                                    : in.query_positions.data<int32_t>();
+}
+
 PreparedTiles Prepare(const Context& ctx, const SsaAttentionInputs& in, const float* tau_q,
                       const float* tau_v) {
   CheckAligned(in.u, "u");
   CheckAligned(in.k, "k");
   CheckAligned(in.v, "v");
   cudaStream_t stream = StreamOf(ctx);
-  const int32_t* key_positions = in.key_positions.defined() ? in.key_positions.data<int32_t>()
-                                                            : in.query_positions.data<int32_t>();
   const float* inv_freq = in.inv_freq.data<float>();
   PreparedTiles t{Tensor::Empty(in.u.shape(), DType::kBF16, ctx.device()),
                   Tensor::Empty(in.k.shape(), DType::kBF16, ctx.device()), in.v};
   LaunchPrepare(stream, in.u, in.query_positions.data<int32_t>(), inv_freq, tau_q, t.q);
-  LaunchPrepare(stream, in.k, key_positions, inv_freq, nullptr, t.k);
+  LaunchPrepare(stream, in.k, KeyPositions(in), inv_freq, nullptr, t.k);
   if (tau_v != nullptr) {
     t.v = Tensor::Empty(in.v.shape(), DType::kBF16, ctx.device());
     LaunchPrepare(stream, in.v, nullptr, nullptr, tau_v, t.v);
@@ -592,8 +600,7 @@ AttentionParams MakeParams(const SsaBlockShape& shape, const SsaAttentionInputs&
   p.k = tiles.k.data<bf16>();
   p.v = tiles.v.data<bf16>();
   p.query_positions = in.query_positions.data<int32_t>();
-  p.key_positions = in.key_positions.defined() ? in.key_positions.data<int32_t>()
-                                               : in.query_positions.data<int32_t>();
+  p.key_positions = KeyPositions(in);
   p.query_begin = static_cast<int>(shape.query_begin);
   p.query_count = static_cast<int>(shape.query_count);
   p.key_begin = static_cast<int>(shape.key_begin);
