@@ -165,6 +165,23 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& d
   return std::optional<std::string>(checkpoints.rbegin()->second.string());
 }
 
+absl::StatusOr<std::optional<std::string>> ChooseCheckpoint(const std::string& dir,
+                                                            const CheckpointChoice& choice) {
+  if (choice.newest()) return LatestCheckpoint(dir);
+  if (choice.step.has_value()) {
+    KELVIN_ASSIGN_OR_RETURN(std::string path, CheckpointOfStep(dir, *choice.step));
+    return std::optional<std::string>(std::move(path));
+  }
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<BestCheckpoint> best, FindBestCheckpoint(dir));
+  if (!best.has_value()) {
+    return absl::NotFoundError(absl::StrCat(
+        "checkpoint.dir=\"", dir,
+        "\" holds no checkpoint with an evaluation loss (those saved at steps the run evaluated "
+        "at, with training.eval_interval set): take the latest, or one --step N"));
+  }
+  return std::optional<std::string>(best->path);
+}
+
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
                                              const TrainingState& state, const Context& ctx) {
   KELVIN_ASSIGN_OR_RETURN(const CheckpointReader reader, OpenJobCheckpoint(path, job_name));

@@ -143,6 +143,22 @@ struct BestCheckpoint {
 };
 absl::StatusOr<std::optional<BestCheckpoint>> FindBestCheckpoint(const std::string& dir);
 
+// Which complete checkpoint of checkpoint.dir a command reads (`kelvin convert` and `kelvin eval`
+// --step N / --best): the newest (the default), the one of `step`, or with `best` the one of the
+// lowest evaluation loss (FindBestCheckpoint).
+struct CheckpointChoice {
+  std::optional<int64_t> step;
+  bool best = false;
+
+  static CheckpointChoice Step(int64_t step) { return {step, false}; }
+  static CheckpointChoice Best() { return {std::nullopt, true}; }
+  bool newest() const { return !step.has_value() && !best; }
+};
+// Its path: nullopt when the newest is asked for and `dir` holds no complete checkpoint; an error
+// naming checkpoint.dir and what it holds when the step's or a best checkpoint is missing.
+absl::StatusOr<std::optional<std::string>> ChooseCheckpoint(const std::string& dir,
+                                                            const CheckpointChoice& choice);
+
 // Deletes all but the newest `keep_last` complete checkpoints under `dir` (0 keeps all), and with
 // `keep_best` not the one FindBestCheckpoint names, which it returns (nullopt without keep_best).
 absl::StatusOr<std::optional<BestCheckpoint>> PruneCheckpoints(const std::string& dir,

@@ -21,22 +21,8 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
   }
   KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
       << "convert writes f32 or bf16";
-  std::optional<std::string> chosen;
-  if (options.best) {
-    KELVIN_ASSIGN_OR_RETURN(const std::optional<BestCheckpoint> best,
-                            FindBestCheckpoint(job.checkpoint().dir()));
-    if (!best.has_value()) {
-      return absl::NotFoundError(absl::StrCat(
-          "checkpoint.dir=\"", job.checkpoint().dir(),
-          "\" holds no checkpoint with an evaluation loss (those saved at steps the run evaluated "
-          "at, with training.eval_interval set): convert the latest, or one --step N"));
-    }
-    chosen = best->path;
-  } else if (options.step.has_value()) {
-    KELVIN_ASSIGN_OR_RETURN(chosen, CheckpointOfStep(job.checkpoint().dir(), *options.step));
-  } else {
-    KELVIN_ASSIGN_OR_RETURN(chosen, LatestCheckpoint(job.checkpoint().dir()));
-  }
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> chosen,
+                          ChooseCheckpoint(job.checkpoint().dir(), options.checkpoint));
   if (!chosen.has_value()) {
     return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(),
                                             "\" holds no complete checkpoint (step_<N> "
@@ -71,8 +57,16 @@ absl::StatusOr<EvalStats> EvaluateJob(const config::JobConfig& job) {
   return evaluation.main;
 }
 
-absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job) {
-  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, Trainer::Create(job));
+absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job,
+                                                    const CheckpointChoice& checkpoint) {
+  // A chosen checkpoint instead of the newest: the model is built without resuming, then the
+  // chosen one restored.
+  config::JobConfig built = job;
+  if (!checkpoint.newest()) built.mutable_checkpoint()->set_resume(config::CheckpointConfig::NEVER);
+  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, Trainer::Create(built));
+  if (!checkpoint.newest()) {
+    KELVIN_RETURN_IF_ERROR(trainer->RestoreCheckpoint(checkpoint));
+  }
   JobEvaluation evaluation;
   KELVIN_ASSIGN_OR_RETURN(evaluation.main, trainer->Evaluate(trainer->start_step()));
   KELVIN_ASSIGN_OR_RETURN(evaluation.also, trainer->EvaluateFurtherSets(trainer->start_step()));

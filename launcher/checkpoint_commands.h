@@ -10,21 +10,19 @@
 
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
+#include "launcher/checkpoint.h"
 #include "launcher/trainer.h"
 
 namespace kelvin::launcher {
 
 struct ConvertOptions {
-  std::optional<int64_t> step;  // the checkpoint of this step; unset: the newest
+  CheckpointChoice checkpoint;  // the newest, a step's or the best
   DType dtype = DType::kF32;    // of the written weights: f32 (the masters, exact) or bf16 (RNE)
-  bool best = false;            // the checkpoint of the lowest evaluation loss (keep_best's)
 };
 
-// Writes the weights of a complete checkpoint of checkpoint.dir (the newest, options.step's, or
-// with options.best the one of the lowest evaluation loss; an error naming the field when there
-// is none; the checkpoint must be this job's and of its
-// model) to `directory` as a Hugging Face model (config.json + safetensors). Returns the
-// checkpoint's step.
+// Writes the weights of the chosen complete checkpoint of checkpoint.dir (an error naming the
+// field when there is none; the checkpoint must be this job's and of its model) to `directory` as
+// a Hugging Face model (config.json + safetensors). Returns the checkpoint's step.
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
                                               const std::string& directory,
                                               const ConvertOptions& options = {});
@@ -34,11 +32,14 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
 // training.eval_steps held-out batches; its step is the checkpoint's.
 absl::StatusOr<EvalStats> EvaluateJob(const config::JobConfig& job);
 
-// The same evaluation, and each data.also_eval set's, as `kelvin eval` prints them.
+// The same evaluation, and each data.also_eval set's, as `kelvin eval` prints them; with a
+// `checkpoint` choice other than the newest (--step N, --best), of that checkpoint of
+// checkpoint.dir (an error naming the field when there is none).
 struct JobEvaluation {
   EvalStats main;
   std::vector<std::pair<std::string, EvalStats>> also;  // (name, statistics), in config order
 };
-absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job);
+absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job,
+                                                    const CheckpointChoice& checkpoint = {});
 
 }  // namespace kelvin::launcher

@@ -48,7 +48,8 @@ constexpr const char* kUsage =
     "  launch  check the layout on launch.nodes x processes_per_node, then write the SLURM\n"
     "          batch script and the resolved job into launch.run_dir; --submit: also sbatch it\n"
     "  eval    the held-out loss (and passkey retrieval) of the job's model: its latest\n"
-    "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation\n"
+    "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation;\n"
+    "          --step N or --best (as for convert): that checkpoint instead\n"
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
     "          (one process, no GPU, whatever layout wrote the checkpoint); options:\n"
     "            --step N        the checkpoint of step N instead\n"
@@ -70,12 +71,13 @@ constexpr const char* kUsage =
 struct Arguments {
   std::string command, job_path;
   std::vector<std::string> overrides;
-  int processes = 0;                         // plan --processes (0: from launch.*)
-  std::string device;                        // plan --device: "", "cpu" or "cuda"
-  bool layouts = false;                      // plan --layouts
-  bool submit = false;                       // launch --submit
-  std::string out;                           // convert --out
-  kelvin::launcher::ConvertOptions convert;  // convert --step, --best, --dtype
+  int processes = 0;                                  // plan --processes (0: from launch.*)
+  std::string device;                                 // plan --device: "", "cpu" or "cuda"
+  bool layouts = false;                               // plan --layouts
+  bool submit = false;                                // launch --submit
+  std::string out;                                    // convert --out
+  kelvin::launcher::CheckpointChoice checkpoint;      // convert and eval --step, --best
+  kelvin::DType convert_dtype = kelvin::DType::kF32;  // convert --dtype
 };
 
 int Usage(const std::string& problem) {
@@ -103,9 +105,10 @@ int Train(const kelvin::config::JobConfig& job) {
   return status.ok() ? 0 : Fail(status);
 }
 
-int Eval(const kelvin::config::JobConfig& job) {
+int Eval(const kelvin::config::JobConfig& job,
+         const kelvin::launcher::CheckpointChoice& checkpoint) {
   const absl::StatusOr<kelvin::launcher::JobEvaluation> eval =
-      kelvin::launcher::EvaluateJobOnEverySet(job);
+      kelvin::launcher::EvaluateJobOnEverySet(job, checkpoint);
   if (!eval.ok()) return Fail(eval.status());
   KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval->main.step << " | "
                    << kelvin::launcher::FormatEvalStats(eval->main);
@@ -136,7 +139,8 @@ int RunUnderLauncher(const Arguments& a) {
         kelvin::launcher::LoadJobConfig(a.job_path, a.overrides);
     if (!job.ok()) return Fail(job.status());
     if (a.command == "train") return Train(*job);
-    return a.command == "eval" ? Eval(*job) : Convert(*job, a.out, a.convert);
+    return a.command == "eval" ? Eval(*job, a.checkpoint)
+                               : Convert(*job, a.out, {a.checkpoint, a.convert_dtype});
   };
   if (launched->world_size == 1) return run();
   // Convert is one process's work: under a launcher, rank 0 does it (the others need no MPI).
@@ -307,6 +311,7 @@ int main(int argc, char** argv) {
       a.command != "convert") {
     return Usage("unknown command \"" + a.command + "\"");
   }
+  const bool reads_checkpoint = a.command == "convert" || a.command == "eval";
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const bool has_value = i + 1 < args.size();
@@ -329,25 +334,25 @@ int main(int argc, char** argv) {
       a.submit = true;
     } else if (a.command == "convert" && arg == "--out" && has_value) {
       a.out = args[++i];
-    } else if (a.command == "convert" && arg == "--step" && has_value) {
+    } else if (reads_checkpoint && arg == "--step" && has_value) {
       int64_t step = 0;
       if (!absl::SimpleAtoi(args[++i], &step) || step < 0) {
         return Usage("--step " + args[i] + ": give a step count >= 0");
       }
-      a.convert.step = step;
-    } else if (a.command == "convert" && arg == "--best") {
-      a.convert.best = true;
+      a.checkpoint.step = step;
+    } else if (reads_checkpoint && arg == "--best") {
+      a.checkpoint.best = true;
     } else if (a.command == "convert" && arg == "--dtype" && has_value) {
       const std::string dtype = args[++i];
       if (dtype != "f32" && dtype != "bf16") return Usage("--dtype " + dtype + ": use f32 or bf16");
-      a.convert.dtype = dtype == "bf16" ? kelvin::DType::kBF16 : kelvin::DType::kF32;
+      a.convert_dtype = dtype == "bf16" ? kelvin::DType::kBF16 : kelvin::DType::kF32;
     } else {
       return Usage("unexpected argument \"" + arg + "\" for " + a.command);
     }
   }
   if (a.command == "convert" && a.out.empty()) return Usage("convert needs --out DIR");
-  if (a.convert.best && a.convert.step.has_value()) {
-    return Usage("convert takes --step N or --best, not both");
+  if (a.checkpoint.best && a.checkpoint.step.has_value()) {
+    return Usage(a.command + " takes --step N or --best, not both");
   }
   if (a.command == "plan") return Plan(a);
   return a.command == "launch" ? Launch(a) : RunUnderLauncher(a);

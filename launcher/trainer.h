@@ -90,6 +90,10 @@ class Trainer {
   absl::StatusOr<EvalStats> Evaluate(int64_t step);
   // The same on each data.also_eval set: (name, its statistics), in the config's order.
   absl::StatusOr<std::vector<std::pair<std::string, EvalStats>>> EvaluateFurtherSets(int64_t step);
+  // Restores the chosen checkpoint of checkpoint.dir (`kelvin eval --step N / --best`, on a
+  // Trainer created with checkpoint.resume NEVER); an error on every rank, naming the field, when
+  // there is none. Collective.
+  absl::Status RestoreCheckpoint(const CheckpointChoice& choice);
   // The model (as built, or as restored from the checkpoint) to a Hugging Face directory
   // (config.json + safetensors), gathered over the tensor and pipeline ranks; written once, by
   // one replica's ranks (data- and context-parallel rank 0). Every rank calls it.
@@ -144,9 +148,11 @@ class Trainer {
   absl::Status OpenMetricsFile();
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
-  // Every rank found the same newest checkpoint (a shared filesystem may show one late): an error
-  // on every rank when not. Collective over the world.
-  absl::Status CheckSameCheckpointEverywhere(const std::optional<std::string>& latest);
+  // Restores the complete checkpoint at `path` (found alike on every rank). Collective.
+  absl::Status RestoreFrom(const std::string& path);
+  // Every rank found the same checkpoint to restore (a shared filesystem may show one late): an
+  // error on every rank when not. Collective over the world.
+  absl::Status CheckSameCheckpointEverywhere(const std::optional<std::string>& found);
   // Saves the checkpoint of `steps_completed` steps, after finishing a background save in flight:
   // in turn, or with checkpoint.async_save in the background unless `wait`. Collective.
   absl::Status SaveCheckpointAt(int64_t steps_completed, bool wait);

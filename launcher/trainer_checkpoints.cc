@@ -36,10 +36,35 @@ absl::Status Trainer::Resume() {
     }
     return absl::OkStatus();
   }
+  return RestoreFrom(*latest);
+}
+
+absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
+  const config::CheckpointConfig& c = job_.checkpoint();
+  if (c.dir().empty()) {
+    return absl::InvalidArgumentError(
+        "restoring a chosen checkpoint (kelvin eval --step / --best) reads the job's "
+        "checkpoints: set checkpoint.dir");
+  }
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  const absl::StatusOr<std::optional<std::string>> found = ChooseCheckpoint(c.dir(), choice);
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(world, found.status(), "choosing in checkpoint.dir=" + c.dir()));
+  KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(*found));
+  if (!found->has_value()) {
+    return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", c.dir(),
+                                            "\" holds no complete checkpoint (step_<N> "
+                                            "directories): nothing to restore"));
+  }
+  return RestoreFrom(**found);
+}
+
+absl::Status Trainer::RestoreFrom(const std::string& path) {
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
   const TrainingState state = CurrentTrainingState();
-  absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(*latest, job_.name(), state, ctx_);
+  absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(path, job_.name(), state, ctx_);
   // A damaged part may fail some ranks only: none goes on to train without the others.
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + *latest));
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + path));
   const RestoredSteps& restored = *loaded;
   start_step_ = restored.steps_completed;
   if (distributed_optimizer_ != nullptr) {
@@ -49,7 +74,7 @@ absl::Status Trainer::Resume() {
     model_->parameters().SyncModelCopy();
     optimizer_->set_steps_taken(restored.optimizer_steps);
   }
-  KLOG_RANK0(INFO) << "resumed from " << *latest << " (" << start_step_ << " steps done)";
+  KLOG_RANK0(INFO) << "resumed from " << path << " (" << start_step_ << " steps done)";
   if (!restored.saved_by.empty() && restored.saved_by != KelvinVersion()) {
     KLOG_RANK0(INFO) << "the checkpoint was written by kelvin " << restored.saved_by
                      << "; this is kelvin " << KelvinVersion();
@@ -71,9 +96,9 @@ absl::Status Trainer::Resume() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::string>& latest) {
+absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::string>& found) {
   if (grid_ == nullptr) return absl::OkStatus();
-  const int64_t step = latest.has_value() ? CheckpointStepOf(*latest).value_or(-1) : -1;
+  const int64_t step = found.has_value() ? CheckpointStepOf(*found).value_or(-1) : -1;
   Tensor range = Tensor::Empty({2}, DType::kI64);  // [max step, -min step] over the ranks
   range.data<int64_t>()[0] = step;
   range.data<int64_t>()[1] = -step;
@@ -81,7 +106,7 @@ absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::str
   const int64_t newest = range.data<int64_t>()[0], oldest = -range.data<int64_t>()[1];
   if (newest == oldest) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "the ranks see different newest checkpoints in checkpoint.dir=\"", job_.checkpoint().dir(),
+      "the ranks found different checkpoints in checkpoint.dir=\"", job_.checkpoint().dir(),
       "\" (steps ", oldest, " to ", newest,
       "; -1: none): the shared filesystem shows the latest save late; run the job again"));
 }

@@ -124,7 +124,8 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
   // newest's); a pruned step is an error listing the kept ones.
   const config::JobConfig job = SmallJob(dir);
   const std::string hf = CheckpointDir("interval_hf");
-  const absl::StatusOr<int64_t> converted = ConvertCheckpointToHf(job, hf, {4, DType::kBF16});
+  const absl::StatusOr<int64_t> converted =
+      ConvertCheckpointToHf(job, hf, {CheckpointChoice::Step(4), DType::kBF16});
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_EQ(*converted, 4);
   absl::StatusOr<CheckpointReader> step4 = CheckpointReader::Open(dir + "/step_00000004");
@@ -141,7 +142,9 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
       *exported->Read("model.norm.weight"),
       testing::Cast(trainer->model().parameters().value("model.norm.weight"), DType::kBF16),
       "the newest checkpoint's norm"));
-  EXPECT_THAT(std::string(ConvertCheckpointToHf(job, hf, {2, DType::kF32}).status().message()),
+  EXPECT_THAT(std::string(ConvertCheckpointToHf(job, hf, {CheckpointChoice::Step(2), DType::kF32})
+                              .status()
+                              .message()),
               HasSubstr("has no complete checkpoint of step 2 (it has steps 4, 6)"));
   fs::remove_all(dir);
   fs::remove_all(hf);
@@ -211,10 +214,28 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
     EXPECT_EQ(*index->eval_loss, trainer->evaluations()[step / 2 - 1].loss) << name;
   }
   const std::string hf = CheckpointDir("keep_best_hf");
-  const absl::StatusOr<int64_t> converted = ConvertCheckpointToHf(
-      SmallJob(dir), hf, {.step = std::nullopt, .dtype = DType::kF32, .best = true});
+  const absl::StatusOr<int64_t> converted =
+      ConvertCheckpointToHf(SmallJob(dir), hf, {CheckpointChoice::Best()});
   ASSERT_TRUE(converted.ok()) << converted.status();
   EXPECT_EQ(*converted, lowest->step);
+  // `kelvin eval --best` and `--step N` restore those checkpoints and score what the run scored
+  // at their steps; a step without a checkpoint is an error naming what the directory holds.
+  for (const CheckpointChoice& choice : {CheckpointChoice::Best(), CheckpointChoice::Step(6)}) {
+    const int64_t step = choice.best ? lowest->step : 6;
+    const absl::StatusOr<JobEvaluation> eval = EvaluateJobOnEverySet(SmallJob(dir), choice);
+    ASSERT_TRUE(eval.ok()) << eval.status();
+    EXPECT_EQ(eval->main.step, step);
+    EXPECT_EQ(eval->main.loss, trainer->evaluations()[step / 2 - 1].loss) << "step " << step;
+  }
+  EXPECT_THAT(
+      std::string(
+          EvaluateJobOnEverySet(SmallJob(dir), CheckpointChoice::Step(3)).status().message()),
+      HasSubstr("checkpoint.dir=\"" + dir +
+                "\" has no complete checkpoint of step 3 (it has steps"));
+  EXPECT_THAT(
+      std::string(EvaluateJobOnEverySet(SmallJob(""), CheckpointChoice::Best()).status().message()),
+      HasSubstr("kelvin eval --step / --best) reads the job's checkpoints: set "
+                "checkpoint.dir"));
   fs::remove_all(dir);
   fs::remove_all(hf);
 }
@@ -266,8 +287,7 @@ TEST(Checkpoint, ConvertNeedsACheckpoint) {
                         "convert"));
   // Saved where the run did not evaluate: no checkpoint is the best.
   WriteIndexOnly(dir, 2, std::nullopt);
-  EXPECT_THAT(ConvertCheckpointToHf(SmallJob(dir), "/tmp/unused",
-                                    {.step = std::nullopt, .dtype = DType::kF32, .best = true})
+  EXPECT_THAT(ConvertCheckpointToHf(SmallJob(dir), "/tmp/unused", {CheckpointChoice::Best()})
                   .status()
                   .message(),
               HasSubstr("holds no checkpoint with an evaluation loss (those saved at steps the run "

@@ -455,7 +455,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   ASSERT_EQ(split_view.ok(), WorldSize() == 1);
   if (WorldSize() > 1) {
     EXPECT_NE(std::string(split_view.status().message())
-                  .find("the ranks see different newest checkpoints in checkpoint.dir=\"" + seen +
+                  .find("the ranks found different checkpoints in checkpoint.dir=\"" + seen +
                         "\" (steps -1 to 3; -1: none)"),
               std::string::npos)
         << split_view.status();
