@@ -2,11 +2,15 @@
 // cuBLASLt handle with its workspace (see core/cuda/cuda_context.h). For the CPU: nothing else.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "core/device.h"
 
 namespace kelvin {
+
+// The cuBLASLt workspace of each CUDA Context: 32 MiB, cuBLASLt's recommendation for Hopper.
+inline constexpr int64_t kCublasLtWorkspaceBytes = int64_t{32} << 20;
 
 struct CudaResources;  // defined in core/cuda/cuda_context.h (CUDA builds only)
 

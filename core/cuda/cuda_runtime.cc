@@ -17,9 +17,6 @@
 namespace kelvin {
 namespace {
 
-// 32 MiB: cuBLASLt's recommendation for Hopper is at least 32 MiB.
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-
 struct DeviceQuery {
   int count = 0;
   std::string error;
@@ -103,7 +100,7 @@ CudaResources::CudaResources(int device_index) : device(device_index) {
   KELVIN_CUDA_CHECK(cudaSetDevice(device));
   KELVIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   KELVIN_CUBLAS_CHECK(cublasLtCreate(&cublaslt));
-  workspace_bytes = kCublasWorkspaceBytes;
+  workspace_bytes = static_cast<size_t>(kCublasLtWorkspaceBytes);
   workspace = CudaAllocator(device).Allocate(workspace_bytes);
 }
 

@@ -4,6 +4,7 @@
 #include "models/llama/memory_plan.h"
 
 #include "absl/strings/str_format.h"
+#include "core/context.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
 
@@ -11,7 +12,7 @@ namespace kelvin::models {
 
 int64_t MemoryPlan::Total() const {
   return parameters + master_weights + gradients + optimizer_state + activations + logits +
-         backward_scratch;
+         backward_scratch + operator_scratch;
 }
 
 std::string MemoryPlan::ToString() const {
@@ -19,9 +20,10 @@ std::string MemoryPlan::ToString() const {
   return absl::StrFormat(
       "parameters %.3f GiB, master weights %.3f GiB, gradients %.3f GiB, optimizer state "
       "%.3f GiB, activations %.3f GiB (%.3f GiB per layer), logits %.3f GiB, backward scratch "
-      "%.3f GiB; total %.3f GiB",
+      "%.3f GiB, operator scratch %.3f GiB; total %.3f GiB",
       gib(parameters), gib(master_weights), gib(gradients), gib(optimizer_state), gib(activations),
-      gib(activations_per_layer), gib(logits), gib(backward_scratch), gib(Total()));
+      gib(activations_per_layer), gib(logits), gib(backward_scratch), gib(operator_scratch),
+      gib(Total()));
 }
 
 MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
@@ -114,6 +116,21 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
       (cp ? act * (n * (2 * kv + value_source) + nk * kv) : 0) +
       (o.sequence_parallel ? act * (2 * nl * d_model + n * d_model) : 0) +
       (o.recompute_attention ? attention_bytes : 0) + (o.recompute_mlp ? mlp_bytes : 0);
+  if (o.activation_dtype == DType::kBF16) {
+    // ssa/ssa_attention.cu, one backward call over nq queries (half the rank's with context
+    // parallelism: two query blocks) and the nk keys: bf16 q~ [nq, H, d], k~ [nk, G, d] and, with
+    // the value temperature, v~; f32 dq~ [nq, H, d], dk~, dv~ [nk, G, d], delta [nq, H]; the
+    // temperatures' f32 row terms: dz and d position [nq, H] of tau^q, dz [nk, G] of tau^v.
+    const int64_t nq = cp ? n / 2 : n;
+    const bool query_token = ssa.query_temperature && ssa.token_aware;
+    const bool query_position = ssa.query_temperature && ssa.position_aware;
+    const bool value_token = ssa.value_temperature && ssa.token_aware;
+    const int64_t tiles = 2 * (nq * q + nk * kv + (ssa.value_temperature ? nk * kv : 0));
+    const int64_t gradients = 4 * (nq * q + 2 * nk * kv);
+    const int64_t rows = 4 * (nq * heads * (1 + (query_token ? 1 : 0) + (query_position ? 1 : 0)) +
+                              (value_token ? nk * kv_heads : 0));
+    plan.operator_scratch = tiles + gradients + rows + kCublasLtWorkspaceBytes;
+  }
   return plan;
 }
 

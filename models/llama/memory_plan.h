@@ -42,6 +42,10 @@ struct MemoryPlan {
   int64_t logits = 0;                 // [N, V/TP] per slot on the last stage, reused for dlogits
   int64_t backward_scratch = 0;       // one layer's gradients and recomputed activations, chunk
                                       // gradients per slot
+  // The most any one operator call takes for itself and gives back (the device allocator keeps
+  // it cached): on CUDA (bf16 plans) the SSA attention backward's bf16 q~, k~, v~ and f32 dq~,
+  // dk~, dv~ and row terms, plus the cuBLASLt workspace; 0 for CPU (f32) plans.
+  int64_t operator_scratch = 0;
   int64_t Total() const;
   std::string ToString() const;  // every category, in GiB
 };

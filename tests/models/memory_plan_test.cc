@@ -36,6 +36,19 @@ TEST(MemoryPlan, Llama3_8BAt8KTokensInBf16) {
   const int64_t korthikanti = 34 * s * h;
   EXPECT_EQ(plan.activations_per_layer, korthikanti + s * 4 * (2 + 32));
   EXPECT_EQ(plan.parameters, 8030261248LL * 2);
+  // The attention backward's scratch (ssa/ssa_attention.cu; no SSA here: bf16 q~ [s, 32, 128] and
+  // k~ [s, 8, 128], f32 dq~, dk~, dv~ and delta [s, 32]) and the 32 MiB cuBLASLt workspace; with
+  // SSA also v~ and the temperatures' row terms. CPU (f32) plans have none.
+  const int64_t kv = 8 * 128;
+  EXPECT_EQ(plan.operator_scratch,
+            s * h * (2 + 4) + s * kv * (2 + 2 * 4) + s * 32 * 4 + (int64_t{32} << 20));
+  models::LlamaConfig with_ssa = config;
+  with_ssa.ssa = ssa::SsaOptions();
+  EXPECT_EQ(models::PlanLlamaMemory(with_ssa, {1, 8192, DType::kBF16, DType::kBF16, true})
+                    .operator_scratch -
+                plan.operator_scratch,
+            s * kv * 2 + s * 32 * 4 * 2 + s * 8 * 4);
+  EXPECT_EQ(models::PlanLlamaMemory(config, {1, 8192}).operator_scratch, 0);
   std::printf("Llama-3-8B, 1 x 8192 tokens, bf16: %s\n", plan.ToString().c_str());
 }
 
