@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -25,6 +26,8 @@ class JsonlSampleParser {
   // Parses `text`, line `line` of `path`, into sample(); the vectors are reused between lines.
   absl::Status Parse(std::string_view text, const std::string& path, int64_t line);
   const JsonlSample& sample() const { return sample_; }
+  // Exchanges sample() with `other` (its vectors' capacity is then reused by the next Parse).
+  void SwapSample(JsonlSample& other) { std::swap(sample_, other); }
 
  private:
   JsonlSample sample_;

@@ -53,8 +53,61 @@ void RemoveCreatedDirectories(const std::string& prefix, const std::filesystem::
   }
 }
 
-// Writes every sample of `jsonl_path` into `tokens` (int32) and `mask` (a sample without labels
-// or loss_mask trains on all its tokens), counting into `prepared`.
+// Non-blank lines read, then parsed at once in parallel (a parser per thread), then written in
+// file order: the output and the first error reported do not depend on the thread count.
+constexpr size_t kBatchLines = 2048;
+
+struct ParsedLine {
+  int64_t number = 0;  // in the file, from 1
+  std::string text;
+  JsonlSample sample;  // its vectors keep their capacity from batch to batch
+  absl::Status status;
+};
+
+// Reads up to kBatchLines non-blank lines into `batch`; returns how many.
+size_t ReadBatch(std::istream& in, int64_t& line, std::vector<ParsedLine>& batch) {
+  size_t count = 0;
+  while (count < batch.size() && std::getline(in, batch[count].text)) {
+    ++line;
+    if (batch[count].text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    batch[count++].number = line;
+  }
+  return count;
+}
+
+void ParseBatch(const std::string& path, size_t count, std::vector<ParsedLine>& batch) {
+#pragma omp parallel
+  {
+    JsonlSampleParser parser;
+#pragma omp for schedule(dynamic, 16)
+    for (size_t i = 0; i < count; ++i) {
+      ParsedLine& l = batch[i];
+      l.status = parser.Parse(l.text, path, l.number);
+      if (l.status.ok()) parser.SwapSample(l.sample);
+    }
+  }
+}
+
+// Appends one sample to both datasets (a sample without labels or loss_mask trains on all its
+// tokens), counting into `prepared`; `all_targets` is scratch, `lengths` gets its length.
+absl::Status WriteSample(const JsonlSample& sample, MegatronDatasetWriter& tokens,
+                         MegatronDatasetWriter& mask, PreparedSamples& prepared, bool& any_mask,
+                         std::vector<int64_t>& all_targets, std::vector<int64_t>& lengths) {
+  ++prepared.samples;
+  lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
+  for (const std::string& key : sample.ignored_keys) ++prepared.ignored_keys[key];
+  any_mask = any_mask || !sample.targets.empty();
+  if (sample.targets.empty()) all_targets.assign(sample.tokens.size(), 1);
+  const std::vector<int64_t>& targets = sample.targets.empty() ? all_targets : sample.targets;
+  for (const int64_t target : targets) prepared.targets += target;
+  KELVIN_RETURN_IF_ERROR(tokens.AddSequence(sample.tokens));
+  tokens.EndDocument();
+  KELVIN_RETURN_IF_ERROR(mask.AddSequence(targets));
+  mask.EndDocument();
+  return absl::OkStatus();
+}
+
+// Writes every sample of `jsonl_path` into `tokens` (int32) and `mask`, counting into `prepared`.
 absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& tokens,
                           MegatronDatasetWriter& mask, PreparedSamples& prepared, bool& any_mask) {
   std::ifstream in(jsonl_path);
@@ -62,25 +115,17 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
     return absl::NotFoundError(
         absl::StrCat("cannot open the samples file '", jsonl_path, "': check the path"));
   }
-  JsonlSampleParser parser;
+  std::vector<ParsedLine> batch(kBatchLines);
   std::vector<int64_t> all_targets;  // [n] ones, for a sample without a mask
   std::vector<int64_t> lengths;      // [samples]
-  std::string text;
-  for (int64_t line = 1; std::getline(in, text); ++line) {
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    KELVIN_RETURN_IF_ERROR(parser.Parse(text, jsonl_path, line));
-    const JsonlSample& sample = parser.sample();
-    ++prepared.samples;
-    lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
-    for (const std::string& key : sample.ignored_keys) ++prepared.ignored_keys[key];
-    any_mask = any_mask || !sample.targets.empty();
-    if (sample.targets.empty()) all_targets.assign(sample.tokens.size(), 1);
-    const std::vector<int64_t>& targets = sample.targets.empty() ? all_targets : sample.targets;
-    for (const int64_t target : targets) prepared.targets += target;
-    KELVIN_RETURN_IF_ERROR(tokens.AddSequence(sample.tokens));
-    tokens.EndDocument();
-    KELVIN_RETURN_IF_ERROR(mask.AddSequence(targets));
-    mask.EndDocument();
+  int64_t line = 0;
+  for (size_t count; (count = ReadBatch(in, line, batch)) > 0;) {
+    ParseBatch(jsonl_path, count, batch);
+    for (size_t i = 0; i < count; ++i) {
+      KELVIN_RETURN_IF_ERROR(batch[i].status);
+      KELVIN_RETURN_IF_ERROR(
+          WriteSample(batch[i].sample, tokens, mask, prepared, any_mask, all_targets, lengths));
+    }
   }
   if (in.bad()) return absl::InternalError(absl::StrCat("reading '", jsonl_path, "' failed"));
   prepared.tokens = tokens.num_tokens();

@@ -9,10 +9,11 @@
 // document of PREFIX.bin/.idx (uint16 tokens when every id is below 65500, as Megatron-LM chooses,
 // else int32); when any sample has labels or loss_mask, PREFIX_loss_mask.bin/.idx holds its
 // targets (uint8 0/1; a sample with neither trains on all its tokens; without any mask, an
-// earlier run's PREFIX_loss_mask is removed). The input is read once, each line validated as it is
-// written into .partial files: a bad line is an error naming the file, line and field, after which
-// nothing is left (a directory created for the output is removed again); both datasets are
-// written whole before either is renamed into place.
+// earlier run's PREFIX_loss_mask is removed). The input is read once, in batches of lines parsed
+// in parallel (OpenMP) and written in file order, each line validated, into .partial files: a bad
+// line is an error naming the file, line and field, after which nothing is left (a directory
+// created for the output is removed again); both datasets are written whole before either is
+// renamed into place.
 #pragma once
 
 #include <cstdint>

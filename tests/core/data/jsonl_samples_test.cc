@@ -6,11 +6,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "core/data/mmap_indexed_dataset.h"
 #include "tests/core/io/test_files.h"
 
@@ -73,6 +75,48 @@ TEST(JsonlSamples, LabelsMasksAndPlainLinesReadBack) {
   EXPECT_THAT(described, HasSubstr("sample lengths: median 2, p90 4, p99 4, longest 4 tokens; "
                                    "longer than 2: 2 samples (50.0%; 27.3% of the tokens cut "
                                    "off), 4: none"));
+}
+
+// Files longer than a batch of lines (parsed in parallel, written in file order): the samples
+// keep their order across batches and thread counts, and of two bad lines in one batch the first
+// is the error.
+TEST(JsonlSamples, ManyLinesKeepTheirOrderAndTheFirstBadLineIsTheError) {
+  testing::ScratchDir dir;
+  constexpr int kLines = 5000;
+  std::string text;
+  std::vector<int64_t> expected;
+  for (int i = 0; i < kLines; ++i) {
+    if (i % 7 == 3) text += "\n";  // blank lines count in the line numbers
+    const int64_t a = i, b = 2 * i + 1;
+    text += "{\"input_ids\": [" + std::to_string(a) + ", " + std::to_string(b) + "]";
+    text += i % 2 == 0 ? ", \"loss_mask\": [0, 1]}\n" : "}\n";
+    expected.insert(expected.end(), {a, b});
+  }
+  testing::WriteFile(dir.Path("many.jsonl"), text);
+  const int default_threads = omp_get_max_threads();
+  for (const int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    const std::string prefix = dir.Path("many_" + std::to_string(threads));
+    absl::StatusOr<PreparedSamples> prepared = PrepareJsonlSamples(dir.Path("many.jsonl"), prefix);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    EXPECT_EQ(prepared->samples, kLines);
+    EXPECT_EQ(prepared->targets, kLines / 2 + 2 * (kLines / 2));
+    absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(prefix);
+    ASSERT_TRUE(corpus.ok()) << corpus.status();
+    EXPECT_EQ(Tokens(*corpus), expected) << threads << " threads";
+    EXPECT_EQ(corpus->num_documents(), kLines);
+  }
+  omp_set_num_threads(default_threads);
+  // Lines 3001 and 3500 of the file (past the first batch) are bad.
+  std::vector<std::string> lines(kLines, "{\"input_ids\": [1]}");
+  lines[3000] = "{\"input_ids\": [1, oops]}";
+  lines[3499] = "{\"input_ids\": []}";
+  testing::WriteFile(dir.Path("bad.jsonl"), absl::StrJoin(lines, "\n") + "\n");
+  const absl::StatusOr<PreparedSamples> bad =
+      PrepareJsonlSamples(dir.Path("bad.jsonl"), dir.Path("bad"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr(dir.Path("bad.jsonl") + ":3001:"));
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("bad.bin")));
 }
 
 TEST(JsonlSamples, LargeIdsGetInt32AndNoMaskWithoutLabels) {
