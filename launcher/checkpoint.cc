@@ -165,6 +165,13 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& d
   return std::optional<std::string>(checkpoints.rbegin()->second.string());
 }
 
+absl::StatusOr<std::vector<int64_t>> CompleteCheckpointSteps(const std::string& dir) {
+  KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
+  std::vector<int64_t> steps;
+  for (const auto& [step, path] : checkpoints) steps.push_back(step);
+  return steps;
+}
+
 absl::StatusOr<std::optional<std::string>> ChooseCheckpoint(const std::string& dir,
                                                             const CheckpointChoice& choice) {
   if (choice.newest()) return LatestCheckpoint(dir);

@@ -154,6 +154,8 @@ struct CheckpointChoice {
   static CheckpointChoice Best() { return {std::nullopt, true}; }
   bool newest() const { return !step.has_value() && !best; }
 };
+// The steps of the complete checkpoints under `dir`, oldest first (none when it does not exist).
+absl::StatusOr<std::vector<int64_t>> CompleteCheckpointSteps(const std::string& dir);
 // Its path: nullopt when the newest is asked for and `dir` holds no complete checkpoint; an error
 // naming checkpoint.dir and what it holds when the step's or a best checkpoint is missing.
 absl::StatusOr<std::optional<std::string>> ChooseCheckpoint(const std::string& dir,

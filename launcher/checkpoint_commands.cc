@@ -57,20 +57,46 @@ absl::StatusOr<EvalStats> EvaluateJob(const config::JobConfig& job) {
   return evaluation.main;
 }
 
+namespace {
+
+// The trainer's model, as built or restored, on the main and the data.also_eval sets.
+absl::StatusOr<JobEvaluation> EvaluateModel(Trainer& trainer) {
+  JobEvaluation evaluation;
+  KELVIN_ASSIGN_OR_RETURN(evaluation.main, trainer.Evaluate(trainer.start_step()));
+  KELVIN_ASSIGN_OR_RETURN(evaluation.also, trainer.EvaluateFurtherSets(trainer.start_step()));
+  return evaluation;
+}
+
+// The job's trainer without resuming: chosen checkpoints are restored into it.
+absl::StatusOr<std::unique_ptr<Trainer>> CreateWithoutResuming(const config::JobConfig& job) {
+  config::JobConfig built = job;
+  built.mutable_checkpoint()->set_resume(config::CheckpointConfig::NEVER);
+  return Trainer::Create(built);
+}
+
+}  // namespace
+
 absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job,
                                                     const CheckpointChoice& checkpoint) {
-  // A chosen checkpoint instead of the newest: the model is built without resuming, then the
-  // chosen one restored.
-  config::JobConfig built = job;
-  if (!checkpoint.newest()) built.mutable_checkpoint()->set_resume(config::CheckpointConfig::NEVER);
-  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, Trainer::Create(built));
-  if (!checkpoint.newest()) {
-    KELVIN_RETURN_IF_ERROR(trainer->RestoreCheckpoint(checkpoint));
+  if (checkpoint.newest()) {
+    KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, Trainer::Create(job));
+    return EvaluateModel(*trainer);
   }
-  JobEvaluation evaluation;
-  KELVIN_ASSIGN_OR_RETURN(evaluation.main, trainer->Evaluate(trainer->start_step()));
-  KELVIN_ASSIGN_OR_RETURN(evaluation.also, trainer->EvaluateFurtherSets(trainer->start_step()));
-  return evaluation;
+  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, CreateWithoutResuming(job));
+  KELVIN_RETURN_IF_ERROR(trainer->RestoreCheckpoint(checkpoint));
+  return EvaluateModel(*trainer);
+}
+
+absl::StatusOr<std::vector<JobEvaluation>> EvaluateEveryCheckpoint(const config::JobConfig& job) {
+  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, CreateWithoutResuming(job));
+  KELVIN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, trainer->CheckpointSteps());
+  std::vector<JobEvaluation> evaluations;
+  for (const int64_t step : steps) {
+    KELVIN_RETURN_IF_ERROR(trainer->RestoreCheckpoint(CheckpointChoice::Step(step)));
+    KELVIN_ASSIGN_OR_RETURN(JobEvaluation evaluation, EvaluateModel(*trainer));
+    evaluations.push_back(std::move(evaluation));
+  }
+  return evaluations;
 }
 
 }  // namespace kelvin::launcher

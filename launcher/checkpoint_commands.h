@@ -42,4 +42,9 @@ struct JobEvaluation {
 absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job,
                                                     const CheckpointChoice& checkpoint = {});
 
+// Every complete checkpoint of checkpoint.dir, oldest first, evaluated as above (`kelvin eval
+// --all`; the model is built once and each checkpoint restored in turn); an error naming the
+// field when there is none.
+absl::StatusOr<std::vector<JobEvaluation>> EvaluateEveryCheckpoint(const config::JobConfig& job);
+
 }  // namespace kelvin::launcher

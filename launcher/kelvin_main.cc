@@ -49,7 +49,8 @@ constexpr const char* kUsage =
     "          batch script and the resolved job into launch.run_dir; --submit: also sbatch it\n"
     "  eval    the held-out loss (and passkey retrieval) of the job's model: its latest\n"
     "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation;\n"
-    "          --step N or --best (as for convert): that checkpoint instead\n"
+    "          --step N or --best (as for convert): that checkpoint instead; --all: each\n"
+    "          complete checkpoint of checkpoint.dir in turn, oldest first\n"
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
     "          (one process, no GPU, whatever layout wrote the checkpoint); options:\n"
     "            --step N        the checkpoint of step N instead\n"
@@ -77,6 +78,7 @@ struct Arguments {
   bool submit = false;                                // launch --submit
   std::string out;                                    // convert --out
   kelvin::launcher::CheckpointChoice checkpoint;      // convert and eval --step, --best
+  bool every_checkpoint = false;                      // eval --all
   kelvin::DType convert_dtype = kelvin::DType::kF32;  // convert --dtype
 };
 
@@ -105,17 +107,28 @@ int Train(const kelvin::config::JobConfig& job) {
   return status.ok() ? 0 : Fail(status);
 }
 
-int Eval(const kelvin::config::JobConfig& job,
-         const kelvin::launcher::CheckpointChoice& checkpoint) {
-  const absl::StatusOr<kelvin::launcher::JobEvaluation> eval =
-      kelvin::launcher::EvaluateJobOnEverySet(job, checkpoint);
-  if (!eval.ok()) return Fail(eval.status());
-  KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval->main.step << " | "
-                   << kelvin::launcher::FormatEvalStats(eval->main);
-  for (const auto& [name, stats] : eval->also) {
+void LogEvaluation(const kelvin::config::JobConfig& job,
+                   const kelvin::launcher::JobEvaluation& eval) {
+  KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval.main.step << " | "
+                   << kelvin::launcher::FormatEvalStats(eval.main);
+  for (const auto& [name, stats] : eval.also) {
     KLOG_RANK0(INFO) << "eval of " << job.name() << " on " << name << " at step " << stats.step
                      << " | " << kelvin::launcher::FormatEvalStats(stats);
   }
+}
+
+int Eval(const kelvin::config::JobConfig& job, const Arguments& a) {
+  if (a.every_checkpoint) {
+    const absl::StatusOr<std::vector<kelvin::launcher::JobEvaluation>> evals =
+        kelvin::launcher::EvaluateEveryCheckpoint(job);
+    if (!evals.ok()) return Fail(evals.status());
+    for (const kelvin::launcher::JobEvaluation& eval : *evals) LogEvaluation(job, eval);
+    return 0;
+  }
+  const absl::StatusOr<kelvin::launcher::JobEvaluation> eval =
+      kelvin::launcher::EvaluateJobOnEverySet(job, a.checkpoint);
+  if (!eval.ok()) return Fail(eval.status());
+  LogEvaluation(job, *eval);
   return 0;
 }
 
@@ -139,7 +152,7 @@ int RunUnderLauncher(const Arguments& a) {
         kelvin::launcher::LoadJobConfig(a.job_path, a.overrides);
     if (!job.ok()) return Fail(job.status());
     if (a.command == "train") return Train(*job);
-    return a.command == "eval" ? Eval(*job, a.checkpoint)
+    return a.command == "eval" ? Eval(*job, a)
                                : Convert(*job, a.out, {a.checkpoint, a.convert_dtype});
   };
   if (launched->world_size == 1) return run();
@@ -342,6 +355,8 @@ int main(int argc, char** argv) {
       a.checkpoint.step = step;
     } else if (reads_checkpoint && arg == "--best") {
       a.checkpoint.best = true;
+    } else if (a.command == "eval" && arg == "--all") {
+      a.every_checkpoint = true;
     } else if (a.command == "convert" && arg == "--dtype" && has_value) {
       const std::string dtype = args[++i];
       if (dtype != "f32" && dtype != "bf16") return Usage("--dtype " + dtype + ": use f32 or bf16");
@@ -353,6 +368,9 @@ int main(int argc, char** argv) {
   if (a.command == "convert" && a.out.empty()) return Usage("convert needs --out DIR");
   if (a.checkpoint.best && a.checkpoint.step.has_value()) {
     return Usage(a.command + " takes --step N or --best, not both");
+  }
+  if (a.every_checkpoint && !a.checkpoint.newest()) {
+    return Usage("eval takes one of --step N, --best and --all");
   }
   if (a.command == "plan") return Plan(a);
   return a.command == "launch" ? Launch(a) : RunUnderLauncher(a);

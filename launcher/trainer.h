@@ -94,6 +94,10 @@ class Trainer {
   // Trainer created with checkpoint.resume NEVER); an error on every rank, naming the field, when
   // there is none. Collective.
   absl::Status RestoreCheckpoint(const CheckpointChoice& choice);
+  // The steps of checkpoint.dir's complete checkpoints, oldest first, as world rank 0 lists them
+  // (`kelvin eval --all`); an error on every rank, naming the field, when there is none.
+  // Collective.
+  absl::StatusOr<std::vector<int64_t>> CheckpointSteps();
   // The model (as built, or as restored from the checkpoint) to a Hugging Face directory
   // (config.json + safetensors), gathered over the tensor and pipeline ranks; written once, by
   // one replica's ranks (data- and context-parallel rank 0). Every rank calls it.

@@ -1,8 +1,10 @@
 // The trainer's checkpoint side: resuming from checkpoint.dir (any layout's checkpoint), the
 // state a checkpoint holds, saves in turn or in the background, pruning (keep_last, keep_best)
 // and the agreement after each step on preemption signals and background saves.
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -57,6 +59,37 @@ absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
                                             "directories): nothing to restore"));
   }
   return RestoreFrom(**found);
+}
+
+absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
+  const config::CheckpointConfig& c = job_.checkpoint();
+  if (c.dir().empty()) {
+    return absl::InvalidArgumentError(
+        "kelvin eval --all reads the job's checkpoints: set checkpoint.dir");
+  }
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  absl::StatusOr<std::vector<int64_t>> listed = CompleteCheckpointSteps(c.dir());
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(world, listed.status(), "listing checkpoint.dir=" + c.dir()));
+  std::vector<int64_t> steps = *std::move(listed);
+  if (world != nullptr) {  // rank 0's list everywhere: each restore then agrees on its step
+    Tensor count = Tensor::Empty({1}, DType::kI64);
+    count.data<int64_t>()[0] = static_cast<int64_t>(steps.size());
+    world->Broadcast(count, 0);
+    steps.resize(static_cast<size_t>(count.data<int64_t>()[0]));
+    if (!steps.empty()) {
+      Tensor values = Tensor::Empty({static_cast<int64_t>(steps.size())}, DType::kI64);
+      std::copy(steps.begin(), steps.end(), values.data<int64_t>());
+      world->Broadcast(values, 0);
+      std::copy_n(values.data<int64_t>(), steps.size(), steps.begin());
+    }
+  }
+  if (steps.empty()) {
+    return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", c.dir(),
+                                            "\" holds no complete checkpoint (step_<N> "
+                                            "directories): nothing to evaluate"));
+  }
+  return steps;
 }
 
 absl::Status Trainer::RestoreFrom(const std::string& path) {

@@ -236,6 +236,22 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
       std::string(EvaluateJobOnEverySet(SmallJob(""), CheckpointChoice::Best()).status().message()),
       HasSubstr("kelvin eval --step / --best) reads the job's checkpoints: set "
                 "checkpoint.dir"));
+  // `kelvin eval --all`: each kept checkpoint, oldest first, scored as the run scored it.
+  const absl::StatusOr<std::vector<JobEvaluation>> every = EvaluateEveryCheckpoint(SmallJob(dir));
+  ASSERT_TRUE(every.ok()) << every.status();
+  std::vector<int64_t> kept_steps = {lowest->step, 6};
+  kept_steps.erase(std::unique(kept_steps.begin(), kept_steps.end()), kept_steps.end());
+  ASSERT_EQ(every->size(), kept_steps.size());
+  for (size_t i = 0; i < kept_steps.size(); ++i) {
+    EXPECT_EQ((*every)[i].main.step, kept_steps[i]);
+    EXPECT_EQ((*every)[i].main.loss, trainer->evaluations()[kept_steps[i] / 2 - 1].loss);
+  }
+  EXPECT_THAT(std::string(EvaluateEveryCheckpoint(SmallJob("")).status().message()),
+              HasSubstr("kelvin eval --all reads the job's checkpoints: set checkpoint.dir"));
+  const std::string empty = CheckpointDir("eval_all_empty");
+  EXPECT_THAT(std::string(EvaluateEveryCheckpoint(SmallJob(empty)).status().message()),
+              HasSubstr("holds no complete checkpoint (step_<N> directories): nothing to "
+                        "evaluate"));
   fs::remove_all(dir);
   fs::remove_all(hf);
 }
