@@ -165,6 +165,12 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& d
   return std::optional<std::string>(checkpoints.rbegin()->second.string());
 }
 
+absl::Status NoCompleteCheckpointError(const std::string& dir, absl::string_view consequence) {
+  return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", dir,
+                                          "\" holds no complete checkpoint (step_<N> directories)",
+                                          consequence));
+}
+
 absl::StatusOr<std::vector<int64_t>> CompleteCheckpointSteps(const std::string& dir) {
   KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
   std::vector<int64_t> steps;

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "core/context.h"
 #include "core/io/tensor_region.h"
 #include "core/status.h"
@@ -154,6 +155,9 @@ struct CheckpointChoice {
   static CheckpointChoice Best() { return {std::nullopt, true}; }
   bool newest() const { return !step.has_value() && !best; }
 };
+// "checkpoint.dir=\"DIR\" holds no complete checkpoint (step_<N> directories)" and what that
+// means for the command (`consequence`, e.g. "nothing to convert").
+absl::Status NoCompleteCheckpointError(const std::string& dir, absl::string_view consequence);
 // The steps of the complete checkpoints under `dir`, oldest first (none when it does not exist).
 absl::StatusOr<std::vector<int64_t>> CompleteCheckpointSteps(const std::string& dir);
 // Its path: nullopt when the newest is asked for and `dir` holds no complete checkpoint; an error

@@ -24,9 +24,7 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
   KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> chosen,
                           ChooseCheckpoint(job.checkpoint().dir(), options.checkpoint));
   if (!chosen.has_value()) {
-    return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(),
-                                            "\" holds no complete checkpoint (step_<N> "
-                                            "directories): nothing to convert"));
+    return NoCompleteCheckpointError(job.checkpoint().dir(), ": nothing to convert");
   }
   KELVIN_ASSIGN_OR_RETURN(const CheckpointReader reader, OpenJobCheckpoint(*chosen, job.name()));
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch, ResolveModelArchitecture(job.model()));

@@ -152,6 +152,9 @@ class Trainer {
   absl::Status OpenMetricsFile();
   // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
   absl::Status Resume();
+  // The chosen checkpoint of checkpoint.dir (nullopt: none, for the newest), the same on every
+  // rank: a listing error or a split view is an error on every rank. Collective.
+  absl::StatusOr<std::optional<std::string>> AgreedCheckpoint(const CheckpointChoice& choice);
   // Restores the complete checkpoint at `path` (found alike on every rank). Collective.
   absl::Status RestoreFrom(const std::string& path);
   // Every rank found the same checkpoint to restore (a shared filesystem may show one late): an

@@ -24,12 +24,7 @@ namespace kelvin::launcher {
 absl::Status Trainer::Resume() {
   const config::CheckpointConfig& c = job_.checkpoint();
   if (c.dir().empty() || c.resume() == config::CheckpointConfig::NEVER) return absl::OkStatus();
-  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
-  const absl::StatusOr<std::optional<std::string>> found = LatestCheckpoint(c.dir());
-  KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(world, found.status(), "listing checkpoint.dir=" + c.dir()));
-  const std::optional<std::string>& latest = *found;
-  KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(latest));
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest, AgreedCheckpoint({}));
   if (!latest.has_value()) {
     if (c.resume() == config::CheckpointConfig::REQUIRED) {
       return absl::NotFoundError(absl::StrCat(
@@ -48,17 +43,19 @@ absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
         "restoring a chosen checkpoint (kelvin eval --step / --best) reads the job's "
         "checkpoints: set checkpoint.dir");
   }
-  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
-  const absl::StatusOr<std::optional<std::string>> found = ChooseCheckpoint(c.dir(), choice);
-  KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(world, found.status(), "choosing in checkpoint.dir=" + c.dir()));
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> found, AgreedCheckpoint(choice));
+  if (!found.has_value()) return NoCompleteCheckpointError(c.dir(), ": nothing to restore");
+  return RestoreFrom(*found);
+}
+
+absl::StatusOr<std::optional<std::string>> Trainer::AgreedCheckpoint(
+    const CheckpointChoice& choice) {
+  const std::string& dir = job_.checkpoint().dir();
+  const absl::StatusOr<std::optional<std::string>> found = ChooseCheckpoint(dir, choice);
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, found.status(),
+                                                 "listing checkpoint.dir=" + dir));
   KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(*found));
-  if (!found->has_value()) {
-    return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", c.dir(),
-                                            "\" holds no complete checkpoint (step_<N> "
-                                            "directories): nothing to restore"));
-  }
-  return RestoreFrom(**found);
+  return *found;
 }
 
 absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
@@ -84,11 +81,7 @@ absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
       std::copy_n(values.data<int64_t>(), steps.size(), steps.begin());
     }
   }
-  if (steps.empty()) {
-    return absl::NotFoundError(absl::StrCat("checkpoint.dir=\"", c.dir(),
-                                            "\" holds no complete checkpoint (step_<N> "
-                                            "directories): nothing to evaluate"));
-  }
+  if (steps.empty()) return NoCompleteCheckpointError(c.dir(), ": nothing to evaluate");
   return steps;
 }
 
