@@ -4,9 +4,7 @@
 #include "launcher/checkpoint.h"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <vector>
 
@@ -15,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
 #include "core/copy.h"
+#include "core/io/atomic_file.h"
 #include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
 #include "launcher/checkpoint_format.h"
@@ -24,20 +23,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kPrefix = "step_";
+// What a checkpoint directory becomes while it is deleted (pruned, replaced): never a complete
+// checkpoint's name, so an interrupted deletion leaves nothing that looks complete.
+constexpr const char* kDeletingSuffix = ".deleting";
+constexpr const char* kPartialSuffix = ".partial";
 
-std::string StepDirectoryName(int64_t step) { return absl::StrFormat("%s%08d", kPrefix, step); }
-
-// The step of a complete checkpoint directory name ("step_00000120" -> 120), else nullopt.
-std::optional<int64_t> StepOf(const std::string& name) {
-  if (!name.starts_with(kPrefix)) return std::nullopt;
-  const std::string digits = name.substr(std::string(kPrefix).size());
-  int64_t step = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-  if (error != std::errc() || end != digits.data() + digits.size() || digits.empty()) {
-    return std::nullopt;
+// Deletes the checkpoint directory `path`: renamed first, then removed.
+absl::Status DeleteCheckpointDirectory(const fs::path& path) {
+  const fs::path doomed = path.string() + kDeletingSuffix;
+  std::error_code error;
+  fs::remove_all(doomed, error);
+  fs::rename(path, doomed, error);
+  if (!error) fs::remove_all(doomed, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot delete checkpoint ", path.string(), ": ", error.message()));
   }
-  return step;
+  return absl::OkStatus();
 }
 
 // Complete checkpoints under dir by step (empty when dir does not exist).
@@ -46,7 +48,7 @@ absl::StatusOr<std::map<int64_t, fs::path>> CompleteCheckpoints(const std::strin
   std::error_code error;
   if (!fs::exists(dir, error)) return found;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
-    const std::optional<int64_t> step = StepOf(entry.path().filename().string());
+    const std::optional<int64_t> step = StepOfDirectoryName(entry.path().filename().string());
     if (step.has_value() && entry.is_directory()) found[*step] = entry.path();
   }
   if (error) {
@@ -76,7 +78,7 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
     bool snapshot_host_tensors) {
   PendingCheckpoint checkpoint;
   checkpoint.final_path_ = fs::path(dir) / StepDirectoryName(steps_completed);
-  checkpoint.partial_ = fs::path(dir) / (StepDirectoryName(steps_completed) + ".partial");
+  checkpoint.partial_ = fs::path(dir) / (StepDirectoryName(steps_completed) + kPartialSuffix);
   const int rank = world == nullptr ? 0 : world->rank();
   const int parts = world == nullptr ? 1 : world->size();
   checkpoint.rank_ = rank;
@@ -87,11 +89,13 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
   if (rank == 0) {
     created = CreatePartialDirectory(
         checkpoint.partial_, {job_name, state.layout, steps_completed, state.optimizer_steps, parts,
-                              state.data_order, state.eval_loss, KelvinVersion()});
+                              state.data_order, state.eval_loss, KelvinVersion(), state.run_id});
   }
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
       world, created, "creating checkpoint " + checkpoint.partial_.string()));
-  checkpoint.metadata_ = {{"format", kCheckpointFormat}};
+  checkpoint.metadata_ = {{"format", kCheckpointFormat},
+                          {kRunKey, state.run_id},
+                          {kStepKey, absl::StrCat(steps_completed)}};
   for (const CheckpointTensor& t : state.tensors) {
     if (!t.written) continue;
     const Tensor host = t.data.is_cpu() && !snapshot_host_tensors
@@ -119,13 +123,11 @@ absl::StatusOr<std::string> PendingCheckpoint::Commit(const absl::Status& part_w
   absl::Status renamed = absl::OkStatus();
   if (rank_ == 0) {
     std::error_code error;
-    fs::remove_all(final_path_, error);  // an older save of the same step (a rerun)
-    fs::rename(partial_, final_path_, error);
-    if (error) {
-      renamed =
-          absl::PermissionDeniedError(absl::StrCat("cannot rename ", partial_.string(), " to ",
-                                                   final_path_.string(), ": ", error.message()));
+    if (fs::exists(final_path_, error)) {  // an older save of the same step (a rerun)
+      renamed = DeleteCheckpointDirectory(final_path_);
     }
+    if (renamed.ok()) renamed = io::SyncDirectory(partial_.string());  // the parts' names
+    if (renamed.ok()) renamed = io::RenameDurably(partial_.string(), final_path_.string());
   }
   // Nobody reads the directory before it is renamed.
   KELVIN_RETURN_IF_ERROR(
@@ -155,7 +157,7 @@ absl::StatusOr<std::string> CheckpointOfStep(const std::string& dir, int64_t ste
 }
 
 std::optional<int64_t> CheckpointStepOf(const std::string& path) {
-  return StepOf(fs::path(path).filename().string());
+  return StepOfDirectoryName(fs::path(path).filename().string());
 }
 
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir) {
@@ -206,15 +208,15 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
     CopyTensor(ctx, stored.View(target.data.shape()), destination);
   }
   const CheckpointIndex& index = reader.index();
-  return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout, index.data_order,
-                       index.kelvin_version};
+  return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout,
+                       index.data_order,      index.kelvin_version,  index.run_id};
 }
 
 absl::Status CheckNoOtherTensors(const CheckpointReader& reader,
                                  const std::set<std::string>& job_tensors) {
   for (const std::string& name : reader.TensorNames()) {
     if (!job_tensors.count(name)) {
-      return absl::InvalidArgumentError(
+      return absl::FailedPreconditionError(
           absl::StrCat(reader.FileOf(name), " has tensor \"", name,
                        "\", which this job's model does not: the checkpoint is of another model"));
     }
@@ -233,12 +235,32 @@ absl::StatusOr<CheckpointReader> OpenJobCheckpoint(const std::string& path,
   return reader;
 }
 
-absl::Status MarkStoppedForPreemption(const std::string& dir, int64_t steps_completed, int signal) {
-  const fs::path path = fs::path(dir) / kStoppedForPreemptionFile;
-  std::ofstream file(path);
-  file << "stopped after step " << steps_completed << " by signal " << signal << "\n";
-  if (!file) return absl::DataLossError(absl::StrCat("cannot write ", path.string()));
-  return absl::OkStatus();
+absl::StatusOr<std::vector<std::string>> RemoveCheckpointLeftovers(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code error;
+  if (dir.empty() || !fs::is_directory(dir, error)) return removed;
+  std::vector<fs::path> leftovers;
+  for (fs::directory_iterator it(dir, error); !error && it != fs::directory_iterator();
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const bool step_dir = name.starts_with("step_");
+    if (step_dir && (name.ends_with(kPartialSuffix) || name.ends_with(kDeletingSuffix))) {
+      leftovers.push_back(it->path());
+    }
+  }
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot list checkpoint directory ", dir, ": ", error.message()));
+  }
+  for (const fs::path& leftover : leftovers) {
+    fs::remove_all(leftover, error);
+    if (error) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot remove the unfinished checkpoint ",
+                                                      leftover.string(), ": ", error.message()));
+    }
+    removed.push_back(leftover.string());
+  }
+  return removed;
 }
 
 absl::StatusOr<std::optional<BestCheckpoint>> FindBestCheckpoint(const std::string& dir) {
@@ -264,12 +286,7 @@ absl::StatusOr<std::optional<BestCheckpoint>> PruneCheckpoints(const std::string
   int64_t excess = static_cast<int64_t>(checkpoints.size()) - keep_last;
   for (auto it = checkpoints.begin(); excess > 0; ++it, --excess) {
     if (best.has_value() && it->first == best->step) continue;
-    std::error_code error;
-    fs::remove_all(it->second, error);
-    if (error) {
-      return absl::PermissionDeniedError(absl::StrCat("cannot delete old checkpoint ",
-                                                      it->second.string(), ": ", error.message()));
-    }
+    KELVIN_RETURN_IF_ERROR(DeleteCheckpointDirectory(it->second));
   }
   return best;
 }

@@ -1,14 +1,16 @@
 // Training checkpoints for exact resume, under the layout that wrote them or any other. A
 // checkpoint is the directory <dir>/step_<8 digits>/ with
-//   checkpoint.json                  {"format": "kelvin-checkpoint-3", "job", "step" (steps
+//   checkpoint.json                  {"format": "kelvin-checkpoint-4", "job", "step" (steps
 //                                    completed), "optimizer_steps", "layout" (that wrote it),
 //                                    "parts": N, "data_order": {setting: value} (what the data
 //                                    order depends on), "kelvin" (the version that wrote it),
-//                                    "eval_loss" (when the run evaluated at this step)};
+//                                    "eval_loss" (when the run evaluated at this step), "run"
+//                                    (the run's identity)};
 //   part_<r>_of_<N>.safetensors      one per process r: the pieces of the training state it
 //                                    writes, each a 1-d tensor named by its logical tensor, with
 //                                    its region (core/io/tensor_region.h) in the metadata entry
-//                                    "region:<name>" and its CRC-32C in "crc32c:<name>".
+//                                    "region:<name>" and its CRC-32C in "crc32c:<name>"; the
+//                                    metadata's "run" and "step" name the save it belongs to.
 // The logical tensors are the whole model's, unsharded: every parameter's master weights under its
 // Hugging Face name (f32 for a bf16 model: bit-exact) and its AdamW moments "adamw.m:<name>" and
 // "adamw.v:<name>". Each element is written once (the copies of replicas are not), so every
@@ -18,8 +20,10 @@
 // moments + step are the whole training state). After a change of layout, sums are taken in
 // another order: the run continues within rounding of the one it would have been.
 // A checkpoint is written as step_<N>.partial/ and renamed when complete (after every rank
-// wrote), so a directory named step_<N> is always whole; a crash mid-write leaves only a .partial
-// directory, which resume ignores (and the next save of that step replaces).
+// wrote; files and renames fsynced), so a directory named step_<N> is always whole; a crash
+// mid-write leaves only a .partial directory, which resume ignores and the next run removes.
+// Deleting one renames it to step_<N>.deleting first. Every part carries the run's identity and
+// the step, which the reader checks against checkpoint.json and the directory's name.
 #pragma once
 
 #include <filesystem>
@@ -60,6 +64,8 @@ struct TrainingState {
   std::map<std::string, std::string> data_order;
   // The held-out loss evaluated after the step being saved, when the run evaluated at it.
   std::optional<double> eval_loss;
+  // The run's identity (NewRunId), in checkpoint.json and every part.
+  std::string run_id;
 };
 
 // A checkpoint being saved, in three stages: Begin (collective) creates step_<N>.partial and takes
@@ -116,6 +122,7 @@ struct RestoredSteps {
   std::string saved_layout;
   std::map<std::string, std::string> saved_data_order;
   std::string saved_by;  // the Kelvin version that wrote it ("" when not recorded)
+  std::string run_id;    // the run that wrote it ("" for a kelvin-checkpoint-3)
 };
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
                                              const TrainingState& state, const Context& ctx);
@@ -129,11 +136,10 @@ absl::StatusOr<CheckpointReader> OpenJobCheckpoint(const std::string& path,
 absl::Status CheckNoOtherTensors(const CheckpointReader& reader,
                                  const std::set<std::string>& job_tensors);
 
-// The file a run that stopped on a preemption signal leaves in checkpoint.dir (one line: the
-// steps completed and the signal), so that a batch script can tell such a stop from a failure
-// whatever exit code srun reports; the script removes it before each run.
-inline constexpr const char* kStoppedForPreemptionFile = "STOPPED_FOR_PREEMPTION";
-absl::Status MarkStoppedForPreemption(const std::string& dir, int64_t steps_completed, int signal);
+// Removes what interrupted saves and deletions leave in checkpoint.dir (step_<N>.partial and
+// step_<N>.deleting directories, never complete checkpoints); returns their paths. Only one job
+// may be writing `dir` (at the start of a run, before its first save).
+absl::StatusOr<std::vector<std::string>> RemoveCheckpointLeftovers(const std::string& dir);
 
 // The complete checkpoint under `dir` with the lowest evaluation loss (the earliest of equal ones),
 // or nullopt when none has one (none was saved at a step the run evaluated at).

@@ -29,7 +29,7 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
 
 // The model as the job would continue it (restored from checkpoint.dir when that holds a
 // checkpoint and checkpoint.resume allows it, else model.hf_dir or the seed's initialisation) on
-// training.eval_steps held-out batches; its step is the checkpoint's.
+// training.eval_steps held-out global batches (or the whole set); its step is the checkpoint's.
 absl::StatusOr<EvalStats> EvaluateJob(const config::JobConfig& job);
 
 // The same evaluation, and each data.also_eval set's, as `kelvin eval` prints them; with a

@@ -2,14 +2,17 @@
 #include "launcher/checkpoint_format.h"
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/io/atomic_file.h"
+#include "core/io/regular_file.h"
+#include "core/io/strict_json.h"
 #include "core/status.h"
 
 namespace kelvin::launcher {
@@ -37,12 +40,16 @@ std::optional<uint32_t> ParseChecksum(const std::string& text) {
 
 absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) {
   const fs::path path = checkpoint / kIndexFile;
-  std::ifstream file(path);
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  constexpr uint64_t kMaxIndexBytes = 1 << 24;  // a few KB; the data order holds the job's data
+  const absl::StatusOr<std::string> text =
+      io::ReadRegularFile(path.string(), "checkpoint index", kMaxIndexBytes);
+  const absl::StatusOr<nlohmann::json> parsed =
+      text.ok() ? io::ParseStrictJson(*text, path.string()) : text.status();
+  const nlohmann::json json = parsed.ok() ? *parsed : nlohmann::json();
   const auto format = json.is_object() ? json.find("format") : json.end();
   const std::string written = format != json.end() && format->is_string() ? *format : "";
-  if (written.starts_with("kelvin-checkpoint-") && written != kCheckpointFormat) {
+  const bool known = written == kCheckpointFormat || written == kCheckpointFormatWithoutIdentity;
+  if (written.starts_with("kelvin-checkpoint-") && !known) {
     return absl::FailedPreconditionError(absl::StrCat(
         path.string(), " is a \"", written,
         "\" checkpoint, which another version of Kelvin wrote; ", "this one reads \"",
@@ -50,9 +57,10 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
         "\": resume it with that version, or start afresh (checkpoint.resume=NEVER or another "
         "checkpoint.dir)"));
   }
-  if (!file || json.is_discarded() || written != kCheckpointFormat) {
+  if (!parsed.ok() || !known) {
     return absl::DataLossError(
-        absl::StrCat(path.string(), " is missing or not a \"", kCheckpointFormat,
+        absl::StrCat(parsed.ok() ? path.string() : std::string(parsed.status().message()),
+                     parsed.ok() ? " is not a \"" : ": not a \"", kCheckpointFormat,
                      "\" index: not a complete Kelvin checkpoint (delete the directory, or point "
                      "checkpoint.dir elsewhere)"));
   }
@@ -91,6 +99,16 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
   const auto kelvin = json.find("kelvin");
   if (kelvin != json.end() && kelvin->is_string())
     index.kelvin_version = kelvin->get<std::string>();
+  if (written == kCheckpointFormat) {
+    KELVIN_ASSIGN_OR_RETURN(index.run_id, string_field("run"));
+  }
+  const std::optional<int64_t> directory_step = StepOfDirectoryName(checkpoint.filename().string());
+  if (directory_step.has_value() && *directory_step != index.steps_completed) {
+    return absl::DataLossError(absl::StrCat(
+        path.string(), " records step ", index.steps_completed, " but its directory is of step ",
+        *directory_step,
+        ": the directory was renamed or the index edited; restore its name, or delete it"));
+  }
   const auto eval_loss = json.find("eval_loss");
   if (eval_loss != json.end()) {
     if (!eval_loss->is_number()) {
@@ -112,12 +130,30 @@ absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIn
     json["eval_loss"] = *index.eval_loss;  // JSON has no NaN or inf (they would read back as null)
   }
   json["kelvin"] = index.kelvin_version;
-  std::ofstream file(checkpoint / kIndexFile);
-  file << json.dump(2) << "\n";
-  if (!file) {
-    return absl::DataLossError(absl::StrCat("cannot write ", (checkpoint / kIndexFile).string()));
+  json["run"] = index.run_id;
+  return io::WriteFileAtomically((checkpoint / kIndexFile).string(), {json.dump(2) + "\n"});
+}
+
+std::string NewRunId() {
+  std::random_device entropy;  // /dev/urandom
+  std::mt19937_64 generator(
+      (static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  return absl::StrFormat("%016x%016x", generator(), generator());
+}
+
+std::string StepDirectoryName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+
+std::optional<int64_t> StepOfDirectoryName(const std::string& name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  const std::string digits = name.substr(kPrefix.size());
+  int64_t step = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (error != std::errc() || end != digits.data() + digits.size() || digits.empty()) {
+    return std::nullopt;
   }
-  return absl::OkStatus();
+  return step;
 }
 
 }  // namespace kelvin::launcher

@@ -14,12 +14,20 @@
 
 namespace kelvin::launcher {
 
-// 3: each piece's CRC-32C in its part's metadata (2 had none).
-inline constexpr const char* kCheckpointFormat = "kelvin-checkpoint-3";
+// 4: the run's identity and the step in checkpoint.json and in each part's metadata, cross-checked
+// on every read. 3 (read too): each piece's CRC-32C in its part's metadata.
+inline constexpr const char* kCheckpointFormat = "kelvin-checkpoint-4";
+inline constexpr const char* kCheckpointFormatWithoutIdentity = "kelvin-checkpoint-3";
 inline constexpr const char* kRegionKey = "region:";    // + tensor name, in each part's metadata
 inline constexpr const char* kChecksumKey = "crc32c:";  // + tensor name, in each part's metadata
+inline constexpr const char* kRunKey = "run";           // in each part's metadata: the run's id
+inline constexpr const char* kStepKey = "step";         // in each part's metadata: steps done
 
 std::string PartFileName(int rank, int parts);  // "part_<rank>_of_<parts>.safetensors"
+// "step_00000120" for 120 steps done, and back (nullopt for any other name, such as
+// "step_00000120.partial").
+std::string StepDirectoryName(int64_t step);
+std::optional<int64_t> StepOfDirectoryName(const std::string& name);
 // A checksum as the metadata holds it ("0a1b2c3d"), and its parse (nullopt unless 8 hex digits).
 std::string FormatChecksum(uint32_t crc);
 std::optional<uint32_t> ParseChecksum(const std::string& text);
@@ -35,10 +43,16 @@ struct CheckpointIndex {
   std::optional<double> eval_loss;
   std::string
       kelvin_version;  // KelvinVersion() of the binary that wrote it ("" before it was kept)
+  // The run that wrote it: 32 hex digits drawn when the run started afresh, kept by its resumes
+  // ("" in a kelvin-checkpoint-3, which has none).
+  std::string run_id;
 };
 
-// checkpoint.json of the checkpoint directory `checkpoint`; a missing, malformed or foreign index
-// is an error naming the file.
+// A new run's identity: 32 random hex digits.
+std::string NewRunId();
+
+// checkpoint.json of the checkpoint directory `checkpoint`; a missing, malformed or foreign index,
+// or one whose step is not the directory's (step_<N>), is an error naming the file.
 absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::filesystem::path& checkpoint);
 absl::Status WriteCheckpointIndex(const std::filesystem::path& checkpoint,
                                   const CheckpointIndex& index);

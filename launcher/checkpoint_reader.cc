@@ -10,16 +10,39 @@
 #include "core/status.h"
 
 namespace kelvin::launcher {
+namespace {
+
+// A part must be of the save its index describes: the same run and step (a part copied in from
+// another step or run would otherwise restore as this one).
+absl::Status CheckPartIdentity(const io::SafetensorsFile& part, const CheckpointIndex& index) {
+  if (index.run_id.empty()) return absl::OkStatus();  // kelvin-checkpoint-3: no identity kept
+  const auto value = [&part](const char* key) {
+    const auto found = part.metadata().find(key);
+    return found == part.metadata().end() ? std::string("none") : found->second;
+  };
+  const std::string run = value(kRunKey), step = value(kStepKey);
+  if (run == index.run_id && step == absl::StrCat(index.steps_completed)) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      part.path(), " is a part of the save of step ", step, " of run ", run,
+      ", but its checkpoint.json is of step ", index.steps_completed, " of run ", index.run_id,
+      ": a part copied from another checkpoint; put the right part back, or delete this "
+      "checkpoint directory to resume from the one before"));
+}
+
+}  // namespace
 
 absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& path) {
   KELVIN_ASSIGN_OR_RETURN(CheckpointIndex index, ReadCheckpointIndex(path));
   std::vector<io::SafetensorsFile> parts;
   std::map<std::string, std::vector<Piece>> pieces;
   for (int r = 0; r < index.parts; ++r) {
-    KELVIN_ASSIGN_OR_RETURN(
-        io::SafetensorsFile file,
-        io::SafetensorsFile::Open(
-            (std::filesystem::path(path) / PartFileName(r, index.parts)).string()));
+    absl::StatusOr<io::SafetensorsFile> opened = io::SafetensorsFile::Open(
+        (std::filesystem::path(path) / PartFileName(r, index.parts)).string());
+    if (!opened.ok() && !absl::IsNotFound(opened.status())) {  // a damaged part, whatever the flaw
+      return absl::DataLossError(opened.status().message());
+    }
+    KELVIN_ASSIGN_OR_RETURN(io::SafetensorsFile file, std::move(opened));
+    KELVIN_RETURN_IF_ERROR(CheckPartIdentity(file, index));
     for (const io::SafetensorsEntry& entry : file.entries()) {
       const auto found = file.metadata().find(kRegionKey + entry.name);
       if (found == file.metadata().end()) {
@@ -66,7 +89,7 @@ absl::StatusOr<std::vector<CheckpointReader::PieceCopy>> CheckpointReader::PlanR
     const std::string& name, const io::TensorRegion& region) const {
   const auto found = pieces_.find(name);
   if (found == pieces_.end()) {
-    return absl::NotFoundError(
+    return absl::FailedPreconditionError(
         absl::StrCat(path_, " has no tensor \"", name,
                      "\": the checkpoint is of another model (model.* or model.ssa.* changed?)"));
   }
@@ -74,7 +97,7 @@ absl::StatusOr<std::vector<CheckpointReader::PieceCopy>> CheckpointReader::PlanR
   std::vector<std::pair<int64_t, int64_t>> filled;  // (position, length) in the region's data
   for (const Piece& piece : found->second) {
     if (piece.region.full_shape != region.full_shape) {
-      return absl::InvalidArgumentError(
+      return absl::FailedPreconditionError(
           absl::StrCat(parts_[piece.part].path(), ": tensor \"", name, "\" is ",
                        ShapeToString(piece.region.full_shape), " but the job's model has ",
                        ShapeToString(region.full_shape), ": the checkpoint is of another model"));
@@ -151,7 +174,7 @@ absl::StatusOr<Tensor> CheckpointReader::Read(const std::string& name,
     const io::SafetensorsFile& file = parts_[copy.piece->part];
     KELVIN_ASSIGN_OR_RETURN(const Tensor stored, file.ReadSlice(name, 0, copy.first, copy.last));
     if (dtype.has_value() && stored.dtype() != *dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      return absl::FailedPreconditionError(absl::StrCat(
           file.path(), ": tensor \"", name, "\" is ", std::string(DTypeName(stored.dtype())),
           " but the job keeps it in ", std::string(DTypeName(*dtype)),
           " (model.precision or the device changed since the checkpoint?)"));

@@ -170,7 +170,7 @@ absl::StatusOr<CorpusSamplers> SamplersOf(data::TokenCorpus opened, const config
     return samplers;
   }
   // The last eval_fraction of the corpus is held out: training never sees it, each evaluation
-  // scores the same training.eval_steps batches of it.
+  // scores the same training.eval_steps global batches of it (or all of it).
   const int64_t held_out_start = data::HeldOutStart(
       *corpus, data.eval_fraction(), data.packing() == config::DataConfig::DOCUMENTS);
   const int64_t row_tokens = training.seq_length() + 1;

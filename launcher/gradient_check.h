@@ -12,8 +12,9 @@
 
 namespace kelvin::launcher {
 
-// OK when grad_norm is finite; otherwise an error naming step, loss, lr (`lr` the optimizer's
-// base rate, for the advice) and up to 5 of `params`'s entries whose gradients are not finite.
+// OK when grad_norm is finite; otherwise an error naming the step (`step`: 1-based, as the
+// progress lines count), loss, lr (`lr` the optimizer's base rate, for the advice) and up to 5 of
+// `params`'s entries whose gradients are not finite.
 absl::Status CheckGradientsFinite(const Context& ctx, const ParameterSet& params, int64_t step,
                                   double loss, double grad_norm, double lr);
 

@@ -9,9 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -24,7 +23,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "core/io/regular_file.h"
 #include "core/status.h"
+#include "core/strings/did_you_mean.h"
 #include "launcher/job_config_validation.h"
 
 namespace kelvin::launcher {
@@ -92,7 +93,7 @@ std::string ReadQuoted(std::string_view text, size_t& pos) {
 }
 
 std::string DidYouMean(std::string_view name, const std::vector<std::string>& candidates) {
-  const std::string closest = ClosestName(name, candidates);
+  const std::string closest = strings::ClosestName(name, candidates);
   return closest.empty() ? "" : absl::StrCat(" Did you mean \"", closest, "\"?");
 }
 
@@ -226,7 +227,7 @@ absl::StatusOr<const pb::FieldDescriptor*> ScalarFieldAt(
     }
     field = type->FindFieldByName(name);
     if (field == nullptr) {
-      const std::string closest = ClosestName(name, FieldNames(*type));
+      const std::string closest = strings::ClosestName(name, FieldNames(*type));
       return absl::InvalidArgumentError(absl::StrCat(
           walked.empty() ? "the job" : walked, " (", type->full_name(), ") has no field \"", name,
           "\"", closest.empty() ? "" : absl::StrCat(" (did you mean \"", closest, "\"?)"),
@@ -386,7 +387,7 @@ void ResolveDefaults(config::JobConfig& config) {
 
   config::TrainingConfig& training = *config.mutable_training();
   if (!training.has_micro_batch_size()) training.set_micro_batch_size(1);
-  if (!training.has_eval_steps()) training.set_eval_steps(10);
+  if (!training.has_eval_steps() && !training.eval_whole_set()) training.set_eval_steps(10);
 
   config::LrScheduleConfig& schedule = *config.mutable_lr_schedule();
   if (!schedule.has_min_lr_ratio()) schedule.set_min_lr_ratio(0.1);
@@ -457,27 +458,64 @@ absl::StatusOr<config::JobConfig> ParseJobConfig(std::string_view text,
 
 absl::StatusOr<config::JobConfig> LoadJobConfig(const std::string& path,
                                                 const std::vector<std::string>& overrides) {
-  std::error_code error;
-  const std::filesystem::file_status status = std::filesystem::status(path, error);
-  if (!std::filesystem::exists(status)) {
+  absl::StatusOr<std::string> text = io::ReadRegularFile(path, "job file", kMaxJobFileBytes);
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat("job file ", path, " does not exist"));
   }
-  if (!std::filesystem::is_regular_file(status)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job file ", path, " is not a regular file: give a .textproto job file"));
+  if (!text.ok()) return text.status();
+  return ParseJobConfig(*text, path, overrides);
+}
+
+namespace {
+
+// Every string field the schema uses for a path, by field name.
+bool IsPathField(const pb::FieldDescriptor& field) {
+  static const std::set<std::string> kPathFields = {
+      "dir",     "hf_dir", "export_hf_dir", "tensorboard_dir",      "metrics_file",
+      "run_dir", "path",   "path_prefix",   "loss_mask_path_prefix"};
+  return field.cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && kPathFields.count(field.name());
+}
+
+void CollectRelativePaths(const pb::Message& message, std::vector<std::string>& paths) {
+  const pb::Reflection& reflection = *message.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);
+  for (const pb::FieldDescriptor* field : fields) {
+    if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      const int count = field->is_repeated() ? reflection.FieldSize(message, field) : 1;
+      for (int i = 0; i < count; ++i) {
+        CollectRelativePaths(field->is_repeated() ? reflection.GetRepeatedMessage(message, field, i)
+                                                  : reflection.GetMessage(message, field),
+                             paths);
+      }
+    } else if (!field->is_repeated() && IsPathField(*field)) {
+      const std::string value = reflection.GetString(message, field);
+      if (!value.empty() && !std::filesystem::path(value).is_absolute()) paths.push_back(value);
+    }
   }
-  const std::uintmax_t size = std::filesystem::file_size(path, error);
-  if (!error && size > kMaxJobFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("job file ", path, " is ", size,
-                                                   " bytes; a job file is a few KB of text "
-                                                   "format: is this the right file?"));
+}
+
+}  // namespace
+
+std::vector<std::string> RelativePathsOf(const config::JobConfig& job) {
+  std::vector<std::string> paths;
+  CollectRelativePaths(job, paths);
+  return paths;
+}
+
+absl::Status WithWorkingDirectory(const absl::Status& status, const config::JobConfig& job) {
+  if (status.ok()) return status;
+  const std::string_view message(status.message().data(), status.message().size());
+  for (const std::string& path : RelativePathsOf(job)) {
+    if (message.find(path) == std::string_view::npos) continue;
+    std::error_code error;
+    const std::string here = std::filesystem::current_path(error).string();
+    return absl::Status(status.code(), absl::StrCat(status.message(),
+                                                    " (relative paths are resolved against the "
+                                                    "working directory ",
+                                                    error ? std::string("(unknown)") : here, ")"));
   }
-  std::ifstream file(path, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  if (!file.is_open() || file.bad()) {
-    return absl::PermissionDeniedError(absl::StrCat("job file ", path, " cannot be read"));
-  }
-  return ParseJobConfig(text, path, overrides);
+  return status;
 }
 
 }  // namespace kelvin::launcher

@@ -47,4 +47,10 @@ void ResolveDefaults(config::JobConfig& config);
 // oneof members and unset optional messages are left out). Parses back to the same JobConfig.
 std::string FormatResolvedConfig(const config::JobConfig& config);
 
+// The job's paths (directories, files, dataset prefixes) that are relative, as written.
+std::vector<std::string> RelativePathsOf(const config::JobConfig& job);
+// `status` with "(relative paths are resolved against the working directory W)" appended when its
+// message names one of the job's relative paths; OK stays OK.
+absl::Status WithWorkingDirectory(const absl::Status& status, const config::JobConfig& job);
+
 }  // namespace kelvin::launcher

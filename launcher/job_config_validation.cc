@@ -13,12 +13,14 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/data/passkey_task.h"
+#include "core/strings/did_you_mean.h"
 #include "launcher/job_config.h"
 #include "models/llama/llama_config.h"
 
@@ -45,9 +47,24 @@ class Problems {
   std::vector<std::string> lines_;
 };
 
+// The training sizes' upper limits (the model's are in models/llama/llama_config.h).
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+constexpr int64_t kMaxBatchSequences = int64_t{1} << 24;    // micro and global batch, accumulation
+constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 32;  // micro_batch_size x seq_length
+constexpr int64_t kMaxEvalSteps = int64_t{1} << 20;
+constexpr int64_t kMaxThreads = 4096;
+
 // Rules shared by many fields. Non-finite doubles were reported by CheckNumbersAndEnums.
 void AtLeast(Problems& problems, const std::string& path, int64_t value, int64_t minimum) {
   if (value < minimum) problems.Add(path, "=", value, ": must be >= ", minimum);
+}
+
+// minimum <= value <= maximum: the limits that keep sizes and loops bounded.
+void InIntRange(Problems& problems, const std::string& path, int64_t value, int64_t minimum,
+                int64_t maximum) {
+  if (value < minimum || value > maximum) {
+    problems.Add(path, "=", value, ": must be in [", minimum, ", ", maximum, "]");
+  }
 }
 
 void Positive(Problems& problems, const std::string& path, double value) {
@@ -159,32 +176,34 @@ void CheckRopeScaling(const config::RopeScaling& rope, Problems& problems) {
                  "and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)");
     return;
   }
-  if (std::isfinite(rope.factor()) && rope.factor() < 1) {
-    problems.Add(path, ".factor=", rope.factor(), ": must be >= 1");
+  ops::RopeConfig scaling;  // the rules config.json's values meet too (models::ValidateLlamaConfig)
+  scaling.llama3_scaling = true;
+  scaling.factor = rope.factor();
+  scaling.low_freq_factor = rope.low_freq_factor();
+  scaling.high_freq_factor = rope.high_freq_factor();
+  scaling.original_max_position = rope.original_max_position_embeddings();
+  for (const std::string& problem : models::RopeScalingProblems(scaling, path)) {
+    problems.Add(problem);
   }
-  Positive(problems, path + ".low_freq_factor", rope.low_freq_factor());
-  if (std::isfinite(rope.low_freq_factor()) && std::isfinite(rope.high_freq_factor()) &&
-      !(rope.high_freq_factor() > rope.low_freq_factor())) {
-    problems.Add(path, ": high_freq_factor=", rope.high_freq_factor(),
-                 " must be > low_freq_factor=", rope.low_freq_factor());
-  }
-  AtLeast(problems, path + ".original_max_position_embeddings",
-          rope.original_max_position_embeddings(), 1);
 }
 
 void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
   const std::string path = "model.architecture.";
-  const auto at_least_one = [&](bool set, std::string_view name, int64_t value) {
-    if (set) AtLeast(problems, path + std::string(name), value, 1);
+  // The limits of models/llama/llama_config.h, which config.json's values meet too.
+  const auto size = [&](bool set, std::string_view name, int64_t value, int64_t max) {
+    if (set) InIntRange(problems, path + std::string(name), value, 1, max);
   };
-  at_least_one(arch.has_hidden_size(), "hidden_size", arch.hidden_size());
-  at_least_one(arch.has_intermediate_size(), "intermediate_size", arch.intermediate_size());
-  at_least_one(arch.has_num_layers(), "num_layers", arch.num_layers());
-  at_least_one(arch.has_num_attention_heads(), "num_attention_heads", arch.num_attention_heads());
-  at_least_one(arch.has_num_key_value_heads(), "num_key_value_heads", arch.num_key_value_heads());
-  at_least_one(arch.has_vocab_size(), "vocab_size", arch.vocab_size());
-  at_least_one(arch.has_max_position_embeddings(), "max_position_embeddings",
-               arch.max_position_embeddings());
+  size(arch.has_hidden_size(), "hidden_size", arch.hidden_size(), models::kMaxHiddenSize);
+  size(arch.has_intermediate_size(), "intermediate_size", arch.intermediate_size(),
+       models::kMaxIntermediateSize);
+  size(arch.has_num_layers(), "num_layers", arch.num_layers(), models::kMaxLayers);
+  size(arch.has_num_attention_heads(), "num_attention_heads", arch.num_attention_heads(),
+       models::kMaxHeads);
+  size(arch.has_num_key_value_heads(), "num_key_value_heads", arch.num_key_value_heads(),
+       models::kMaxHeads);
+  size(arch.has_vocab_size(), "vocab_size", arch.vocab_size(), models::kMaxVocabSize);
+  size(arch.has_max_position_embeddings(), "max_position_embeddings",
+       arch.max_position_embeddings(), models::kMaxPositions);
   if (arch.has_rope_theta()) Positive(problems, path + "rope_theta", arch.rope_theta());
   if (arch.has_rms_norm_eps()) Positive(problems, path + "rms_norm_eps", arch.rms_norm_eps());
 
@@ -246,7 +265,7 @@ void CheckModel(const config::JobConfig& job, Problems& problems) {
       break;
     case config::ModelConfig::kPreset:
       if (std::find(presets.begin(), presets.end(), model.preset()) == presets.end()) {
-        const std::string closest = ClosestName(model.preset(), presets);
+        const std::string closest = strings::ClosestName(model.preset(), presets);
         problems.Add("model.preset=\"", model.preset(), "\": unknown preset",
                      closest.empty() ? "" : absl::StrCat(" (did you mean \"", closest, "\"?)"),
                      "; known presets: ", absl::StrJoin(presets, ", "));
@@ -463,15 +482,38 @@ void CheckLrSchedule(const config::JobConfig& job, Problems& problems) {
 
 void CheckTraining(const config::JobConfig& job, Problems& problems) {
   const config::TrainingConfig& training = job.training();
-  AtLeast(problems, "training.steps", training.steps(), 1);
-  AtLeast(problems, "training.micro_batch_size", training.micro_batch_size(), 1);
-  AtLeast(problems, "training.global_batch_size", training.global_batch_size(), 1);
-  AtLeast(problems, "training.gradient_accumulation_steps", training.gradient_accumulation_steps(),
-          0);
-  AtLeast(problems, "training.seq_length", training.seq_length(), 1);
-  AtLeast(problems, "training.eval_interval", training.eval_interval(), 0);
-  AtLeast(problems, "training.eval_steps", training.eval_steps(), 1);
-  AtLeast(problems, "training.threads", training.threads(), 0);
+  // Upper limits keep loops and sizes bounded (and far above any real job).
+  InIntRange(problems, "training.steps", training.steps(), 1, kMaxSteps);
+  InIntRange(problems, "training.micro_batch_size", training.micro_batch_size(), 1,
+             kMaxBatchSequences);
+  InIntRange(problems, "training.global_batch_size", training.global_batch_size(), 1,
+             kMaxBatchSequences);
+  InIntRange(problems, "training.gradient_accumulation_steps",
+             training.gradient_accumulation_steps(), 0, kMaxBatchSequences);
+  InIntRange(problems, "training.seq_length", training.seq_length(), 1, models::kMaxPositions);
+  InIntRange(problems, "training.eval_interval", training.eval_interval(), 0, kMaxSteps);
+  if (!training.eval_whole_set()) {
+    InIntRange(problems, "training.eval_steps", training.eval_steps(), 1, kMaxEvalSteps);
+  }
+  InIntRange(problems, "training.threads", training.threads(), 0, kMaxThreads);
+  const std::optional<int64_t> micro_batch_tokens =
+      CheckedProduct(training.micro_batch_size(), training.seq_length());
+  const bool sizes_in_range = training.micro_batch_size() <= kMaxBatchSequences &&
+                              training.seq_length() <= models::kMaxPositions;
+  if (sizes_in_range && (!micro_batch_tokens || *micro_batch_tokens > kMaxMicroBatchTokens)) {
+    problems.Add("training.micro_batch_size=", training.micro_batch_size(),
+                 " x training.seq_length=", training.seq_length(),
+                 " tokens per micro-batch: at most ", kMaxMicroBatchTokens,
+                 " (lower micro_batch_size: gradient accumulation gives the "
+                 "same global batch)");
+  }
+  if (training.eval_whole_set() && job.data().has_passkey()) {
+    problems.Add(
+        "training.eval_whole_set: the passkey task makes its held-out samples without "
+        "end; set training.eval_steps instead");
+  } else if (training.eval_whole_set() && training.has_eval_steps()) {
+    problems.Add("training.eval_whole_set scores every held-out row: remove training.eval_steps");
+  }
   const config::Architecture& arch = job.model().architecture();
   if (arch.has_max_position_embeddings() &&
       training.seq_length() > arch.max_position_embeddings()) {
@@ -598,23 +640,35 @@ void CheckParallel(const config::JobConfig& job, Problems& problems) {
   }
 }
 
-// "MM", "HH:MM:SS" or "D-HH:MM:SS" (sbatch accepts more forms; these are the unambiguous ones).
-bool IsSlurmTime(absl::string_view time) {
-  const auto digits = [](absl::string_view part, size_t min_size, size_t max_size) {
-    return part.size() >= min_size && part.size() <= max_size &&
-           std::all_of(part.begin(), part.end(),
-                       [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
+// The seconds of a SLURM time limit written as minutes ("90"), "HH:MM:SS" or "D-HH:MM:SS" (sbatch
+// accepts more forms; these are the unambiguous ones); nullopt for anything else.
+std::optional<int64_t> SlurmTimeSeconds(absl::string_view time) {
+  const auto number = [](absl::string_view part, size_t min_size,
+                         size_t max_size) -> std::optional<int64_t> {
+    if (part.size() < min_size || part.size() > max_size) return std::nullopt;
+    int64_t value = 0;
+    for (const char c : part) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+      value = value * 10 + (c - '0');
+    }
+    return value;
   };
+  int64_t days = 0;
   const size_t dash = time.find('-');
   if (dash != absl::string_view::npos) {
-    if (!digits(time.substr(0, dash), 1, 3)) return false;
+    const std::optional<int64_t> d = number(time.substr(0, dash), 1, 3);
+    if (!d) return std::nullopt;
+    days = *d;
     time = time.substr(dash + 1);
-  } else if (digits(time, 1, 6)) {
-    return true;  // minutes
+  } else if (const std::optional<int64_t> minutes = number(time, 1, 6)) {
+    return *minutes * 60;
   }
   const std::vector<absl::string_view> parts = absl::StrSplit(time, ':');
-  return parts.size() == 3 && digits(parts[0], 1, 3) && digits(parts[1], 2, 2) &&
-         digits(parts[2], 2, 2) && parts[1] < "60" && parts[2] < "60";
+  if (parts.size() != 3) return std::nullopt;
+  const std::optional<int64_t> h = number(parts[0], 1, 3), m = number(parts[1], 2, 2),
+                               sec = number(parts[2], 2, 2);
+  if (!h || !m || !sec || *m >= 60 || *sec >= 60) return std::nullopt;
+  return ((days * 24 + *h) * 60 + *m) * 60 + *sec;
 }
 
 void CheckLaunch(const config::JobConfig& job, Problems& problems) {
@@ -625,9 +679,20 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
   AtLeast(problems, "launch.cpus_per_process", launch.cpus_per_process(), 0);
   AtLeast(problems, "launch.preemption_warning_seconds", launch.preemption_warning_seconds(), 0);
   AtLeast(problems, "launch.gpu_memory_gib", launch.gpu_memory_gib(), 0);
-  if (!launch.time_limit().empty() && !IsSlurmTime(launch.time_limit())) {
-    problems.Add("launch.time_limit=\"", launch.time_limit(),
+  const std::optional<int64_t> time_limit = SlurmTimeSeconds(launch.time_limit());
+  if (!launch.time_limit().empty() && !time_limit.has_value()) {
+    problems.Add("launch.time_limit=\"", absl::CHexEscape(launch.time_limit()),
                  "\": write minutes (\"90\"), \"HH:MM:SS\" or \"D-HH:MM:SS\"");
+  } else if (time_limit.has_value() && launch.preemption_warning_seconds() >= *time_limit) {
+    problems.Add("launch.preemption_warning_seconds=", launch.preemption_warning_seconds(),
+                 " must be below launch.time_limit=\"", launch.time_limit(), "\" (", *time_limit,
+                 " s): the warning would come before the job starts");
+  }
+  if (launch.requeue() && launch.preemption_warning_seconds() == 0) {
+    problems.Add(
+        "launch.requeue needs launch.preemption_warning_seconds (e.g. 300): without the warning "
+        "a job that reaches its time limit is killed without a checkpoint, and SLURM does not "
+        "requeue a TIMEOUT");
   }
   if (launch.gpus_per_node() > 0 && launch.processes_per_node() > launch.gpus_per_node() &&
       job.parallel().communication_backend() == config::ParallelConfig::NCCL) {
@@ -647,52 +712,41 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
                  config::CheckpointConfig::Resume_Name(job.checkpoint().resume()),
                  "): the requeued job must continue from the latest checkpoint");
   }
+  // Every string that reaches the batch script: SLURM names are names, options and setup lines
+  // stay one line each (a newline would start a shell line of its own).
+  for (const auto& [field, value] : {std::pair{"launch.partition", &launch.partition()},
+                                     {"launch.account", &launch.account()},
+                                     {"launch.qos", &launch.qos()}}) {
+    const bool name = std::all_of(value->begin(), value->end(), [](char c) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ||
+             c == '.' || c == ',';
+    });
+    if (!name) {
+      problems.Add(field, "=\"", absl::CHexEscape(*value),
+                   "\": SLURM names hold only letters, digits, '_', '-', '.' (and ',' between "
+                   "several)");
+    }
+  }
+  const auto has_control = [](const std::string& text) {
+    return std::any_of(text.begin(), text.end(), [](char c) {
+      return c != '\t' && absl::ascii_iscntrl(static_cast<unsigned char>(c));
+    });
+  };
   for (const std::string& option : launch.extra_sbatch_options()) {
-    if (!absl::StartsWith(option, "--") || absl::StrContains(option, "\n")) {
-      problems.Add("launch.extra_sbatch_options \"", option,
-                   "\": write one sbatch option per entry, as \"--name=value\"");
+    if (!absl::StartsWith(option, "--") || has_control(option) || absl::StrContains(option, "\t")) {
+      problems.Add("launch.extra_sbatch_options \"", absl::CHexEscape(option),
+                   "\": write one sbatch option per entry, as \"--name=value\" on one line");
     }
   }
   for (const std::string& line : launch.setup_commands()) {
-    if (absl::StrContains(line, "\n")) {
-      problems.Add("launch.setup_commands \"", line, "\": one shell line per entry");
+    if (has_control(line)) {
+      problems.Add("launch.setup_commands \"", absl::CHexEscape(line),
+                   "\": one shell line per entry, without control characters");
     }
   }
-}
-
-int EditDistance(std::string_view a, std::string_view b) {
-  std::vector<int> previous(b.size() + 1), current(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) previous[j] = static_cast<int>(j);
-  for (size_t i = 1; i <= a.size(); ++i) {
-    current[0] = static_cast<int>(i);
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const bool same = absl::ascii_tolower(a[i - 1]) == absl::ascii_tolower(b[j - 1]);
-      current[j] =
-          std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (same ? 0 : 1)});
-    }
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
 }
 
 }  // namespace
-
-std::string ClosestName(std::string_view name, const std::vector<std::string>& candidates) {
-  const int typo_budget = std::max<int>(2, static_cast<int>(name.size()) / 3);
-  std::string best;
-  int best_distance = 0;
-  for (const std::string& candidate : candidates) {
-    const int distance = EditDistance(name, candidate);
-    const absl::string_view typed(name.data(), name.size());
-    const bool prefix = name.size() >= 3 && (absl::StartsWithIgnoreCase(candidate, typed) ||
-                                             absl::StartsWithIgnoreCase(typed, candidate));
-    if ((distance <= typo_budget || prefix) && (best.empty() || distance < best_distance)) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  return best;
-}
 
 absl::Status ValidateJobConfig(const config::JobConfig& config) {
   config::JobConfig job = config;

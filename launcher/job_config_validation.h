@@ -19,8 +19,4 @@ namespace kelvin::launcher {
 // "  <problem>" line each, a problem reading like "training.micro_batch_size=0: must be >= 1".
 absl::Status ValidateJobConfig(const config::JobConfig& config);
 
-// The candidate closest to `name` by case-insensitive edit distance when it is close enough to be
-// a plausible typo (or one is a prefix of the other); empty when none is.
-std::string ClosestName(std::string_view name, const std::vector<std::string>& candidates);
-
 }  // namespace kelvin::launcher

@@ -44,7 +44,11 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
   }
   ApplyArchitectureOverrides(model.architecture(), arch);
   if (model.ssa().enabled()) arch.ssa = SsaOptionsFromConfig(model.ssa());
-  KELVIN_RETURN_IF_ERROR(models::ValidateLlamaConfig(arch));
+  const std::string source =
+      absl::StrCat(model.has_hf_dir() ? absl::StrCat(model.hf_dir(), "/config.json")
+                                      : absl::StrCat("model.preset=", model.preset()),
+                   model.has_architecture() ? " with model.architecture" : "");
+  KELVIN_RETURN_IF_ERROR(models::ValidateLlamaConfig(arch, source));
   return arch;
 }
 

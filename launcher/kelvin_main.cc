@@ -5,13 +5,16 @@
 // memory per rank without training; launch checks the same and writes (--submit: submits) its
 // SLURM batch job.
 // Every user error ends here as one message on stderr and exit code 1 (2 for usage errors); with
-// several processes a rank that fails aborts the whole job, so none waits forever.
+// several processes a rank that fails aborts the whole job, so none waits forever. train and eval
+// take their ranks from MPI (initialised in every case), checked against the launcher's variables.
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,13 +23,17 @@
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
 #include "core/data/jsonl_samples.h"
+#include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "core/strings/did_you_mean.h"
 #include "launcher/checkpoint_commands.h"
 #include "launcher/job_config.h"
 #include "launcher/job_plan.h"
 #include "launcher/job_setup.h"
 #include "launcher/layout_search.h"
+#include "launcher/preemption.h"
+#include "launcher/run_directory.h"
 #include "launcher/slurm_batch.h"
 #include "launcher/trainer.h"
 #include "parallel/rank_discovery.h"
@@ -65,6 +72,7 @@ constexpr const char* kUsage =
     "  layout (checkpoints resume under any layout)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n"
     "  kelvin --version: Kelvin's version and commit, and its libraries' versions\n"
+    "  kelvin --help: this text\n"
     "exit codes: 0 done, 1 failed, 2 bad command line, 3 stopped by SIGTERM/SIGUSR1 after\n"
     "  saving a checkpoint (running the job again resumes)\n";
 
@@ -98,13 +106,23 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kCancelled ? kExitPreempted : 1;
 }
 
-int Train(const kelvin::config::JobConfig& job) {
+int Train(const kelvin::config::JobConfig& job, int world_rank) {
   KLOG_RANK0(INFO) << "kelvin " << kelvin::KelvinVersion() << "; " << kelvin::LibraryVersions();
-  KLOG_RANK0(INFO) << "resolved job config:\n" << kelvin::launcher::FormatResolvedConfig(job);
+  if (world_rank == 0) {  // the whole resolved job goes to the run directory, not the log
+    const absl::StatusOr<std::string> written =
+        kelvin::launcher::StartRunDirectory(job, kelvin::launcher::FormatResolvedConfig(job));
+    if (written.ok()) {
+      KLOG(INFO) << "job " << job.name() << ": its resolved config is " << *written;
+    } else {
+      KLOG(WARNING) << "job " << job.name() << ": " << written.status()
+                    << "; its resolved config follows:\n"
+                    << kelvin::launcher::FormatResolvedConfig(job);
+    }
+  }
   absl::StatusOr<std::unique_ptr<kelvin::launcher::Trainer>> trainer =
       kelvin::launcher::Trainer::Create(job);
   absl::Status status = trainer.ok() ? (*trainer)->Run() : trainer.status();
-  return status.ok() ? 0 : Fail(status);
+  return status.ok() ? 0 : Fail(kelvin::launcher::WithWorkingDirectory(status, job));
 }
 
 void LogEvaluation(const kelvin::config::JobConfig& job,
@@ -121,13 +139,13 @@ int Eval(const kelvin::config::JobConfig& job, const Arguments& a) {
   if (a.every_checkpoint) {
     const absl::StatusOr<std::vector<kelvin::launcher::JobEvaluation>> evals =
         kelvin::launcher::EvaluateEveryCheckpoint(job);
-    if (!evals.ok()) return Fail(evals.status());
+    if (!evals.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(evals.status(), job));
     for (const kelvin::launcher::JobEvaluation& eval : *evals) LogEvaluation(job, eval);
     return 0;
   }
   const absl::StatusOr<kelvin::launcher::JobEvaluation> eval =
       kelvin::launcher::EvaluateJobOnEverySet(job, a.checkpoint);
-  if (!eval.ok()) return Fail(eval.status());
+  if (!eval.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(eval.status(), job));
   LogEvaluation(job, *eval);
   return 0;
 }
@@ -135,36 +153,56 @@ int Eval(const kelvin::config::JobConfig& job, const Arguments& a) {
 int Convert(const kelvin::config::JobConfig& job, const std::string& out,
             const kelvin::launcher::ConvertOptions& options) {
   const absl::StatusOr<int64_t> step = kelvin::launcher::ConvertCheckpointToHf(job, out, options);
-  if (!step.ok()) return Fail(step.status());
+  if (!step.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(step.status(), job));
   KLOG_RANK0(INFO) << "converted the checkpoint of step " << *step << " in "
                    << job.checkpoint().dir() << " to " << out << " (Hugging Face format)";
   return 0;
 }
 
-// Runs train, eval or convert on the job, with MPI around it when the launcher started several
-// processes.
+// Runs train, eval or convert on the job. train and eval run under MPI, initialised whether or
+// not a launcher started several processes: MPI's world is this process's, and launcher variables
+// that disagree with it (SLURM_NTASKS=4 without an MPI job, srun without --mpi=pmix) are an error
+// that says how to launch.
 int RunUnderLauncher(const Arguments& a) {
+  // Before anything slow: a preemption warning during start-up is kept for the training loop.
+  if (a.command == "train") kelvin::launcher::InstallPreemptionHandlers();
+  const auto load = [&a]() { return kelvin::launcher::LoadJobConfig(a.job_path, a.overrides); };
+  if (a.command == "convert") {  // one process's work: under a launcher, rank 0 does it
+    const absl::StatusOr<kelvin::parallel::RankInfo> launched =
+        kelvin::parallel::RankInfoFromEnvironment(kelvin::parallel::ProcessEnvironment());
+    if (!launched.ok()) return Fail(launched.status());
+    if (launched->rank != 0) return 0;
+    const absl::StatusOr<kelvin::config::JobConfig> job = load();
+    return job.ok() ? Convert(*job, a.out, {a.checkpoint, a.convert_dtype}) : Fail(job.status());
+  }
+  // The launcher's variables as it set them (a singleton MPI_Init adds PMIX_RANK).
   const absl::StatusOr<kelvin::parallel::RankInfo> launched =
       kelvin::parallel::RankInfoFromEnvironment(kelvin::parallel::ProcessEnvironment());
   if (!launched.ok()) return Fail(launched.status());
-  const auto run = [&a] {
-    const absl::StatusOr<kelvin::config::JobConfig> job =
-        kelvin::launcher::LoadJobConfig(a.job_path, a.overrides);
-    if (!job.ok()) return Fail(job.status());
-    if (a.command == "train") return Train(*job);
-    return a.command == "eval" ? Eval(*job, a)
-                               : Convert(*job, a.out, {a.checkpoint, a.convert_dtype});
-  };
-  if (launched->world_size == 1) return run();
-  // Convert is one process's work: under a launcher, rank 0 does it (the others need no MPI).
-  if (a.command == "convert") return launched->rank == 0 ? run() : 0;
-  kelvin::SetLogRank(launched->rank);  // the progress lines come from rank 0 only
   // FUNNELED: only this thread calls MPI (checkpoint.async_save's writer thread never does).
   int threading = 0;
   MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &threading);
-  const int result = run();
-  // A failure may be one rank's alone: abort the others. A preemption stop is every rank's.
-  if (result != 0 && result != kExitPreempted) MPI_Abort(MPI_COMM_WORLD, result);
+  const absl::StatusOr<kelvin::parallel::RankInfo> rank = kelvin::parallel::DiscoverRank(*launched);
+  int result = 0;
+  if (!rank.ok()) {
+    result = Fail(rank.status());  // every process finds it alike: none waits for another
+  } else {
+    if (rank->world_size > 1) kelvin::SetLogRank(rank->rank);  // progress lines from rank 0 only
+    const absl::StatusOr<kelvin::config::JobConfig> job = load();
+    if (!job.ok()) {
+      result = Fail(job.status());
+    } else if (a.command == "train") {
+      // Without checkpoints a stop signal cannot be honoured: it ends the run, as by default.
+      if (job->checkpoint().dir().empty()) kelvin::launcher::UninstallPreemptionHandlers();
+      result = Train(*job, rank->rank);
+    } else {
+      result = Eval(*job, a);
+    }
+    // A failure may be one rank's alone: abort the others. A preemption stop is every rank's.
+    if (result != 0 && result != kExitPreempted && rank->world_size > 1) {
+      MPI_Abort(MPI_COMM_WORLD, result);
+    }
+  }
   MPI_Finalize();
   return result;
 }
@@ -282,7 +320,7 @@ int Launch(const Arguments& a) {
   const absl::StatusOr<kelvin::launcher::BatchJob> batch =
       kelvin::launcher::WriteBatchJob(job, SelfPath());
   if (!batch.ok()) return Fail(batch.status());
-  std::printf("wrote %s\n  and %s\n", batch->script_path.c_str(), batch->config_path.c_str());
+  std::printf("wrote %s (the resolved job is embedded in it)\n", batch->script_path.c_str());
   if (!a.submit) {
     std::printf("submit it with: sbatch %s   (or kelvin launch ... --submit)\n",
                 batch->script_path.c_str());
@@ -290,88 +328,175 @@ int Launch(const Arguments& a) {
   }
   const absl::StatusOr<std::string> id = kelvin::launcher::SubmitBatchJob(batch->script_path);
   if (!id.ok()) return Fail(id.status());
+  const absl::Status recorded = kelvin::launcher::RecordSubmittedJob(job, *id);
+  if (!recorded.ok()) {
+    std::fprintf(stderr,
+                 "kelvin: warning: %s (a later launch into this run directory is not "
+                 "refused while job %s lives)\n",
+                 std::string(recorded.message()).c_str(), id->c_str());
+  }
   std::printf("submitted batch job %s; its log: %s/slurm-%s.out\n", id->c_str(),
               std::filesystem::path(batch->script_path).parent_path().c_str(), id->c_str());
   return 0;
 }
 
-int PrepareData(const std::vector<std::string>& args) {
-  if (args.size() != 4 || args[2] != "--out") {
-    return Usage("prepare-data takes SAMPLES.jsonl --out PREFIX");
-  }
+int PrepareData(const std::string& samples, const std::string& out) {
   const absl::StatusOr<kelvin::data::PreparedSamples> prepared =
-      kelvin::data::PrepareJsonlSamples(args[1], args[3]);
+      kelvin::data::PrepareJsonlSamples(samples, out);
   if (!prepared.ok()) return Fail(prepared.status());
   std::printf("%s", kelvin::data::DescribePreparedSamples(*prepared).c_str());
   return 0;
 }
 
-}  // namespace
+// The commands, and the options each takes (one table: the parser and its messages read it).
+constexpr const char* kCommands[] = {"train", "plan", "launch", "eval", "convert", "prepare-data"};
 
-int main(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.size() == 1 && args[0] == "--version") {
-    std::printf("kelvin %s\n%s\n", kelvin::KelvinVersion().c_str(),
-                kelvin::LibraryVersions().c_str());
-    return 0;
-  }
-  if (args.size() < 2) return Usage("a command and a job file are needed");
-  if (args[0] == "prepare-data") return PrepareData(args);
-  Arguments a;
-  a.command = args[0];
-  a.job_path = args[1];
-  if (a.command != "train" && a.command != "plan" && a.command != "launch" && a.command != "eval" &&
-      a.command != "convert") {
-    return Usage("unknown command \"" + a.command + "\"");
-  }
-  const bool reads_checkpoint = a.command == "convert" || a.command == "eval";
-  for (size_t i = 2; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    const bool has_value = i + 1 < args.size();
-    if (arg == "--set" && has_value) {
-      a.overrides.push_back(args[++i]);
-    } else if (arg.rfind("--set=", 0) == 0) {
-      a.overrides.push_back(arg.substr(6));
-    } else if (a.command == "plan" && arg == "--processes" && has_value) {
-      if (!absl::SimpleAtoi(args[++i], &a.processes) || a.processes < 1) {
-        return Usage("--processes " + args[i] + ": give a process count >= 1");
-      }
-    } else if (a.command == "plan" && arg == "--device" && has_value) {
-      a.device = args[++i];
-      if (a.device != "cpu" && a.device != "cuda") {
-        return Usage("--device " + a.device + ": use cpu or cuda");
-      }
-    } else if (a.command == "plan" && arg == "--layouts") {
-      a.layouts = true;
-    } else if (a.command == "launch" && arg == "--submit") {
-      a.submit = true;
-    } else if (a.command == "convert" && arg == "--out" && has_value) {
-      a.out = args[++i];
-    } else if (reads_checkpoint && arg == "--step" && has_value) {
-      int64_t step = 0;
-      if (!absl::SimpleAtoi(args[++i], &step) || step < 0) {
-        return Usage("--step " + args[i] + ": give a step count >= 0");
-      }
-      a.checkpoint.step = step;
-    } else if (reads_checkpoint && arg == "--best") {
-      a.checkpoint.best = true;
-    } else if (a.command == "eval" && arg == "--all") {
-      a.every_checkpoint = true;
-    } else if (a.command == "convert" && arg == "--dtype" && has_value) {
-      const std::string dtype = args[++i];
-      if (dtype != "f32" && dtype != "bf16") return Usage("--dtype " + dtype + ": use f32 or bf16");
-      a.convert_dtype = dtype == "bf16" ? kelvin::DType::kBF16 : kelvin::DType::kF32;
-    } else {
-      return Usage("unexpected argument \"" + arg + "\" for " + a.command);
+struct OptionSpec {
+  const char* name;
+  const char* value;  // what the value is, for messages; nullptr: a flag without value
+  std::vector<std::string> commands;
+};
+
+const std::vector<OptionSpec>& Options() {
+  static const std::vector<OptionSpec> options = {
+      {"--set", "field.path=value", {"train", "plan", "launch", "eval", "convert"}},
+      {"--processes", "a process count >= 1", {"plan"}},
+      {"--device", "cpu or cuda", {"plan"}},
+      {"--layouts", nullptr, {"plan"}},
+      {"--submit", nullptr, {"launch"}},
+      {"--out", "a path", {"convert", "prepare-data"}},
+      {"--step", "a step count >= 0", {"eval", "convert"}},
+      {"--best", nullptr, {"eval", "convert"}},
+      {"--all", nullptr, {"eval"}},
+      {"--dtype", "f32 or bf16", {"convert"}},
+  };
+  return options;
+}
+
+// Applies option `name` (its value in `value` when it takes one) to `a`; a usage error otherwise.
+std::optional<int> ApplyOption(const std::string& name, const std::string& value, Arguments& a) {
+  if (name == "--set") {
+    a.overrides.push_back(value);
+  } else if (name == "--processes") {
+    if (!absl::SimpleAtoi(value, &a.processes) || a.processes < 1) {
+      return Usage("--processes " + value + ": give a process count >= 1");
     }
+  } else if (name == "--device") {
+    if (value != "cpu" && value != "cuda") return Usage("--device " + value + ": use cpu or cuda");
+    a.device = value;
+  } else if (name == "--layouts") {
+    a.layouts = true;
+  } else if (name == "--submit") {
+    a.submit = true;
+  } else if (name == "--out") {
+    a.out = value;
+  } else if (name == "--step") {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(value, &step) || step < 0) {
+      return Usage("--step " + value + ": give a step count >= 0");
+    }
+    a.checkpoint.step = step;
+  } else if (name == "--best") {
+    a.checkpoint.best = true;
+  } else if (name == "--all") {
+    a.every_checkpoint = true;
+  } else if (name == "--dtype") {
+    if (value != "f32" && value != "bf16") return Usage("--dtype " + value + ": use f32 or bf16");
+    a.convert_dtype = value == "bf16" ? kelvin::DType::kBF16 : kelvin::DType::kF32;
   }
-  if (a.command == "convert" && a.out.empty()) return Usage("convert needs --out DIR");
+  return std::nullopt;
+}
+
+// The command line after the command: its input file, then options; nullopt when it parsed, else
+// the exit code of the usage error printed.
+std::optional<int> ParseArguments(const std::vector<std::string>& args, Arguments& a) {
+  const bool input_is_samples = a.command == "prepare-data";
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string arg = args[i], value;
+    const size_t equals = arg.find('=');
+    const bool inline_value = arg.starts_with("--") && equals != std::string::npos;
+    if (inline_value) {
+      value = arg.substr(equals + 1);
+      arg = arg.substr(0, equals);
+    }
+    const auto spec = std::find_if(Options().begin(), Options().end(),
+                                   [&](const OptionSpec& o) { return arg == o.name; });
+    if (spec == Options().end()) {
+      if (!arg.starts_with("-") && a.job_path.empty()) {
+        a.job_path = arg;
+        continue;
+      }
+      if (!arg.starts_with("-")) {
+        return Usage(absl::StrCat("unexpected argument \"", arg, "\" for ", a.command, " (its ",
+                                  input_is_samples ? "samples file" : "job file", " is \"",
+                                  a.job_path, "\")"));
+      }
+      return Usage(absl::StrCat("unknown option \"", arg, "\" for ", a.command));
+    }
+    if (std::find(spec->commands.begin(), spec->commands.end(), a.command) ==
+        spec->commands.end()) {
+      return Usage(absl::StrCat(arg, " is an option of ", absl::StrJoin(spec->commands, ", "),
+                                ", not of ", a.command));
+    }
+    if (spec->value == nullptr && inline_value) {
+      return Usage(absl::StrCat(arg, " takes no value"));
+    }
+    if (spec->value != nullptr && !inline_value) {
+      if (i + 1 >= args.size() || args[i + 1].starts_with("--")) {
+        return Usage(absl::StrCat(arg, " needs a value (", spec->value, ")"));
+      }
+      value = args[++i];
+    }
+    if (const std::optional<int> error = ApplyOption(arg, value, a)) return error;
+  }
+  if (a.job_path.empty()) {
+    return Usage(input_is_samples ? "prepare-data needs a samples file: kelvin prepare-data "
+                                    "SAMPLES.jsonl --out PREFIX"
+                                  : absl::StrCat(a.command, " needs a job file: kelvin ", a.command,
+                                                 " JOB.textproto"));
+  }
+  if ((a.command == "convert" || input_is_samples) && a.out.empty()) {
+    return Usage(input_is_samples ? "prepare-data needs --out PREFIX" : "convert needs --out DIR");
+  }
   if (a.checkpoint.best && a.checkpoint.step.has_value()) {
     return Usage(a.command + " takes --step N or --best, not both");
   }
   if (a.every_checkpoint && !a.checkpoint.newest()) {
     return Usage("eval takes one of --step N, --best and --all");
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kelvin::io::InstallTemporaryFileCleanup();  // first: no temporary outlives a Ctrl-C
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--version") {
+    std::printf("kelvin %s\n%s\n", kelvin::KelvinVersion().c_str(),
+                kelvin::LibraryVersions().c_str());
+    return 0;
+  }
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (args.empty()) return Usage("a command is needed");
+  Arguments a;
+  a.command = args[0];
+  if (std::find(std::begin(kCommands), std::end(kCommands), a.command) == std::end(kCommands)) {
+    const std::vector<std::string> commands(std::begin(kCommands), std::end(kCommands));
+    const std::string closest = kelvin::strings::ClosestName(a.command, commands);
+    return Usage(absl::StrCat("unknown command \"", a.command, "\"",
+                              closest.empty() ? "" : absl::StrCat(" (did you mean ", closest, "?)"),
+                              "; the commands: ", absl::StrJoin(commands, ", ")));
+  }
+  if (std::find(args.begin(), args.end(), "--help") != args.end()) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (const std::optional<int> error = ParseArguments(args, a)) return *error;
+  if (a.command == "prepare-data") return PrepareData(a.job_path, a.out);
   if (a.command == "plan") return Plan(a);
   return a.command == "launch" ? Launch(a) : RunUnderLauncher(a);
 }

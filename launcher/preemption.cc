@@ -11,14 +11,27 @@ std::atomic<int> received_signal{0};
 
 extern "C" void RecordSignal(int signal) { received_signal.store(signal); }
 
+struct sigaction previous_term, previous_usr1;  // before InstallPreemptionHandlers
+bool installed = false;
+
 }  // namespace
 
 void InstallPreemptionHandlers() {
+  if (installed) return;
   struct sigaction action = {};
   action.sa_handler = RecordSignal;
   sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGUSR1, &action, nullptr);
+  sigaction(SIGTERM, &action, &previous_term);
+  sigaction(SIGUSR1, &action, &previous_usr1);
+  installed = true;
+}
+
+void UninstallPreemptionHandlers() {
+  if (!installed) return;
+  sigaction(SIGTERM, &previous_term, nullptr);
+  sigaction(SIGUSR1, &previous_usr1, nullptr);
+  installed = false;
+  if (const int signal = received_signal.exchange(0); signal != 0) std::raise(signal);
 }
 
 int PreemptionSignal() { return received_signal.load(); }

@@ -1,22 +1,25 @@
 // `kelvin launch`: a job as a SLURM batch job. The script allocates launch.nodes x
 // processes_per_node tasks (GPUs, time limit, partition, preemption signal, requeue from launch.*)
-// and starts one kelvin rank per task with srun on the resolved job config written beside it, so
-// the job trains exactly what was validated at submission.
+// and starts one kelvin rank per task with srun on the resolved job embedded in the script itself:
+// SLURM keeps each submitted script, so the job (and every requeue of it) trains exactly what was
+// validated at its submission, whatever later launches write. A launch into the run or
+// checkpoint directory of a live job is refused.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
 
 namespace kelvin::launcher {
 
-// Where a batch job runs: what srun starts, where SLURM writes its output, and the working
-// directory the job's relative paths (data, checkpoints, exports) mean: absolute paths.
+// Where a batch job runs (absolute paths): what srun starts, the run directory (the job config it
+// writes at start, the markers train leaves, SLURM's output), and the working directory the
+// job's relative paths (data, checkpoints, exports) mean.
 struct BatchPaths {
   std::string kelvin_binary;
-  std::string config_path;  // the resolved job config
-  std::string log_path;     // SLURM's output pattern (%j: the job id)
+  std::string run_dir;
   std::string working_dir;  // where `kelvin launch` ran
 };
 // The batch script of `job` (defaults resolved, validated).
@@ -24,15 +27,24 @@ std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths);
 
 struct BatchJob {
   std::string script_path;  // <run dir>/<name>.sbatch
-  std::string config_path;  // <run dir>/<name>.resolved.textproto
 };
-// Writes the resolved job config and its batch script into launch.run_dir (created; relative to
-// the working directory). Errors name the directory or the path that cannot be used.
+// Writes the batch script into launch.run_dir (created; relative to the working directory). Errors
+// name the directory or the path that cannot be used, and a live SLURM job (pending, running,
+// requeued) already using launch.run_dir or checkpoint.dir (LiveJobsUsing).
 absl::StatusOr<BatchJob> WriteBatchJob(const config::JobConfig& job,
                                        const std::string& kelvin_binary);
 
 // `sbatch --parsable script_path`: the job id. Errors: no sbatch on PATH (not a SLURM login node),
 // or sbatch's own message.
 absl::StatusOr<std::string> SubmitBatchJob(const std::string& script_path);
+
+// Records a submitted job in the run and checkpoint directories (file kSlurmJobsFile, one id per
+// line), which the batch script also does when it starts (a script submitted by hand).
+absl::Status RecordSubmittedJob(const config::JobConfig& job, const std::string& job_id);
+inline constexpr const char* kSlurmJobsFile = "slurm_jobs";
+
+// The jobs recorded in the job's run and checkpoint directories that SLURM still knows as live
+// (squeue), as "<id> (<state>)"; empty where squeue is not on PATH.
+std::vector<std::string> LiveJobsUsing(const config::JobConfig& job);
 
 }  // namespace kelvin::launcher

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/allocator.h"
 #include "core/data/passkey_task.h"
 #include "core/logging.h"
@@ -25,6 +27,7 @@
 #include "launcher/lr_schedule.h"
 #include "launcher/parallel_setup.h"
 #include "launcher/preemption.h"
+#include "launcher/run_directory.h"
 #include "models/llama/context_parallel.h"
 #include "models/llama/memory_plan.h"
 #include "models/llama/model_flops.h"
@@ -60,6 +63,49 @@ void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& lay
     KLOG_RANK0(INFO) << absl::StrFormat("  ssa layer %d | tau^q %s | tau^v %s | sigma(alpha) %s", l,
                                         summary(t.query), summary(t.value), alpha);
   }
+}
+
+// The statistics of every member of `group` merged (their heads or tokens together), the same on
+// each member; with `gather_heads` sigma(alpha) lists the members' heads in rank order (tensor
+// parallelism shards the heads in blocks), else it is each member's own (they hold the same).
+std::vector<ssa::TemperatureStatistics> MergeOver(
+    parallel::Communicator& group, const std::vector<ssa::TemperatureStatistics>& local,
+    bool gather_heads) {
+  if (group.size() == 1 || local.empty()) return local;
+  constexpr int kFields = 10;  // count, mean, std, min, max of tau^q, then of tau^v
+  const int64_t layers = static_cast<int64_t>(local.size());
+  const int64_t heads = static_cast<int64_t>(local.front().sigma_alpha.size());
+  const int64_t size = group.size();
+  Tensor mine = Tensor::Empty({layers, kFields + heads}, DType::kF64);  // [L, 10 + H_local]
+  for (int64_t l = 0; l < layers; ++l) {
+    double* row = mine.data<double>() + l * (kFields + heads);
+    for (const auto& [summary, at] : {std::pair{&local[l].query, 0}, {&local[l].value, 5}}) {
+      const double fields[5] = {static_cast<double>(summary->count), summary->mean, summary->std,
+                                summary->min, summary->max};
+      std::copy(fields, fields + 5, row + at);
+    }
+    std::copy(local[l].sigma_alpha.begin(), local[l].sigma_alpha.end(), row + kFields);
+  }
+  Tensor all = Tensor::Empty({size, layers, kFields + heads}, DType::kF64);  // every member's
+  Tensor gathered = all.View({-1});
+  group.AllGather(mine.View({-1}), gathered);
+  std::vector<ssa::TemperatureStatistics> merged(local.size());
+  for (int64_t l = 0; l < layers; ++l) {
+    std::vector<ssa::TemperatureSummary> query, value;
+    for (int64_t r = 0; r < size; ++r) {
+      const double* row = all.data<double>() + (r * layers + l) * (kFields + heads);
+      query.push_back({static_cast<int64_t>(row[0]), row[1], row[2], row[3], row[4]});
+      value.push_back({static_cast<int64_t>(row[5]), row[6], row[7], row[8], row[9]});
+      if (gather_heads) {
+        merged[l].sigma_alpha.insert(merged[l].sigma_alpha.end(), row + kFields,
+                                     row + kFields + heads);
+      }
+    }
+    merged[l].query = ssa::MergeTemperatureSummaries(query);
+    merged[l].value = ssa::MergeTemperatureSummaries(value);
+    if (!gather_heads) merged[l].sigma_alpha = local[l].sigma_alpha;
+  }
+  return merged;
 }
 
 }  // namespace
@@ -134,7 +180,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   } else {
     trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
   }
-  KELVIN_RETURN_IF_ERROR(trainer->Resume());
+  KELVIN_RETURN_IF_ERROR(trainer->Resume(test.run_id));
   return trainer;
 }
 
@@ -187,8 +233,9 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     batches.push_back(std::move(batch).value());
   }
   // A bad row fails the replica that reads it: every rank stops, none waits in a collective.
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
-      grid_ ? &grid_->world() : nullptr, read, absl::StrCat("reading the batches of step ", step)));
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, read,
+                              absl::StrCat("reading the batches of step ", step + 1)));
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   StepStats stats;
   stats.step = step;
@@ -196,7 +243,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   ParameterSet& params = model_->parameters();
   params.ZeroGrads();
   if (labelled == 0) {
-    KLOG_RANK0(WARNING) << "step " << step << " has no labelled token; no update";
+    KLOG_RANK0(WARNING) << "step " << step + 1 << " has no labelled token; no update";
     return stats;
   }
   const auto micro_batches_start = std::chrono::steady_clock::now();
@@ -207,7 +254,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   for (const data::Batch& batch : batches) stats.tokens += batch.tokens.numel();
   stats.loss = FromLastStage(SumOverReplicas(stats.loss)) / static_cast<double>(labelled);
   if (!std::isfinite(stats.loss)) {
-    return absl::InternalError(absl::StrCat("the loss became ", stats.loss, " at step ", step,
+    return absl::InternalError(absl::StrCat("the loss became ", stats.loss, " at step ", step + 1,
                                             ": training diverged; lower optimizer.lr (now ",
                                             job_.optimizer().lr(),
                                             ") or raise lr_schedule.warmup_steps"));
@@ -225,8 +272,8 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     }
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
-  KELVIN_RETURN_IF_ERROR(
-      CheckGradientsFinite(ctx_, params, step, stats.loss, stats.grad_norm, job_.optimizer().lr()));
+  KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step + 1, stats.loss, stats.grad_norm,
+                                              job_.optimizer().lr()));
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   {
@@ -237,9 +284,14 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
       optimizer_->Step(ctx_, stats.lr);
     }
   }
-  stats.temperatures = pipeline_
-                           ? pipeline_->GatherTemperatureStatistics(model_->TemperatureStatistics())
-                           : model_->TemperatureStatistics();
+  // Every head and token of the micro-batch (tensor and context ranks), then every layer (stages).
+  std::vector<ssa::TemperatureStatistics> temperatures = model_->TemperatureStatistics();
+  if (grid_ != nullptr) {
+    temperatures = MergeOver(grid_->tp(), temperatures, /*gather_heads=*/true);
+    temperatures = MergeOver(grid_->cp(), temperatures, /*gather_heads=*/false);
+  }
+  stats.temperatures =
+      pipeline_ ? pipeline_->GatherTemperatureStatistics(temperatures) : temperatures;
   return stats;
 }
 
@@ -485,9 +537,19 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
   int64_t labelled = 0, rows = 0, retrieved = 0, correct = 0;
   // Each data-parallel replica scores every DP-th batch (the same set on every layout); the sums
   // span the replicas.
+  // The micro-batches: training.eval_steps global batches (the same rows at every evaluation), or
+  // with training.eval_whole_set every row of the held-out data, B at a time.
+  const config::TrainingConfig& t = job_.training();
+  const std::optional<int64_t> whole_set =
+      t.eval_whole_set() ? source.FixedRowCount() : std::nullopt;
+  const int64_t micro_batch_count =
+      whole_set.has_value() ? (*whole_set + t.micro_batch_size() - 1) / t.micro_batch_size()
+                            : t.eval_steps() * (t.global_batch_size() / t.micro_batch_size());
   absl::Status read = absl::OkStatus();
-  for (int64_t i = DataParallelRank(); i < job_.training().eval_steps(); i += DataParallelSize()) {
-    const absl::StatusOr<data::Batch> next = source.BatchAt({i, 0, 1, 0, 1});
+  for (int64_t i = DataParallelRank(); i < micro_batch_count; i += DataParallelSize()) {
+    const absl::StatusOr<data::Batch> next = whole_set.has_value()
+                                                 ? source.FixedRowsAt(i * t.micro_batch_size())
+                                                 : source.BatchAt({i, 0, 1, 0, 1});
     if (!next.ok()) {  // at the same batch on every rank of this replica
       read = next.status();
       break;
@@ -575,7 +637,11 @@ absl::Status Trainer::Run() {
   }
   const auto start = std::chrono::steady_clock::now();
   const bool checkpoints = !job_.checkpoint().dir().empty();
-  if (checkpoints) InstallPreemptionHandlers();
+  if (checkpoints && WorldRank() == 0) RemoveUnfinishedCheckpoints();
+  if (start_step_ >= t.steps()) {
+    KLOG_RANK0(INFO) << "the checkpoint of step " << start_step_
+                     << " completed all training.steps=" << t.steps() << ": nothing to train";
+  }
   int64_t tokens = 0;  // of every data-parallel replica (as TensorBoard's tokens_per_second)
   for (int64_t step = start_step_; step < t.steps(); ++step) {
     if (ProfilesStep(step) &&
@@ -618,7 +684,8 @@ absl::Status Trainer::Run() {
         LogTemperatureStatistics(stats.temperatures);
       }
     }
-    if (data_.eval != nullptr && ((step + 1) % t.eval_interval() == 0 || last)) {
+    const bool evaluates = t.eval_interval() > 0 && (step + 1) % t.eval_interval() == 0;
+    if (data_.eval != nullptr && (evaluates || last)) {
       const absl::Status evaluated = EvaluateAll(step + 1);
       if (!evaluated.ok()) return StopOnAgreedError(evaluated);
     }
@@ -634,12 +701,14 @@ absl::Status Trainer::Run() {
       } else if (background_save_.in_flight()) {  // this step's
         KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
       }
-      if (grid_ == nullptr || grid_->world_rank() == 0) {
-        KELVIN_RETURN_IF_ERROR(MarkStoppedForPreemption(job_.checkpoint().dir(), step + 1, signal));
+      if (WorldRank() == 0) {
+        const absl::Status marked = MarkStoppedForPreemption(job_, step + 1, signal);
+        if (!marked.ok()) KLOG(WARNING) << "the run directory's stop marker: " << marked;
       }
       return absl::CancelledError(
           absl::StrCat("stopped by signal ", signal, " (preemption) after step ", step + 1, " of ",
-                       t.steps(), "; the checkpoint is saved: run the same job again to resume"));
+                       t.steps(), "; the checkpoint of step ", step + 1, " is saved in ",
+                       job_.checkpoint().dir(), ": ", ResumeAdvice()));
     }
   }
   if (!t.export_hf_dir().empty()) {
@@ -647,7 +716,52 @@ absl::Status Trainer::Run() {
     KLOG_RANK0(INFO) << "exported the trained model to " << t.export_hf_dir()
                      << " (Hugging Face format)";
   }
+  LogFinished(SecondsSince(start));
   return absl::OkStatus();
+}
+
+void Trainer::RemoveUnfinishedCheckpoints() {
+  const absl::StatusOr<std::vector<std::string>> removed =
+      RemoveCheckpointLeftovers(job_.checkpoint().dir());
+  if (!removed.ok()) {
+    KLOG(WARNING) << "unfinished checkpoints stay: " << removed.status();
+    return;
+  }
+  for (const std::string& path : *removed) {
+    KLOG(INFO) << "removed " << path << ", left by an interrupted checkpoint save or deletion";
+  }
+}
+
+std::string Trainer::ResumeAdvice() {
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  if (slurm_job == nullptr) return "run the same job again to resume";
+  return absl::StrCat("SLURM job ", slurm_job,
+                      " continues from it when it runs again (its batch script requeues it after "
+                      "a time-limit warning; a preempted job is requeued by SLURM)");
+}
+
+void Trainer::LogFinished(double seconds) {
+  const int64_t steps = job_.training().steps();
+  std::vector<std::string> outputs;
+  if (!job_.checkpoint().dir().empty()) {
+    outputs.push_back("checkpoints in " + job_.checkpoint().dir());
+  }
+  if (!job_.training().export_hf_dir().empty()) {
+    outputs.push_back("the model in " + job_.training().export_hf_dir());
+  }
+  if (!job_.logging().metrics_file().empty()) {
+    outputs.push_back("metrics in " + job_.logging().metrics_file());
+  }
+  if (!job_.logging().tensorboard_dir().empty()) {
+    outputs.push_back("TensorBoard events in " + job_.logging().tensorboard_dir());
+  }
+  KLOG_RANK0(INFO) << "finished " << job_.name() << ": " << steps << " steps ("
+                   << steps - start_step_ << " in this run, " << FormatDuration(seconds) << ")"
+                   << (outputs.empty() ? "" : "; ") << absl::StrJoin(outputs, ", ");
+  if (WorldRank() == 0) {
+    const absl::Status marked = MarkFinished(job_, steps);
+    if (!marked.ok()) KLOG(WARNING) << "the run directory's finish marker: " << marked;
+  }
 }
 
 absl::Status Trainer::ExportHf(const std::string& directory) {

@@ -68,6 +68,9 @@ struct TrainerTestOptions {
   // f32 master weights apart from the f32 CPU model, so that the mixed-precision bookkeeping of
   // bf16 training (ZeRO-1's sharded masters among it) runs without a GPU.
   bool separate_master = false;
+  // The run's identity when it starts afresh (runs compared byte for byte need the same one);
+  // empty: a new one.
+  std::string run_id;
 };
 
 class Trainer {
@@ -84,8 +87,9 @@ class Trainer {
   // same step, once its checkpoint is saved: a Cancelled status (on every rank).
   absl::Status Run();
   absl::StatusOr<StepStats> TrainStep(int64_t step);  // timed
-  // The held-out loss (and passkey retrieval) over training.eval_steps batches, split over the
-  // data-parallel replicas (the same batches on every layout); an error naming
+  // The held-out loss (and passkey retrieval) over training.eval_steps global batches (or every
+  // held-out row with training.eval_whole_set), split over the data-parallel replicas (the same
+  // batches on every layout); an error naming
   // the data fields when the job has no held-out data.
   absl::StatusOr<EvalStats> Evaluate(int64_t step);
   // The same on each data.also_eval set: (name, its statistics), in the config's order.
@@ -150,8 +154,17 @@ class Trainer {
   // logging.metrics_file on world rank 0, keeping the records up to the resumed step (training
   // only: `kelvin eval` builds a Trainer too and must leave the file alone). Collective.
   absl::Status OpenMetricsFile();
-  // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so.
-  absl::Status Resume();
+  // checkpoint.resume: restores the newest checkpoint of checkpoint.dir when the policy says so
+  // (with checkpoint.skip_damaged, the newest that restores). Then the run's identity: the
+  // restored run's, else `fresh_run_id` or, when empty, a new one (world rank 0's, broadcast).
+  absl::Status Resume(const std::string& fresh_run_id);
+  absl::Status ResumeFromCheckpoint();  // Resume's checkpoint part
+  // A new run identity, the same on every rank. Collective.
+  std::string AgreedNewRunId();
+  // checkpoint.skip_damaged: moves the checkpoint at `path`, which failed to restore with
+  // `error`, aside to <path>.damaged (world rank 0) with a warning, so that resume, pruning and
+  // `eval --all` pass it by. Collective.
+  absl::Status SetAsideDamaged(const std::string& path, const absl::Status& error);
   // The chosen checkpoint of checkpoint.dir (nullopt: none, for the newest), the same on every
   // rank: a listing error or a split view is an error on every rank. Collective.
   absl::StatusOr<std::optional<std::string>> AgreedCheckpoint(const CheckpointChoice& choice);
@@ -186,6 +199,14 @@ class Trainer {
   int DataParallelRank() const;
   int DataParallelSize() const;
   int WorldSize() const { return grid_ ? grid_->spec().world_size : 1; }
+  int WorldRank() const { return grid_ ? grid_->world_rank() : 0; }
+  // World rank 0: removes the step_<N>.partial / .deleting directories that interrupted saves
+  // and deletions left in checkpoint.dir, with a log line each (a failure is a warning).
+  void RemoveUnfinishedCheckpoints();
+  // What to do after a preemption stop: run the job again, or under SLURM what happens next.
+  static std::string ResumeAdvice();
+  // The run's last line (steps, time, where its outputs are) and the run directory's marker.
+  void LogFinished(double seconds);
   int ContextParallelSize() const { return grid_ ? grid_->spec().context_parallel : 1; }
   // The ranks that share the model but split the data: the data-parallel replicas and, within
   // each, the context-parallel ranks (each holding its tokens of every row). Gradients, losses and
@@ -220,6 +241,7 @@ class Trainer {
   std::unique_ptr<MetricsFile> metrics_;            // on world rank 0 with metrics_file
   AsyncCheckpointSaver background_save_;            // checkpoint.async_save
   int64_t start_step_ = 0;  // steps already done by the run this one resumes
+  std::string run_id_;      // the run's identity (its checkpoints carry it)
   std::vector<StepStats> history_;
   std::vector<EvalStats> evaluations_;
   std::map<std::string, std::vector<EvalStats>> also_evaluations_;

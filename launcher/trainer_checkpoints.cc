@@ -2,6 +2,7 @@
 // state a checkpoint holds, saves in turn or in the background, pruning (keep_last, keep_best)
 // and the agreement after each step on preemption signals and background saves.
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
+#include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/profile_range.h"
 #include "launcher/checkpoint.h"
@@ -21,19 +23,66 @@
 
 namespace kelvin::launcher {
 
-absl::Status Trainer::Resume() {
+absl::Status Trainer::Resume(const std::string& fresh_run_id) {
+  KELVIN_RETURN_IF_ERROR(ResumeFromCheckpoint());
+  if (run_id_.empty()) run_id_ = fresh_run_id.empty() ? AgreedNewRunId() : fresh_run_id;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ResumeFromCheckpoint() {
   const config::CheckpointConfig& c = job_.checkpoint();
   if (c.dir().empty() || c.resume() == config::CheckpointConfig::NEVER) return absl::OkStatus();
-  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest, AgreedCheckpoint({}));
-  if (!latest.has_value()) {
-    if (c.resume() == config::CheckpointConfig::REQUIRED) {
-      return absl::NotFoundError(absl::StrCat(
-          "checkpoint.resume=REQUIRED but checkpoint.dir=\"", c.dir(),
-          "\" holds no complete checkpoint (step_<N> directories); use AUTO to start afresh"));
+  for (std::string newest_error;;) {
+    KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest, AgreedCheckpoint({}));
+    if (!latest.has_value() && !newest_error.empty()) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint.skip_damaged: no checkpoint of checkpoint.dir=\"", c.dir(),
+          "\" restores (each was set aside as step_<N>.damaged); the newest failed with: ",
+          newest_error));
     }
-    return absl::OkStatus();
+    if (!latest.has_value()) {
+      if (c.resume() == config::CheckpointConfig::REQUIRED) {
+        return absl::NotFoundError(absl::StrCat(
+            "checkpoint.resume=REQUIRED but checkpoint.dir=\"", c.dir(),
+            "\" holds no complete checkpoint (step_<N> directories); use AUTO to start afresh"));
+      }
+      return absl::OkStatus();
+    }
+    const absl::Status restored = RestoreFrom(*latest);
+    // Damage is DataLoss (a checksum, a truncated or foreign part, a bad index) or NotFound (a
+    // missing part); another job's, version's or model's checkpoint is FailedPrecondition, and
+    // every older checkpoint would fail the same way.
+    const bool damaged = absl::IsDataLoss(restored) || absl::IsNotFound(restored);
+    if (restored.ok() || !c.skip_damaged() || !damaged) return restored;
+    if (newest_error.empty()) newest_error = std::string(restored.message());
+    KELVIN_RETURN_IF_ERROR(SetAsideDamaged(*latest, restored));
   }
-  return RestoreFrom(*latest);
+}
+
+absl::Status Trainer::SetAsideDamaged(const std::string& path, const absl::Status& error) {
+  const std::string aside = path + ".damaged";
+  absl::Status moved = absl::OkStatus();
+  if (grid_ == nullptr || grid_->world_rank() == 0) {
+    std::error_code ignored;
+    std::filesystem::remove_all(aside, ignored);
+    moved = io::RenameDurably(path, aside);
+    KLOG(WARNING) << "checkpoint.skip_damaged: SKIPPING the checkpoint " << path
+                  << ", which does not restore: " << error.message() << "; it is kept as " << aside
+                  << " and the run resumes from an older checkpoint";
+  }
+  return parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, moved,
+                                 "setting aside the damaged checkpoint " + path);
+}
+
+std::string Trainer::AgreedNewRunId() {
+  std::string id = NewRunId();
+  if (grid_ == nullptr) return id;
+  Tensor bytes = Tensor::Empty({static_cast<int64_t>(id.size())}, DType::kI32);  // world rank 0's
+  std::copy(id.begin(), id.end(), bytes.data<int32_t>());
+  grid_->world().Broadcast(bytes, 0);
+  std::transform(bytes.data<int32_t>(), bytes.data<int32_t>() + bytes.numel(), id.begin(),
+                 [](int32_t c) { return static_cast<char>(c); });
+  return id;
 }
 
 absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
@@ -93,6 +142,7 @@ absl::Status Trainer::RestoreFrom(const std::string& path) {
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + path));
   const RestoredSteps& restored = *loaded;
   start_step_ = restored.steps_completed;
+  run_id_ = restored.run_id;  // "" for a kelvin-checkpoint-3: Resume draws a new one
   if (distributed_optimizer_ != nullptr) {
     distributed_optimizer_->RefreshModelFromShards();
     distributed_optimizer_->set_steps_taken(restored.optimizer_steps);
@@ -152,6 +202,7 @@ TrainingState Trainer::CurrentTrainingState() const {
           : TrainingStateOf(*model_, optimizer_->StateSpans(), optimizer_->steps_taken(), place,
                             LayoutName());
   const config::TrainingConfig& t = job_.training();
+  state.run_id = run_id_;
   state.data_order = {{"data", job_.data().ShortDebugString()},
                       {"data.corpora", absl::StrJoin(data_.corpora, "; ")},
                       {"data.eval corpus", data_.eval_corpus},

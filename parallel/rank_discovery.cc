@@ -109,7 +109,22 @@ absl::StatusOr<RankInfo> RankInfoFromEnvironment(const EnvLookup& env) {
   return *found;
 }
 
-absl::StatusOr<RankInfo> DiscoverRank() {
+absl::Status CheckLauncherAgreesWithMpi(const RankInfo& mpi, const RankInfo& launcher) {
+  const bool launcher_says_nothing = launcher.world_size == 1 && launcher.rank == 0 &&
+                                     launcher.source.find("single process") != std::string::npos;
+  if (launcher_says_nothing ||
+      (launcher.rank == mpi.rank && launcher.world_size == mpi.world_size)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "launch environment: MPI sees rank ", mpi.rank, " of ", mpi.world_size, " but ",
+      launcher.source, " says rank ", launcher.rank, " of ", launcher.world_size,
+      ": the processes were not started as one MPI job; start every rank with srun --mpi=pmix "
+      "(the batch script of kelvin launch does) or mpirun -np ",
+      launcher.world_size, ", or unset the launcher's variables to run one process"));
+}
+
+absl::StatusOr<RankInfo> DiscoverRank(const std::optional<RankInfo>& launcher) {
   int initialized = 0, finalized = 0;
   KELVIN_MPI_CHECK(MPI_Initialized(&initialized));
   KELVIN_MPI_CHECK(MPI_Finalized(&finalized));
@@ -125,15 +140,11 @@ absl::StatusOr<RankInfo> DiscoverRank() {
   KELVIN_MPI_CHECK(MPI_Comm_rank(node, &info.local_rank));
   KELVIN_MPI_CHECK(MPI_Comm_free(&node));
 
-  KELVIN_ASSIGN_OR_RETURN(const RankInfo launcher, RankInfoFromEnvironment(ProcessEnvironment()));
-  const bool launcher_says_nothing = launcher.world_size == 1 && launcher.rank == 0;
-  if (!launcher_says_nothing &&
-      (launcher.rank != info.rank || launcher.world_size != info.world_size)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "launch environment: MPI sees rank ", info.rank, " of ", info.world_size, " but ",
-        launcher.source, " says rank ", launcher.rank, " of ", launcher.world_size,
-        ": the processes were not started as one MPI job (with SLURM use srun --mpi=pmix, or "
-        "mpirun)"));
+  if (launcher.has_value()) {
+    KELVIN_RETURN_IF_ERROR(CheckLauncherAgreesWithMpi(info, *launcher));
+  } else {
+    KELVIN_ASSIGN_OR_RETURN(const RankInfo now, RankInfoFromEnvironment(ProcessEnvironment()));
+    KELVIN_RETURN_IF_ERROR(CheckLauncherAgreesWithMpi(info, now));
   }
   return info;
 }

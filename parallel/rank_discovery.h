@@ -38,10 +38,16 @@ absl::StatusOr<RankInfo> RankInfoFromEnvironment(const EnvLookup& env);
 
 // MPI_COMM_WORLD's rank and size when MPI is initialised (local rank from
 // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): a collective call, so every rank must call this
-// together), else RankInfoFromEnvironment(ProcessEnvironment()). With MPI, launcher variables that
-// disagree with MPI are an error: e.g. 4 processes started by `srun --mpi=none` are 4 singleton MPI
-// worlds of size 1 while SLURM_NTASKS=4.
-absl::StatusOr<RankInfo> DiscoverRank();
+// together), else RankInfoFromEnvironment(ProcessEnvironment()). With MPI, the launcher's
+// variables must agree with MPI (CheckLauncherAgreesWithMpi): `launcher` as read before MPI_Init
+// (a singleton MPI_Init sets PMIX_RANK itself), else the environment as it is now. E.g. 4
+// processes started by `srun --mpi=none` are 4 singleton MPI worlds of size 1 while
+// SLURM_NTASKS=4: an error on each.
+absl::StatusOr<RankInfo> DiscoverRank(const std::optional<RankInfo>& launcher = std::nullopt);
+
+// OK when the launcher's variables name no launch (a single process) or the same rank and size
+// as MPI; FailedPrecondition otherwise, saying how to launch (srun --mpi=pmix, mpirun).
+absl::Status CheckLauncherAgreesWithMpi(const RankInfo& mpi, const RankInfo& launcher);
 
 // The CUDA device of a process with this local rank: the local rank itself; FailedPrecondition
 // when the node has fewer devices ("local rank 3 needs CUDA device 3, but this node has 2: ...").

@@ -324,4 +324,23 @@ TemperatureStatistics ComputeTemperatureStatistics(const Tensor& tau_q, const Te
   return stats;
 }
 
+TemperatureSummary MergeTemperatureSummaries(const std::vector<TemperatureSummary>& parts) {
+  TemperatureSummary merged;
+  double sum = 0, squares = 0;  // of the values, from each part's mean and variance
+  for (const TemperatureSummary& part : parts) {
+    if (part.count == 0) continue;
+    const double count = static_cast<double>(part.count);
+    sum += count * part.mean;
+    squares += count * (part.std * part.std + part.mean * part.mean);
+    merged.min = merged.count == 0 ? part.min : std::min(merged.min, part.min);
+    merged.max = merged.count == 0 ? part.max : std::max(merged.max, part.max);
+    merged.count += part.count;
+  }
+  if (merged.count == 0) return merged;
+  const double count = static_cast<double>(merged.count);
+  merged.mean = sum / count;
+  merged.std = std::sqrt(std::max(0.0, squares / count - merged.mean * merged.mean));
+  return merged;
+}
+
 }  // namespace kelvin::ssa

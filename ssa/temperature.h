@@ -68,4 +68,8 @@ struct TemperatureStatistics {
 TemperatureStatistics ComputeTemperatureStatistics(const Tensor& tau_q, const Tensor& tau_v,
                                                    const Tensor& alpha);
 
+// The summary of the union of the values `parts` summarise (the heads or tokens of several
+// ranks): counts add, the mean and std are those of all the values, min and max the extremes.
+TemperatureSummary MergeTemperatureSummaries(const std::vector<TemperatureSummary>& parts);
+
 }  // namespace kelvin::ssa

@@ -1,7 +1,11 @@
 // Batch layout and the global sample order (see batch.h).
 #include "core/data/batch.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/ops/cross_entropy.h"
 
 namespace kelvin::data {
 
@@ -38,6 +42,21 @@ void FillRow(Batch& batch, int64_t b, std::span<const int32_t> row_tokens) {
     tokens[t] = row_tokens[t];
     labels[t] = row_tokens[t + 1];
     positions[t] = static_cast<int32_t>(t);
+  }
+}
+
+absl::StatusOr<Batch> BatchSource::FixedRowsAt(int64_t first) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this data source makes its samples without end: it has no fixed rows to score all of "
+      "(asked for rows from ",
+      first, ")"));
+}
+
+void IgnoreRowsFrom(Batch& batch, int64_t from) {
+  const int64_t t_len = batch.sequence_length();
+  int32_t* labels = batch.labels.data<int32_t>();  // [B, T]
+  for (int64_t b = std::max<int64_t>(from, 0); b < batch.rows(); ++b) {
+    std::fill(labels + b * t_len, labels + (b + 1) * t_len, ops::kIgnoreIndex);
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -62,6 +63,16 @@ class BatchSource {
   virtual int64_t micro_batch_size() const = 0;  // B
   virtual int64_t sequence_length() const = 0;   // T
   virtual absl::StatusOr<Batch> BatchAt(const BatchCoordinates& where) = 0;
+
+  // Scoring every row of a finite source (held-out data): its rows in a fixed order, or nullopt
+  // for a source without end (a task that makes samples).
+  virtual std::optional<int64_t> FixedRowCount() const { return std::nullopt; }
+  // Rows [first, first + B) of that order, first < FixedRowCount(); rows past the last repeat the
+  // first with every label ignored, so that they add nothing to a loss.
+  virtual absl::StatusOr<Batch> FixedRowsAt(int64_t first);
 };
+
+// Marks rows [from, B) of `batch` as padding: every label ignored.
+void IgnoreRowsFrom(Batch& batch, int64_t from);
 
 }  // namespace kelvin::data

@@ -86,4 +86,24 @@ absl::StatusOr<Batch> BlendedSampler::BatchAt(const BatchCoordinates& where) {
   return batch;
 }
 
+std::optional<int64_t> BlendedSampler::FixedRowCount() const {
+  int64_t rows = 0;
+  for (const std::unique_ptr<RowSampler>& corpus : corpora_) rows += corpus->num_rows();
+  return rows;
+}
+
+absl::StatusOr<Batch> BlendedSampler::FixedRowsAt(int64_t first) {
+  const int64_t total = *FixedRowCount();
+  KELVIN_CHECK(first >= 0 && first < total) << first << " of " << total;
+  Batch batch = AllocateBatch(micro_batch_size(), sequence_length());
+  for (int64_t b = 0; b < batch.rows(); ++b) {
+    int64_t row = first + b < total ? first + b : first;  // then: which corpus holds it
+    size_t j = 0;
+    while (row >= corpora_[j]->num_rows()) row -= corpora_[j++]->num_rows();
+    KELVIN_RETURN_IF_ERROR(corpora_[j]->ReadRow(row, batch, b));
+  }
+  IgnoreRowsFrom(batch, total - first);
+  return batch;
+}
+
 }  // namespace kelvin::data

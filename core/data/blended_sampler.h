@@ -32,6 +32,10 @@ class BlendedSampler : public BatchSource {
   // index in its own corpus).
   absl::StatusOr<Batch> BatchAt(const BatchCoordinates& where) override;
 
+  // Every row of every corpus, the corpora one after another (see batch.h).
+  std::optional<int64_t> FixedRowCount() const override;
+  absl::StatusOr<Batch> FixedRowsAt(int64_t first) override;
+
   struct Assignment {
     int corpus = 0;
     int64_t sample = 0;  // the corpus's own sample index

@@ -1,8 +1,8 @@
 // One JSON Lines fine-tuning sample, parsed from nlohmann's SAX events (see jsonl_sample_parser.h).
 #include "core/data/jsonl_sample_parser.h"
 
-#include <algorithm>
 #include <limits>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/cross_entropy.h"
@@ -69,9 +69,7 @@ class SampleEvents final : public json::json_sax_t {
       if (name == kFields[f]->key) field_ = f;
     }
     if (field_ == kSkipped) {  // counted once per line however often it repeats
-      if (std::find(ignored_keys_->begin(), ignored_keys_->end(), name) == ignored_keys_->end()) {
-        ignored_keys_->push_back(name);
-      }
+      if (ignored_seen_.insert(name).second) ignored_keys_->push_back(name);
     } else if (seen[field_]) {
       return Stop(absl::StrCat("\"", name, "\" appears twice in the object"));
     } else {
@@ -152,6 +150,7 @@ class SampleEvents final : public json::json_sax_t {
 
   std::vector<int64_t>* values_[3];
   std::vector<std::string>* ignored_keys_;
+  std::unordered_set<std::string> ignored_seen_;  // ignored_keys_ as a set: linear in the keys
   int depth_ = 0;  // containers open: 1 inside the sample's object, 2 inside one of its values
   int field_ = kSkipped;
 };

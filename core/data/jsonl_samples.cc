@@ -2,8 +2,9 @@
 // jsonl_samples.h).
 #include "core/data/jsonl_samples.h"
 
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/data/jsonl_sample_parser.h"
 #include "core/data/megatron_dataset_writer.h"
+#include "core/io/mapped_file.h"
 
 namespace kelvin::data {
 namespace {
@@ -58,18 +60,24 @@ void RemoveCreatedDirectories(const std::string& prefix, const std::filesystem::
 constexpr size_t kBatchLines = 2048;
 
 struct ParsedLine {
-  int64_t number = 0;  // in the file, from 1
-  std::string text;
-  JsonlSample sample;  // its vectors keep their capacity from batch to batch
+  int64_t number = 0;     // in the file, from 1
+  std::string_view text;  // in the mapped file
+  JsonlSample sample;     // its vectors keep their capacity from batch to batch
   absl::Status status;
 };
 
-// Reads up to kBatchLines non-blank lines into `batch`; returns how many.
-size_t ReadBatch(std::istream& in, int64_t& line, std::vector<ParsedLine>& batch) {
+// Reads up to kBatchLines non-blank lines of `text` from `offset` (advanced) into `batch`;
+// returns how many.
+size_t ReadBatch(std::string_view text, size_t& offset, int64_t& line,
+                 std::vector<ParsedLine>& batch) {
   size_t count = 0;
-  while (count < batch.size() && std::getline(in, batch[count].text)) {
+  while (count < batch.size() && offset < text.size()) {
+    const size_t end = std::min(text.find('\n', offset), text.size());
+    const std::string_view current = text.substr(offset, end - offset);
+    offset = end + 1;
     ++line;
-    if (batch[count].text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (current.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    batch[count].text = current;
     batch[count++].number = line;
   }
   return count;
@@ -110,16 +118,15 @@ absl::Status WriteSample(const JsonlSample& sample, MegatronDatasetWriter& token
 // Writes every sample of `jsonl_path` into `tokens` (int32) and `mask`, counting into `prepared`.
 absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& tokens,
                           MegatronDatasetWriter& mask, PreparedSamples& prepared, bool& any_mask) {
-  std::ifstream in(jsonl_path);
-  if (!in.is_open()) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open the samples file '", jsonl_path, "': check the path"));
-  }
+  KELVIN_ASSIGN_OR_RETURN(const io::MappedFile file,
+                          io::MappedFile::Open(jsonl_path, "the samples file"));
+  const std::string_view text(file.data(), file.size());
+  size_t offset = 0;
   std::vector<ParsedLine> batch(kBatchLines);
   std::vector<int64_t> all_targets;  // [n] ones, for a sample without a mask
   std::vector<int64_t> lengths;      // [samples]
   int64_t line = 0;
-  for (size_t count; (count = ReadBatch(in, line, batch)) > 0;) {
+  for (size_t count; (count = ReadBatch(text, offset, line, batch)) > 0;) {
     ParseBatch(jsonl_path, count, batch);
     for (size_t i = 0; i < count; ++i) {
       KELVIN_RETURN_IF_ERROR(batch[i].status);
@@ -127,7 +134,6 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
           WriteSample(batch[i].sample, tokens, mask, prepared, any_mask, all_targets, lengths));
     }
   }
-  if (in.bad()) return absl::InternalError(absl::StrCat("reading '", jsonl_path, "' failed"));
   prepared.tokens = tokens.num_tokens();
   prepared.max_token = tokens.max_token();
   if (prepared.samples == 0) {
@@ -138,7 +144,7 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
   return absl::OkStatus();
 }
 
-// Everything but the directory: the writers remove their .partial files on an error.
+// Everything but the directory: the writers remove their temporaries on an error.
 absl::Status Prepare(const std::string& jsonl_path, PreparedSamples& prepared) {
   const std::string& prefix = prepared.tokens_prefix;
   KELVIN_ASSIGN_OR_RETURN(MegatronDatasetWriter tokens,
@@ -154,16 +160,16 @@ absl::Status Prepare(const std::string& jsonl_path, PreparedSamples& prepared) {
   if (any_mask) {
     prepared.loss_mask_prefix = prefix + "_loss_mask";
     KELVIN_RETURN_IF_ERROR(mask.Finish());
-  } else {  // an earlier run's mask under this prefix would pair with the new tokens
-    std::error_code ignored;
-    for (const char* extension : {".bin", ".idx"}) {
-      if (std::filesystem::remove(prefix + "_loss_mask" + extension, ignored)) {
-        prepared.removed_stale_mask = true;
-      }
+  }
+  if (any_mask) return MegatronDatasetWriter::CommitTogether({&tokens, &mask});
+  KELVIN_RETURN_IF_ERROR(tokens.Commit());
+  // An earlier run's mask under this prefix would pair with the new tokens.
+  std::error_code ignored;
+  for (const char* extension : {".bin", ".idx"}) {
+    if (std::filesystem::remove(prefix + "_loss_mask" + extension, ignored)) {
+      prepared.removed_stale_mask = true;
     }
   }
-  KELVIN_RETURN_IF_ERROR(tokens.Commit());
-  if (any_mask) KELVIN_RETURN_IF_ERROR(mask.Commit());
   return absl::OkStatus();
 }
 
@@ -171,6 +177,13 @@ absl::Status Prepare(const std::string& jsonl_path, PreparedSamples& prepared) {
 
 absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_path,
                                                     const std::string& output_prefix) {
+  const std::string name = std::filesystem::path(output_prefix).filename().string();
+  if (name.empty() || name == "." || name == "..") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--out \"", output_prefix,
+        "\" names no file: give a path prefix such as data/sft/train (prepare-data writes "
+        "PREFIX.bin, PREFIX.idx and PREFIX_loss_mask.bin/.idx)"));
+  }
   PreparedSamples prepared;
   prepared.tokens_prefix = output_prefix;
   std::filesystem::path created_directory;

@@ -3,13 +3,11 @@
 #include "core/data/megatron_dataset_writer.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <system_error>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "core/data/mmap_indexed_dataset.h"
@@ -19,7 +17,6 @@ namespace kelvin::data {
 namespace {
 
 constexpr uint64_t kIndexVersion = 1;
-constexpr const char* kPartial = ".partial";
 
 // The range of token ids `type` stores.
 std::pair<int64_t, int64_t> TokenRange(TokenType type) {
@@ -78,48 +75,18 @@ void Narrow(std::span<const int64_t> tokens, TokenType type, std::vector<char>& 
 
 absl::StatusOr<MegatronDatasetWriter> MegatronDatasetWriter::Create(const std::string& path_prefix,
                                                                     TokenType type) {
-  const std::string path = path_prefix + ".bin" + kPartial;
-  std::FILE* bin = std::fopen(path.c_str(), "wb");
-  if (bin == nullptr) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "cannot create Megatron data file '%s': %s; check that the directory exists and is "
-        "writable",
-        path, std::strerror(errno)));
+  absl::StatusOr<io::AtomicFile> bin = io::AtomicFile::Create(path_prefix + ".bin");
+  if (!bin.ok()) {
+    return absl::Status(bin.status().code(),
+                        absl::StrCat("Megatron data file: ", bin.status().message()));
   }
-  return MegatronDatasetWriter(path_prefix, type, bin);
+  return MegatronDatasetWriter(path_prefix, type, std::move(bin).value());
 }
 
 MegatronDatasetWriter::MegatronDatasetWriter(std::string path_prefix, TokenType type,
-                                             std::FILE* bin)
-    : path_prefix_(std::move(path_prefix)), type_(type), bin_(bin, &std::fclose) {
+                                             io::AtomicFile bin)
+    : path_prefix_(std::move(path_prefix)), type_(type), bin_(std::move(bin)) {
   document_indices_.push_back(0);
-}
-
-MegatronDatasetWriter::MegatronDatasetWriter(MegatronDatasetWriter&& other) noexcept
-    : path_prefix_(std::move(other.path_prefix_)),
-      type_(other.type_),
-      bin_(std::move(other.bin_)),
-      sequence_lengths_(std::move(other.sequence_lengths_)),
-      document_indices_(std::move(other.document_indices_)),
-      num_tokens_(other.num_tokens_),
-      min_token_(other.min_token_),
-      max_token_(other.max_token_),
-      finished_(other.finished_),
-      owns_partial_files_(other.owns_partial_files_) {
-  other.owns_partial_files_ = false;
-}
-
-MegatronDatasetWriter::~MegatronDatasetWriter() {
-  if (!owns_partial_files_) return;
-  bin_.reset();
-  std::error_code ignored;
-  std::filesystem::remove(path_prefix_ + ".bin" + kPartial, ignored);
-  std::filesystem::remove(path_prefix_ + ".idx" + kPartial, ignored);
-}
-
-absl::Status MegatronDatasetWriter::WriteError(const std::string& path) const {
-  return absl::InternalError(
-      absl::StrFormat("cannot write '%s': %s (disk full?)", path, std::strerror(errno)));
 }
 
 absl::Status MegatronDatasetWriter::AddSequence(std::span<const int64_t> tokens) {
@@ -143,9 +110,7 @@ absl::Status MegatronDatasetWriter::AddSequence(std::span<const int64_t> tokens)
   }
   std::vector<char> bytes;  // [count * token bytes]
   Narrow(tokens, type_, bytes);
-  if (std::fwrite(bytes.data(), 1, bytes.size(), bin_.get()) != bytes.size()) {
-    return WriteError(path_prefix_ + ".bin" + kPartial);
-  }
+  KELVIN_RETURN_IF_ERROR(bin_.Write({bytes.data(), bytes.size()}));
   sequence_lengths_.push_back(static_cast<int32_t>(tokens.size()));
   num_tokens_ += static_cast<int64_t>(tokens.size());
   min_token_ = min_token;
@@ -166,20 +131,9 @@ absl::Status MegatronDatasetWriter::RewriteBinAs(TokenType stored) {
         absl::StrFormat("Megatron dataset '%s': tokens %d to %d do not fit %s", path_prefix_,
                         min_token_, max_token_, TokenTypeName(stored)));
   }
-  const std::string bin_path = path_prefix_ + ".bin" + kPartial;
-  const std::string rewritten_path = path_prefix_ + ".bin.rewritten" + kPartial;
-  KELVIN_ASSIGN_OR_RETURN(io::MappedFile written, io::MappedFile::Open(bin_path));
+  KELVIN_ASSIGN_OR_RETURN(io::MappedFile written, io::MappedFile::Open(bin_.temporary()));
   const TokenCorpus tokens(std::move(written), type_, {0, num_tokens_});
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> out(std::fopen(rewritten_path.c_str(), "wb"),
-                                                      &std::fclose);
-  if (out == nullptr) return WriteError(rewritten_path);
-  const auto fail = [&] {
-    const absl::Status error = WriteError(rewritten_path);  // before the cleanup changes errno
-    out.reset();
-    std::error_code ignored;
-    std::filesystem::remove(rewritten_path, ignored);
-    return error;
-  };
+  KELVIN_ASSIGN_OR_RETURN(io::AtomicFile narrowed, io::AtomicFile::Create(path_prefix_ + ".bin"));
   constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<int64_t> chunk(static_cast<size_t>(std::min(kChunk, num_tokens_)));  // [chunk]
   std::vector<char> bytes;  // [chunk * stored bytes]
@@ -187,12 +141,10 @@ absl::Status MegatronDatasetWriter::RewriteBinAs(TokenType stored) {
     const std::span<int64_t> part(chunk.data(), std::min(kChunk, num_tokens_ - begin));
     tokens.Read(begin, part);
     Narrow(part, stored, bytes);
-    if (std::fwrite(bytes.data(), 1, bytes.size(), out.get()) != bytes.size()) return fail();
+    KELVIN_RETURN_IF_ERROR(narrowed.Write({bytes.data(), bytes.size()}));
   }
-  if (std::fclose(out.release()) != 0) return fail();
-  std::error_code error;
-  std::filesystem::rename(rewritten_path, bin_path, error);
-  if (error) return fail();
+  KELVIN_RETURN_IF_ERROR(narrowed.Finish());
+  bin_ = std::move(narrowed);  // the wide temporary is removed
   type_ = stored;
   return absl::OkStatus();
 }
@@ -200,9 +152,7 @@ absl::Status MegatronDatasetWriter::RewriteBinAs(TokenType stored) {
 absl::Status MegatronDatasetWriter::FinishAs(TokenType stored) {
   KELVIN_CHECK(!finished_) << path_prefix_;
   if (document_indices_.back() != static_cast<int64_t>(sequence_lengths_.size())) EndDocument();
-  const std::string bin_path = path_prefix_ + ".bin" + kPartial;
-  const std::string idx_path = path_prefix_ + ".idx" + kPartial;
-  if (std::fclose(bin_.release()) != 0) return WriteError(bin_path);
+  KELVIN_RETURN_IF_ERROR(bin_.Finish());
   if (stored != type_) KELVIN_RETURN_IF_ERROR(RewriteBinAs(stored));
 
   std::vector<char> index;  // the whole .idx
@@ -218,27 +168,26 @@ absl::Status MegatronDatasetWriter::FinishAs(TokenType stored) {
     pointer += static_cast<int64_t>(length) * static_cast<int64_t>(TokenTypeSize(type_));
   }
   for (const int64_t document : document_indices_) Append(index, document);
-  std::FILE* idx = std::fopen(idx_path.c_str(), "wb");
-  if (idx == nullptr) return WriteError(idx_path);
-  const bool written = std::fwrite(index.data(), 1, index.size(), idx) == index.size();
-  if ((std::fclose(idx) != 0) || !written) return WriteError(idx_path);
+  KELVIN_ASSIGN_OR_RETURN(io::AtomicFile idx, io::AtomicFile::Create(path_prefix_ + ".idx"));
+  KELVIN_RETURN_IF_ERROR(idx.Write({index.data(), index.size()}));
+  KELVIN_RETURN_IF_ERROR(idx.Finish());
+  idx_ = std::move(idx);
   finished_ = true;
   return absl::OkStatus();
 }
 
-absl::Status MegatronDatasetWriter::Commit() {
-  KELVIN_CHECK(finished_ && owns_partial_files_) << path_prefix_ << ": Commit after Finish, once";
-  std::error_code error;
-  for (const char* extension : {".idx", ".bin"}) {
-    const std::string path = path_prefix_ + extension;
-    std::filesystem::rename(path + kPartial, path, error);
-    if (error) {
-      return absl::InternalError(absl::StrFormat("cannot rename the written '%s%s' to '%s': %s",
-                                                 path, kPartial, path, error.message()));
-    }
+absl::Status MegatronDatasetWriter::Commit() { return CommitTogether({this}); }
+
+absl::Status MegatronDatasetWriter::CommitTogether(
+    const std::vector<MegatronDatasetWriter*>& datasets) {
+  std::vector<io::AtomicFile*> files;
+  for (MegatronDatasetWriter* dataset : datasets) {
+    KELVIN_CHECK(dataset->finished_ && dataset->idx_.has_value())
+        << dataset->path_prefix_ << ": commit after Finish, once";
+    files.push_back(&dataset->bin_);
+    files.push_back(&*dataset->idx_);
   }
-  owns_partial_files_ = false;
-  return absl::OkStatus();
+  return io::CommitTogether(files);
 }
 
 }  // namespace kelvin::data

@@ -70,6 +70,17 @@ absl::StatusOr<Batch> RowSampler::BatchAt(const BatchCoordinates& where) {
   return ReadRows(rows);
 }
 
+absl::StatusOr<Batch> RowSampler::FixedRowsAt(int64_t first) {
+  KELVIN_CHECK(first >= 0 && first < num_rows_) << first << " of " << num_rows_;
+  std::vector<int64_t> rows(options_.micro_batch_size);  // [B]
+  for (int64_t b = 0; b < options_.micro_batch_size; ++b) {
+    rows[b] = first + b < num_rows_ ? first + b : first;
+  }
+  KELVIN_ASSIGN_OR_RETURN(Batch batch, ReadRows(rows));
+  IgnoreRowsFrom(batch, num_rows_ - first);
+  return batch;
+}
+
 absl::StatusOr<Batch> RowSampler::ReadRows(std::span<const int64_t> rows) const {
   Batch batch = AllocateBatch(static_cast<int64_t>(rows.size()), options_.sequence_length);
   for (size_t b = 0; b < rows.size(); ++b) {

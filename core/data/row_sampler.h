@@ -48,6 +48,9 @@ class RowSampler : public BatchSource {
   int64_t RowOfSample(int64_t global_sample);
   // The B rows of global samples FirstGlobalSample(where, B) + [0, B).
   absl::StatusOr<Batch> BatchAt(const BatchCoordinates& where) override;
+  // Every row in corpus order: R rows; FixedRowsAt(first) reads rows first.. (see batch.h).
+  std::optional<int64_t> FixedRowCount() const override { return num_rows_; }
+  absl::StatusOr<Batch> FixedRowsAt(int64_t first) override;
   // Any rows, in the given order (e.g. a fixed evaluation set); rows [n] in [0, R).
   absl::StatusOr<Batch> ReadRows(std::span<const int64_t> rows) const;
   // Row `row` into batch row b: tokens, labels, positions, document spans and source.

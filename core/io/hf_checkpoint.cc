@@ -10,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/io/atomic_file.h"
+#include "core/io/strict_json.h"
 #include "core/status.h"
 
 namespace kelvin::io {
@@ -37,8 +39,7 @@ bool IsShardFileName(std::string_view name) {
 absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const std::string& index_path) {
   KELVIN_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::Open(index_path));
   const std::string_view text(file.data(), file.size());
-  KELVIN_ASSIGN_OR_RETURN(const Json index,
-                          internal::ParseJsonRejectingDuplicates(text, index_path, "key"));
+  KELVIN_ASSIGN_OR_RETURN(const Json index, ParseStrictJson(text, index_path));
   const auto invalid = [&index_path](absl::string_view detail) {
     return absl::InvalidArgumentError(absl::StrCat(
         index_path, ": ", detail,
@@ -272,8 +273,7 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
     const Json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     const std::string text = index.dump(2) + "\n";  // as transformers: indent 2, sorted keys
     const std::string file_name(kHfIndexFileName);
-    KELVIN_RETURN_IF_ERROR(
-        internal::WriteFileAtomically((fs::path(directory) / file_name).string(), {text}));
+    KELVIN_RETURN_IF_ERROR(WriteFileAtomically((fs::path(directory) / file_name).string(), {text}));
     written.insert(file_name);
   }
 

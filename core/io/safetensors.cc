@@ -1,20 +1,13 @@
-// Safetensors: header validation, dtype conversion on read, the atomic writer, and the strict JSON
-// parsing and "did you mean" errors shared with hf_checkpoint.cc.
+// Safetensors: header validation, dtype conversion on read, the writer, and the "no such tensor"
+// error shared with hf_checkpoint.cc.
 // File layout: u64 little-endian N | N bytes of JSON header | data section (byte ranges of
 // tensors).
 #include "core/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -22,7 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/bf16.h"
+#include "core/io/atomic_file.h"
+#include "core/io/strict_json.h"
 #include "core/status.h"
+#include "core/strings/did_you_mean.h"
 
 namespace kelvin::io {
 
@@ -467,8 +463,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   }
   const size_t data_offset = 8 + static_cast<size_t>(header_bytes);
   const std::string_view header_text(file.data() + 8, static_cast<size_t>(header_bytes));
-  absl::StatusOr<Json> header =
-      internal::ParseJsonRejectingDuplicates(header_text, path, "tensor name");
+  absl::StatusOr<Json> header = ParseStrictJson(header_text, path, "tensor name");
   if (!header.ok()) {
     return absl::Status(header.status().code(), absl::StrCat(header.status().message(), kRedo));
   }
@@ -591,77 +586,12 @@ absl::Status WriteSafetensors(const std::string& path,
   std::memcpy(length, &header_bytes, sizeof(length));
   parts[0] = std::string_view(length, sizeof(length));
   parts[1] = header_text;
-  return internal::WriteFileAtomically(path, parts);
+  return WriteFileAtomically(path, parts);
 }
 
 // -----------------------------------------------------------------------------------------------
 
 namespace internal {
-
-absl::StatusOr<Json> ParseJsonRejectingDuplicates(std::string_view text, std::string_view where,
-                                                  std::string_view top_level_key_kind) {
-  struct OpenObject {
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<OpenObject> open;  // the objects enclosing the parser's position, outermost first
-  std::string duplicate;         // the first duplicate found, as a message
-  const Json::parser_callback_t callback = [&](int, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) {
-      open.emplace_back();
-    } else if (event == Json::parse_event_t::object_end) {
-      open.pop_back();
-    } else if (event == Json::parse_event_t::key) {
-      OpenObject& object = open.back();
-      object.last_key = parsed.get<std::string>();
-      if (!object.keys.insert(object.last_key).second && duplicate.empty()) {
-        if (open.size() == 1) {
-          duplicate = absl::StrCat(std::string(top_level_key_kind), " ", Quoted(object.last_key),
-                                   " appears twice");
-        } else {
-          std::vector<std::string> enclosing;
-          for (size_t i = 0; i + 1 < open.size(); ++i) enclosing.push_back(open[i].last_key);
-          duplicate = absl::StrCat("key ", Quoted(object.last_key), " appears twice in \"",
-                                   absl::StrJoin(enclosing, "\" > \""), "\"");
-        }
-      }
-    }
-    return true;
-  };
-  Json parsed;
-  try {
-    parsed = Json::parse(text.begin(), text.end(), callback);
-  } catch (const Json::parse_error& error) {
-    // what(): "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..."
-    absl::string_view detail = error.what();
-    detail.remove_prefix(std::min(detail.find(']') + 2, detail.size()));
-    return absl::InvalidArgumentError(absl::StrCat(
-        std::string(where), ": not well-formed JSON at byte ", error.byte, " (", detail, ")"));
-  }
-  if (!duplicate.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(std::string(where), ": ", duplicate));
-  }
-  return parsed;
-}
-
-namespace {
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
 
 absl::Status TensorNotFound(std::string_view where, std::string_view name,
                             const std::vector<std::string>& known) {
@@ -669,78 +599,13 @@ absl::Status TensorNotFound(std::string_view where, std::string_view name,
     return absl::NotFoundError(absl::StrCat(std::string(where), ": no tensor ", Quoted(name),
                                             "; it holds no tensors at all"));
   }
-  std::vector<std::pair<size_t, std::string_view>> ranked;  // (distance, name)
-  for (const std::string& candidate : known) {
-    ranked.emplace_back(EditDistance(name, candidate), candidate);
-  }
-  const size_t shown = std::min<size_t>(5, ranked.size());
-  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(shown),
-                    ranked.end());
   std::vector<std::string> closest;
-  for (size_t i = 0; i < shown; ++i) closest.push_back(Quoted(ranked[i].second));
+  for (const std::string& candidate : strings::NearestNames(name, known, 5)) {
+    closest.push_back(Quoted(candidate));
+  }
   return absl::NotFoundError(
       absl::StrCat(std::string(where), ": no tensor ", Quoted(name), " among its ", known.size(),
                    " tensors; the closest names are ", absl::StrJoin(closest, ", ")));
-}
-
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::vector<std::string_view>& parts) {
-  static std::atomic<uint64_t> temp_counter{0};
-  const std::string temp = absl::StrCat(path, ".tmp.", ::getpid(), ".", temp_counter++);
-  const auto failure = [&](absl::string_view step, int error) {
-    const std::string message =
-        absl::StrCat("cannot write ", path, ": ", step, " failed (", std::strerror(error), ")");
-    switch (error) {
-      case ENOENT:
-        return absl::NotFoundError(absl::StrCat(message, "; create its directory first"));
-      case EACCES:
-      case EPERM:
-      case EROFS:
-        return absl::PermissionDeniedError(
-            absl::StrCat(message, "; choose a directory you can write to"));
-      case ENOSPC:
-      case EDQUOT:
-        return absl::ResourceExhaustedError(absl::StrCat(message, "; free some disk space"));
-      default:
-        return absl::UnavailableError(message);
-    }
-  };
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) return failure(absl::StrCat("creating ", temp), errno);
-  const auto abandon = [&](absl::string_view step) {
-    const int error = errno;
-    ::close(fd);
-    ::unlink(temp.c_str());
-    return failure(step, error);
-  };
-  for (std::string_view part : parts) {
-    while (!part.empty()) {
-      const ssize_t written = ::write(fd, part.data(), part.size());
-      if (written < 0 && errno == EINTR) continue;
-      if (written <= 0) return abandon(absl::StrCat("writing ", temp));
-      part.remove_prefix(static_cast<size_t>(written));
-    }
-  }
-  if (::fsync(fd) != 0) return abandon(absl::StrCat("fsync of ", temp));
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    return failure(absl::StrCat("closing ", temp), error);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    return failure(absl::StrCat("renaming ", temp), error);
-  }
-  // Make the rename durable; best effort, as some filesystems cannot fsync a directory.
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const int directory_fd =
-      ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (directory_fd >= 0) {
-    ::fsync(directory_fd);
-    ::close(directory_fd);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace internal

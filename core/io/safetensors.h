@@ -74,21 +74,9 @@ absl::Status WriteSafetensors(const std::string& path,
 
 namespace internal {  // shared with hf_checkpoint.cc
 
-// Parses `text` as JSON, rejecting any object key that appears twice (nlohmann would silently keep
-// the last). Errors are InvalidArgument starting with `where`; a duplicate at the top level is
-// called a `top_level_key_kind` ("tensor name"), deeper ones name their enclosing keys.
-absl::StatusOr<nlohmann::json> ParseJsonRejectingDuplicates(std::string_view text,
-                                                            std::string_view where,
-                                                            std::string_view top_level_key_kind);
-
 // NotFound: `where` has no tensor `name`; lists the (up to 5) closest of `known` names.
 absl::Status TensorNotFound(std::string_view where, std::string_view name,
                             const std::vector<std::string>& known);
-
-// Writes `parts`, one after another, to `path` atomically: a temporary file in the same directory,
-// fsync, rename, fsync of the directory.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::vector<std::string_view>& parts);
 
 }  // namespace internal
 }  // namespace kelvin::io

@@ -1,12 +1,14 @@
 // Llama configs: Hugging Face config.json parsing (transformers 4.x and 5.x), presets, validation.
 #include "models/llama/llama_config.h"
 
-#include <fstream>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/io/regular_file.h"
+#include "core/io/strict_json.h"
 
 namespace kelvin::models {
 namespace {
@@ -22,6 +24,10 @@ class JsonFields {
     const auto it = object_.find(key);
     if (it == object_.end() || it->is_null()) return Missing<int64_t>(key, fallback);
     if (!it->is_number_integer()) return WrongType(key, "an integer", *it);
+    if (it->is_number_unsigned() &&
+        it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return WrongType(key, "an integer below 2^63", *it);
+    }
     return it->get<int64_t>();
   }
   absl::StatusOr<double> Number(const std::string& key, std::optional<double> fallback) const {
@@ -140,10 +146,11 @@ std::vector<SsaParameterSpec> SsaLayerParameters(const LlamaConfig& c) {
 absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
                                                   std::string_view source_name) {
   const std::string source(source_name);
-  const json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded() || !root.is_object()) {
+  KELVIN_ASSIGN_OR_RETURN(const json root, io::ParseStrictJson(json_text, source));
+  if (!root.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not a JSON object (is this a Hugging Face config.json?)"));
+        absl::StrCat(source, ": is a JSON ", root.type_name(),
+                     ", not an object of settings (is this a Hugging Face config.json?)"));
   }
   const JsonFields f(root, source);
   KELVIN_ASSIGN_OR_RETURN(const std::string model_type, f.String("model_type", "llama"));
@@ -174,16 +181,16 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
 
 absl::StatusOr<LlamaConfig> LlamaConfigFromHfDirectory(const std::string& directory) {
   const std::string path = directory + "/config.json";
-  std::ifstream in(path);
-  if (!in) {
+  constexpr uint64_t kMaxConfigBytes = 1 << 20;  // a config.json is a few KB
+  absl::StatusOr<std::string> text = io::ReadRegularFile(path, "model config", kMaxConfigBytes);
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(
         absl::StrCat("cannot read ", path,
                      ": model.hf_dir must be a Hugging Face model directory with a "
                      "config.json (as save_pretrained writes it)"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return LlamaConfigFromHfJson(text.str(), path);
+  if (!text.ok()) return text.status();
+  return LlamaConfigFromHfJson(*text, path);
 }
 
 std::string LlamaConfigToHfJson(const LlamaConfig& c) {
@@ -276,19 +283,43 @@ std::vector<std::string> LlamaPresetNames() {
   return {"llama3-8b", "llama3.1-8b", "llama3.2-1b", "llama3.2-3b", "small-25m", "tiny"};
 }
 
-absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
+std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, std::string_view path) {
   std::vector<std::string> problems;
-  auto positive = [&](const std::string& field, int64_t value) {
-    if (value < 1) problems.push_back(absl::StrCat("model.", field, "=", value, ": must be >= 1"));
+  const std::string at(path);
+  // Non-finite values fail every comparison below.
+  if (!(rope.factor >= 1))
+    problems.push_back(absl::StrCat(at, ".factor=", rope.factor, ": must be >= 1"));
+  if (!(rope.low_freq_factor > 0)) {
+    problems.push_back(
+        absl::StrCat(at, ".low_freq_factor=", rope.low_freq_factor, ": must be > 0"));
+  }
+  if (!(rope.high_freq_factor > rope.low_freq_factor) || !std::isfinite(rope.high_freq_factor)) {
+    problems.push_back(absl::StrCat(at, ": high_freq_factor=", rope.high_freq_factor,
+                                    " must be a number > low_freq_factor=", rope.low_freq_factor));
+  }
+  if (rope.original_max_position < 1 || rope.original_max_position > kMaxPositions) {
+    problems.push_back(
+        absl::StrCat(at, ".original_max_position_embeddings=", rope.original_max_position,
+                     ": must be in [1, ", kMaxPositions, "]"));
+  }
+  return problems;
+}
+
+absl::Status ValidateLlamaConfig(const LlamaConfig& c, std::string_view source) {
+  std::vector<std::string> problems;
+  auto in_range = [&](const std::string& field, int64_t value, int64_t max) {
+    if (value < 1 || value > max) {
+      problems.push_back(absl::StrCat("model.", field, "=", value, ": must be in [1, ", max, "]"));
+    }
   };
-  positive("hidden_size", c.hidden_size);
-  positive("intermediate_size", c.intermediate_size);
-  positive("num_layers", c.num_layers);
-  positive("num_attention_heads", c.num_attention_heads);
-  positive("num_key_value_heads", c.num_key_value_heads);
-  positive("head_dim", c.head_dim);
-  positive("vocab_size", c.vocab_size);
-  positive("max_position_embeddings", c.max_position_embeddings);
+  in_range("hidden_size", c.hidden_size, kMaxHiddenSize);
+  in_range("intermediate_size", c.intermediate_size, kMaxIntermediateSize);
+  in_range("num_layers", c.num_layers, kMaxLayers);
+  in_range("num_attention_heads", c.num_attention_heads, kMaxHeads);
+  in_range("num_key_value_heads", c.num_key_value_heads, kMaxHeads);
+  in_range("head_dim", c.head_dim, kMaxHeadDim);
+  in_range("vocab_size", c.vocab_size, kMaxVocabSize);
+  in_range("max_position_embeddings", c.max_position_embeddings, kMaxPositions);
   if (c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads != 0) {
     problems.push_back(
         absl::StrCat("model.num_key_value_heads=", c.num_key_value_heads,
@@ -297,23 +328,30 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c) {
   if (c.head_dim % 2 != 0) {
     problems.push_back(absl::StrCat("model.head_dim=", c.head_dim, ": must be even (RoPE pairs)"));
   }
-  if (!(c.rms_norm_eps > 0)) {
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps)) {
     problems.push_back(absl::StrCat("model.rms_norm_eps=", c.rms_norm_eps, ": must be > 0"));
   }
-  if (!(c.rope.theta > 0)) {
+  if (!(c.rope.theta > 0) || !std::isfinite(c.rope.theta)) {
     problems.push_back(absl::StrCat("model.rope_theta=", c.rope.theta, ": must be > 0"));
   }
-  if (c.rope.llama3_scaling && !(c.rope.high_freq_factor > c.rope.low_freq_factor)) {
-    problems.push_back(
-        absl::StrCat("model.rope_scaling: high_freq_factor=", c.rope.high_freq_factor,
-                     " must be > low_freq_factor=", c.rope.low_freq_factor));
+  if (c.rope.llama3_scaling) {
+    for (std::string& problem : RopeScalingProblems(c.rope, "model.rope_scaling")) {
+      problems.push_back(std::move(problem));
+    }
   }
   if (c.ssa.has_value()) {
     const absl::Status ssa = ssa::ValidateSsaOptions(*c.ssa, "model.ssa");
     if (!ssa.ok()) problems.emplace_back(ssa.message());
   }
   if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+  const std::string from = source.empty() ? "" : absl::StrCat(" (", std::string(source), ")");
+  if (problems.size() == 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model's architecture", from, " is invalid: ", problems[0]));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("the model's architecture", from, " has ",
+                                                 problems.size(), " problems:\n  ",
+                                                 absl::StrJoin(problems, "\n  ")));
 }
 
 }  // namespace kelvin::models

@@ -14,6 +14,18 @@
 
 namespace kelvin::models {
 
+// The largest sizes Kelvin accepts, wherever they come from (config.json, a preset, the job):
+// far beyond any Llama (Llama-3.1-405B: hidden 16384, FFN 53248, 126 layers, 128 heads, head
+// dim 128, a 128256-token vocabulary), small enough that loops over them end quickly and that
+// sizes derived from them are checked, not wrapped.
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;        // 131072
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;  // 1048576
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxHeads = 4096;  // query heads, and key/value heads
+inline constexpr int64_t kMaxHeadDim = 4096;
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // 16777216
+inline constexpr int64_t kMaxPositions = int64_t{1} << 27;  // 134217728 tokens of context
+
 struct LlamaConfig {
   int64_t hidden_size = 0;          // D
   int64_t intermediate_size = 0;    // F
@@ -66,7 +78,14 @@ std::string LlamaConfigToHfJson(const LlamaConfig& config);
 absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name);
 std::vector<std::string> LlamaPresetNames();
 
-// Every violated rule, one per line, fields named as in the job config ("model.<field>").
-absl::Status ValidateLlamaConfig(const LlamaConfig& config);
+// Every violated rule, one per line, fields named as in the job config ("model.<field>"); the
+// message starts with "the model's architecture (<source>)", e.g. source "config.json of
+// model.hf_dir=/m", so that the user knows which file or setting to mend.
+absl::Status ValidateLlamaConfig(const LlamaConfig& config, std::string_view source = "");
+
+// The rules of a llama3 RoPE scaling (factor >= 1, 0 < low_freq_factor < high_freq_factor,
+// original_max_position >= 1), one problem per line with the fields under `path` (e.g.
+// "model.architecture.rope_scaling"): the one check of config.json's and the job's values.
+std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, std::string_view path);
 
 }  // namespace kelvin::models

@@ -49,8 +49,12 @@ config::JobConfig SmallJob(const std::string& dir, bool async_save) {
 
 TEST(AsyncCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
   const std::string in_turn = FreshDir("in_turn"), background = FreshDir("background");
-  absl::StatusOr<std::unique_ptr<Trainer>> a = Trainer::Create(SmallJob(in_turn, false));
-  absl::StatusOr<std::unique_ptr<Trainer>> b = Trainer::Create(SmallJob(background, true));
+  // One run identity for both: the bytes then depend on the saves alone.
+  const TrainerTestOptions same_run{.run_id = "0123456789abcdef0123456789abcdef"};
+  absl::StatusOr<std::unique_ptr<Trainer>> a =
+      Trainer::Create(SmallJob(in_turn, false), MPI_COMM_WORLD, same_run);
+  absl::StatusOr<std::unique_ptr<Trainer>> b =
+      Trainer::Create(SmallJob(background, true), MPI_COMM_WORLD, same_run);
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE((*a)->Run().ok());
   ASSERT_TRUE((*b)->Run().ok());

@@ -29,6 +29,7 @@
 #include "launcher/checkpoint_format.h"
 #include "launcher/job_config.h"
 #include "launcher/preemption.h"
+#include "launcher/run_directory.h"
 #include "launcher/trainer.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/files.h"
@@ -73,7 +74,9 @@ TEST(Checkpoint, PreemptedAndResumedRunEqualsTheUninterruptedOneBitForBit) {
   ASSERT_TRUE(whole->Run().ok());
 
   const std::string dir = CheckpointDir("preempted");
-  const config::JobConfig job = SmallJob(dir);
+  const std::string run_dir = dir + "_run";  // where a batch script finds the stop marker
+  fs::create_directories(run_dir);
+  const config::JobConfig job = SmallJob(dir, {"launch.run_dir=\"" + run_dir + "\""});
   std::unique_ptr<Trainer> first = CreateOrDie(job);
   ASSERT_NE(first, nullptr);
   InstallPreemptionHandlers();
@@ -84,7 +87,7 @@ TEST(Checkpoint, PreemptedAndResumedRunEqualsTheUninterruptedOneBitForBit) {
   EXPECT_THAT(std::string(stopped.message()), HasSubstr("after step 1 of 6"));
   ASSERT_EQ(first->history().size(), 1u);
   // The marker a batch script requeues on (launcher/slurm_batch.cc).
-  std::ifstream marker(fs::path(dir) / kStoppedForPreemptionFile);
+  std::ifstream marker(fs::path(run_dir) / kStoppedForPreemptionFile);
   std::string line;
   ASSERT_TRUE(std::getline(marker, line));
   EXPECT_EQ(line, absl::StrCat("stopped after step 1 by signal ", SIGUSR1));
@@ -155,9 +158,9 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
 void WriteIndexOnly(const std::string& dir, int64_t step, std::optional<double> eval_loss) {
   const fs::path path = fs::path(dir) / absl::StrFormat("step_%08d", step);
   fs::create_directories(path);
-  ASSERT_TRUE(
-      WriteCheckpointIndex(path, {"job", "one process", step, step, 1, {}, eval_loss, "test"})
-          .ok());
+  ASSERT_TRUE(WriteCheckpointIndex(
+                  path, {"job", "one process", step, step, 1, {}, eval_loss, "test", "run"})
+                  .ok());
 }
 
 std::vector<std::string> Entries(const std::string& dir) {
@@ -422,8 +425,12 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
         io::TensorRegion::Decode(metadata.at("region:" + norm));
     ASSERT_TRUE(region.ok()) << region.status();
     const int64_t half = region->numel() / 2;
-    first_half_region = {{"region:" + norm, region->Elements(0, half).Encode()}};
-    second_half_region = {{"region:" + norm, region->Elements(half, half).Encode()}};
+    // Parts of this save: its run and step (another save's part is refused for that alone).
+    first_half_region = {{"region:" + norm, region->Elements(0, half).Encode()},
+                         {kRunKey, metadata.at(kRunKey)},
+                         {kStepKey, metadata.at(kStepKey)}};
+    second_half_region = first_half_region;
+    second_half_region["region:" + norm] = region->Elements(half, half).Encode();
     metadata["region:" + norm] = region->Elements(0, half).Encode();
     for (auto& [name, data] : tensors) {
       if (name == norm) {
@@ -494,7 +501,7 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   ASSERT_FALSE(older.ok());
   EXPECT_THAT(std::string(older.status().message()),
               HasSubstr("is a \"kelvin-checkpoint-2\" checkpoint, which another version of Kelvin "
-                        "wrote; this one reads \"kelvin-checkpoint-3\""));
+                        "wrote; this one reads \"kelvin-checkpoint-4\""));
 
   // No index: not a (complete) checkpoint.
   fs::remove(index);

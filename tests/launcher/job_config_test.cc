@@ -328,11 +328,12 @@ TEST(JobConfigFile, MissingDirectoryAndUnreadableFilesAreErrors) {
               HasSubstr("job file /nonexistent/job.textproto does not exist"));
   const absl::StatusOr<config::JobConfig> directory = LoadJobConfig(::testing::TempDir());
   ASSERT_FALSE(directory.ok());
-  EXPECT_THAT(std::string(directory.status().message()), HasSubstr("is not a regular file"));
+  EXPECT_THAT(std::string(directory.status().message()),
+              HasSubstr("is a directory, not a regular file"));
   const std::string huge = WriteTempFile("huge.textproto", std::string(2 << 20, '#'));
   const absl::StatusOr<config::JobConfig> too_big = LoadJobConfig(huge);
   ASSERT_FALSE(too_big.ok());
-  EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("is this the right file?"));
+  EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("is it the right file?"));
 }
 
 TEST(JobConfigFile, LoadsAFileWithOverridesAndNamesItInErrors) {

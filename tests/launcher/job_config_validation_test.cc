@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "launcher/job_config.h"
 
@@ -37,6 +38,13 @@ std::string ProblemsWith(const std::vector<std::string>& overrides) {
   return std::string(ValidateJobConfig(*job).message());
 }
 
+// The minimal job itself.
+config::JobConfig BaseJob() {
+  absl::StatusOr<config::JobConfig> job = ParseJobConfigText(kMinimalJob, "job.textproto");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.value_or(config::JobConfig());
+}
+
 TEST(JobConfigValidation, MinimalJobIsValid) { EXPECT_EQ(ProblemsWith({}), ""); }
 
 TEST(JobConfigValidation, SlurmTimeLimitsInEachFormAreValid) {
@@ -52,12 +60,12 @@ struct Rule {
 
 TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
   const std::vector<Rule> rules = {
-      {{"training.micro_batch_size=0"}, "training.micro_batch_size=0: must be >= 1"},
-      {{"training.steps=0"}, "training.steps=0: must be >= 1"},
+      {{"training.micro_batch_size=0"}, "training.micro_batch_size=0: must be in [1, 16777216]"},
+      {{"training.steps=0"}, "training.steps=0: must be in [1, 1099511627776]"},
       {{"data.megatron.path_prefix=/d/c", "training.seq_length=-5"},
-       "training.seq_length=-5: must be >= 1"},
-      {{"training.eval_steps=0"}, "training.eval_steps=0: must be >= 1"},
-      {{"training.threads=-1"}, "training.threads=-1: must be >= 0"},
+       "training.seq_length=-5: must be in [1, 134217728]"},
+      {{"training.eval_steps=0"}, "training.eval_steps=0: must be in [1, 1048576]"},
+      {{"training.threads=-1"}, "training.threads=-1: must be in [0, 4096]"},
       {{"optimizer.lr=-0.001"}, "optimizer.lr=-0.001: must be > 0"},
       {{"optimizer.beta1=-0.1"}, "optimizer.beta1=-0.1: must be in [0, 1)"},
       {{"optimizer.beta2=1"}, "optimizer.beta2=1: must be in [0, 1)"},
@@ -97,7 +105,8 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"model.architecture.hidden_size=96", "model.architecture.num_attention_heads=32"},
        "model.architecture.hidden_size=96 / num_attention_heads=32 gives head dim 3: RoPE needs "
        "an even one"},
-      {{"model.architecture.num_layers=0"}, "model.architecture.num_layers=0: must be >= 1"},
+      {{"model.architecture.num_layers=0"},
+       "model.architecture.num_layers=0: must be in [1, 4096]"},
       {{"model.architecture.rms_norm_eps=0"}, "model.architecture.rms_norm_eps=0: must be > 0"},
       {{"model.architecture.max_position_embeddings=32"},
        "training.seq_length=128 exceeds model.architecture.max_position_embeddings=32"},
@@ -115,7 +124,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
         "model.architecture.rope_scaling.low_freq_factor=4",
         "model.architecture.rope_scaling.high_freq_factor=1",
         "model.architecture.rope_scaling.original_max_position_embeddings=8192"},
-       "model.architecture.rope_scaling: high_freq_factor=1 must be > low_freq_factor=4"},
+       "model.architecture.rope_scaling: high_freq_factor=1 must be a number > low_freq_factor=4"},
       {{"model.preset=tiney"},
        "model.preset=\"tiney\": unknown preset (did you mean \"tiny\"?); known presets: "
        "llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b, small-25m, tiny"},
@@ -228,16 +237,82 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "NCCL needs a GPU per process"},
       {{"launch.preemption_warning_seconds=120"},
        "launch.preemption_warning_seconds=120 needs checkpoint.dir"},
-      {{"launch.requeue=true"},
-       "launch.requeue needs checkpoint.dir: a requeued job would start over"},
-      {{"launch.requeue=true", "checkpoint.dir=/c", "checkpoint.resume=NEVER"},
+      {{"launch.requeue=true", "launch.preemption_warning_seconds=60", "checkpoint.dir=/c",
+        "checkpoint.resume=NEVER"},
        "launch.requeue needs checkpoint.resume=AUTO (it is NEVER)"},
+      {{"launch.requeue=true", "checkpoint.dir=/c"},
+       "launch.requeue needs launch.preemption_warning_seconds (e.g. 300): without the warning a "
+       "job that reaches its time limit is killed without a checkpoint, and SLURM does not "
+       "requeue a TIMEOUT"},
+      {{"launch.preemption_warning_seconds=600", "launch.time_limit=10", "checkpoint.dir=/c"},
+       "launch.preemption_warning_seconds=600 must be below launch.time_limit=\"10\" (600 s)"},
+      // Sizes beyond their limits are refused before anything is allocated or planned.
+      {{"training.global_batch_size=1099511627776"},
+       "training.global_batch_size=1099511627776: must be in [1, 16777216]"},
+      {{"training.seq_length=4611686018427387904"},
+       "training.seq_length=4611686018427387904: must be in [1, 134217728]"},
+      {{"training.eval_steps=2000000"}, "training.eval_steps=2000000: must be in [1, 1048576]"},
+      {{"training.micro_batch_size=65536", "training.global_batch_size=65536",
+        "training.seq_length=131072"},
+       "training.micro_batch_size=65536 x training.seq_length=131072 tokens per micro-batch: at "
+       "most 4294967296"},
+      {{"model.architecture.vocab_size=1099511627776"},
+       "model.architecture.vocab_size=1099511627776: must be in [1, 16777216]"},
+      {{"model.architecture.hidden_size=4611686018427387904"},
+       "model.architecture.hidden_size=4611686018427387904: must be in [1, 131072]"},
+      {{"training.eval_whole_set=true"},
+       "training.eval_whole_set: the passkey task makes its held-out samples without end"},
   };
   for (const Rule& rule : rules) {
     SCOPED_TRACE(testing::PrintToString(rule.overrides));
     // Exactly one problem: several would read "invalid job config (N problems):".
     EXPECT_THAT(ProblemsWith(rule.overrides), StartsWith("invalid job config: " + rule.message));
   }
+  EXPECT_EQ(ProblemsWith({"launch.preemption_warning_seconds=7200", "launch.time_limit=1-00:00:00",
+                          "checkpoint.dir=/c"}),
+            "");
+}
+
+// Every launch string that reaches the batch script is checked: a newline, quote or command
+// substitution in a SLURM name, option or setup line would become shell of its own.
+TEST(JobConfigValidation, HostileLaunchStringsAreRefused) {
+  const std::vector<std::string> hostile = {
+      "gpu\nrm -rf /", "x$(touch /tmp/pwned)", "a'b", "a\"b", "a;b", "a b", "`id`", "a\rb"};
+  for (const std::string& value : hostile) {
+    for (const char* field : {"partition", "account", "qos"}) {
+      config::JobConfig job = BaseJob();
+      config::LaunchConfig& launch = *job.mutable_launch();
+      const std::string name(field);
+      if (name == "partition") launch.set_partition(value);
+      if (name == "account") launch.set_account(value);
+      if (name == "qos") launch.set_qos(value);
+      EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+                  HasSubstr("launch." + name + "=\"" + absl::CHexEscape(value) +
+                            "\": SLURM names hold only letters, digits"));
+    }
+    config::JobConfig job = BaseJob();
+    job.mutable_launch()->set_time_limit(value);
+    EXPECT_THAT(std::string(ValidateJobConfig(job).message()), HasSubstr("launch.time_limit="));
+    job = BaseJob();
+    job.set_name(value);
+    EXPECT_THAT(std::string(ValidateJobConfig(job).message()), HasSubstr("use only letters"));
+  }
+  for (const std::string& line :
+       {std::string("--exclusive\nrm -rf /"), std::string("--a=\rb"), std::string("exclusive")}) {
+    config::JobConfig job = BaseJob();
+    job.mutable_launch()->add_extra_sbatch_options(line);
+    EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+                HasSubstr("launch.extra_sbatch_options \"" + absl::CHexEscape(line) + "\""));
+  }
+  config::JobConfig job = BaseJob();
+  job.mutable_launch()->add_setup_commands("module load cuda\nrm -rf /");
+  EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+              HasSubstr("launch.setup_commands \"module load cuda\\nrm -rf /\": one shell line"));
+  job = BaseJob();  // names SLURM takes pass
+  job.mutable_launch()->set_partition("gpu-a100,gpu_h100.x");
+  job.mutable_launch()->set_account("proj-42");
+  job.mutable_launch()->add_setup_commands("source env.sh\t# tab allowed");
+  EXPECT_TRUE(ValidateJobConfig(job).ok()) << ValidateJobConfig(job);
 }
 
 // data.also_eval sets, given in the job's text (repeated messages have no --set form).
@@ -294,9 +369,9 @@ TEST(JobConfigValidation, MissingSourcesAndRequiredFieldsAllReportedAtOnce) {
            "\n  data: no data source: set one of data.megatron, data.token_file, data.blend, "
            "data.passkey",
            "\n  optimizer.lr=0: must be > 0",
-           "\n  training.steps=0: must be >= 1",
-           "\n  training.global_batch_size=0: must be >= 1",
-           "\n  training.seq_length=0: must be >= 1",
+           "\n  training.steps=0: must be in [1, 1099511627776]",
+           "\n  training.global_batch_size=0: must be in [1, 16777216]",
+           "\n  training.seq_length=0: must be in [1, 134217728]",
        }) {
     EXPECT_THAT(message, HasSubstr(line));
   }
@@ -309,7 +384,7 @@ TEST(JobConfigValidation, UnrelatedProblemsAllReportedAtOnce) {
   EXPECT_EQ(message,
             "invalid job config (4 problems):\n"
             "  optimizer.lr=-0.001: must be > 0\n"
-            "  training.micro_batch_size=0: must be >= 1\n"
+            "  training.micro_batch_size=0: must be in [1, 16777216]\n"
             "  checkpoint.interval_steps=5 needs checkpoint.dir (where to write them)\n"
             "  parallel.virtual_pipeline_stages=2 needs pipeline_schedule INTERLEAVED_1F1B (or "
             "ALL_FORWARD_ALL_BACKWARD)");
@@ -334,16 +409,6 @@ TEST(JobConfigValidation, ValidLayoutsPass) {
       ProblemsWith({"data.token_file.path=/t", "data.token_file.dtype=UINT16",
                     "data.document_masking=true", "data.token_file.document_separator_token=0"}),
       "");
-}
-
-TEST(ClosestName, SuggestsTyposAndPrefixesOnly) {
-  const std::vector<std::string> fields = {"steps", "micro_batch_size", "seq_length", "device"};
-  EXPECT_EQ(ClosestName("step", fields), "steps");
-  EXPECT_EQ(ClosestName("micro_batch", fields), "micro_batch_size");
-  EXPECT_EQ(ClosestName("seqlength", fields), "seq_length");
-  EXPECT_EQ(ClosestName("DEVICE", fields), "device");
-  EXPECT_EQ(ClosestName("learning_rate", fields), "");
-  EXPECT_EQ(ClosestName("x", fields), "");
 }
 
 }  // namespace

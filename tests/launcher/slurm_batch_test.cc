@@ -43,6 +43,15 @@ std::string ReadFile(const fs::path& path) {
   return text.str();
 }
 
+// The job config a script embeds (between its heredoc lines).
+std::string EmbeddedJob(const std::string& script) {
+  const std::string open = "<<'KELVIN_JOB_CONFIG'\n";
+  const size_t begin = script.find(open);
+  const size_t end = script.find("\nKELVIN_JOB_CONFIG\n");
+  if (begin == std::string::npos || end == std::string::npos) return "";
+  return script.substr(begin + open.size(), end + 1 - begin - open.size());
+}
+
 TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
   const config::JobConfig job =
       Job({"launch.nodes=4", "launch.processes_per_node=8", "launch.gpus_per_node=8",
@@ -52,11 +61,16 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
   config::JobConfig with_lists = job;
   with_lists.mutable_launch()->add_setup_commands("module load cuda/13");
   with_lists.mutable_launch()->add_extra_sbatch_options("--exclusive");
-  EXPECT_EQ(SbatchScript(with_lists, {"/opt/kelvin/bin/kelvin", "/runs/ssa8b/ssa8b.textproto",
-                                      "/runs/ssa8b/slurm-%j.out", "/home/me/kelvin"}),
+  const std::string script =
+      SbatchScript(with_lists, {"/opt/kelvin/bin/kelvin", "/runs/ssa8b", "/home/me/kelvin"});
+  config::JobConfig embedded = with_lists;
+  embedded.mutable_launch()->set_run_dir("/runs/ssa8b");
+  EXPECT_EQ(EmbeddedJob(script), FormatResolvedConfig(embedded));
+  EXPECT_EQ(script,
             "#!/bin/bash\n"
-            "# Kelvin job ssa8b, written by `kelvin launch`; submit it with sbatch.\n"
-            "# It trains /runs/ssa8b/ssa8b.textproto\n"
+            "# Kelvin job ssa8b, written by `kelvin launch`; submit it with sbatch. It trains the "
+            "job config embedded below\n"
+            "# (SLURM keeps each submitted script: a later launch changes nothing of this job).\n"
             "#SBATCH --job-name=ssa8b\n"
             "#SBATCH --nodes=4\n"
             "#SBATCH --ntasks-per-node=8\n"
@@ -75,30 +89,59 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
             "set -euo pipefail\n"
             "module load cuda/13\n"
             "export OMP_NUM_THREADS=6\n"
-            "echo \"kelvin: SLURM job $SLURM_JOB_ID, $SLURM_NNODES node(s), restart "
-            "${SLURM_RESTART_COUNT:-0}\"\n"
-            "marker='/ckpt/ssa8b/STOPPED_FOR_PREEMPTION'\n"
-            "rm -f \"$marker\"\n"
-            "status=0\n"
-            "srun --mpi=pmix --kill-on-bad-exit=1 '/opt/kelvin/bin/kelvin' train "
-            "'/runs/ssa8b/ssa8b.textproto' || status=$?\n"
-            "if [ -e \"$marker\" ]; then\n"
-            "  echo \"kelvin: $(cat \"$marker\"), checkpoint saved; requeueing job $SLURM_JOB_ID "
-            "to continue\"\n"
-            "  scontrol requeue \"$SLURM_JOB_ID\"\n"
-            "fi\n"
-            "exit \"$status\"\n");
+            "export SRUN_CPUS_PER_TASK=6\n"
+            "run_dir='/runs/ssa8b'\n"
+            "grep -qsx \"$SLURM_JOB_ID\" \"$run_dir/slurm_jobs\" || echo \"$SLURM_JOB_ID\" >> "
+            "\"$run_dir/slurm_jobs\"\n"
+            "job_config=\"$run_dir/job-$SLURM_JOB_ID.textproto\"\n"
+            "cat > \"$job_config\" <<'KELVIN_JOB_CONFIG'\n" +
+                FormatResolvedConfig(embedded) +
+                "KELVIN_JOB_CONFIG\n"
+                "stopped=\"$run_dir/STOPPED_FOR_PREEMPTION\"\n"
+                "finished=\"$run_dir/FINISHED\"\n"
+                "rm -f \"$stopped\" \"$finished\"\n"
+                "echo \"kelvin: SLURM job $SLURM_JOB_ID, $SLURM_NNODES node(s), restart "
+                "${SLURM_RESTART_COUNT:-0}\"\n"
+                "status=0\n"
+                "srun --mpi=pmix --kill-on-bad-exit=1 '/opt/kelvin/bin/kelvin' train "
+                "\"$job_config\" || status=$?\n"
+                "if [ -e \"$stopped\" ]; then\n"
+                "  echo \"kelvin: $(cat \"$stopped\"), checkpoint saved; requeueing job "
+                "$SLURM_JOB_ID to continue\"\n"
+                "  scontrol requeue \"$SLURM_JOB_ID\"\n"
+                "elif [ \"$status\" -eq 0 ] && [ ! -e \"$finished\" ]; then\n"
+                "  echo \"kelvin: srun exited 0 but the training did not finish (no $finished): a "
+                "task failed to start or was lost; see the lines above\" >&2\n"
+                "  exit 1\n"
+                "fi\n"
+                "exit \"$status\"\n");
 }
 
 TEST(SlurmBatch, DefaultLaunchAsksForOneTaskAndNothingElse) {
-  const std::string script = SbatchScript(Job({}), {"/k", "/c.textproto", "/r/slurm-%j.out", "/w"});
+  const std::string script = SbatchScript(Job({}), {"/k", "/r", "/w"});
   EXPECT_THAT(script, HasSubstr("#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n"));
-  EXPECT_THAT(script, HasSubstr("restart ${SLURM_RESTART_COUNT:-0}\"\nsrun --mpi=pmix "
-                                "--kill-on-bad-exit=1 '/k' train '/c.textproto'\n"));
-  for (const char* absent : {"--gpus", "--cpus", "--time", "--partition", "--account", "--qos",
-                             "--signal", "--requeue", "OMP_NUM_THREADS", "scontrol"}) {
+  EXPECT_THAT(script, HasSubstr("srun --mpi=pmix --kill-on-bad-exit=1 '/k' train \"$job_config\""));
+  EXPECT_THAT(script, HasSubstr("submit this script again to continue"));
+  for (const char* absent :
+       {"--gpus", "--cpus", "--time", "--partition", "--account", "--qos", "--signal", "--requeue",
+        "OMP_NUM_THREADS", "SRUN_CPUS_PER_TASK", "scontrol"}) {
     EXPECT_THAT(script, Not(HasSubstr(absent)));
   }
+}
+
+// The script is valid bash, and what the job holds cannot become a line of it: the embedded
+// config's strings (here a newline and a command substitution in the data path) stay inside the
+// quoted heredoc.
+TEST(SlurmBatch, ScriptIsBashAndTheJobsStringsStayData) {
+  config::JobConfig job = Job({"launch.requeue=true", "launch.preemption_warning_seconds=60"});
+  job.mutable_data()->mutable_token_file()->set_path("/d/$(touch /tmp/pwned)\nrm -rf /");
+  const std::string script = SbatchScript(job, {"/k", "/r", "/w"});
+  const fs::path path = fs::path(::testing::TempDir()) / "kelvin_batch_syntax.sbatch";
+  std::ofstream(path) << script;
+  EXPECT_EQ(std::system(("bash -n " + path.string()).c_str()), 0) << script;
+  EXPECT_THAT(script, Not(HasSubstr("\nrm -rf /")));  // printed escaped: "\\n"
+  EXPECT_THAT(EmbeddedJob(script), HasSubstr("$(touch /tmp/pwned)\\nrm -rf /"));
+  fs::remove(path);
 }
 
 class SlurmBatchFiles : public ::testing::Test {
@@ -126,16 +169,16 @@ class SlurmBatchFiles : public ::testing::Test {
   std::string old_path_;
 };
 
-TEST_F(SlurmBatchFiles, WritesTheScriptAndTheResolvedJobThatParsesBack) {
+TEST_F(SlurmBatchFiles, WritesTheScriptWhoseEmbeddedJobParsesBack) {
   const config::JobConfig job = Job({"launch.run_dir=" + (dir_ / "run").string()});
   const absl::StatusOr<BatchJob> batch = WriteBatchJob(job, "/opt/kelvin");
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(batch->script_path, (dir_ / "run" / "ssa8b.sbatch").string());
-  EXPECT_EQ(
-      ReadFile(batch->script_path),
-      SbatchScript(job, {"/opt/kelvin", batch->config_path,
-                         (dir_ / "run" / "slurm-%j.out").string(), fs::current_path().string()}));
-  const absl::StatusOr<config::JobConfig> back = LoadJobConfig(batch->config_path);
+  const std::string script = ReadFile(batch->script_path);
+  EXPECT_EQ(script, SbatchScript(job, {"/opt/kelvin", (dir_ / "run").string(),
+                                       fs::current_path().string()}));
+  const absl::StatusOr<config::JobConfig> back =
+      ParseJobConfig(EmbeddedJob(script), "embedded.textproto");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(FormatResolvedConfig(*back), FormatResolvedConfig(job));
 }
@@ -144,8 +187,7 @@ TEST_F(SlurmBatchFiles, RunDirWithASpaceIsRefused) {
   const absl::StatusOr<BatchJob> batch =
       WriteBatchJob(Job({"launch.run_dir=" + (dir_ / "my runs").string()}), "/k");
   EXPECT_THAT(batch.status().message(),
-              HasSubstr(": use directories without spaces (they go into #SBATCH --output and "
-                        "--chdir)"));
+              HasSubstr(": use directories without spaces, quotes or control characters"));
 }
 
 TEST_F(SlurmBatchFiles, SubmitReturnsSbatchsJobId) {

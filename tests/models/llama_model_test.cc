@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -108,7 +109,22 @@ TEST(LlamaConfig, HfJsonErrorsNameTheFieldAndValue) {
   auto parse = [](const std::string& text) {
     return models::LlamaConfigFromHfJson(text, "m/config.json").status();
   };
-  EXPECT_THAT(Message(parse("{")), HasSubstr("m/config.json: not a JSON object"));
+  // Not JSON at all: the position and what is wrong, whatever the flaw.
+  EXPECT_THAT(Message(parse("{")),
+              HasSubstr("m/config.json: not well-formed JSON at line 1, column 2"));
+  EXPECT_THAT(Message(parse("{\n  \"hidden_size\": NaN}")),
+              HasSubstr("m/config.json: not well-formed JSON at line 2, column 18"));
+  EXPECT_THAT(Message(parse(R"({"rms_norm_eps": Infinity})")),
+              HasSubstr("not well-formed JSON at line 1, column 18"));
+  EXPECT_THAT(Message(parse(R"({"rope_theta": 1e400})")),
+              HasSubstr("number overflow parsing '1e400'"));
+  EXPECT_THAT(Message(parse("{\"model_type\": \"ll\xff\"}")), HasSubstr("ill-formed UTF-8"));
+  EXPECT_THAT(Message(parse("[1, 2]")), HasSubstr("m/config.json: is a JSON array, not an object"));
+  EXPECT_THAT(Message(parse(R"({"a": 1, "a": 2})")), HasSubstr("key \"a\" appears twice"));
+  // Integers beyond int64 are named as written, not wrapped.
+  EXPECT_THAT(Message(parse(R"({"hidden_size": 18446744073709551615})")),
+              HasSubstr("field \"hidden_size\" is 18446744073709551615, expected an integer below "
+                        "2^63"));
   EXPECT_THAT(Message(parse(R"({"hidden_size": 64})")),
               HasSubstr("m/config.json: required field \"intermediate_size\" is missing"));
   EXPECT_THAT(Message(parse(R"({"hidden_size": "64"})")),
@@ -117,6 +133,43 @@ TEST(LlamaConfig, HfJsonErrorsNameTheFieldAndValue) {
               HasSubstr("model_type = mistral is not supported"));
   EXPECT_THAT(Message(parse(R"({"attention_bias": true})")),
               HasSubstr("attention_bias = true is not supported"));
+}
+
+// Sizes beyond the stated limits (llama_config.h) are errors before anything is allocated or
+// looped over, whatever their source; so is a llama3 RoPE scaling that the RoPE op cannot take.
+TEST(LlamaConfig, SizesBeyondTheLimitsAndBadRopeScalingAreErrors) {
+  const auto with = [](auto edit) {
+    models::LlamaConfig c = TinyConfig();
+    edit(c);
+    return Message(models::ValidateLlamaConfig(c, "m/config.json"));
+  };
+  EXPECT_THAT(with([](models::LlamaConfig& c) { c.vocab_size = int64_t{1} << 40; }),
+              HasSubstr("the model's architecture (m/config.json) is invalid: "
+                        "model.vocab_size=1099511627776: must be in [1, 16777216]"));
+  EXPECT_THAT(with([](models::LlamaConfig& c) { c.hidden_size = int64_t{1} << 62; }),
+              HasSubstr("model.hidden_size=4611686018427387904: must be in [1, 131072]"));
+  EXPECT_THAT(with([](models::LlamaConfig& c) { c.num_layers = int64_t{1} << 50; }),
+              HasSubstr("model.num_layers=1125899906842624: must be in [1, 4096]"));
+  EXPECT_THAT(with([](models::LlamaConfig& c) { c.max_position_embeddings = -5; }),
+              HasSubstr("model.max_position_embeddings=-5: must be in [1, 134217728]"));
+  for (const double factor : {0.0, -2.0, 0.5, std::nan("")}) {
+    EXPECT_THAT(with([&](models::LlamaConfig& c) {
+                  c.rope.llama3_scaling = true;
+                  c.rope.factor = factor;
+                }),
+                HasSubstr("model.rope_scaling.factor="))
+        << factor;
+  }
+  // The same rule reads config.json's rope_scaling (it aborted in the RoPE op before).
+  const absl::StatusOr<models::LlamaConfig> parsed = models::LlamaConfigFromHfJson(
+      R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "vocab_size": 300,
+          "rope_scaling": {"rope_type": "llama3", "factor": -1, "low_freq_factor": 1,
+                           "high_freq_factor": 4, "original_max_position_embeddings": 8192}})",
+      "m/config.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(Message(models::ValidateLlamaConfig(*parsed, "m/config.json")),
+              HasSubstr("model.rope_scaling.factor=-1: must be >= 1"));
 }
 
 TEST(LlamaConfig, ValidationListsEveryProblem) {

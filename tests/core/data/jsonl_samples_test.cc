@@ -200,7 +200,7 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
       HasSubstr("bad.jsonl:2: no \"input_ids\""));
   EXPECT_FALSE(std::filesystem::exists(dir.Path("new")));
   EXPECT_THAT(PrepareJsonlSamples(dir.Path("missing.jsonl"), dir.Path("out")).status().message(),
-              HasSubstr("cannot open the samples file '" + dir.Path("missing.jsonl") + "'"));
+              HasSubstr("the samples file " + dir.Path("missing.jsonl") + ": no such file"));
   testing::WriteFile(dir.Path("blank.jsonl"), "\n  \n");
   EXPECT_THAT(PrepareJsonlSamples(dir.Path("blank.jsonl"), dir.Path("out")).status().message(),
               HasSubstr("has no sample (no non-blank line)"));

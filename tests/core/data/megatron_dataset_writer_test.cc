@@ -29,6 +29,17 @@ std::string Prefix(const std::string& name) {
   return ::testing::TempDir() + "/megatron_writer_" + name;
 }
 
+// The files whose names start with `prefix` (the dataset's, its temporaries).
+std::vector<std::string> Entries(const std::string& prefix) {
+  const std::filesystem::path path(prefix);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path.parent_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(path.filename().string())) names.push_back(name);
+  }
+  return names;
+}
+
 TEST(MegatronDatasetWriter, RewritesMegatronCoresFixturesByteForByte) {
   std::ifstream in(kFixtureDir + "expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
@@ -113,9 +124,7 @@ TEST(MegatronDatasetWriter, FinishingAsATypeTheTokensDoNotFitIsAnError) {
     EXPECT_THAT(writer->FinishAs(TokenType::kUInt16).message(),
                 HasSubstr("tokens 3 to 70000 do not fit uint16"));
   }
-  for (const char* file : {".bin", ".idx", ".bin.partial", ".idx.partial"}) {
-    EXPECT_FALSE(std::filesystem::exists(Prefix("narrowed") + file)) << file;
-  }
+  EXPECT_THAT(Entries(Prefix("narrowed")), ::testing::IsEmpty());
 }
 
 TEST(MegatronDatasetWriter, AnUnfinishedWriteLeavesNoDataset) {
@@ -124,15 +133,15 @@ TEST(MegatronDatasetWriter, AnUnfinishedWriteLeavesNoDataset) {
         MegatronDatasetWriter::Create(Prefix("unfinished"), TokenType::kInt32);
     ASSERT_TRUE(writer.ok()) << writer.status();
     ASSERT_TRUE(writer->AddSequence(std::vector<int64_t>{1, 2, 3}).ok());
-    EXPECT_TRUE(std::filesystem::exists(Prefix("unfinished") + ".bin.partial"));
+    EXPECT_THAT(Entries(Prefix("unfinished")), ::testing::SizeIs(1));  // its temporary
   }
-  for (const char* file : {".bin", ".idx", ".bin.partial", ".idx.partial"}) {
-    EXPECT_FALSE(std::filesystem::exists(Prefix("unfinished") + file)) << file;
-  }
+  EXPECT_THAT(Entries(Prefix("unfinished")), ::testing::IsEmpty());
   const absl::StatusOr<MegatronDatasetWriter> nowhere =
       MegatronDatasetWriter::Create("/nonexistent_dir/x", TokenType::kInt32);
   EXPECT_THAT(nowhere.status().message(),
-              HasSubstr("cannot create Megatron data file '/nonexistent_dir/x.bin.partial'"));
+              HasSubstr("Megatron data file: cannot write /nonexistent_dir/x.bin: creating "
+                        "/nonexistent_dir/x.bin.tmp."));
+  EXPECT_THAT(nowhere.status().message(), HasSubstr("create its directory first"));
 }
 
 }  // namespace

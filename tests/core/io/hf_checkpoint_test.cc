@@ -273,7 +273,7 @@ std::vector<BadIndex> BadIndexes() {
   const std::string index = "<dir>/model.safetensors.index.json";
   return {
       {"NotJson", R"({"weight_map": {"a": )", absl::StatusCode::kInvalidArgument,
-       index + ": not well-formed JSON at byte"},
+       index + ": not well-formed JSON at line 1, column"},
       {"NotAnObject", "[]", absl::StatusCode::kInvalidArgument,
        index + ": the index is a JSON array; expected {\"metadata\""},
       {"NoWeightMap", R"({"metadata": {}})", absl::StatusCode::kInvalidArgument,

@@ -129,12 +129,14 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
   return job.value_or(config::JobConfig());
 }
 
-// The trainer of `layout`'s job (with `extra` overrides) over `world`.
+// The trainer of `layout`'s job (with `extra` overrides) over `world`; `run_id` as in
+// TrainerTestOptions.
 absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const Layout& layout,
                                                        std::vector<std::string> extra = {},
-                                                       MPI_Comm world = MPI_COMM_WORLD) {
+                                                       MPI_Comm world = MPI_COMM_WORLD,
+                                                       const std::string& run_id = "") {
   return Trainer::Create(SmallJob(layout, std::move(extra)), world,
-                         {.separate_master = layout.separate_master});
+                         {.separate_master = layout.separate_master, .run_id = run_id});
 }
 
 struct Tolerances {
@@ -389,8 +391,8 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   if (rank == 0) std::filesystem::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   const config::JobConfig job = SmallJob(layout, {"checkpoint.dir=\"" + dir + "\""});
-  absl::StatusOr<std::unique_ptr<Trainer>> first =
-      Trainer::Create(job, MPI_COMM_WORLD, {.separate_master = layout.separate_master});
+  absl::StatusOr<std::unique_ptr<Trainer>> first = Trainer::Create(
+      job, MPI_COMM_WORLD, {.separate_master = layout.separate_master, .run_id = ""});
   ASSERT_TRUE(first.ok()) << first.status();
   InstallPreemptionHandlers();
   if (rank == WorldSize() - 1) std::raise(SIGUSR1);  // the signal reaches one rank only
@@ -414,8 +416,8 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
   copy_step1(own);
   MPI_Barrier(MPI_COMM_WORLD);
 
-  absl::StatusOr<std::unique_ptr<Trainer>> second =
-      Trainer::Create(job, MPI_COMM_WORLD, {.separate_master = layout.separate_master});
+  absl::StatusOr<std::unique_ptr<Trainer>> second = Trainer::Create(
+      job, MPI_COMM_WORLD, {.separate_master = layout.separate_master, .run_id = ""});
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ((*second)->start_step(), 1);
   ASSERT_TRUE((*second)->Run().ok());
@@ -508,10 +510,12 @@ TEST(ParallelCheckpoint, BackgroundSavesWriteTheSameFilesAsSavesInTurn) {
   for (int async = 0; async < 2; ++async) {
     if (rank == 0) std::filesystem::remove_all(dirs[async]);
     MPI_Barrier(MPI_COMM_WORLD);
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-        CreateTrainer(layout, {"checkpoint.dir=\"" + dirs[async] + "\"",
-                               "checkpoint.interval_steps=1", "checkpoint.keep_last=0",
-                               absl::StrCat("checkpoint.async_save=", async ? "true" : "false")});
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = CreateTrainer(
+        layout,
+        {"checkpoint.dir=\"" + dirs[async] + "\"", "checkpoint.interval_steps=1",
+         "checkpoint.keep_last=0",
+         absl::StrCat("checkpoint.async_save=", async ? "true" : "false")},
+        MPI_COMM_WORLD, "0123456789abcdef0123456789abcdef");  // one identity: same bytes
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     ASSERT_TRUE((*trainer)->Run().ok());
     const std::vector<SavedCheckpoint>& saved = (*trainer)->saved_checkpoints();
