@@ -2,6 +2,7 @@
 #include "core/allocator.h"
 #include "core/build_info.h"
 #include "core/copy.h"
+#include "core/device.h"
 #include "core/profile_range.h"
 
 namespace kelvin {
@@ -9,6 +10,7 @@ namespace kelvin {
 bool CudaAvailable() { return false; }
 std::string CudaUnavailableReason() { return "Kelvin was built with KELVIN_CUDA=OFF"; }
 int CudaDeviceCount() { return 0; }
+int64_t DeviceMemoryBytes(const Device& device) { return device.is_cpu() ? HostMemoryBytes() : 0; }
 std::string CudaLibraryVersions() { return "built without CUDA"; }
 
 ProfileRange::ProfileRange(const std::string&) {}

@@ -1,6 +1,7 @@
 // Where a tensor lives: the host, or one CUDA device by index.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kelvin {
@@ -26,5 +27,10 @@ struct Device {
 bool CudaAvailable();
 std::string CudaUnavailableReason();
 int CudaDeviceCount();
+
+// The memory a device has for Kelvin's tensors: the host's physical memory for the CPU, the GPU's
+// total memory for a CUDA device (0 when it is not usable).
+int64_t DeviceMemoryBytes(const Device& device);
+int64_t HostMemoryBytes();
 
 }  // namespace kelvin

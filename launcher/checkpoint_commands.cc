@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/logging.h"
 #include "core/ops/elementwise.h"
 #include "core/status.h"
 #include "launcher/checkpoint.h"
@@ -78,6 +79,15 @@ absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job
                                                     const CheckpointChoice& checkpoint) {
   if (checkpoint.newest()) {
     KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, Trainer::Create(job));
+    if (trainer->start_step() == 0 && !job.model().has_hf_dir()) {
+      KLOG_RANK0(WARNING) << "kelvin eval: "
+                          << (job.checkpoint().dir().empty()
+                                  ? std::string("the job has no checkpoint.dir")
+                                  : "checkpoint.dir=\"" + job.checkpoint().dir() +
+                                        "\" holds no checkpoint to restore")
+                          << " and no model.hf_dir: this scores the seed's random initial weights, "
+                             "not a trained model";
+    }
     return EvaluateModel(*trainer);
   }
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<Trainer> trainer, CreateWithoutResuming(job));

@@ -17,6 +17,7 @@
 #include "core/data/random.h"
 #include "core/data/sampler.h"
 #include "core/data/token_file.h"
+#include "core/io/regular_file.h"
 #include "core/logging.h"
 #include "core/status.h"
 
@@ -259,7 +260,45 @@ absl::Status AddFurtherHeldOutSets(const config::JobConfig& job, const models::L
   return absl::OkStatus();
 }
 
+// The files of the corpus `source` (a DataConfig, BlendedCorpus or HeldOutCorpus) at `field`.
+template <typename Source>
+absl::Status CheckCorpusFiles(const Source& source, const std::string& field) {
+  std::vector<std::pair<std::string, std::string>> files;  // (field, path)
+  if (source.has_megatron()) {
+    for (const auto& [what, prefix] :
+         {std::pair{".megatron.path_prefix", source.megatron().path_prefix()},
+          std::pair{".megatron.loss_mask_path_prefix",
+                    source.megatron().loss_mask_path_prefix()}}) {
+      if (prefix.empty()) continue;
+      files.emplace_back(field + what, prefix + ".bin");
+      files.emplace_back(field + what, prefix + ".idx");
+    }
+  } else if (source.has_token_file()) {
+    files.emplace_back(field + ".token_file.path", source.token_file().path());
+  }
+  for (const auto& [where, path] : files) {
+    const absl::StatusOr<io::RegularFile> opened = io::OpenRegularFile(path);
+    if (!opened.ok()) return InField(where, opened.status());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status CheckDataFilesExist(const config::JobConfig& job) {
+  const config::DataConfig& data = job.data();
+  KELVIN_RETURN_IF_ERROR(CheckCorpusFiles(data, "data"));
+  for (int i = 0; i < data.blend().corpora_size(); ++i) {
+    KELVIN_RETURN_IF_ERROR(
+        CheckCorpusFiles(data.blend().corpora(i), absl::StrCat("data.blend.corpora[", i, "]")));
+  }
+  if (data.has_eval()) KELVIN_RETURN_IF_ERROR(CheckCorpusFiles(data.eval(), "data.eval"));
+  for (int i = 0; i < data.also_eval_size(); ++i) {
+    KELVIN_RETURN_IF_ERROR(CheckCorpusFiles(data.also_eval(i).corpus(),
+                                            absl::StrCat("data.also_eval[", i, "].corpus")));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                                              const models::LlamaConfig& arch) {

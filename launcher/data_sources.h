@@ -37,4 +37,9 @@ struct DataSources {
 absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
                                              const models::LlamaConfig& arch);
 
+// Every data file the job names (Megatron .bin/.idx pairs and loss masks, token files) exists
+// here as a readable regular file, checked without reading them (`kelvin launch`, before the job
+// queues); the error names the field.
+absl::Status CheckDataFilesExist(const config::JobConfig& job);
+
 }  // namespace kelvin::launcher

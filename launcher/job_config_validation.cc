@@ -348,6 +348,15 @@ void CheckBlend(const config::DataConfig& data, Problems& problems) {
       problems.Add(path, ".weight=", corpus.weight(), ": must be a positive number");
     }
   }
+  double total = 0;  // the shares are weight / total: a total of inf makes every share 0 or nan
+  for (const config::BlendedCorpus& corpus : blend.corpora()) total += corpus.weight();
+  if (!std::isfinite(total) && blend.corpora_size() >= 2 &&
+      std::all_of(blend.corpora().begin(), blend.corpora().end(),
+                  [](const config::BlendedCorpus& c) { return std::isfinite(c.weight()); })) {
+    problems.Add(
+        "data.blend: the weights sum to ", total,
+        ": give relative weights whose sum is a finite number (e.g. shares that sum to 1)");
+  }
 }
 
 // The source of a held-out corpus at `path` ("data.eval", "data.also_eval[0].corpus").

@@ -40,12 +40,43 @@ absl::StatusOr<parallel::GridSpec> GridSpecOf(const config::JobConfig& job,
   spec.num_layers = arch.num_layers;
   spec.seq_length = t.seq_length();
   spec.micro_batch_size = t.micro_batch_size();
-  spec.gradient_accumulation_steps =
-      t.gradient_accumulation_steps() > 0
-          ? t.gradient_accumulation_steps()
-          : t.global_batch_size() / std::max<int64_t>(t.micro_batch_size() * data_parallel, 1);
   spec.global_batch_size = t.global_batch_size();
+  if (t.gradient_accumulation_steps() > 0) {
+    spec.gradient_accumulation_steps = t.gradient_accumulation_steps();
+  } else {  // derived: the global batch must split into whole passes of the data-parallel ranks
+    const int64_t per_pass = t.micro_batch_size() * std::max(data_parallel, 1);
+    const int model_parallel = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel();
+    const bool whole_replicas = model_parallel > 0 && world_size % model_parallel == 0;
+    if (whole_replicas && t.global_batch_size() % per_pass != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.global_batch_size=", t.global_batch_size(), " does not split over ", world_size,
+          " processes: their ", data_parallel, " data-parallel ranks (", world_size, " / tensor ",
+          p.tensor_parallel(), " x context ", p.context_parallel(), " x pipeline ",
+          p.pipeline_parallel(), ") x micro_batch_size ", t.micro_batch_size(), " = ", per_pass,
+          " sequences per pass must divide it; use another process count, or change "
+          "training.global_batch_size or micro_batch_size"));
+    }
+    spec.gradient_accumulation_steps = t.global_batch_size() / per_pass;
+  }
+  // A step's program (pipeline schedules list every micro-batch) stays small to build and run.
+  constexpr int64_t kMaxMicroBatchesPerStep = 65536;
+  if (spec.gradient_accumulation_steps > kMaxMicroBatchesPerStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.global_batch_size=", t.global_batch_size(), " makes ",
+                     spec.gradient_accumulation_steps, " micro-batches per step on each of the ",
+                     data_parallel, " data-parallel ranks, more than ", kMaxMicroBatchesPerStep,
+                     ": raise training.micro_batch_size, or lower the global batch"));
+  }
   KELVIN_RETURN_IF_ERROR(parallel::ValidateGridSpec(spec));
+  const int64_t tp = spec.tensor_parallel;
+  for (const auto& [name, size] : {std::pair{"intermediate_size", arch.intermediate_size},
+                                   std::pair{"vocab_size", arch.vocab_size}}) {
+    if (size % tp != 0) {  // each tensor rank holds 1 / TP of the MLP and of the vocabulary
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid parallel layout: tensor_parallel=", tp, " does not divide the model's ", name,
+          "=", size, " (each tensor-parallel rank holds an equal slice of it)"));
+    }
+  }
   return spec;
 }
 

@@ -1,7 +1,12 @@
 // Model and data construction from the job config.
 #include "launcher/job_setup.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/io/hf_checkpoint.h"
 
 namespace kelvin::launcher {
@@ -52,6 +57,30 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
   return arch;
 }
 
+absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::ModelConfig& model,
+                                                              std::string& note) {
+  absl::StatusOr<models::LlamaConfig> arch = ResolveModelArchitecture(model);
+  if (arch.ok() || !model.has_hf_dir() || !absl::IsNotFound(arch.status())) return arch;
+  const std::string directory = std::filesystem::path(model.hf_dir()).filename().string();
+  const std::optional<std::string> preset = models::LlamaPresetNamedIn(
+      directory.empty() ? std::filesystem::path(model.hf_dir()).parent_path().filename().string()
+                        : directory);
+  if (!preset.has_value()) {
+    return absl::NotFoundError(absl::StrCat(arch.status().message(),
+                                            ". Planning needs only the architecture: add --set "
+                                            "model.preset=NAME (one of ",
+                                            absl::StrJoin(models::LlamaPresetNames(), ", "),
+                                            ") for the model in model.hf_dir"));
+  }
+  config::ModelConfig stand_in = model;
+  stand_in.set_preset(*preset);
+  note = absl::StrCat("model.hf_dir=", model.hf_dir(),
+                      " is not readable here: planning with the preset ", *preset,
+                      ", which its name names (add --set model.preset=", *preset,
+                      " to choose it, or plan where the weights are)");
+  return ResolveModelArchitecture(stand_in);
+}
+
 ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
   ssa::SsaOptions options;
   options.query_temperature = ssa.query_temperature();
@@ -66,6 +95,55 @@ ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
   }
   options.temperature_lr_scale = ssa.temperature_lr_scale();
   return options;
+}
+
+namespace {
+
+// `path` (of `field`) is a writable directory, or one that can be created there.
+absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path at = fs::absolute(path, error);
+  const auto refuse = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(field, "=\"", path, "\": ", why));
+  };
+  bool itself = true;  // `at` is the path itself, not an ancestor
+  while (!fs::exists(at, error) && at.has_parent_path() && at != at.parent_path()) {
+    at = at.parent_path();
+    itself = false;
+  }
+  if (!fs::is_directory(at, error)) {
+    return refuse(
+        itself ? "is a file, not a directory"
+               : absl::StrCat("cannot be created: ", at.string(), " is a file, not a directory"));
+  }
+  if (::access(at.c_str(), W_OK | X_OK) != 0) {
+    return refuse(itself ? "is not writable: choose a directory you can write to"
+                         : absl::StrCat("cannot be created: ", at.string(),
+                                        " is not writable; choose a directory you can write to"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckOutputLocations(const config::JobConfig& job) {
+  for (const auto& [field, path] :
+       {std::pair{"checkpoint.dir", job.checkpoint().dir()},
+        std::pair{"training.export_hf_dir", job.training().export_hf_dir()},
+        std::pair{"logging.tensorboard_dir", job.logging().tensorboard_dir()},
+        std::pair{"launch.run_dir", job.launch().run_dir()}}) {
+    if (!path.empty()) KELVIN_RETURN_IF_ERROR(CheckDirectoryCanBeWritten(field, path));
+  }
+  const std::string& metrics = job.logging().metrics_file();
+  if (metrics.empty()) return absl::OkStatus();
+  std::error_code error;
+  if (std::filesystem::is_directory(metrics, error)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "logging.metrics_file=\"", metrics, "\": is a directory; give the path of a file"));
+  }
+  const std::filesystem::path parent = std::filesystem::path(metrics).parent_path();
+  return CheckDirectoryCanBeWritten("logging.metrics_file", parent.empty() ? "." : parent.string());
 }
 
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch) {

@@ -11,6 +11,18 @@
 namespace kelvin::launcher {
 
 absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::ModelConfig& model);
+// As ResolveModelArchitecture, for planning on a machine that may not see the weights: when
+// model.hf_dir's config.json cannot be read, the preset its directory's name names
+// (models::LlamaPresetNamedIn) stands in, and `note` says so; without one the error says which
+// --set to add.
+absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::ModelConfig& model,
+                                                              std::string& note);
+// Every output location the job names can be written here, checked without creating anything:
+// checkpoint.dir, training.export_hf_dir, logging.tensorboard_dir and launch.run_dir are
+// directories or can be made (their nearest existing ancestor a writable directory), and
+// logging.metrics_file is not a directory and its directory can be made. Train checks at start
+// (not after its steps), launch before the job queues; the error names the field.
+absl::Status CheckOutputLocations(const config::JobConfig& job);
 // training.seq_length within the model's max_position_embeddings.
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);
 // model.ssa (defaults resolved) as the SSA code's flags.

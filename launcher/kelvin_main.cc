@@ -226,13 +226,17 @@ struct PlannedJob {
   int processes = 0;
   bool cuda = false;
   kelvin::launcher::JobLayout layout;  // PlanJob's
+  std::string stand_in_note;           // a preset stands in for unreadable model.hf_dir weights
 };
 
 absl::StatusOr<PlannedJob> LoadJobToPlan(const Arguments& a) {
   PlannedJob planned;
   KELVIN_ASSIGN_OR_RETURN(planned.job, kelvin::launcher::LoadJobConfig(a.job_path, a.overrides));
-  KELVIN_ASSIGN_OR_RETURN(planned.arch,
-                          kelvin::launcher::ResolveModelArchitecture(planned.job.model()));
+  KELVIN_ASSIGN_OR_RETURN(planned.arch, kelvin::launcher::ResolveArchitectureToPlan(
+                                            planned.job.model(), planned.stand_in_note));
+  if (!planned.stand_in_note.empty()) {
+    std::fprintf(stderr, "kelvin: note: %s\n", planned.stand_in_note.c_str());
+  }
   const kelvin::config::LaunchConfig& launch = planned.job.launch();
   const int64_t launched = int64_t{launch.nodes()} * launch.processes_per_node();
   if (a.processes == 0 && launched > INT_MAX) {
@@ -310,6 +314,16 @@ int Launch(const Arguments& a) {
   const absl::StatusOr<PlannedJob> planned = PlanJob(a);
   if (!planned.ok()) return Fail(planned.status());
   const kelvin::config::JobConfig& job = planned->job;
+  if (!planned->stand_in_note.empty()) {  // the job itself would fail at its start
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "model.hf_dir=", job.model().hf_dir(),
+        " holds no readable config.json on this machine, so the job would fail when it starts: "
+        "launch where the weights are visible (a shared filesystem), or fix model.hf_dir")));
+  }
+  const absl::Status data = kelvin::launcher::CheckDataFilesExist(job);
+  if (!data.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(data, job));
+  const absl::Status outputs = kelvin::launcher::CheckOutputLocations(job);
+  if (!outputs.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(outputs, job));
   if (job.training().device() == kelvin::config::TrainingConfig::CUDA &&
       job.launch().gpus_per_node() == 0) {
     return Fail(absl::InvalidArgumentError(

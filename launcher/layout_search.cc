@@ -65,18 +65,28 @@ absl::StatusOr<LayoutSearch> SearchLayouts(const config::JobConfig& job,
           c.parallel = ParallelSection(job.parallel(), tensor, context, pipeline, chunks,
                                        world_size / model_parallel);
           *candidate_job.mutable_parallel() = c.parallel;
-          absl::StatusOr<JobLayout> layout = PlanJobLayout(candidate_job, arch, world_size, cuda);
-          if (!layout.ok()) {
+          // A split the job cannot run (its layout, or its pipeline schedule with too few
+          // micro-batches) is left out and counted, with its reason.
+          const auto invalid = [&search](const absl::Status& status) {
             ++search.invalid;
-            const std::string reason(layout.status().message());
+            const std::string reason(status.message());
             if (std::find(search.invalid_reasons.begin(), search.invalid_reasons.end(), reason) ==
                 search.invalid_reasons.end()) {
               search.invalid_reasons.push_back(reason);
             }
+          };
+          absl::StatusOr<JobLayout> layout = PlanJobLayout(candidate_job, arch, world_size, cuda);
+          if (!layout.ok()) {
+            invalid(layout.status());
             continue;
           }
           c.layout = *layout;
-          KELVIN_ASSIGN_OR_RETURN(c.peak, PlanPeakMemory(candidate_job, arch, c.layout));
+          absl::StatusOr<PeakMemory> peak = PlanPeakMemory(candidate_job, arch, c.layout);
+          if (!peak.ok()) {
+            invalid(peak.status());
+            continue;
+          }
+          c.peak = *std::move(peak);
           const parallel::GridSpec& g = c.layout.spec;
           const double p = g.pipeline_parallel;
           c.pipeline_bubble = (p - 1) / (g.virtual_pipeline_stages *

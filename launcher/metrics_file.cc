@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/io/atomic_file.h"
+#include "core/io/regular_file.h"
 #include "core/status.h"
 #include "nlohmann/json.hpp"
 
@@ -19,24 +21,19 @@ namespace fs = std::filesystem;
 
 // The lines of `path` whose record's "step" is at most `steps` (whole JSON objects only).
 absl::StatusOr<std::string> KeptRecords(const fs::path& path, int64_t steps) {
-  std::ifstream in(path);
-  if (!in.is_open()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("logging.metrics_file=\"", path.string(),
-                     "\": cannot read it to keep the records up to step ", steps));
-  }
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  constexpr uint64_t kMaxMetricsBytes = uint64_t{1} << 34;  // 16 GiB: a run's lines, never more
+  const absl::StatusOr<std::string> text =
+      io::ReadRegularFile(path.string(), "logging.metrics_file", kMaxMetricsBytes);
+  if (!text.ok()) return text.status();
+  std::string kept;
+  for (const absl::string_view line : absl::StrSplit(*text, '\n')) {
+    const nlohmann::json record =
+        nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
     if (!record.is_object()) continue;  // a line a crash cut short
     const auto step = record.find("step");
     if (step != record.end() && step->is_number_integer() && step->get<int64_t>() <= steps) {
       absl::StrAppend(&kept, line, "\n");
     }
-  }
-  if (in.bad()) {
-    return absl::DataLossError(
-        absl::StrCat("logging.metrics_file=\"", path.string(), "\": reading it failed"));
   }
   return kept;
 }
@@ -53,15 +50,10 @@ absl::StatusOr<MetricsFile> MetricsFile::Open(const std::string& path, int64_t r
   if (!parent.empty()) fs::create_directories(parent, fs_error);  // fopen below reports a failure
   if (resumed_steps > 0 && fs::exists(path, fs_error)) {  // the kept records replace it whole
     KELVIN_ASSIGN_OR_RETURN(const std::string kept, KeptRecords(path, resumed_steps));
-    const std::string rewritten = path + ".partial";
-    std::ofstream out(rewritten, std::ios::binary | std::ios::trunc);
-    out << kept;
-    out.close();
-    if (out) fs::rename(rewritten, path, fs_error);
-    if (!out || fs_error) {
-      fs::remove(rewritten, fs_error);
-      return absl::DataLossError(absl::StrCat("logging.metrics_file=\"", path, "\": cannot write ",
-                                              rewritten, " and rename it over the file"));
+    const absl::Status rewritten = io::WriteFileAtomically(path, {kept});
+    if (!rewritten.ok()) {
+      return absl::Status(rewritten.code(),
+                          absl::StrCat("logging.metrics_file: ", rewritten.message()));
     }
   }
   std::FILE* file = std::fopen(path.c_str(), resumed_steps > 0 ? "a" : "w");

@@ -4,12 +4,17 @@
 #include <atomic>
 #include <csignal>
 
+#include "parallel/stop_deadline.h"
+
 namespace kelvin::launcher {
 namespace {
 
 std::atomic<int> received_signal{0};
 
-extern "C" void RecordSignal(int signal) { received_signal.store(signal); }
+extern "C" void RecordSignal(int signal) {
+  received_signal.store(signal);
+  parallel::ArmStopDeadline();  // a collective waiting past the grace then means a rank is gone
+}
 
 struct sigaction previous_term, previous_usr1;  // before InstallPreemptionHandlers
 bool installed = false;
@@ -36,6 +41,9 @@ void UninstallPreemptionHandlers() {
 
 int PreemptionSignal() { return received_signal.load(); }
 
-void ClearPreemption() { received_signal.store(0); }
+void ClearPreemption() {
+  received_signal.store(0);
+  parallel::DisarmStopDeadline();
+}
 
 }  // namespace kelvin::launcher

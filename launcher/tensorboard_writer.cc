@@ -45,22 +45,35 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(
   const std::string path =
       absl::StrCat(directory, "/events.out.tfevents.", static_cast<int64_t>(NowSeconds()), ".",
                    host, ".", static_cast<int64_t>(getpid()));
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) {
+  return std::unique_ptr<TensorBoardWriter>(new TensorBoardWriter(path));
+}
+
+absl::Status TensorBoardWriter::Create() {
+  file_ = std::fopen(path_.c_str(), "wb");
+  if (file_ == nullptr) {
     return absl::PermissionDeniedError(
-        absl::StrCat("logging.tensorboard_dir: cannot create ", path, ": ", std::strerror(errno)));
+        absl::StrCat("logging.tensorboard_dir: cannot create ", path_, ": ", std::strerror(errno)));
   }
-  std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, file));
   tensorboard::Event version;
   version.set_wall_time(NowSeconds());
   version.set_file_version("brain.Event:2");
-  KELVIN_RETURN_IF_ERROR(writer->WriteRecord(version.SerializeAsString()));
-  return writer;
+  return WriteRecord(version.SerializeAsString());
 }
 
-TensorBoardWriter::~TensorBoardWriter() { std::fclose(file_); }
+TensorBoardWriter::~TensorBoardWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
 
 absl::Status TensorBoardWriter::AddScalar(const std::string& tag, int64_t step, double value) {
+  if (file_ == nullptr) {  // the first scalar: the file and its version record, or no file
+    const absl::Status created = Create();
+    if (!created.ok()) {
+      if (file_ != nullptr) std::fclose(file_);
+      file_ = nullptr;
+      std::remove(path_.c_str());
+      return created;
+    }
+  }
   tensorboard::Event event;
   event.set_wall_time(NowSeconds());
   event.set_step(step);

@@ -2,8 +2,9 @@
 // --logdir` shows a run's loss, learning rate, gradient norm, throughput, communication share,
 // evaluation and SSA temperature curves. One file per run (events.out.tfevents.<time>.<host>.<pid>
 // in the directory), TFRecord framing (length, masked CRC32C of the length, the serialized Event,
-// masked CRC32C of it); the first record names the format version. Every write is flushed, so a
-// run that dies keeps what it logged.
+// masked CRC32C of it); the first record names the format version. The file is created with the
+// first scalar (a run that logs none leaves none, and a first write that fails removes it), and
+// every write is flushed, so a run that dies keeps what it logged.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ uint32_t MaskedCrc32c(std::string_view bytes);
 
 class TensorBoardWriter {
  public:
-  // Creates `directory` if needed and a new event file in it; errors name the path.
+  // Creates `directory` if needed and names the run's event file in it; errors name the path.
   static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Open(const std::string& directory);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
@@ -32,12 +33,14 @@ class TensorBoardWriter {
   const std::string& path() const { return path_; }
 
  private:
-  TensorBoardWriter(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+  explicit TensorBoardWriter(std::string path) : path_(std::move(path)) {}
+  // Creates the file with its version record (before the first scalar).
+  absl::Status Create();
   // Appends one TFRecord holding `event` (a serialized Event) and flushes.
   absl::Status WriteRecord(const std::string& event);
 
   std::string path_;
-  std::FILE* file_;
+  std::FILE* file_ = nullptr;  // until the first scalar
 };
 
 }  // namespace kelvin::launcher

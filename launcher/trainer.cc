@@ -32,6 +32,7 @@
 #include "models/llama/memory_plan.h"
 #include "models/llama/model_flops.h"
 #include "parallel/distributed_adamw.h"
+#include "parallel/stop_deadline.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -156,6 +157,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   }
   const bool distributed_optimizer =
       job.parallel().distributed_optimizer() && trainer->GradientReplicas() > 1;
+  // Before anything is allocated: a plan beyond the device is a message, not bad_alloc.
+  KELVIN_RETURN_IF_ERROR(trainer->CheckPlanFitsDevice(placement, distributed_optimizer));
   KELVIN_ASSIGN_OR_RETURN(trainer->model_,
                           BuildModel(job, arch, parallelism, placement,
                                      distributed_optimizer ? trainer->GradientReplicas() : 1));
@@ -326,6 +329,29 @@ models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) con
       PlanRankMemory(job_, arch_, layout, tensor_rank, pipeline_rank);
   KELVIN_CHECK(plan.ok()) << plan.status();  // this rank's pipeline program was built the same way
   return *plan;
+}
+
+absl::Status Trainer::CheckPlanFitsDevice(const TrainingPlacement& placement,
+                                          bool distributed_optimizer) const {
+  JobLayout layout;
+  if (grid_ != nullptr) layout.spec = grid_->spec();
+  layout.spec.micro_batch_size = job_.training().micro_batch_size();
+  layout.spec.gradient_accumulation_steps = micro_batches_;
+  layout.dtype = placement.dtype;
+  layout.separate_master = placement.separate_master || placement.dtype != DType::kF32;
+  layout.distributed_optimizer = distributed_optimizer;
+  KELVIN_ASSIGN_OR_RETURN(
+      const models::MemoryPlan plan,
+      PlanRankMemory(job_, arch_, layout, TensorParallelRank(), PipelineParallelRank()));
+  const int64_t available = DeviceMemoryBytes(placement.ctx.device());
+  if (available <= 0 || plan.Total() <= available) return absl::OkStatus();
+  std::vector<std::string> remedies = ActivationMemoryRemedies(job_);
+  remedies.push_back("spread the model over more processes (parallel.*; kelvin plan --layouts)");
+  const auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 30); };
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "this rank's memory plan needs %.2f GiB (%s), more than the %.2f GiB of %s: %s",
+      gib(plan.Total()), plan.ToString(), gib(available), placement.ctx.device().ToString(),
+      absl::StrJoin(remedies, ", or ")));
 }
 
 int64_t Trainer::OptimizerStateBytes() const {
@@ -599,6 +625,8 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
 
 absl::Status Trainer::Run() {
   const config::TrainingConfig& t = job_.training();
+  // Where the run will write, before its steps rather than after them (every rank alike).
+  KELVIN_RETURN_IF_ERROR(CheckOutputLocations(job_));
   KELVIN_RETURN_IF_ERROR(OpenMetricsFile());
   if (job_.logging().has_profile() && !ctx_.is_cuda()) {
     KLOG_RANK0(WARNING) << "logging.profile opens the CUDA profiler's capture window; this run is "
@@ -643,7 +671,9 @@ absl::Status Trainer::Run() {
                      << " completed all training.steps=" << t.steps() << ": nothing to train";
   }
   int64_t tokens = 0;  // of every data-parallel replica (as TensorBoard's tokens_per_second)
+  double slowest_iteration = 0;  // seconds of a step with its evaluation and save
   for (int64_t step = start_step_; step < t.steps(); ++step) {
+    const auto iteration_start = std::chrono::steady_clock::now();
     if (ProfilesStep(step) &&
         (step + 1 == job_.logging().profile().first_step() || step == start_step_)) {
       KLOG_RANK0(INFO) << "profiling steps " << step + 1 << " to "
@@ -695,7 +725,12 @@ absl::Status Trainer::Run() {
     const StepAgreement agreed = checkpoints && !last ? AgreeAfterStep() : StepAgreement{};
     if (agreed.background_save_written) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
     const int signal = agreed.preemption_signal;
+    // After a stop signal, a collective that waits far longer than any iteration took means a
+    // rank is gone (parallel/stop_deadline.h); once every rank agreed, the save waits as usual.
+    slowest_iteration = std::max(slowest_iteration, SecondsSince(iteration_start));
+    parallel::SetStopGraceSeconds(std::max(60.0, 3 * slowest_iteration));
     if (signal != 0) {
+      parallel::DisarmStopDeadline();
       if (!save) {
         KELVIN_RETURN_IF_ERROR(SaveCheckpointAt(step + 1, /*wait=*/true));
       } else if (background_save_.in_flight()) {  // this step's

@@ -130,6 +130,10 @@ class Trainer {
  private:
   Trainer(const config::JobConfig& job, const models::LlamaConfig& arch);
   absl::StatusOr<StepStats> TrainStepUntimed(int64_t step);
+  // This rank's memory plan fits its device (the host's memory, or the GPU's): checked before
+  // the model is built, so that sizes no machine holds end in a message, not in bad_alloc.
+  absl::Status CheckPlanFitsDevice(const TrainingPlacement& placement,
+                                   bool distributed_optimizer) const;
   // Evaluate on `source` (passkey rows score retrieval too).
   absl::StatusOr<EvalStats> EvaluateOn(data::BatchSource& source, bool passkey, int64_t step);
   // The main evaluation after `steps_completed` steps, then data.also_eval's sets: logged, and

@@ -9,7 +9,9 @@
 // member is in a different call.
 #include "parallel/mpi_communicator.h"
 
+#include <algorithm>
 #include <climits>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -20,6 +22,8 @@
 #include "core/logging.h"
 #include "core/mpi_check.h"
 #include "parallel/communicator_factory.h"
+#include "parallel/liveness_probe.h"
+#include "parallel/stop_deadline.h"
 
 namespace kelvin::parallel {
 
@@ -114,15 +118,21 @@ void DivideInPlace(Tensor& host, int divisor) {
   }
 }
 
-// Polls `requests` until all complete (true) or `deadline` passes (false); yields the core while
-// waiting (ranks are often oversubscribed in tests) and sleeps briefly once a wait grows long.
-bool WaitAllUntil(std::vector<MPI_Request>& requests, Clock::time_point deadline) {
+// How a wait ended.
+enum class WaitResult { kDone, kTimedOut, kStopped };
+
+// Polls `requests` until all complete, `deadline` passes, or a stop signal's grace ran out
+// (parallel/stop_deadline.h); answers liveness probes meanwhile; yields the core while waiting
+// (ranks are often oversubscribed in tests) and sleeps briefly once a wait grows long.
+WaitResult WaitAllUntil(std::vector<MPI_Request>& requests, Clock::time_point deadline) {
   for (int polls = 0;; ++polls) {
     int done = 0;
     KELVIN_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
                                  MPI_STATUSES_IGNORE));
-    if (done) return true;
-    if (Clock::now() >= deadline) return false;
+    if (done) return WaitResult::kDone;
+    ServeEveryProbe();
+    if (Clock::now() >= deadline) return WaitResult::kTimedOut;
+    if (StopDeadlinePassed(nullptr)) return WaitResult::kStopped;
     if (polls < 2000) {
       std::this_thread::yield();
     } else {
@@ -171,6 +181,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string_view role,
   KELVIN_CHECK(options_.timeout_seconds > 0) << name() << ": timeout " << options_.timeout_seconds;
   data_comm_ = DuplicateWithErrorsReturned(comm);
   arrival_comm_ = DuplicateWithErrorsReturned(comm);
+  probe_comm_ = DuplicateWithErrorsReturned(comm);
+  probe_ = std::make_unique<LivenessProbe>(probe_comm_);
 }
 
 MPI_Comm MpiCommunicator::DuplicateWithErrorsReturned(MPI_Comm comm) {
@@ -178,10 +190,13 @@ MPI_Comm MpiCommunicator::DuplicateWithErrorsReturned(MPI_Comm comm) {
   std::vector<MPI_Request> request(1);
   KELVIN_MPI_CHECK(MPI_Comm_idup(comm, &copy, &request[0]));
   const Clock::time_point start = Clock::now();
-  if (!WaitAllUntil(request, DeadlineAfter(start, options_.timeout_seconds))) {
+  const WaitResult waited = WaitAllUntil(request, DeadlineAfter(start, options_.timeout_seconds));
+  if (waited != WaitResult::kDone) {
     AbortOnTimeout({CallKind::kCreate, "", 0, DType::kF32}, Clock::now() - start,
-                   "not every member arrived (which ones is not known before the communicator "
-                   "exists; see the logs of the ranks named in the group)");
+                   waited == WaitResult::kStopped
+                       ? StoppedText()
+                       : "not every member arrived (which ones is not known before the "
+                         "communicator exists; see the logs of the ranks named in the group)");
   }
   KELVIN_MPI_CHECK(MPI_Comm_set_errhandler(copy, MPI_ERRORS_RETURN));
   return copy;
@@ -190,9 +205,11 @@ MPI_Comm MpiCommunicator::DuplicateWithErrorsReturned(MPI_Comm comm) {
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  probe_.reset();
   if (finalized) return;  // MPI freed every communicator already
   KELVIN_MPI_CHECK(MPI_Comm_free(&data_comm_));
   KELVIN_MPI_CHECK(MPI_Comm_free(&arrival_comm_));
+  KELVIN_MPI_CHECK(MPI_Comm_free(&probe_comm_));
 }
 
 Tensor MpiCommunicator::ToHost(const Tensor& tensor) const {
@@ -224,7 +241,10 @@ void MpiCommunicator::RunCollective(Call call,
 
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = DeadlineAfter(start, options_.timeout_seconds);
-  if (!WaitAllUntil(transfers, deadline) || !WaitAllUntil(arrivals, deadline)) {
+  WaitResult waited = WaitAllUntil(transfers, deadline);
+  if (waited == WaitResult::kDone) waited = WaitAllUntil(arrivals, deadline);
+  if (waited == WaitResult::kStopped) AbortOnTimeout(call, Clock::now() - start, StoppedText());
+  if (waited == WaitResult::kTimedOut) {
     AbortOnTimeout(call, Clock::now() - start, DescribeArrivals(call, arrivals));
   }
   for (int peer = 0; peer < size(); ++peer) {
@@ -256,6 +276,20 @@ std::string MpiCommunicator::DescribeArrivals(const Call& call,
                                        " of ", notice[2], " elements"));
     }
   }
+  // Every rank that times out probes before it aborts, so that the ranks waiting elsewhere can
+  // tell a stopped member from a dead one too.
+  std::vector<int> peers;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank()) peers.push_back(peer);
+  }
+  std::vector<std::string> silent;
+  for (const int peer : probe_->Unresponsive(peers, ProbeGrace())) {
+    silent.push_back(absl::StrCat(world_ranks()[static_cast<size_t>(peer)]));
+  }
+  const std::string not_answering =
+      absl::StrCat(absl::StrJoin(silent, ","),
+                   " do not answer (stopped, e.g. by SIGSTOP or a debugger, dead, or stuck "
+                   "outside communication: see their logs)");
   std::string text;
   if (!missing.empty()) {
     absl::StrAppend(&text, "world rank(s) ", absl::StrJoin(missing, ","), " did not arrive at ",
@@ -265,8 +299,31 @@ std::string MpiCommunicator::DescribeArrivals(const Call& call,
     absl::StrAppend(&text, text.empty() ? "" : "; ",
                     "mismatched calls: ", absl::StrJoin(elsewhere, "; "));
   }
-  if (text.empty()) text = "every member arrived, yet the transfer did not complete (MPI/network)";
-  return text;
+  if (!text.empty()) {
+    if (!silent.empty()) absl::StrAppend(&text, "; world rank(s) ", not_answering);
+    return text;
+  }
+  // Every member arrived: one that does not answer is stopped or stuck; the others wait here.
+  if (silent.empty()) {
+    return "every member arrived and answers, yet the transfer did not complete (MPI/network)";
+  }
+  return absl::StrCat("world rank(s) ", absl::StrJoin(silent, ","), " arrived at ", call.Describe(),
+                      " but did not finish it, and ", not_answering);
+}
+
+Clock::duration MpiCommunicator::ProbeGrace() const {
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(5.0, options_.timeout_seconds / 4)));
+}
+
+std::string MpiCommunicator::StoppedText() const {
+  double since = 0;
+  StopDeadlinePassed(&since);
+  return absl::StrFormat(
+      "a stop signal came %.1f s ago (the grace is %.0f s) and the call has not completed: a rank "
+      "is gone (srun --kill-on-bad-exit signals the others when one fails; see the first failing "
+      "rank's log)",
+      since, StopGraceSeconds());
 }
 
 void MpiCommunicator::AbortOnTimeout(const Call& call, Clock::duration waited,
@@ -277,6 +334,7 @@ void MpiCommunicator::AbortOnTimeout(const Call& call, Clock::duration waited,
               << absl::StrFormat("%.1f", std::chrono::duration<double>(waited).count())
               << " s (timeout " << options_.timeout_seconds << " s): " << who_is_missing
               << ". Aborting the job (parallel.collective_timeout_seconds sets the timeout).";
+  ServeProbesFor(ProbeGrace());  // the members still probing hear from this one first
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();  // MPI_Abort does not return; this is for the compiler
 }
@@ -288,7 +346,9 @@ void MpiCommunicator::RunPointToPoint(const Call& call, int peer,
   std::vector<MPI_Request> request(1);
   post(request[0]);
   const Clock::time_point start = Clock::now();
-  if (!WaitAllUntil(request, DeadlineAfter(start, options_.timeout_seconds))) {
+  const WaitResult waited = WaitAllUntil(request, DeadlineAfter(start, options_.timeout_seconds));
+  if (waited == WaitResult::kStopped) AbortOnTimeout(call, Clock::now() - start, StoppedText());
+  if (waited == WaitResult::kTimedOut) {
     const int world_peer = world_ranks()[static_cast<size_t>(peer)];
     AbortOnTimeout(call, Clock::now() - start,
                    absl::StrCat("world rank ", world_peer, " did not post the matching ",

@@ -10,18 +10,20 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/liveness_probe.h"
 
 namespace kelvin::parallel {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Duplicates `comm` twice (data, arrival notices) with MPI_ERRORS_RETURN: collective over
-  // `comm`, under the timeout.
+  // Duplicates `comm` three times (data, arrival notices, liveness probes) with
+  // MPI_ERRORS_RETURN: collective over `comm`, under the timeout.
   MpiCommunicator(MPI_Comm comm, std::string_view role, const CommunicatorOptions& options,
                   const Context& ctx);
   ~MpiCommunicator() override;
@@ -49,7 +51,13 @@ class MpiCommunicator final : public Communicator {
   void RunPointToPoint(const Call& call, int peer, const std::function<void(MPI_Request&)>& post);
   [[noreturn]] void AbortOnTimeout(const Call& call, std::chrono::steady_clock::duration waited,
                                    const std::string& who_is_missing);
+  // Who is missing from `call` after a timeout: the members that did not arrive, are in another
+  // call, or do not answer a liveness probe (probed for a grace of timeout / 4, at most 5 s).
   std::string DescribeArrivals(const Call& call, std::vector<MPI_Request>& arrival_receives);
+  // How long a timed-out rank probes the others, and lingers before it aborts.
+  std::chrono::steady_clock::duration ProbeGrace() const;
+  // Why a wait ended after a stop signal's grace (parallel/stop_deadline.h).
+  std::string StoppedText() const;
 
   MPI_Comm DuplicateWithErrorsReturned(MPI_Comm comm);
   Tensor ToHost(const Tensor& tensor) const;  // the tensor itself when it lives on the host
@@ -57,6 +65,8 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm data_comm_ = MPI_COMM_NULL;     // the collectives and transfers themselves
   MPI_Comm arrival_comm_ = MPI_COMM_NULL;  // "rank r reached collective #n" notices
+  MPI_Comm probe_comm_ = MPI_COMM_NULL;    // liveness probes
+  std::unique_ptr<LivenessProbe> probe_;
   CommunicatorOptions options_;
   Context ctx_;
   int64_t sequence_ = 0;                         // collective calls started on this rank

@@ -67,6 +67,14 @@ bool CudaAvailable() { return QueryDevices().count > 0; }
 std::string CudaUnavailableReason() { return QueryDevices().error; }
 int CudaDeviceCount() { return QueryDevices().count; }
 
+int64_t DeviceMemoryBytes(const Device& device) {
+  if (device.is_cpu()) return HostMemoryBytes();
+  if (device.index < 0 || device.index >= CudaDeviceCount()) return 0;
+  cudaDeviceProp properties;
+  if (cudaGetDeviceProperties(&properties, device.index) != cudaSuccess) return 0;
+  return static_cast<int64_t>(properties.totalGlobalMem);
+}
+
 std::string CudaLibraryVersions() {
   // Each query works without a GPU; a missing driver reports version 0.
   int runtime = 0, driver = 0, nccl = 0;

@@ -1,8 +1,6 @@
 // The flat token file: raw little-endian token ids (see token_file.h).
 #include "core/data/token_file.h"
 
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -12,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "core/io/atomic_file.h"
 #include "core/io/mapped_file.h"
 
 namespace kelvin::data {
@@ -99,14 +98,8 @@ absl::Status WriteTokenFile(const std::string& path, std::span<const int32_t> to
         absl::StrFormat("token file '%s': flat token files are int32 or uint16, not %s", path,
                         TokenTypeName(type)));
   }
-  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"),
-                                                             &std::fclose);
-  if (file == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size() ||
-      std::fflush(file.get()) != 0) {
-    return absl::InternalError(
-        absl::StrFormat("cannot write token file '%s': %s", path, std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  return io::WriteFileAtomically(
+      path, {std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())});
 }
 
 }  // namespace kelvin::data

@@ -216,6 +216,16 @@ absl::Status CommitTogether(const std::vector<AtomicFile*>& files) {
     return failure;
   };
   for (AtomicFile* file : files) {
+    std::error_code error;
+    if (std::filesystem::is_directory(file->path(), error)) {
+      abandon_all();
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write ", file->path(),
+                       ": a directory is in its place; remove it or write the "
+                       "files elsewhere"));
+    }
+  }
+  for (AtomicFile* file : files) {
     const std::string aside = file->temporary() + ".old";
     if (::rename(file->path().c_str(), aside.c_str()) == 0) {
       moved_aside.emplace_back(file->path(), aside);

@@ -192,8 +192,13 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
   return WriteHfCheckpoint(directory, HfTensorSourcesOf(tensors), max_shard_bytes);
 }
 
-absl::Status WriteHfCheckpoint(const std::string& directory,
-                               const std::vector<HfTensorSource>& tensors, size_t max_shard_bytes) {
+namespace {
+
+// WriteHfCheckpoint's files, written into the fresh directory `staging`; returns their names.
+absl::StatusOr<std::set<std::string>> WriteHfFiles(
+    const std::string& directory, const std::string& staging,
+    const std::vector<HfTensorSource>& tensors, size_t max_shard_bytes,
+    const std::vector<std::pair<std::string, std::string>>& extra_files) {
   const auto invalid = [&directory](absl::string_view detail) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write checkpoint ", directory, ": ", detail));
@@ -246,10 +251,11 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
   };
 
   std::error_code error;
-  fs::create_directories(directory, error);
+  fs::remove_all(staging, error);
+  fs::create_directories(staging, error);
   if (error) {
     return absl::PermissionDeniedError(
-        absl::StrCat("cannot create checkpoint directory ", directory, " (", error.message(), ")"));
+        absl::StrCat("cannot create checkpoint directory ", staging, " (", error.message(), ")"));
   }
   const std::map<std::string, std::string> shard_metadata = {{"format", "pt"}};
   std::set<std::string> written;
@@ -257,7 +263,7 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
     const std::string file_name(kHfSingleFileName);
     KELVIN_ASSIGN_OR_RETURN(const auto made, make(shards[0]));
     KELVIN_RETURN_IF_ERROR(
-        WriteSafetensors((fs::path(directory) / file_name).string(), made, shard_metadata));
+        WriteSafetensors((fs::path(staging) / file_name).string(), made, shard_metadata));
     written.insert(file_name);
   } else {
     Json weight_map = Json::object();
@@ -266,16 +272,50 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
           absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
       KELVIN_ASSIGN_OR_RETURN(const auto made, make(shards[i]));
       KELVIN_RETURN_IF_ERROR(
-          WriteSafetensors((fs::path(directory) / file_name).string(), made, shard_metadata));
+          WriteSafetensors((fs::path(staging) / file_name).string(), made, shard_metadata));
       for (const HfTensorSource* source : shards[i]) weight_map[source->name] = file_name;
       written.insert(file_name);
     }
     const Json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     const std::string text = index.dump(2) + "\n";  // as transformers: indent 2, sorted keys
     const std::string file_name(kHfIndexFileName);
-    KELVIN_RETURN_IF_ERROR(WriteFileAtomically((fs::path(directory) / file_name).string(), {text}));
+    KELVIN_RETURN_IF_ERROR(WriteFileAtomically((fs::path(staging) / file_name).string(), {text}));
     written.insert(file_name);
   }
+  for (const auto& [name, contents] : extra_files) {
+    KELVIN_RETURN_IF_ERROR(WriteFileAtomically((fs::path(staging) / name).string(), {contents}));
+    written.insert(name);
+  }
+  return written;
+}
+
+}  // namespace
+
+absl::Status WriteHfCheckpoint(
+    const std::string& directory, const std::vector<HfTensorSource>& tensors,
+    size_t max_shard_bytes, const std::vector<std::pair<std::string, std::string>>& extra_files) {
+  const std::string staging = fs::path(directory).lexically_normal().string() + ".partial";
+  const absl::StatusOr<std::set<std::string>> staged =
+      WriteHfFiles(directory, staging, tensors, max_shard_bytes, extra_files);
+  std::error_code error;
+  if (!staged.ok()) {
+    fs::remove_all(staging, error);
+    return staged.status();
+  }
+  const std::set<std::string>& written = *staged;
+  fs::create_directories(directory, error);
+  for (const std::string& name : written) {
+    if (!error) fs::rename(fs::path(staging) / name, fs::path(directory) / name, error);
+  }
+  if (error) {
+    const absl::Status failed = absl::PermissionDeniedError(
+        absl::StrCat("cannot move the written checkpoint from ", staging, " into ", directory, ": ",
+                     error.message()));
+    fs::remove_all(staging, error);
+    return failed;
+  }
+  fs::remove_all(staging, error);
+  KELVIN_RETURN_IF_ERROR(SyncDirectory(directory));
 
   // Files of an earlier layout would shadow or contradict the new one (model.safetensors wins
   // over an index when loading).

@@ -62,13 +62,16 @@ struct HfTensorSource {
 // Writes `tensors` into `directory` (created if missing) as save_pretrained does: model.safetensors
 // when their bytes fit in max_shard_bytes, else shards of at most max_shard_bytes of tensor data
 // (a larger tensor gets a shard of its own), filled in the given order and named
-// model-00001-of-0000N.safetensors, plus model.safetensors.index.json. Each file is written
-// atomically with {"format": "pt"} metadata; files of an earlier checkpoint layout in the
-// directory (other shards, index or single file) are removed afterwards. Only one shard's tensors
-// are made and held at a time.
-absl::Status WriteHfCheckpoint(const std::string& directory,
-                               const std::vector<HfTensorSource>& tensors,
-                               size_t max_shard_bytes = size_t{5} << 30);
+// model-00001-of-0000N.safetensors, plus model.safetensors.index.json, plus `extra_files`
+// (name, contents: config.json). The files are written into "<directory>.partial" first, which a
+// failure removes (a full disk leaves neither an empty nor a half-written directory), then
+// renamed into `directory` (created), where the files of an earlier checkpoint layout (other
+// shards, index or single file) are removed and other files kept. Each file has {"format": "pt"}
+// metadata. Only one shard's tensors are made and held at a time.
+absl::Status WriteHfCheckpoint(
+    const std::string& directory, const std::vector<HfTensorSource>& tensors,
+    size_t max_shard_bytes = size_t{5} << 30,
+    const std::vector<std::pair<std::string, std::string>>& extra_files = {});
 // The same for tensors already in memory.
 absl::Status WriteHfCheckpoint(const std::string& directory,
                                const std::vector<std::pair<std::string, Tensor>>& tensors,

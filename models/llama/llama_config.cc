@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/io/regular_file.h"
@@ -303,6 +304,27 @@ std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, std::s
                      ": must be in [1, ", kMaxPositions, "]"));
   }
   return problems;
+}
+
+std::optional<std::string> LlamaPresetNamedIn(std::string_view directory_name) {
+  const auto normal = [](std::string_view text) {  // lowercase letters, digits and dots
+    std::string kept;
+    for (const char c : text) {
+      if (absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.') {
+        kept += absl::ascii_tolower(static_cast<unsigned char>(c));
+      }
+    }
+    return kept;
+  };
+  const std::string name = normal(directory_name);
+  std::optional<std::string> best;
+  for (const std::string& preset : LlamaPresetNames()) {
+    const std::string key = normal(preset);
+    if (name.find(key) != std::string::npos && (!best || key.size() > normal(*best).size())) {
+      best = preset;
+    }
+  }
+  return best;
 }
 
 absl::Status ValidateLlamaConfig(const LlamaConfig& c, std::string_view source) {

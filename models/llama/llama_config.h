@@ -77,6 +77,9 @@ std::string LlamaConfigToHfJson(const LlamaConfig& config);
 // and tests; byte vocabulary).
 absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name);
 std::vector<std::string> LlamaPresetNames();
+// The preset a model directory's name names ("Meta-Llama-3.1-8B-Instruct": "llama3.1-8b"; the
+// longest preset name found in it, ignoring case and separators), or nullopt.
+std::optional<std::string> LlamaPresetNamedIn(std::string_view directory_name);
 
 // Every violated rule, one per line, fields named as in the job config ("model.<field>"); the
 // message starts with "the model's architecture (<source>)", e.g. source "config.json of

@@ -1,7 +1,5 @@
 // LlamaModel's parameters in and out: random and SSA initialisation, Hugging Face checkpoint
 // import (each tensor-parallel rank reads only its slices) and export (the slices gathered).
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -183,23 +181,14 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
 
 absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConfig& config,
                                    const std::vector<io::HfTensorSource>& tensors) {
-  std::error_code error;
-  std::filesystem::create_directories(directory, error);
-  if (error) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create export directory ", directory, ": ", error.message()));
-  }
-  KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors));
+  KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors, size_t{5} << 30,
+                                               {{"config.json", LlamaConfigToHfJson(config)}}));
   if (config.ssa.has_value()) {
     KLOG_RANK0(WARNING)
         << "exported to " << directory << " with the SSA tensors "
         << "(model.layers.*.self_attn.ssa.*): Kelvin reloads them; transformers has "
         << "no SSA, ignores them and runs the model without temperatures";
   }
-  const std::string config_path = directory + "/config.json";
-  std::ofstream out(config_path);
-  out << LlamaConfigToHfJson(config);
-  if (!out) return absl::DataLossError(absl::StrCat("cannot write ", config_path));
   return absl::OkStatus();
 }
 

@@ -129,17 +129,19 @@ TEST(HfCheckpointTest, TensorLargerThanTheShardSizeGetsItsOwnShard) {
 TEST(HfCheckpointTest, MadeTensorsAreMadeOneShardAtATime) {
   testing::ScratchDir dir;
   // Three shards of 64 bytes; each tensor is made when its shard is written, so when the first
-  // tensor of a shard is made the shards before it are on disk already.
+  // tensor of a shard is made the shards before it are on disk already (in the staging
+  // directory the written files are moved from when all are written).
+  const std::string staged = dir.path() + ".partial/";
   std::vector<std::string> made;
   std::vector<HfTensorSource> sources;
   for (const char* name : {"a", "b", "c", "d", "e", "f"}) {
     sources.push_back({name, {8}, DType::kF32, [&, name]() -> absl::StatusOr<Tensor> {
                          made.push_back(name);
                          if (std::string(name) == "c") {
-                           EXPECT_TRUE(fs::exists(dir.Path("model-00001-of-00003.safetensors")));
+                           EXPECT_TRUE(fs::exists(staged + "model-00001-of-00003.safetensors"));
                          }
                          if (std::string(name) == "e") {
-                           EXPECT_TRUE(fs::exists(dir.Path("model-00002-of-00003.safetensors")));
+                           EXPECT_TRUE(fs::exists(staged + "model-00002-of-00003.safetensors"));
                          }
                          Tensor t = Tensor::Empty({8}, DType::kF32);
                          std::fill(t.data<float>(), t.data<float>() + 8, made.size());

@@ -5,6 +5,10 @@
 //   kill      it dies (SIGKILL) instead of joining an AllReduce, after a first one succeeded
 //   recv      rank 0 waits for a Send from it that never comes
 //   mismatch  it calls Broadcast where the others call AllReduce
+//   stop      it stops itself (SIGSTOP) while the ranks run large AllReduces: it arrived, but does
+//             not finish and does not answer; the others name it
+//   stop_signal  it dies (SIGKILL), the others receive SIGTERM as srun --kill-on-bad-exit sends
+//             it, and end within the stop grace (1 s) although the collective timeout is 60 s
 #include <mpi.h>
 
 #include <chrono>
@@ -15,6 +19,13 @@
 
 #include "core/logging.h"
 #include "parallel/communicator_factory.h"
+#include "parallel/stop_deadline.h"
+
+namespace {
+
+extern "C" void ArmOnSignal(int) { kelvin::parallel::ArmStopDeadline(); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using kelvin::parallel::ReduceOp;
@@ -25,7 +36,8 @@ int main(int argc, char** argv) {
   kelvin::SetLogRank(rank);
   const char* mode = argc > 1 ? argv[1] : "";
   kelvin::parallel::CommunicatorOptions options;
-  options.timeout_seconds = 2;
+  kelvin::parallel::SetStopGraceSeconds(1);
+  options.timeout_seconds = std::strcmp(mode, "stop_signal") == 0 ? 60 : 2;
   auto comm =
       kelvin::parallel::CreateCommunicator(kelvin::parallel::CommBackend::kMpi, MPI_COMM_WORLD,
                                            "world", options, kelvin::Context::Cpu());
@@ -54,8 +66,22 @@ int main(int argc, char** argv) {
     } else {
       (*comm)->AllReduce(tensor, ReduceOp::kSum);
     }
+  } else if (std::strcmp(mode, "stop") == 0) {
+    kelvin::Tensor large = kelvin::Tensor::ZerosCpu({1 << 22}, kelvin::DType::kF32);  // 16 MiB
+    if (failing) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        std::raise(SIGSTOP);  // the whole process, in whichever AllReduce it is
+      }).detach();
+    }
+    for (int i = 0; i < 200; ++i) (*comm)->AllReduce(large, ReduceOp::kSum);
+  } else if (std::strcmp(mode, "stop_signal") == 0) {
+    if (failing) std::raise(SIGKILL);
+    std::signal(SIGTERM, ArmOnSignal);
+    std::raise(SIGTERM);  // what srun sends the survivors
+    (*comm)->AllReduce(tensor, ReduceOp::kSum);
   } else {
-    std::fprintf(stderr, "usage: comm_failure_program skip|kill|recv|mismatch\n");
+    std::fprintf(stderr, "usage: comm_failure_program skip|kill|recv|mismatch|stop|stop_signal\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   std::fprintf(stderr, "rank %d: mode %s finished without failing\n", rank, mode);

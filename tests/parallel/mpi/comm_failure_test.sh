@@ -3,7 +3,8 @@
 #   comm_failure_test.sh MPIEXEC "MPIEXEC_FLAGS" PROGRAM NP MODE MAX_SECONDS EXIT PATTERN...
 # passes when mpirun ends within MAX_SECONDS, its exit status is non-zero (EXIT=nonzero; EXIT=any
 # skips this check, for mpirun --enable-recovery, which exits 0 even after MPI_Abort) and its
-# output matches every PATTERN (extended regular expressions).
+# output matches every PATTERN (extended regular expressions; a PATTERN starting with "!" must
+# not match).
 set -u
 mpiexec=$1 mpiexec_flags=$2 program=$3 np=$4 mode=$5 max_seconds=$6 expected_exit=$7
 shift 7
@@ -26,7 +27,12 @@ if [ "$elapsed_ms" -gt $((max_seconds * 1000)) ]; then
   failed=1
 fi
 for pattern in "$@"; do
-  if ! grep -Eq -- "$pattern" "$output"; then
+  if [[ "$pattern" == !* ]]; then
+    if grep -Eq -- "${pattern:1}" "$output"; then
+      echo "FAIL: the output matches what it must not: ${pattern:1}"
+      failed=1
+    fi
+  elif ! grep -Eq -- "$pattern" "$output"; then
     echo "FAIL: the output does not match: $pattern"
     failed=1
   fi
