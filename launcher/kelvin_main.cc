@@ -84,7 +84,7 @@ struct Arguments {
   std::string device;                                 // plan --device: "", "cpu" or "cuda"
   bool layouts = false;                               // plan --layouts
   bool submit = false;                                // launch --submit
-  std::string out;                                    // convert --out
+  std::optional<std::string> out;                     // convert and prepare-data --out
   kelvin::launcher::CheckpointChoice checkpoint;      // convert and eval --step, --best
   bool every_checkpoint = false;                      // eval --all
   kelvin::DType convert_dtype = kelvin::DType::kF32;  // convert --dtype
@@ -173,7 +173,7 @@ int RunUnderLauncher(const Arguments& a) {
     if (!launched.ok()) return Fail(launched.status());
     if (launched->rank != 0) return 0;
     const absl::StatusOr<kelvin::config::JobConfig> job = load();
-    return job.ok() ? Convert(*job, a.out, {a.checkpoint, a.convert_dtype}) : Fail(job.status());
+    return job.ok() ? Convert(*job, *a.out, {a.checkpoint, a.convert_dtype}) : Fail(job.status());
   }
   // The launcher's variables as it set them (a singleton MPI_Init adds PMIX_RANK).
   const absl::StatusOr<kelvin::parallel::RankInfo> launched =
@@ -469,7 +469,7 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
                                   : absl::StrCat(a.command, " needs a job file: kelvin ", a.command,
                                                  " JOB.textproto"));
   }
-  if ((a.command == "convert" || input_is_samples) && a.out.empty()) {
+  if ((a.command == "convert" || input_is_samples) && !a.out.has_value()) {
     return Usage(input_is_samples ? "prepare-data needs --out PREFIX" : "convert needs --out DIR");
   }
   if (a.checkpoint.best && a.checkpoint.step.has_value()) {
@@ -510,7 +510,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (const std::optional<int> error = ParseArguments(args, a)) return *error;
-  if (a.command == "prepare-data") return PrepareData(a.job_path, a.out);
+  if (a.command == "prepare-data") return PrepareData(a.job_path, *a.out);
   if (a.command == "plan") return Plan(a);
   return a.command == "launch" ? Launch(a) : RunUnderLauncher(a);
 }

@@ -514,3 +514,125 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
 
 }  // namespace
 }  // namespace kelvin::launcher
+
+namespace kelvin::launcher {
+namespace {
+
+// A run of `steps` steps saving every step into `dir`; its trainer.
+std::unique_ptr<Trainer> RunSavingEveryStep(const std::string& dir, int steps) {
+  std::unique_ptr<Trainer> trainer = CreateOrDie(
+      SmallJob(dir, {"checkpoint.interval_steps=1", absl::StrCat("training.steps=", steps),
+                     "lr_schedule.warmup_steps=1"}));
+  EXPECT_NE(trainer, nullptr);
+  if (trainer != nullptr) {
+    EXPECT_TRUE(trainer->Run().ok());
+  }
+  return trainer;
+}
+
+std::string CreateError(const config::JobConfig& job) {
+  const absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(job);
+  return trainer.ok() ? "" : std::string(trainer.status().message());
+}
+
+// Each part carries its save's run and step: a part copied from another step or another run, an
+// edited step in checkpoint.json and a renamed step directory are refused, not restored as this
+// step (every one of them restored silently before).
+TEST(CheckpointIdentity, PartsOfAnotherSaveEditedStepsAndRenamedDirectoriesAreRefused) {
+  const std::string dir = CheckpointDir("identity"), other = CheckpointDir("identity_other");
+  RunSavingEveryStep(dir, 2);
+  RunSavingEveryStep(other, 2);  // the same job and steps: another run
+  const config::JobConfig job = SmallJob(dir, {"training.steps=2", "lr_schedule.warmup_steps=1"});
+  const fs::path step1 = fs::path(dir) / "step_00000001", step2 = fs::path(dir) / "step_00000002";
+  const fs::path part = step2 / "part_0_of_1.safetensors";
+  const fs::path kept = fs::path(dir) / "kept_part";
+  fs::copy_file(part, kept);
+
+  fs::copy_file(step1 / "part_0_of_1.safetensors", part, fs::copy_options::overwrite_existing);
+  EXPECT_THAT(CreateError(job),
+              HasSubstr(part.string() + " is a part of the save of step 1 of run"));
+  EXPECT_THAT(CreateError(job), HasSubstr("but its checkpoint.json is of step 2 of run"));
+
+  fs::copy_file(fs::path(other) / "step_00000002" / "part_0_of_1.safetensors", part,
+                fs::copy_options::overwrite_existing);
+  EXPECT_THAT(CreateError(job), HasSubstr("is a part of the save of step 2 of run"));
+  EXPECT_THAT(CreateError(job), HasSubstr("a part copied from another checkpoint"));
+  fs::copy_file(kept, part, fs::copy_options::overwrite_existing);
+  EXPECT_EQ(CreateError(job), "");  // whole again
+
+  const fs::path index = step2 / "checkpoint.json";
+  const std::string original = testing::FileBytes(index);
+  std::string edited = original;
+  edited.replace(edited.find("\"step\": 2"), 9, "\"step\": 1");
+  std::ofstream(index) << edited;
+  EXPECT_THAT(CreateError(job),
+              HasSubstr(index.string() + " records step 1 but its directory is "
+                                         "of step 2: the directory was renamed or the index "
+                                         "edited"));
+  std::ofstream(index) << original;
+
+  fs::rename(step2, fs::path(dir) / "step_00000003");
+  EXPECT_THAT(CreateError(job), HasSubstr("records step 2 but its directory is of step 3"));
+  fs::remove_all(dir);
+  fs::remove_all(other);
+}
+
+// What interrupted saves and deletions leave is never taken for a checkpoint, and the next run
+// removes it; pruning renames a checkpoint before deleting it, so a kill meanwhile leaves a
+// .deleting directory, not an empty step_<N> that looks complete.
+TEST(CheckpointLeftovers, PartialAndDeletingDirectoriesAreIgnoredAndRemovedAtStart) {
+  const std::string dir = CheckpointDir("leftovers");
+  RunSavingEveryStep(dir, 2);
+  for (const char* leftover : {"step_00000007.partial", "step_00000001.deleting"}) {
+    fs::create_directories(fs::path(dir) / leftover / "inside");
+  }
+  const absl::StatusOr<std::vector<int64_t>> steps = CompleteCheckpointSteps(dir);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  EXPECT_THAT(*steps, ::testing::ElementsAre(1, 2));
+  std::unique_ptr<Trainer> trainer = CreateOrDie(
+      SmallJob(dir, {"training.steps=3", "lr_schedule.warmup_steps=1", "checkpoint.keep_last=1"}));
+  ASSERT_NE(trainer, nullptr);
+  EXPECT_EQ(trainer->start_step(), 2);
+  ASSERT_TRUE(trainer->Run().ok());
+  EXPECT_THAT(Entries(dir), ::testing::ElementsAre("step_00000003"));  // pruned and cleaned
+  fs::remove_all(dir);
+}
+
+// checkpoint.skip_damaged: a damaged newest checkpoint is set aside as step_<N>.damaged with a
+// warning and the run resumes from the one before; without it the damage stops the job.
+TEST(CheckpointLeftovers, SkipDamagedResumesFromTheNewestIntactCheckpoint) {
+  const std::string dir = CheckpointDir("skip_damaged");
+  RunSavingEveryStep(dir, 3);
+  const fs::path newest = fs::path(dir) / "step_00000003";
+  fs::resize_file(newest / "part_0_of_1.safetensors", 100);  // truncated
+  const config::JobConfig job = SmallJob(dir, {"training.steps=4", "lr_schedule.warmup_steps=1"});
+  EXPECT_THAT(CreateError(job), HasSubstr((newest / "part_0_of_1.safetensors").string()));
+  config::JobConfig skipping = job;
+  skipping.mutable_checkpoint()->set_skip_damaged(true);
+  std::unique_ptr<Trainer> trainer = CreateOrDie(skipping);
+  ASSERT_NE(trainer, nullptr);
+  EXPECT_EQ(trainer->start_step(), 2);
+  EXPECT_TRUE(fs::exists(newest.string() + ".damaged"));
+  EXPECT_FALSE(fs::exists(newest));
+  // Another model's checkpoint is no damage: nothing is set aside, the error stands.
+  config::JobConfig vanilla = skipping;
+  vanilla.mutable_model()->mutable_ssa()->set_enabled(false);
+  EXPECT_THAT(CreateError(vanilla), HasSubstr("the checkpoint is of another model"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000002"));
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointLeftovers, AResumeAtTheLastStepTrainsNothing) {
+  const std::string dir = CheckpointDir("done");
+  RunSavingEveryStep(dir, 2);
+  std::unique_ptr<Trainer> again = CreateOrDie(SmallJob(
+      dir, {"checkpoint.interval_steps=1", "training.steps=2", "lr_schedule.warmup_steps=1"}));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->start_step(), 2);
+  ASSERT_TRUE(again->Run().ok());
+  EXPECT_TRUE(again->history().empty());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kelvin::launcher

@@ -94,6 +94,79 @@ TEST(CorpusTraining, HeldOutPartIsEvaluatedTheSameWayEveryTime) {
   EXPECT_NE(initial->loss, evaluations[1].loss);
 }
 
+// Held-out data without training.eval_interval is scored once, after the last step (it was a
+// division by zero, SIGFPE, after the first step).
+TEST(CorpusTraining, HeldOutDataWithoutAnIntervalIsEvaluatedAfterTheLastStep) {
+  const absl::StatusOr<config::JobConfig> job = CorpusJob({"training.eval_interval=0"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  ASSERT_EQ((*trainer)->evaluations().size(), 1u);
+  EXPECT_EQ((*trainer)->evaluations()[0].step, 4);
+}
+
+// The held-out tokens a job's evaluation scores, with `extra` overrides.
+int64_t ScoredTokens(const std::vector<std::string>& extra) {
+  const absl::StatusOr<config::JobConfig> job = CorpusJob(extra);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return -1;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return -1;
+  const absl::StatusOr<EvalStats> eval = (*trainer)->Evaluate(0);
+  EXPECT_TRUE(eval.ok()) << eval.status();
+  return eval.ok() ? eval->labelled_tokens : -1;
+}
+
+// training.eval_steps counts global batches, as the schema says: the same sequences whatever the
+// micro-batch size (it counted micro-batches, scoring part of what was asked without a word).
+TEST(CorpusTraining, EvalStepsCountGlobalBatchesWhateverTheMicroBatch) {
+  const int64_t two_per_pass = ScoredTokens({"training.micro_batch_size=2"});
+  const int64_t one_per_pass = ScoredTokens({"training.micro_batch_size=1"});
+  const int64_t four_per_pass = ScoredTokens({"training.micro_batch_size=4"});
+  EXPECT_GT(two_per_pass, 2 * 4 * 40);  // 2 global batches of 4 rows of 64 tokens, a few masked
+  EXPECT_EQ(one_per_pass, two_per_pass);
+  EXPECT_EQ(four_per_pass, two_per_pass);
+  EXPECT_LT(ScoredTokens({"training.eval_steps=1"}), two_per_pass);
+}
+
+// training.eval_whole_set scores every held-out row once: the same tokens for any micro-batch
+// size, a last batch that does not fill up padded without loss, more than eval_steps' batches.
+TEST(CorpusTraining, EvalWholeSetScoresEveryHeldOutRowOnce) {
+  // With eval_steps set too (the demo job sets it) the two are a conflict.
+  const absl::StatusOr<config::JobConfig> both = CorpusJob({"training.eval_whole_set=true"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(std::string(both.status().message()),
+              HasSubstr("training.eval_whole_set scores every held-out row: remove "
+                        "training.eval_steps"));
+  std::string text = testing::FileBytes(testing::DemoJobPath());
+  const std::string eval_steps = "eval_steps: 4";
+  ASSERT_NE(text.find(eval_steps), std::string::npos);
+  text.replace(text.find(eval_steps), eval_steps.size(), "eval_whole_set: true");
+  int64_t tokens[3] = {};
+  for (int micro = 1; micro <= 3; ++micro) {  // 3: the last batch is padded without loss
+    std::vector<std::string> overrides = {"data.token_file.path=\"" + WriteCountingCorpus() + "\"",
+                                          "data.token_file.document_separator_token=0",
+                                          "data.document_masking=true",
+                                          "data.eval_fraction=0.05",
+                                          absl::StrCat("training.micro_batch_size=", micro),
+                                          absl::StrCat("training.global_batch_size=", 6 * micro),
+                                          "training.seq_length=64"};
+    const absl::StatusOr<config::JobConfig> job =
+        ParseJobConfig(text, "whole.textproto", overrides);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const absl::StatusOr<EvalStats> eval = (*trainer)->Evaluate(0);
+    ASSERT_TRUE(eval.ok()) << eval.status();
+    tokens[micro - 1] = eval->labelled_tokens;
+  }
+  EXPECT_EQ(tokens[1], tokens[0]);
+  EXPECT_EQ(tokens[2], tokens[0]);
+  EXPECT_GT(tokens[0], ScoredTokens({"training.eval_steps=1"}));
+}
+
 TEST(CorpusTraining, AFractionLeavingLessThanARowIsAClearError) {
   const absl::StatusOr<config::JobConfig> job = CorpusJob({"data.eval_fraction=0.9999"});
   ASSERT_TRUE(job.ok()) << job.status();

@@ -197,6 +197,31 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
     EXPECT_NEAR(got[i].grad_norm, expected[i].grad_norm, tol.grad_norm * expected[i].grad_norm)
         << "step " << i + 1;
   }
+  // The SSA temperature statistics cover every head and token of the step's last micro-batch
+  // (each tensor rank holds its heads, each context rank its tokens, each stage its layers), as
+  // in one process. With data parallelism the last micro-batch holds other rows.
+  if (layout.dp == 1) {
+    const auto near = [](double a, double b) {
+      return std::abs(a - b) <= 1e-4 * std::abs(b) + 1e-6;
+    };
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].temperatures.size(), expected[i].temperatures.size()) << "step " << i + 1;
+      for (size_t l = 0; l < got[i].temperatures.size(); ++l) {
+        const ssa::TemperatureStatistics& g = got[i].temperatures[l];
+        const ssa::TemperatureStatistics& e = expected[i].temperatures[l];
+        for (const auto& [gs, es] : {std::pair{&g.query, &e.query}, {&g.value, &e.value}}) {
+          EXPECT_TRUE(near(gs->mean, es->mean) && near(gs->std, es->std) &&
+                      near(gs->min, es->min) && near(gs->max, es->max))
+              << "step " << i + 1 << " layer " << l << ": mean " << gs->mean << " vs " << es->mean
+              << ", std " << gs->std << " vs " << es->std;
+        }
+        ASSERT_EQ(g.sigma_alpha.size(), e.sigma_alpha.size()) << "layer " << l;
+        for (size_t h = 0; h < g.sigma_alpha.size(); ++h) {
+          EXPECT_TRUE(near(g.sigma_alpha[h], e.sigma_alpha[h])) << "layer " << l << " head " << h;
+        }
+      }
+    }
+  }
   // The evaluation at the last step (the vocab-parallel loss).
   ASSERT_EQ((*parallel)->evaluations().size(), 1u);
   const double expected_eval = (*reference)->evaluations().front().loss;
