@@ -273,6 +273,22 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
             "");
 }
 
+// Blend weights whose sum overflows to inf made every share 0 or nan ("-nan% of the samples").
+TEST(JobConfigValidation, BlendWeightsMustSumToAFiniteNumber) {
+  config::JobConfig job = BaseJob();
+  for (const char* path : {"/a", "/b"}) {
+    config::BlendedCorpus& corpus = *job.mutable_data()->mutable_blend()->add_corpora();
+    corpus.mutable_megatron()->set_path_prefix(path);
+    corpus.set_weight(1e308);
+  }
+  EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+              HasSubstr("data.blend: the weights sum to inf: give relative weights whose sum is a "
+                        "finite number"));
+  job.mutable_data()->mutable_blend()->mutable_corpora(0)->set_weight(0.3);
+  job.mutable_data()->mutable_blend()->mutable_corpora(1)->set_weight(0.7);
+  EXPECT_TRUE(ValidateJobConfig(job).ok()) << ValidateJobConfig(job);
+}
+
 // Every launch string that reaches the batch script is checked: a newline, quote or command
 // substitution in a SLURM name, option or setup line would become shell of its own.
 TEST(JobConfigValidation, HostileLaunchStringsAreRefused) {

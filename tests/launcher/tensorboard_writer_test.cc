@@ -73,6 +73,21 @@ TEST(TensorBoard, WritesVersionThenScalars) {
   std::filesystem::remove_all(dir);
 }
 
+// The event file appears with the first scalar: a run that fails before it logs anything (a full
+// disk, a bad checkpoint) leaves no header-only file behind.
+TEST(TensorBoard, NoFileUntilTheFirstScalar) {
+  const std::string dir = ::testing::TempDir() + "/tensorboard_lazy";
+  std::filesystem::remove_all(dir);
+  {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Open(dir);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    EXPECT_TRUE(std::filesystem::is_empty(dir));
+    EXPECT_FALSE(std::filesystem::exists((*writer)->path()));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TensorBoard, UnwritableDirectoryIsAClearError) {
   const absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer =
       TensorBoardWriter::Open("/proc/kelvin_tensorboard");

@@ -308,7 +308,8 @@ if [[ $first_rc -eq 0 && -n "$pending" ]]; then
     has_old=0 has_new=0
     grep -qE "${lr_pattern}(0\.00125|1\.25e-0?3)\b" <<<"$will_train" && has_old=1
     grep -qE "${lr_pattern}(0\.0025|2\.5e-0?3)\b" <<<"$will_train" && has_new=1
-    where="the batch script$([[ -n "$read_files" ]] && echo " and the file(s) it reads: $(tr '\n' ' ' <<<"$read_files")")"
+    where="the batch script"
+    [[ -n "$read_files" ]] && where+=" and the file(s) it reads: $(tr '\n' ' ' <<<"$read_files")"
     if [[ $has_old -eq 1 && $has_new -eq 0 ]]; then
       pass "pending job $pending still trains optimizer.lr=0.00125 (from $where)"
     elif [[ $has_new -eq 1 ]]; then

@@ -142,6 +142,20 @@ TEST(JsonlSamples, LargeIdsGetInt32AndNoMaskWithoutLabels) {
   EXPECT_THAT(DescribePreparedSamples(*prepared), HasSubstr("every token is a target"));
 }
 
+// A line with 100,000 distinct ignored keys parses in linear time (each key was looked up in a
+// list of the ones before it) and counts each key once.
+TEST(JsonlSamples, ManyDistinctIgnoredKeysParseInLinearTime) {
+  testing::ScratchDir dir;
+  std::string line = "{\"input_ids\": [1, 2, 3]";
+  for (int k = 0; k < 100000; ++k) line += ", \"k" + std::to_string(k) + "\": 0";
+  testing::WriteFile(dir.Path("wide.jsonl"), line + "}\n");
+  const absl::StatusOr<PreparedSamples> prepared =
+      PrepareJsonlSamples(dir.Path("wide.jsonl"), dir.Path("wide"));
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->ignored_keys.size(), 100000u);
+  EXPECT_EQ(prepared->ignored_keys.at("k99999"), 1);
+}
+
 TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
   struct Case {
     std::string line, message;
