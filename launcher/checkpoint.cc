@@ -118,8 +118,15 @@ absl::Status PendingCheckpoint::WritePart() const {
 
 absl::StatusOr<std::string> PendingCheckpoint::Commit(const absl::Status& part_written,
                                                       parallel::Communicator* world) const {
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
-      world, part_written, "writing a part of checkpoint " + partial_.string()));
+  const absl::Status written = parallel::AgreeOnStatus(
+      world, part_written, "writing a part of checkpoint " + partial_.string());
+  if (!written.ok()) {  // e.g. a full disk: the unfinished directory goes (the next run's would)
+    if (rank_ == 0) {
+      std::error_code ignored;
+      fs::remove_all(partial_, ignored);
+    }
+    return written;
+  }
   absl::Status renamed = absl::OkStatus();
   if (rank_ == 0) {
     std::error_code error;

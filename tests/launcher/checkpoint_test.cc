@@ -12,6 +12,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <csignal>
@@ -619,6 +620,26 @@ TEST(CheckpointLeftovers, SkipDamagedResumesFromTheNewestIntactCheckpoint) {
   vanilla.mutable_model()->mutable_ssa()->set_enabled(false);
   EXPECT_THAT(CreateError(vanilla), HasSubstr("the checkpoint is of another model"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000002"));
+  fs::remove_all(dir);
+}
+
+// A save that fails to write (here a file size limit, as a full disk fails) is an error naming
+// the file and leaves no step_<N>.partial directory behind.
+TEST(CheckpointLeftovers, AFailedSaveLeavesNoPartialDirectory) {
+  const std::string dir = CheckpointDir("full_disk");
+  std::unique_ptr<Trainer> trainer = CreateOrDie(SmallJob(
+      dir, {"checkpoint.interval_steps=1", "training.steps=2", "lr_schedule.warmup_steps=1"}));
+  ASSERT_NE(trainer, nullptr);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, SIG_IGN);
+  const rlimit small{64 * 1024, saved.rlim_max};  // a part is ~10 MB
+  setrlimit(RLIMIT_FSIZE, &small);
+  const absl::Status failed = trainer->Run();
+  setrlimit(RLIMIT_FSIZE, &saved);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kResourceExhausted) << failed;
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("part_0_of_1.safetensors"));
+  EXPECT_THAT(Entries(dir), ::testing::IsEmpty());
   fs::remove_all(dir);
 }
 
