@@ -780,7 +780,12 @@ absl::Status ValidateJobConfig(const config::JobConfig& config) {
                    ", training.steps=", job.training().steps(), "]");
     }
   }
-  NonNegative(problems, "logging.peak_tflops", job.logging().peak_tflops());
+  // 0 (no MFU) or an accelerator's peak, 1 GFLOP/s to 1 EFLOP/s: a denormal peak made the plan's
+  // least step time infinite.
+  if (const double peak = job.logging().peak_tflops();
+      std::isfinite(peak) && peak != 0 && !(peak >= 1e-3 && peak <= 1e6)) {
+    problems.Add("logging.peak_tflops=", peak, ": must be 0 (no MFU) or in [0.001, 1e+06]");
+  }
   CheckParallel(job, problems);
   CheckLaunch(job, problems);
   return problems.ToStatus();
