@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "launcher/preemption.h"
 
 namespace kelvin::launcher {
 
@@ -21,12 +22,9 @@ void AsyncCheckpointSaver::Start(PendingCheckpoint checkpoint) {
   KELVIN_CHECK(!in_flight()) << "a checkpoint save is already in flight";
   pending_.emplace(std::move(checkpoint));
   finished_.store(false, std::memory_order_release);
-  // The preemption signals go to the training thread, not to the writer's system calls.
-  sigset_t preemption, before;
-  sigemptyset(&preemption);
-  sigaddset(&preemption, SIGTERM);
-  sigaddset(&preemption, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &preemption, &before);
+  // The stop signals go to the training thread, not to the writer's system calls.
+  sigset_t before;
+  BlockStopSignals(&before);
   writer_ = std::thread([this] {  // inherits the blocked signals
     try {
       written_ = pending_->WritePart();  // no communication: MPI stays on the training thread

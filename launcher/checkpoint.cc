@@ -290,6 +290,15 @@ absl::StatusOr<std::optional<BestCheckpoint>> PruneCheckpoints(const std::string
   }
   if (keep_last <= 0) return best;
   KELVIN_ASSIGN_OR_RETURN(const auto checkpoints, CompleteCheckpoints(dir));
+  for (const auto& [step, path] : checkpoints) {  // deletes Kelvin's own directories only
+    std::error_code error;
+    if (!fs::is_regular_file(path / "checkpoint.json", error)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path.string(),
+          " is named like a checkpoint but holds no checkpoint.json: "
+          "checkpoint.keep_last deletes only Kelvin's checkpoints; move it out of checkpoint.dir"));
+    }
+  }
   int64_t excess = static_cast<int64_t>(checkpoints.size()) - keep_last;
   for (auto it = checkpoints.begin(); excess > 0; ++it, --excess) {
     if (best.has_value() && it->first == best->step) continue;

@@ -295,6 +295,8 @@ void PrintMessage(const pb::Message& message, int depth, std::string& out) {
 
 absl::StatusOr<config::JobConfig> ParseJobConfigText(std::string_view text,
                                                      std::string_view source_name) {
+  // A UTF-8 byte-order mark (some Windows editors write one) is skipped, as config.json's is.
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   ErrorList errors;
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);

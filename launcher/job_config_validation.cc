@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -359,6 +361,18 @@ void CheckBlend(const config::DataConfig& data, Problems& problems) {
   }
 }
 
+// The files training reads: each Megatron prefix and token file of data (and of its blend).
+std::vector<std::string> TrainingDataPaths(const config::DataConfig& data) {
+  std::vector<std::string> paths;
+  const auto add = [&paths](const auto& source) {
+    if (source.has_megatron()) paths.push_back(source.megatron().path_prefix());
+    if (source.has_token_file()) paths.push_back(source.token_file().path());
+  };
+  add(data);
+  for (const config::BlendedCorpus& corpus : data.blend().corpora()) add(corpus);
+  return paths;
+}
+
 // The source of a held-out corpus at `path` ("data.eval", "data.also_eval[0].corpus").
 void CheckHeldOutSource(const config::HeldOutCorpus& corpus, const std::string& path,
                         const config::DataConfig& data, Problems& problems) {
@@ -375,8 +389,22 @@ void CheckHeldOutSource(const config::HeldOutCorpus& corpus, const std::string& 
   }
 }
 
+// data.eval: valid, and not a corpus the job trains on (its loss would not be held out; a set
+// of data.also_eval may be one, e.g. to watch the training set's loss).
 void CheckHeldOutCorpus(const config::DataConfig& data, Problems& problems) {
   CheckHeldOutSource(data.eval(), "data.eval", data, problems);
+  const std::string held_out = data.eval().has_megatron() ? data.eval().megatron().path_prefix()
+                                                          : data.eval().token_file().path();
+  const auto normal = [](const std::string& p) {
+    return std::filesystem::path(p).lexically_normal();
+  };
+  for (const std::string& trained : TrainingDataPaths(data)) {
+    if (!held_out.empty() && normal(held_out) == normal(trained)) {
+      problems.Add("data.eval is \"", held_out,
+                   "\", which the job trains on: its loss would not be held out; give data that "
+                   "training does not read, or hold out part of it with data.eval_fraction");
+    }
+  }
   if (data.has_passkey()) {
     problems.Add("data.eval: the passkey task evaluates on fresh samples; remove data.eval");
   }

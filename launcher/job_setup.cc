@@ -1,8 +1,11 @@
 // Model and data construction from the job config.
 #include "launcher/job_setup.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -117,12 +120,39 @@ absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::str
         itself ? "is a file, not a directory"
                : absl::StrCat("cannot be created: ", at.string(), " is a file, not a directory"));
   }
-  if (::access(at.c_str(), W_OK | X_OK) != 0) {
-    return refuse(itself ? "is not writable: choose a directory you can write to"
-                         : absl::StrCat("cannot be created: ", at.string(),
-                                        " is not writable; choose a directory you can write to"));
+  // A file made and removed again, not access(): root passes access() everywhere, and /proc or a
+  // read-only mount refuse only the write itself.
+  std::string probe = (at / ".kelvin-write-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    return refuse(
+        itself ? absl::StrCat("cannot be written (", why, "): choose a directory you can write to")
+               : absl::StrCat("cannot be created: ", at.string(), " cannot be written (", why,
+                              "); choose a directory you can write to"));
   }
+  ::close(fd);
+  ::unlink(probe.c_str());
   return absl::OkStatus();
+}
+
+// The filesystem root: a run's outputs would be written straight into it.
+bool IsFilesystemRoot(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::path at = std::filesystem::absolute(path, error).lexically_normal();
+  return !error && at == at.root_path();
+}
+
+// `a` and `b` name the same directory (lexically, or the same inode where both exist).
+bool SameDirectory(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const auto normal = [](const std::string& path) {
+    std::error_code ignored;
+    fs::path at = fs::absolute(path, ignored).lexically_normal();
+    return at.has_filename() ? at : at.parent_path();  // no trailing separator
+  };
+  return normal(a) == normal(b) || fs::equivalent(a, b, error);
 }
 
 }  // namespace
@@ -133,7 +163,20 @@ absl::Status CheckOutputLocations(const config::JobConfig& job) {
         std::pair{"training.export_hf_dir", job.training().export_hf_dir()},
         std::pair{"logging.tensorboard_dir", job.logging().tensorboard_dir()},
         std::pair{"launch.run_dir", job.launch().run_dir()}}) {
-    if (!path.empty()) KELVIN_RETURN_IF_ERROR(CheckDirectoryCanBeWritten(field, path));
+    if (path.empty()) continue;
+    if (IsFilesystemRoot(path)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, "=\"", path, "\": is the filesystem root; give the run a directory of its own"));
+    }
+    KELVIN_RETURN_IF_ERROR(CheckDirectoryCanBeWritten(field, path));
+  }
+  const std::string& export_dir = job.training().export_hf_dir();
+  if (!export_dir.empty() && job.model().has_hf_dir() &&
+      SameDirectory(export_dir, job.model().hf_dir())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "training.export_hf_dir=\"", export_dir, "\" is model.hf_dir=\"", job.model().hf_dir(),
+        "\": the export would replace the model this job starts from; export to another "
+        "directory"));
   }
   const std::string& metrics = job.logging().metrics_file();
   if (metrics.empty()) return absl::OkStatus();

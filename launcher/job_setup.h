@@ -17,11 +17,12 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
 // --set to add.
 absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::ModelConfig& model,
                                                               std::string& note);
-// Every output location the job names can be written here, checked without creating anything:
-// checkpoint.dir, training.export_hf_dir, logging.tensorboard_dir and launch.run_dir are
-// directories or can be made (their nearest existing ancestor a writable directory), and
-// logging.metrics_file is not a directory and its directory can be made. Train checks at start
-// (not after its steps), launch before the job queues; the error names the field.
+// Every output location the job names can be written here, checked by writing and removing a
+// probe file (nothing else is created): checkpoint.dir, training.export_hf_dir,
+// logging.tensorboard_dir and launch.run_dir are directories or can be made (their nearest
+// existing ancestor takes the probe), none is the filesystem root, the export is not model.hf_dir,
+// and logging.metrics_file is not a directory and its directory can be made. Train checks at
+// start (not after its steps), launch before the job queues; the error names the field.
 absl::Status CheckOutputLocations(const config::JobConfig& job);
 // training.seq_length within the model's max_position_embeddings.
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);

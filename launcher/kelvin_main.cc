@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -73,8 +74,8 @@ constexpr const char* kUsage =
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n"
     "  kelvin --version: Kelvin's version and commit, and its libraries' versions\n"
     "  kelvin --help: this text\n"
-    "exit codes: 0 done, 1 failed, 2 bad command line, 3 stopped by SIGTERM/SIGUSR1 after\n"
-    "  saving a checkpoint (running the job again resumes)\n";
+    "exit codes: 0 done, 1 failed, 2 bad command line, 3 stopped by SIGTERM, SIGUSR1 or a first\n"
+    "  Ctrl-C (SIGINT) after saving a checkpoint (running the job again resumes)\n";
 
 // The command line after the command and the job: overrides and the commands' options.
 struct Arguments {
@@ -108,6 +109,10 @@ int Fail(const absl::Status& status) {
 
 int Train(const kelvin::config::JobConfig& job, int world_rank) {
   KLOG_RANK0(INFO) << "kelvin " << kelvin::KelvinVersion() << "; " << kelvin::LibraryVersions();
+  // Before the run directory is written (every rank finds the same: none waits for another).
+  if (const absl::Status outputs = kelvin::launcher::CheckOutputLocations(job); !outputs.ok()) {
+    return Fail(kelvin::launcher::WithWorkingDirectory(outputs, job));
+  }
   if (world_rank == 0) {  // the whole resolved job goes to the run directory, not the log
     const absl::StatusOr<std::string> written =
         kelvin::launcher::StartRunDirectory(job, kelvin::launcher::FormatResolvedConfig(job));
@@ -472,6 +477,9 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
   if ((a.command == "convert" || input_is_samples) && !a.out.has_value()) {
     return Usage(input_is_samples ? "prepare-data needs --out PREFIX" : "convert needs --out DIR");
   }
+  if (a.command == "convert" && a.out->empty()) {
+    return Usage("convert --out is empty: give the directory to write the Hugging Face model to");
+  }
   if (a.checkpoint.best && a.checkpoint.step.has_value()) {
     return Usage(a.command + " takes --step N or --best, not both");
   }
@@ -485,6 +493,9 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
 
 int main(int argc, char** argv) {
   kelvin::io::InstallTemporaryFileCleanup();  // first: no temporary outlives a Ctrl-C
+  // A closed stdout pipe (`kelvin train ... | head`, a dropped ssh) fails writes to it instead of
+  // killing a run before its checkpoint.
+  std::signal(SIGPIPE, SIG_IGN);
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--version") {
     std::printf("kelvin %s\n%s\n", kelvin::KelvinVersion().c_str(),

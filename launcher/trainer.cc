@@ -627,6 +627,11 @@ absl::Status Trainer::Run() {
   const config::TrainingConfig& t = job_.training();
   // Where the run will write, before its steps rather than after them (every rank alike).
   KELVIN_RETURN_IF_ERROR(CheckOutputLocations(job_));
+  const bool checkpoints = !job_.checkpoint().dir().empty();
+  std::optional<CheckpointDirectoryLock> lock;  // released when Run returns
+  if (checkpoints) {
+    KELVIN_ASSIGN_OR_RETURN(lock, LockCheckpointDirectory());
+  }
   KELVIN_RETURN_IF_ERROR(OpenMetricsFile());
   if (job_.logging().has_profile() && !ctx_.is_cuda()) {
     KLOG_RANK0(WARNING) << "logging.profile opens the CUDA profiler's capture window; this run is "
@@ -664,7 +669,6 @@ absl::Status Trainer::Run() {
     KLOG_RANK0(INFO) << "memory plan of the last stage: " << MemoryPlanOf(0, last).ToString();
   }
   const auto start = std::chrono::steady_clock::now();
-  const bool checkpoints = !job_.checkpoint().dir().empty();
   if (checkpoints && WorldRank() == 0) RemoveUnfinishedCheckpoints();
   if (start_step_ >= t.steps()) {
     KLOG_RANK0(INFO) << "the checkpoint of step " << start_step_
@@ -741,8 +745,8 @@ absl::Status Trainer::Run() {
         if (!marked.ok()) KLOG(WARNING) << "the run directory's stop marker: " << marked;
       }
       return absl::CancelledError(
-          absl::StrCat("stopped by signal ", signal, " (preemption) after step ", step + 1, " of ",
-                       t.steps(), "; the checkpoint of step ", step + 1, " is saved in ",
+          absl::StrCat("stopped by ", StopSignalDescription(signal), " after step ", step + 1,
+                       " of ", t.steps(), "; the checkpoint of step ", step + 1, " is saved in ",
                        job_.checkpoint().dir(), ": ", ResumeAdvice()));
     }
   }
@@ -776,7 +780,8 @@ std::string Trainer::ResumeAdvice() {
 }
 
 void Trainer::LogFinished(double seconds) {
-  const int64_t steps = job_.training().steps();
+  // A checkpoint beyond training.steps (the job's steps lowered) counts as done, none in this run.
+  const int64_t steps = std::max<int64_t>(job_.training().steps(), start_step_);
   std::vector<std::string> outputs;
   if (!job_.checkpoint().dir().empty()) {
     outputs.push_back("checkpoints in " + job_.checkpoint().dir());

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "core/optim/adamw_optimizer.h"
 #include "launcher/async_checkpoint_saver.h"
 #include "launcher/checkpoint.h"
+#include "launcher/checkpoint_lock.h"
 #include "launcher/data_sources.h"
 #include "launcher/job_setup.h"
 #include "launcher/metrics_file.h"
@@ -207,6 +209,9 @@ class Trainer {
   // World rank 0: removes the step_<N>.partial / .deleting directories that interrupted saves
   // and deletions left in checkpoint.dir, with a log line each (a failure is a warning).
   void RemoveUnfinishedCheckpoints();
+  // World rank 0 locks checkpoint.dir (checkpoint_lock.h) and holds the lock it returns (nullopt
+  // on the other ranks); agreed by every rank.
+  absl::StatusOr<std::optional<CheckpointDirectoryLock>> LockCheckpointDirectory();
   // What to do after a preemption stop: run the job again, or under SLURM what happens next.
   static std::string ResumeAdvice();
   // The run's last line (steps, time, where its outputs are) and the run directory's marker.

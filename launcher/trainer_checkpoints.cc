@@ -97,6 +97,23 @@ absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
   return RestoreFrom(*found);
 }
 
+absl::StatusOr<std::optional<CheckpointDirectoryLock>> Trainer::LockCheckpointDirectory() {
+  const std::string& dir = job_.checkpoint().dir();
+  std::optional<CheckpointDirectoryLock> lock;
+  absl::Status locked = absl::OkStatus();
+  if (WorldRank() == 0) {
+    absl::StatusOr<CheckpointDirectoryLock> acquired = CheckpointDirectoryLock::Acquire(dir);
+    if (acquired.ok()) {
+      lock.emplace(*std::move(acquired));
+    } else {
+      locked = acquired.status();
+    }
+  }
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, locked,
+                                                 "locking checkpoint.dir=" + dir));
+  return lock;
+}
+
 absl::StatusOr<std::optional<std::string>> Trainer::AgreedCheckpoint(
     const CheckpointChoice& choice) {
   const std::string& dir = job_.checkpoint().dir();

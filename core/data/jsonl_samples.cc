@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -184,6 +185,15 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_pat
         "\" names no file: give a path prefix such as data/sft/train (prepare-data writes "
         "PREFIX.bin, PREFIX.idx and PREFIX_loss_mask.bin/.idx)"));
   }
+  for (const char* output : {".bin", ".idx", "_loss_mask.bin", "_loss_mask.idx"}) {
+    std::error_code error;  // none where the output does not exist yet
+    const std::string path = output_prefix + output;
+    if (std::filesystem::equivalent(jsonl_path, path, error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--out \"", output_prefix, "\" would write ", path, ", which is the samples file '",
+          jsonl_path, "' itself: choose another prefix"));
+    }
+  }
   PreparedSamples prepared;
   prepared.tokens_prefix = output_prefix;
   std::filesystem::path created_directory;
@@ -215,18 +225,30 @@ std::string DescribePreparedSamples(const PreparedSamples& p) {
                     "_loss_mask.bin/.idx, an earlier run's mask that does not fit these samples\n");
   }
   if (!p.ignored_keys.empty()) {
+    // Keys as escaped strings (a NUL or a newline would cut or break the line), the first
+    // kListedKeys of them, each at most kKeyChars long.
+    constexpr size_t kListedKeys = 20, kKeyChars = 64;
     std::vector<std::string> keys;
     for (const auto& [key, lines] : p.ignored_keys) {
-      keys.push_back(absl::StrFormat("\"%s\" (%d lines)", key, lines));
+      if (keys.size() == kListedKeys) break;
+      const bool long_key = key.size() > kKeyChars;
+      keys.push_back(
+          absl::StrFormat("\"%s\"%s (%d lines)", absl::Utf8SafeCEscape(key.substr(0, kKeyChars)),
+                          long_key ? absl::StrCat("... (", key.size(), " bytes)") : "", lines));
+    }
+    if (p.ignored_keys.size() > kListedKeys) {
+      keys.push_back(absl::StrCat("and ", p.ignored_keys.size() - kListedKeys, " more"));
     }
     absl::StrAppend(&text, "  ignored keys: ", absl::StrJoin(keys, ", "), "\n");
   }
+  // The prefixes as textproto strings (escaped), so the section pastes into a job as it is.
   absl::StrAppendFormat(&text, "train on it with (the model's vocab_size must be above %d):\n",
                         p.max_token);
   absl::StrAppendFormat(&text, "  data {\n    megatron {\n      path_prefix: \"%s\"\n",
-                        p.tokens_prefix);
+                        absl::Utf8SafeCEscape(p.tokens_prefix));
   if (!p.loss_mask_prefix.empty()) {
-    absl::StrAppendFormat(&text, "      loss_mask_path_prefix: \"%s\"\n", p.loss_mask_prefix);
+    absl::StrAppendFormat(&text, "      loss_mask_path_prefix: \"%s\"\n",
+                          absl::Utf8SafeCEscape(p.loss_mask_prefix));
   }
   absl::StrAppend(&text, "    }\n    packing: DOCUMENTS\n    document_masking: true\n  }\n");
   return text;

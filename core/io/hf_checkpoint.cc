@@ -100,9 +100,11 @@ absl::StatusOr<HfCheckpoint> HfCheckpoint::Open(const std::string& path) {
 
   const fs::path directory(path);
   const fs::path single = directory / kHfSingleFileName;
-  if (fs::exists(single, error)) return open_single_file(single.string());
+  // The entries themselves, not what they point to: a broken or looping link is opened, so that
+  // the error says so instead of "has neither".
+  if (fs::exists(fs::symlink_status(single, error))) return open_single_file(single.string());
   const std::string index_path = (directory / kHfIndexFileName).string();
-  if (!fs::exists(index_path, error)) {
+  if (!fs::exists(fs::symlink_status(index_path, error))) {
     return absl::NotFoundError(absl::StrCat(
         path, ": has neither ", std::string(kHfSingleFileName), " nor ",
         std::string(kHfIndexFileName),

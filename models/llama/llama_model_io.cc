@@ -1,5 +1,6 @@
 // LlamaModel's parameters in and out: random and SSA initialisation, Hugging Face checkpoint
 // import (each tensor-parallel rank reads only its slices) and export (the slices gathered).
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -13,6 +14,23 @@
 
 namespace kelvin::models {
 namespace {
+
+// A loaded weight (host f32, as the masters are read) holding NaN or inf is a damaged file: named
+// with its first bad element here, rather than surfacing as a "diverged" loss at step 1.
+absl::Status CheckFinite(const Tensor& weights, const std::string& source,
+                         const std::string& name) {
+  if (!weights.is_cpu() || weights.dtype() != DType::kF32) return absl::OkStatus();
+  const float* values = weights.data<float>();
+  for (int64_t i = 0; i < weights.numel(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::DataLossError(absl::StrCat(
+          source, ": tensor \"", name, "\" holds ", values[i], " at element ", i,
+          ": the model's weights are damaged (or were saved from a diverged run); use an intact "
+          "copy of the model"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 // dst[.., dst_begin + i, ..] = src[.., src_begin + i, ..] for i < count along `axis` (0 or 1) of
 // host tensors of one dtype and equal other dimensions (1-D or 2-D).
@@ -122,6 +140,7 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
                                 ? checkpoint.Read(e.name, master_dtype)
                                 : checkpoint.ReadSlice(e.name, shard.axis, shard.begin,
                                                        shard.begin + shard.count, master_dtype));
+    KELVIN_RETURN_IF_ERROR(CheckFinite(loaded, checkpoint.path(), e.name));
     params_.Assign(e.name, loaded);
   }
   if (static_cast<int64_t>(missing_ssa.size()) == ssa_tensors && ssa_tensors > 0) {
@@ -141,7 +160,11 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
     model_names.insert(spec.name);
   }
   for (const std::string& name : checkpoint.TensorNames()) {
-    if (!(name == kLmHeadName && config_.tie_word_embeddings) && !model_names.count(name)) {
+    if (name == kLmHeadName && config_.tie_word_embeddings) {
+      KLOG_RANK0(WARNING) << checkpoint.path() << ": ignoring tensor \"" << name
+                          << "\": config.json has tie_word_embeddings=true, so the output layer is "
+                             "the embedding (as in transformers)";
+    } else if (!model_names.count(name)) {
       KLOG_RANK0(WARNING) << checkpoint.path() << ": ignoring tensor \"" << name
                           << "\", which Kelvin's Llama does not use";
     }

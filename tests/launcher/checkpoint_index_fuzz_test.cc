@@ -19,8 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "launcher/checkpoint_format.h"
+#include "tests/core/io/test_files.h"
 #include "tests/testing/deadline.h"
 #include "tests/testing/files.h"
+#include "tests/testing/json_text_mutations.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -30,17 +32,7 @@ using Json = nlohmann::ordered_json;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
-struct ScratchDir {  // removed afterwards
-  ScratchDir() {
-    std::string pattern = ::testing::TempDir() + "kelvin_index_fuzz_XXXXXX";
-    if (::mkdtemp(pattern.data()) != nullptr) path = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  fs::path path;
-};
+using testing::ScratchDir;
 
 CheckpointIndex ValidIndex() {
   CheckpointIndex index;
@@ -118,31 +110,10 @@ const std::vector<std::string>& Keys() {
   return keys;
 }
 
+// Beside MutateJsonText's own: malformed and neighbouring forms of the step, 7.
 const std::vector<std::string>& SpecialNumbers() {
-  static const std::vector<std::string> numbers = {"1e400",
-                                                   "-1e400",
-                                                   "18446744073709551616",
-                                                   "18446744073709551615",
-                                                   "9223372036854775808",
-                                                   "9223372036854775807",
-                                                   "-9223372036854775809",
-                                                   "-1",
-                                                   "0",
-                                                   "NaN",
-                                                   "Infinity",
-                                                   "-Infinity",
-                                                   "1e-400",
-                                                   "0x7",
-                                                   "07",
-                                                   "7.",
-                                                   ".7",
-                                                   "+7",
-                                                   "7e",
-                                                   "--7",
-                                                   "7.0",
-                                                   "7e0",
-                                                   "2147483648",
-                                                   "-0"};
+  static const std::vector<std::string> numbers = {"0x7", "07",  "7.",  ".7", "+7",        "7e",
+                                                   "--7", "7.0", "7e0", "-1", "2147483648"};
   return numbers;
 }
 
@@ -169,76 +140,11 @@ Mutation Mutate(const Json& base, std::mt19937_64& rng) {
     }
   }
   std::string text = json.dump(pick(0, 1) ? 2 : -1);
-  for (size_t n = m.edits.empty() ? pick(1, 3) : pick(0, 2); n > 0 && !text.empty(); --n) {
-    const size_t at = pick(0, text.size() - 1);
-    switch (pick(0, 7)) {
-      case 0:
-        text[at] = static_cast<char>(text[at] ^ (1 << pick(0, 7)));
-        m.edits.push_back(absl::StrCat("flip a bit of byte ", at));
-        break;
-      case 1:  // a digit becomes another: the step, counts, the run id
-        for (size_t tries = 0; tries < 64; ++tries) {
-          const size_t d = pick(0, text.size() - 1);
-          if (text[d] >= '0' && text[d] <= '9') {
-            text[d] = static_cast<char>('0' + pick(0, 9));
-            m.edits.push_back(absl::StrCat("digit at ", d, " = ", text.substr(d, 1)));
-            break;
-          }
-        }
-        break;
-      case 2: {  // a whole number becomes a special literal
-        size_t begin = text.find_first_of("-0123456789", at);
-        if (begin == std::string::npos) begin = text.find_first_of("-0123456789");
-        if (begin == std::string::npos) break;
-        const size_t end = std::min(text.find_first_not_of("-+.eE0123456789", begin), text.size());
-        const std::string& literal = SpecialNumbers()[pick(0, SpecialNumbers().size() - 1)];
-        m.edits.push_back(absl::StrCat("number ", text.substr(begin, end - begin), " at ", begin,
-                                       " = ", literal));
-        text.replace(begin, end - begin, literal);
-        break;
-      }
-      case 3:
-        text.resize(at);
-        m.edits.push_back(absl::StrCat("truncate to ", at, " bytes"));
-        break;
-      case 4: {  // a key again, first in the object: a duplicate
-        const std::string& key = Keys()[pick(0, Keys().size() - 1)];
-        const size_t open = text.find('{');
-        if (open == std::string::npos) break;
-        const std::string entry = absl::StrCat("\"", key, "\": ", SpecialValue(rng).dump(), ",");
-        text.insert(open + 1, entry);
-        m.edits.push_back(absl::StrCat("insert first ", entry.substr(0, 80)));
-        break;
-      }
-      case 5: {  // bad UTF-8 inside a string
-        const std::vector<std::string> bad = {
-            "\xff", "\xc3",    "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
-            "\x01", "\\ud800", "\\u00"};
-        const size_t quote = text.find('"', at);
-        if (quote == std::string::npos) break;
-        const std::string& bytes = bad[pick(0, bad.size() - 1)];
-        text.insert(quote + 1, bytes);
-        m.edits.push_back(
-            absl::StrCat("insert bad UTF-8 (", bytes.size(), " bytes) at ", quote + 1));
-        break;
-      }
-      case 6: {  // nesting
-        const size_t depth = pick(0, 1) ? 1 : pick(60, 5000);
-        text = pick(0, 1) ? std::string(depth, '[') + text + std::string(depth, ']')
-                          : absl::StrCat("{\"index\": ", text, "}");
-        m.edits.push_back(absl::StrCat("nest (", depth, " levels or one object)"));
-        break;
-      }
-      default:
-        if (pick(0, 1)) {
-          text.insert(at, 1, static_cast<char>(pick(0, 255)));
-          m.edits.push_back(absl::StrCat("insert a byte at ", at));
-        } else {
-          text.erase(at, 1);
-          m.edits.push_back(absl::StrCat("delete byte ", at));
-        }
-        break;
-    }
+  for (size_t n = m.edits.empty() ? pick(1, 3) : pick(0, 2); n > 0; --n) {
+    const std::string& key = Keys()[pick(0, Keys().size() - 1)];
+    testing::MutateJsonText(text, m.edits, rng, SpecialNumbers(),
+                            absl::StrCat("\"", key, "\": ", SpecialValue(rng).dump(), ","),
+                            "index");
   }
   m.text = std::move(text);
   return m;
@@ -246,8 +152,8 @@ Mutation Mutate(const Json& base, std::mt19937_64& rng) {
 
 TEST(CheckpointIndexFuzz, MutatedIndexesAreErrorsNamingTheFileOrTheDirectorysStep) {
   ScratchDir scratch;
-  ASSERT_FALSE(scratch.path.empty());
-  const fs::path valid_dir = scratch.path / "valid" / StepDirectoryName(7);
+  ASSERT_FALSE(scratch.path().empty());
+  const fs::path valid_dir = fs::path(scratch.path()) / "valid" / StepDirectoryName(7);
   ASSERT_EQ(valid_dir.filename(), "step_00000007");
   fs::create_directories(valid_dir);
   ASSERT_TRUE(WriteCheckpointIndex(valid_dir, ValidIndex()).ok());
@@ -256,9 +162,9 @@ TEST(CheckpointIndexFuzz, MutatedIndexesAreErrorsNamingTheFileOrTheDirectorysSte
   ASSERT_TRUE(SameIndex(*valid, ValidIndex()));
   const Json base = Json::parse(testing::FileBytes(valid_dir / "checkpoint.json"));
 
-  const fs::path checkpoint = scratch.path / "fuzz" / StepDirectoryName(7),
+  const fs::path checkpoint = fs::path(scratch.path()) / "fuzz" / StepDirectoryName(7),
                  file = checkpoint / "checkpoint.json",
-                 again = scratch.path / "again" / StepDirectoryName(7);
+                 again = fs::path(scratch.path()) / "again" / StepDirectoryName(7);
   fs::create_directories(checkpoint);
   fs::create_directories(again);
   testing::Deadline deadline(std::chrono::seconds(120), "CheckpointIndexFuzz");
@@ -309,7 +215,7 @@ TEST(CheckpointIndexFuzz, MutatedIndexesAreErrorsNamingTheFileOrTheDirectorysSte
 
 TEST(CheckpointIndexFuzz, TheIndexOfAnotherStepOrNotAFileIsAPromptError) {
   ScratchDir scratch;
-  ASSERT_FALSE(scratch.path.empty());
+  ASSERT_FALSE(scratch.path().empty());
   testing::Deadline deadline(std::chrono::seconds(20), "CheckpointIndexFuzz special files");
   const auto expect_error = [&](const fs::path& checkpoint, const std::string& what) {
     deadline.Set(what);
@@ -323,21 +229,21 @@ TEST(CheckpointIndexFuzz, TheIndexOfAnotherStepOrNotAFileIsAPromptError) {
               2.0)
         << what;
   };
-  const fs::path other_step = scratch.path / StepDirectoryName(8);
+  const fs::path other_step = fs::path(scratch.path()) / StepDirectoryName(8);
   fs::create_directories(other_step);
   ASSERT_TRUE(WriteCheckpointIndex(other_step, ValidIndex()).ok());
   expect_error(other_step, "the index of step 7 in step_00000008");
 
-  const fs::path fifo = scratch.path / "fifo" / StepDirectoryName(7);
+  const fs::path fifo = fs::path(scratch.path()) / "fifo" / StepDirectoryName(7);
   fs::create_directories(fifo);
   ASSERT_EQ(::mkfifo((fifo / "checkpoint.json").c_str(), 0600), 0);
   expect_error(fifo, "a FIFO");
 
-  const fs::path directory = scratch.path / "directory" / StepDirectoryName(7);
+  const fs::path directory = fs::path(scratch.path()) / "directory" / StepDirectoryName(7);
   fs::create_directories(directory / "checkpoint.json");
   expect_error(directory, "a directory");
 
-  const fs::path missing = scratch.path / "missing" / StepDirectoryName(7);
+  const fs::path missing = fs::path(scratch.path()) / "missing" / StepDirectoryName(7);
   fs::create_directories(missing);
   expect_error(missing, "no checkpoint.json");
 }

@@ -173,6 +173,23 @@ std::vector<std::string> Entries(const std::string& dir) {
   return names;
 }
 
+// A user's directory named like a checkpoint (no checkpoint.json) is never deleted by keep_last:
+// pruning stops with an error naming it (the trainer then keeps every checkpoint and warns).
+TEST(Checkpoint, KeepLastDeletesNoDirectoryWithoutACheckpointIndex) {
+  const std::string dir = CheckpointDir("keep_last_foreign");
+  fs::create_directories(fs::path(dir) / "step_00000000");
+  std::ofstream(fs::path(dir) / "step_00000000" / "README") << "my notes";
+  WriteIndexOnly(dir, 2, std::nullopt);
+  WriteIndexOnly(dir, 4, std::nullopt);
+  const absl::StatusOr<std::optional<BestCheckpoint>> pruned = PruneCheckpoints(dir, 1, false);
+  ASSERT_FALSE(pruned.ok());
+  EXPECT_THAT(std::string(pruned.status().message()),
+              HasSubstr("step_00000000 is named like a checkpoint but holds no checkpoint.json"));
+  EXPECT_EQ(Entries(dir),
+            (std::vector<std::string>{"step_00000000", "step_00000002", "step_00000004"}));
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
   const std::string dir = CheckpointDir("keep_best_index");
   WriteIndexOnly(dir, 2, 1.5);

@@ -443,14 +443,15 @@ TEST(CorpusTraining, ResumingOnAChangedCorpusWarns) {
 
 TEST(CorpusTraining, FurtherHeldOutSetsAreScoredBesideTheMainOne) {
   // data.eval and data.also_eval "same" are one corpus: their rows are made alike, so every
-  // evaluation scores them identically; "sevens" is another corpus and scores otherwise.
+  // evaluation scores them identically; "sevens", the training corpus (which data.eval may not
+  // be, a further set may), scores otherwise.
   const std::string sevens = WriteSevensCorpus();
   const std::string counting = WriteCountingCorpus();
   const auto corpus = [](const std::string& path) {
     return absl::StrCat("{ token_file { path: \"", path, "\" document_separator_token: 0 } }");
   };
   const absl::StatusOr<config::JobConfig> job = JobWithData(
-      absl::StrCat("data {\n  token_file { path: \"", counting,
+      absl::StrCat("data {\n  token_file { path: \"", sevens,
                    "\" document_separator_token: 0 }\n  document_masking: true\n  eval ",
                    corpus(counting), "\n  also_eval { name: \"same\" corpus ", corpus(counting),
                    " }\n  also_eval { name: \"sevens\" corpus ", corpus(sevens), " }\n}"),

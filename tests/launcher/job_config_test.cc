@@ -64,6 +64,16 @@ std::string WriteTempFile(const std::string& name, std::string_view text) {
   return path;
 }
 
+// A UTF-8 byte-order mark before the first field (a Windows editor's) is skipped, as in
+// config.json; anywhere else it is the parse error it was.
+TEST(JobConfigParse, ALeadingByteOrderMarkIsSkipped) {
+  const absl::StatusOr<config::JobConfig> job =
+      ParseJobConfigText(absl::StrCat("\xEF\xBB\xBF", kMinimalJob), "bom.textproto");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->SerializeAsString(), ParsedMinimalJob().SerializeAsString());
+  EXPECT_THAT(ParseError(absl::StrCat(kMinimalJob, "\xEF\xBB\xBF")), HasSubstr("job.textproto:"));
+}
+
 TEST(JobConfigParse, MinimalJobLoadsWithItsNameFromTheSource) {
   const absl::StatusOr<config::JobConfig> job =
       ParseJobConfig(kMinimalJob, "dir/minimal.textproto");

@@ -129,6 +129,8 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "model.preset=\"tiney\": unknown preset (did you mean \"tiny\"?); known presets: "
        "llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b, small-25m, tiny"},
       {{"model.hf_dir="}, "model.hf_dir is empty"},
+      {{"data.megatron.path_prefix=/d/c", "data.eval.megatron.path_prefix=/d/./c"},
+       "data.eval is \"/d/./c\", which the job trains on: its loss would not be held out"},
       {{"logging.peak_tflops=4.9e-324"},
        "logging.peak_tflops=4.94066e-324: must be 0 (no MFU) or in [0.001, 1e+06]"},
       {{"logging.peak_tflops=2e6"},

@@ -9,6 +9,8 @@
 #include <omp.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -154,6 +156,43 @@ TEST(JsonlSamples, ManyDistinctIgnoredKeysParseInLinearTime) {
   ASSERT_TRUE(prepared.ok()) << prepared.status();
   EXPECT_EQ(prepared->ignored_keys.size(), 100000u);
   EXPECT_EQ(prepared->ignored_keys.at("k99999"), 1);
+}
+
+// The summary's ignored keys are escaped (a NUL or a newline would cut or break the line), long
+// ones shortened, at most 20 listed; the data section's prefix is an escaped textproto string.
+TEST(JsonlSamples, TheSummaryEscapesKeysAndPrefixes) {
+  testing::ScratchDir dir;
+  std::string line =
+      R"({"input_ids": [1, 2], "a\u0000b": 1, "c\nd": 2, ")" + std::string(1000, 'A') + R"(": 3)";
+  for (int k = 0; k < 30; ++k) line += ", \"k" + std::to_string(k) + "\": 0";
+  testing::WriteFile(dir.Path("keys.jsonl"), line + "}\n");
+  const std::string prefix = dir.Path("odd\"name\nhere");
+  const absl::StatusOr<PreparedSamples> prepared =
+      PrepareJsonlSamples(dir.Path("keys.jsonl"), prefix);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->ignored_keys.size(), 33u);
+  const std::string described = DescribePreparedSamples(*prepared);
+  EXPECT_THAT(described, HasSubstr("\"" + std::string(64, 'A') + "\"... (1000 bytes) (1 lines), "));
+  EXPECT_THAT(described, HasSubstr(R"("a\000b" (1 lines), "c\nd" (1 lines), "k0" (1 lines))"));
+  EXPECT_THAT(described, HasSubstr("and 13 more\n"));
+  EXPECT_EQ(described.find(std::string(65, 'A')), std::string::npos);
+  EXPECT_THAT(described, HasSubstr("path_prefix: \"" + dir.path() + "/odd\\\"name\\nhere\"\n"));
+  EXPECT_THAT(described, HasSubstr("packing: DOCUMENTS"));  // nothing cut off
+}
+
+// An --out whose files would be the samples file itself is refused; the file stays as it was.
+TEST(JsonlSamples, AnOutputOverTheSamplesFileIsRefused) {
+  testing::ScratchDir dir;
+  const std::string samples = R"({"input_ids": [1, 2]})"
+                              "\n";
+  testing::WriteFile(dir.Path("p.idx"), samples);
+  const absl::StatusOr<PreparedSamples> prepared =
+      PrepareJsonlSamples(dir.Path("p.idx"), dir.Path("p"));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_THAT(std::string(prepared.status().message()),
+              HasSubstr("would write " + dir.Path("p.idx") + ", which is the samples file"));
+  std::ifstream in(dir.Path("p.idx"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), samples);
 }
 
 TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {

@@ -19,7 +19,7 @@ status=$?
 cat log | tail -n 3
 failed=0
 [ "$status" -eq 3 ] || { echo "FAIL: exit status $status, expected 3"; failed=1; }
-grep -q "stopped by signal 10 (preemption) after step" log || { echo "FAIL: no stop line"; failed=1; }
+grep -q "stopped by SIGUSR1 (a preemption warning) after step" log || { echo "FAIL: no stop line"; failed=1; }
 [ -e "$dir/run/STOPPED_FOR_PREEMPTION" ] || { echo "FAIL: no stop marker"; failed=1; }
 compgen -G "$dir/ckpt/step_*" > /dev/null || { echo "FAIL: no checkpoint"; failed=1; }
 [ "$failed" -eq 0 ] && echo "PASS"
