@@ -19,6 +19,11 @@ endfunction()
 add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>
                     $<$<COMPILE_LANGUAGE:CXX>:-fno-trapping-math>)
 
+# The build type "Sanitize" (test.sh's parser stage): -O1, ASan's recommended level, with line
+# tables for file:line in its reports; about half the compile time of RelWithDebInfo's -O2 -g.
+set(CMAKE_C_FLAGS_SANITIZE "-O1 -g1 -DNDEBUG")
+set(CMAKE_CXX_FLAGS_SANITIZE "-O1 -g1 -DNDEBUG")
+
 if(KELVIN_SANITIZE)
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>

@@ -3,7 +3,7 @@
 # missing, so it is idempotent), finds the CUDA toolkit (CUDA_HOME or /usr/local/cuda; absent means
 # a CPU-only build), configures and builds.
 # Usage: scripts/setup.sh [--build-dir DIR] [--cuda AUTO|ON|OFF] [--sanitize] [--werror]
-#                         [--build-type Release|Debug|RelWithDebInfo] [--target T]
+#                         [--build-type Release|Debug|RelWithDebInfo|Sanitize] [--target T]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
