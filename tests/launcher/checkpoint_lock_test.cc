@@ -35,7 +35,7 @@ TEST(CheckpointDirectoryLock, ASecondHolderIsRefusedUntilTheFirstLetsGo) {
   EXPECT_THAT(std::string(second.status().message()),
               HasSubstr("give this run its own checkpoint.dir"));
   { CheckpointDirectoryLock released = *std::move(first); }  // moved out, then let go
-  EXPECT_FALSE(fs::exists(dir + "/kelvin.lock"));              // nothing left behind
+  EXPECT_FALSE(fs::exists(dir + "/kelvin.lock"));            // nothing left behind
   const absl::StatusOr<CheckpointDirectoryLock> third = CheckpointDirectoryLock::Acquire(dir);
   EXPECT_TRUE(third.ok()) << third.status();
 }
