@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-packages=(build-essential cmake git libopenmpi-dev openmpi-bin libprotobuf-dev protobuf-compiler
+packages=(build-essential ccache cmake git libopenmpi-dev openmpi-bin libprotobuf-dev protobuf-compiler
           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
           libopenblas-openmp-dev
           nlohmann-json3-dev)

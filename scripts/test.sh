@@ -5,9 +5,8 @@
 #    and its CUDA cases (they skip with the reason) and the kelvin command's tests run: its other
 #    tests are the CPU-only build's, from the same sources.
 # 2. the CPU-only build (KELVIN_CUDA=OFF) and every test (KELVIN_SKIP_CPU_ONLY=1 skips it).
-# 3. the parsers under ASan+UBSan (KELVIN_SKIP_SANITIZE=1 skips it): a CPU-only build of
-#    io_test, data_test, models_test and launcher_test at -O1, running the parser, fuzz,
-#    job-config and checkpoint tests.
+# 3. the parsers under ASan+UBSan (KELVIN_SKIP_SANITIZE=1 skips it): a CPU-only build at -O1 of
+#    parser_tests (tests/CMakeLists.txt), the parser, fuzz, job-config and checkpoint tests.
 # KELVIN_SANITIZE=1 instead builds and tests everything with ASan+UBSan (stage 1, all of it).
 set -euo pipefail
 
@@ -59,15 +58,12 @@ fi
 if [[ "${KELVIN_SKIP_SANITIZE:-0}" != "1" ]]; then
   asan_dir="$root/build/test-parsers-asan"
   "$root/scripts/setup.sh" --build-dir "$asan_dir" --cuda OFF --sanitize --build-type Sanitize \
-    --werror --target io_test --target data_test --target models_test --target launcher_test
+    --werror --target parser_tests
   (
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    cd "$asan_dir/tests"  # where CTest runs them
-    ./io_test
-    ./data_test
-    ./models_test --gtest_filter="*Fuzz*:*Hf*:LlamaConfig*-*cuda*:*Cuda*"
-    ./launcher_test --gtest_filter="*Fuzz*:JobConfig*:Checkpoint*:AsyncCheckpoint*-*cuda*:*Cuda*"
+    cd "$asan_dir/tests"  # where CTest runs the same cases
+    ./parser_tests --gtest_filter="-LlamaModel.*"  # the model's numerics are not a parser
   )
   stage_done "the parsers under ASan+UBSan"
 fi

@@ -25,6 +25,12 @@ TEST(CheckDeathTest, CheckPrintsConditionMessageFileLineAndRank) {
   SetLogRank(-1);
 }
 
+TEST(CheckDeathTest, CheckNamesTheFileFromTheSourceRoot) {
+  // Absolute when compiled directly; relative to the build folder through ccache (its
+  // CCACHE_BASEDIR), where the message drops the leading "../" steps.
+  EXPECT_DEATH(KELVIN_CHECK(false), "at (/[^ ]*/)?tests/core/check_test\\.cc:[0-9]+: false");
+}
+
 TEST(CheckDeathTest, ComparisonChecksPrintBothOperands) {
   const int64_t rows = 6, heads = 4;
   EXPECT_DEATH(KELVIN_CHECK_EQ(rows, heads) << "when splitting",
