@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/job_config.h"
-#include "launcher/trainer.h"
+#include "launcher/config/job_config.h"
+#include "training/trainer.h"
 
 namespace kelvin {
 namespace {
@@ -40,7 +40,7 @@ int Run(const std::string& config_path, int timed_steps, const std::vector<std::
     std::fprintf(stderr, "%s\n", std::string(job.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<launcher::Trainer>> trainer = launcher::Trainer::Create(*job);
+  absl::StatusOr<std::unique_ptr<training::Trainer>> trainer = training::Trainer::Create(*job);
   if (!trainer.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trainer.status().message()).c_str());
     return 2;
@@ -48,7 +48,7 @@ int Run(const std::string& config_path, int timed_steps, const std::vector<std::
   std::vector<double> seconds;
   double communication = 0, transfers = 0, micro_batches = 0, total = 0;
   for (int step = 0; step <= timed_steps; ++step) {
-    absl::StatusOr<launcher::StepStats> stats = (*trainer)->TrainStep(step);
+    absl::StatusOr<training::StepStats> stats = (*trainer)->TrainStep(step);
     if (!stats.ok()) {
       std::fprintf(stderr, "%s\n", std::string(stats.status().message()).c_str());
       return 1;

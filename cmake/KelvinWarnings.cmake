@@ -19,14 +19,26 @@ endfunction()
 add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>
                     $<$<COMPILE_LANGUAGE:CXX>:-fno-trapping-math>)
 
-# The build type "Sanitize" (test.sh's parser stage): -O1, ASan's recommended level, with line
-# tables for file:line in its reports; about half the compile time of RelWithDebInfo's -O2 -g.
-set(CMAKE_C_FLAGS_SANITIZE "-O1 -g1 -DNDEBUG")
-set(CMAKE_CXX_FLAGS_SANITIZE "-O1 -g1 -DNDEBUG")
-
+set(KELVIN_SANITIZER_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer
+    -fno-sanitize-recover=undefined)
 if(KELVIN_SANITIZE)
-  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
-                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>
-                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>)
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${KELVIN_SANITIZER_FLAGS}>")
+endif()
+if(KELVIN_SANITIZE OR KELVIN_SANITIZE_INPUTS)
   add_link_options(-fsanitize=address,undefined)
 endif()
+
+# kelvin_sanitize_input_readers(SOURCES ...): the code that reads what users hand Kelvin (files,
+# job text, checkpoints). With KELVIN_SANITIZE_INPUTS (test.sh's sanitizer stage) only these are
+# compiled with ASan+UBSan, at -O1 (ASan's recommended level) with line tables for its reports;
+# every other file is compiled as in the ordinary build, so ccache gives that stage the CPU-only
+# build's objects. Call it from the CMakeLists.txt that adds the sources' target.
+function(kelvin_sanitize_input_readers)
+  if(KELVIN_SANITIZE_INPUTS)
+    set(flags ${KELVIN_SANITIZER_FLAGS} -O1 -g1)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      list(APPEND flags -Wno-maybe-uninitialized)
+    endif()
+    set_property(SOURCE ${ARGN} APPEND PROPERTY COMPILE_OPTIONS ${flags})
+  endif()
+endfunction()

@@ -23,21 +23,21 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/build_info.h"
-#include "core/data/jsonl_samples.h"
 #include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/strings/did_you_mean.h"
-#include "launcher/checkpoint_commands.h"
-#include "launcher/job_config.h"
-#include "launcher/job_plan.h"
-#include "launcher/job_setup.h"
-#include "launcher/layout_search.h"
-#include "launcher/preemption.h"
-#include "launcher/run_directory.h"
-#include "launcher/slurm_batch.h"
-#include "launcher/trainer.h"
+#include "data/sft/jsonl_samples.h"
+#include "launcher/commands/checkpoint_commands.h"
+#include "launcher/config/job_config.h"
+#include "launcher/plan/layout_search.h"
+#include "launcher/slurm/slurm_batch.h"
 #include "parallel/rank_discovery.h"
+#include "training/checkpoint/preemption.h"
+#include "training/job/job_plan.h"
+#include "training/job/job_setup.h"
+#include "training/run_directory.h"
+#include "training/trainer.h"
 
 namespace {
 
@@ -86,7 +86,7 @@ struct Arguments {
   bool layouts = false;                               // plan --layouts
   bool submit = false;                                // launch --submit
   std::optional<std::string> out;                     // convert and prepare-data --out
-  kelvin::launcher::CheckpointChoice checkpoint;      // convert and eval --step, --best
+  kelvin::training::CheckpointChoice checkpoint;      // convert and eval --step, --best
   bool every_checkpoint = false;                      // eval --all
   kelvin::DType convert_dtype = kelvin::DType::kF32;  // convert --dtype
 };
@@ -110,12 +110,12 @@ int Fail(const absl::Status& status) {
 int Train(const kelvin::config::JobConfig& job, int world_rank) {
   KLOG_RANK0(INFO) << "kelvin " << kelvin::KelvinVersion() << "; " << kelvin::LibraryVersions();
   // Before the run directory is written (every rank finds the same: none waits for another).
-  if (const absl::Status outputs = kelvin::launcher::CheckOutputLocations(job); !outputs.ok()) {
+  if (const absl::Status outputs = kelvin::training::CheckOutputLocations(job); !outputs.ok()) {
     return Fail(kelvin::launcher::WithWorkingDirectory(outputs, job));
   }
   if (world_rank == 0) {  // the whole resolved job goes to the run directory, not the log
     const absl::StatusOr<std::string> written =
-        kelvin::launcher::StartRunDirectory(job, kelvin::launcher::FormatResolvedConfig(job));
+        kelvin::training::StartRunDirectory(job, kelvin::launcher::FormatResolvedConfig(job));
     if (written.ok()) {
       KLOG(INFO) << "job " << job.name() << ": its resolved config is " << *written;
     } else {
@@ -124,8 +124,8 @@ int Train(const kelvin::config::JobConfig& job, int world_rank) {
                     << kelvin::launcher::FormatResolvedConfig(job);
     }
   }
-  absl::StatusOr<std::unique_ptr<kelvin::launcher::Trainer>> trainer =
-      kelvin::launcher::Trainer::Create(job);
+  absl::StatusOr<std::unique_ptr<kelvin::training::Trainer>> trainer =
+      kelvin::training::Trainer::Create(job);
   absl::Status status = trainer.ok() ? (*trainer)->Run() : trainer.status();
   return status.ok() ? 0 : Fail(kelvin::launcher::WithWorkingDirectory(status, job));
 }
@@ -133,10 +133,10 @@ int Train(const kelvin::config::JobConfig& job, int world_rank) {
 void LogEvaluation(const kelvin::config::JobConfig& job,
                    const kelvin::launcher::JobEvaluation& eval) {
   KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval.main.step << " | "
-                   << kelvin::launcher::FormatEvalStats(eval.main);
+                   << kelvin::training::FormatEvalStats(eval.main);
   for (const auto& [name, stats] : eval.also) {
     KLOG_RANK0(INFO) << "eval of " << job.name() << " on " << name << " at step " << stats.step
-                     << " | " << kelvin::launcher::FormatEvalStats(stats);
+                     << " | " << kelvin::training::FormatEvalStats(stats);
   }
 }
 
@@ -170,7 +170,7 @@ int Convert(const kelvin::config::JobConfig& job, const std::string& out,
 // that says how to launch.
 int RunUnderLauncher(const Arguments& a) {
   // Before anything slow: a preemption warning during start-up is kept for the training loop.
-  if (a.command == "train") kelvin::launcher::InstallPreemptionHandlers();
+  if (a.command == "train") kelvin::training::InstallPreemptionHandlers();
   const auto load = [&a]() { return kelvin::launcher::LoadJobConfig(a.job_path, a.overrides); };
   if (a.command == "convert") {  // one process's work: under a launcher, rank 0 does it
     const absl::StatusOr<kelvin::parallel::RankInfo> launched =
@@ -198,7 +198,7 @@ int RunUnderLauncher(const Arguments& a) {
       result = Fail(job.status());
     } else if (a.command == "train") {
       // Without checkpoints a stop signal cannot be honoured: it ends the run, as by default.
-      if (job->checkpoint().dir().empty()) kelvin::launcher::UninstallPreemptionHandlers();
+      if (job->checkpoint().dir().empty()) kelvin::training::UninstallPreemptionHandlers();
       result = Train(*job, rank->rank);
     } else {
       result = Eval(*job, a);
@@ -230,14 +230,14 @@ struct PlannedJob {
   kelvin::models::LlamaConfig arch;
   int processes = 0;
   bool cuda = false;
-  kelvin::launcher::JobLayout layout;  // PlanJob's
+  kelvin::training::JobLayout layout;  // PlanJob's
   std::string stand_in_note;           // a preset stands in for unreadable model.hf_dir weights
 };
 
 absl::StatusOr<PlannedJob> LoadJobToPlan(const Arguments& a) {
   PlannedJob planned;
   KELVIN_ASSIGN_OR_RETURN(planned.job, kelvin::launcher::LoadJobConfig(a.job_path, a.overrides));
-  KELVIN_ASSIGN_OR_RETURN(planned.arch, kelvin::launcher::ResolveArchitectureToPlan(
+  KELVIN_ASSIGN_OR_RETURN(planned.arch, kelvin::training::ResolveArchitectureToPlan(
                                             planned.job.model(), planned.stand_in_note));
   if (!planned.stand_in_note.empty()) {
     std::fprintf(stderr, "kelvin: note: %s\n", planned.stand_in_note.c_str());
@@ -256,7 +256,7 @@ absl::StatusOr<PlannedJob> PlanJob(const Arguments& a) {
   KELVIN_ASSIGN_OR_RETURN(PlannedJob planned, LoadJobToPlan(a));
   KELVIN_ASSIGN_OR_RETURN(
       planned.layout,
-      kelvin::launcher::PlanJobLayout(planned.job, planned.arch, planned.processes, planned.cuda));
+      kelvin::training::PlanJobLayout(planned.job, planned.arch, planned.processes, planned.cuda));
   return planned;
 }
 
@@ -278,7 +278,7 @@ absl::Status PrintLayouts(const Arguments& a) {
         "): plan for another count (--processes N) or change training.global_batch_size"));
   }
   if (search.candidates.front().fits) return absl::OkStatus();
-  std::vector<std::string> remedies = kelvin::launcher::ActivationMemoryRemedies(job);
+  std::vector<std::string> remedies = kelvin::training::ActivationMemoryRemedies(job);
   remedies.push_back("plan for more processes (--processes N)");
   return absl::ResourceExhaustedError(
       absl::StrCat("no layout of ", processes, " processes fits launch.gpu_memory_gib=",
@@ -287,14 +287,14 @@ absl::Status PrintLayouts(const Arguments& a) {
 
 // Prints the job's plan; an error when its largest rank does not fit launch.gpu_memory_gib.
 absl::Status PrintPlan(const PlannedJob& planned) {
-  KELVIN_ASSIGN_OR_RETURN(const std::string report, kelvin::launcher::FormatJobPlan(
+  KELVIN_ASSIGN_OR_RETURN(const std::string report, kelvin::training::FormatJobPlan(
                                                         planned.job, planned.arch, planned.layout));
   std::printf("%s", report.c_str());
   std::fflush(stdout);  // before a fit error on stderr
   KELVIN_ASSIGN_OR_RETURN(
-      const kelvin::launcher::PeakMemory peak,
-      kelvin::launcher::PlanPeakMemory(planned.job, planned.arch, planned.layout));
-  return kelvin::launcher::CheckPlanFitsGpu(planned.job, planned.layout, peak);
+      const kelvin::training::PeakMemory peak,
+      kelvin::training::PlanPeakMemory(planned.job, planned.arch, planned.layout));
+  return kelvin::training::CheckPlanFitsGpu(planned.job, planned.layout, peak);
 }
 
 int Plan(const Arguments& a) {
@@ -325,9 +325,9 @@ int Launch(const Arguments& a) {
         " holds no readable config.json on this machine, so the job would fail when it starts: "
         "launch where the weights are visible (a shared filesystem), or fix model.hf_dir")));
   }
-  const absl::Status data = kelvin::launcher::CheckDataFilesExist(job);
+  const absl::Status data = kelvin::training::CheckDataFilesExist(job);
   if (!data.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(data, job));
-  const absl::Status outputs = kelvin::launcher::CheckOutputLocations(job);
+  const absl::Status outputs = kelvin::training::CheckOutputLocations(job);
   if (!outputs.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(outputs, job));
   if (job.training().device() == kelvin::config::TrainingConfig::CUDA &&
       job.launch().gpus_per_node() == 0) {

@@ -2,14 +2,15 @@
 # Sets up this machine for Kelvin and builds it: installs the Debian packages it needs (only when
 # missing, so it is idempotent), finds the CUDA toolkit (CUDA_HOME or /usr/local/cuda; absent means
 # a CPU-only build), configures and builds.
-# Usage: scripts/setup.sh [--build-dir DIR] [--cuda AUTO|ON|OFF] [--sanitize] [--werror]
-#                         [--build-type Release|Debug|RelWithDebInfo|Sanitize] [--target T]
+# Usage: scripts/setup.sh [--build-dir DIR] [--cuda AUTO|ON|OFF] [--sanitize | --sanitize-inputs]
+#                         [--werror] [--build-type Release|Debug|RelWithDebInfo] [--target T]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="$root/build/release"
 cuda_mode="AUTO"
 sanitize="OFF"
+sanitize_inputs="OFF"
 werror="OFF"
 build_type="Release"
 targets=()
@@ -18,6 +19,7 @@ while [[ $# -gt 0 ]]; do
     --build-dir) build_dir="$2"; shift 2 ;;
     --cuda) cuda_mode="$2"; shift 2 ;;
     --sanitize) sanitize="ON"; shift ;;
+    --sanitize-inputs) sanitize_inputs="ON"; shift ;;
     --werror) werror="ON"; shift ;;
     --build-type) build_type="$2"; shift 2 ;;
     --target) targets+=(--target "$2"); shift 2 ;;
@@ -46,7 +48,8 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 
 cmake_args=(-DCMAKE_BUILD_TYPE="$build_type" -DKELVIN_CUDA="$cuda_mode"
-            -DKELVIN_SANITIZE="$sanitize" -DKELVIN_WERROR="$werror")
+            -DKELVIN_SANITIZE="$sanitize" -DKELVIN_SANITIZE_INPUTS="$sanitize_inputs"
+            -DKELVIN_WERROR="$werror")
 if [[ "$cuda_mode" != "OFF" ]]; then
   cuda_home="${CUDA_HOME:-/usr/local/cuda}"
   if [[ -x "$cuda_home/bin/nvcc" ]]; then

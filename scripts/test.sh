@@ -5,8 +5,10 @@
 #    and its CUDA cases (they skip with the reason) and the kelvin command's tests run: its other
 #    tests are the CPU-only build's, from the same sources.
 # 2. the CPU-only build (KELVIN_CUDA=OFF) and every test (KELVIN_SKIP_CPU_ONLY=1 skips it).
-# 3. the parsers under ASan+UBSan (KELVIN_SKIP_SANITIZE=1 skips it): a CPU-only build at -O1 of
-#    parser_tests (tests/CMakeLists.txt), the parser, fuzz, job-config and checkpoint tests.
+# 3. the parsers under ASan+UBSan (KELVIN_SKIP_SANITIZE=1 skips it): parser_tests
+#    (tests/CMakeLists.txt: the parser, fuzz, job-config and checkpoint tests) in a CPU-only build
+#    whose code that reads user input is instrumented (KELVIN_SANITIZE_INPUTS; the rest comes from
+#    stage 2 through ccache).
 # KELVIN_SANITIZE=1 instead builds and tests everything with ASan+UBSan (stage 1, all of it).
 set -euo pipefail
 
@@ -54,16 +56,17 @@ if [[ "${KELVIN_SKIP_CPU_ONLY:-0}" != "1" ]]; then
 fi
 
 # What users hand Kelvin (safetensors, datasets, JSON Lines, config.json, checkpoints, job files)
-# parsed under ASan+UBSan, fuzz tests included. Build type Sanitize (cmake/KelvinWarnings.cmake).
+# parsed under ASan+UBSan, fuzz tests included (cmake/KelvinWarnings.cmake says what is instrumented).
 if [[ "${KELVIN_SKIP_SANITIZE:-0}" != "1" ]]; then
   asan_dir="$root/build/test-parsers-asan"
-  "$root/scripts/setup.sh" --build-dir "$asan_dir" --cuda OFF --sanitize --build-type Sanitize \
-    --werror --target parser_tests
+  "$root/scripts/setup.sh" --build-dir "$asan_dir" --cuda OFF --sanitize-inputs --werror \
+    --target parser_tests
   (
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     cd "$asan_dir/tests"  # where CTest runs the same cases
-    ./parser_tests --gtest_filter="-LlamaModel.*"  # the model's numerics are not a parser
+    # The model's numerics are not a parser; the planner fuzz runs 250 of its 1000 jobs.
+    KELVIN_PLAN_FUZZ_JOBS=250 ./parser_tests --gtest_filter="-LlamaModel.*"
   )
   stage_done "the parsers under ASan+UBSan"
 fi

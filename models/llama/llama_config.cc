@@ -267,7 +267,7 @@ absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name) {
     c.num_layers = 4;
     c.num_attention_heads = 4;
     c.num_key_value_heads = 2;
-    c.vocab_size = 260;  // the passkey task's byte vocabulary (core/data/passkey_task.h)
+    c.vocab_size = 260;  // the passkey task's byte vocabulary (data/tasks/passkey_task.h)
     c.max_position_embeddings = 4096;
     c.rope.theta = 10000.0;
   } else {

@@ -1,0 +1,48 @@
+// Fine-tuning samples from JSON Lines into a Megatron indexed dataset and its loss mask (what
+// `kelvin prepare-data` runs). Each non-blank line is one sample, a JSON object with
+//   "input_ids": [token ids]                 (required, non-empty, ids >= 0)
+//   "labels":    [id or -100 per token]      (optional: Hugging Face's unshifted convention, the
+//                                             token itself where it is a training target, -100
+//                                             where it is not, e.g. the prompt)
+//   "loss_mask": [1 or 0 per token]          (optional, instead of labels: 1 = training target)
+// Other keys (e.g. "text", "attention_mask") are ignored and counted. Each sample becomes one
+// document of PREFIX.bin/.idx (uint16 tokens when every id is below 65500, as Megatron-LM chooses,
+// else int32); when any sample has labels or loss_mask, PREFIX_loss_mask.bin/.idx holds its
+// targets (uint8 0/1; a sample with neither trains on all its tokens; without any mask, an
+// earlier run's PREFIX_loss_mask is removed). The input is read once, in batches of lines parsed
+// in parallel (OpenMP) and written in file order, each line validated, into .partial files: a bad
+// line is an error naming the file, line and field, after which nothing is left (a directory
+// created for the output is removed again); both datasets are written whole before either is
+// renamed into place.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/status.h"
+#include "data/corpus/token_corpus.h"
+#include "data/sft/length_summary.h"
+
+namespace kelvin::data {
+
+struct PreparedSamples {
+  std::string tokens_prefix;     // PREFIX
+  std::string loss_mask_prefix;  // PREFIX_loss_mask, or empty when no sample has a mask
+  TokenType token_type = TokenType::kUInt16;
+  int64_t samples = 0;
+  int64_t tokens = 0;
+  int64_t targets = 0;  // tokens that are training targets (all of them without a mask)
+  int64_t max_token = 0;
+  std::map<std::string, int64_t> ignored_keys;  // key -> lines that had it
+  LengthSummary lengths;                        // of the samples, for choosing seq_length
+  bool removed_stale_mask = false;  // PREFIX_loss_mask of an earlier run, with no mask now
+};
+
+absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_path,
+                                                    const std::string& output_prefix);
+
+// What was written, and the data section of a job that trains on it.
+std::string DescribePreparedSamples(const PreparedSamples& prepared);
+
+}  // namespace kelvin::data

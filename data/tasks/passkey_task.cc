@@ -1,0 +1,179 @@
+// The passkey-retrieval task (see passkey_task.h).
+#include "data/tasks/passkey_task.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/check.h"
+#include "core/ops/cross_entropy.h"
+#include "data/sampling/random.h"
+
+namespace kelvin::data {
+namespace {
+
+constexpr int32_t kMinKey = 10000;
+constexpr int32_t kKeyCount = 90000;  // keys 10000..99999: always 5 digits
+
+// Offsets of the sentence boundaries of the longest run of whole filler sentences that fits in
+// `budget` bytes: 0, then the end of each sentence; the last one is that run's length W.
+std::vector<int64_t> FillerBoundaries(int64_t budget) {
+  std::vector<int64_t> sentence_lengths;
+  for (size_t begin = 0; begin < kPasskeyFiller.size();) {
+    const size_t end = kPasskeyFiller.find(". ", begin) + 2;  // each sentence ends in ". "
+    sentence_lengths.push_back(static_cast<int64_t>(end - begin));
+    begin = end;
+  }
+  std::vector<int64_t> boundaries = {0};
+  for (size_t s = 0;; s = (s + 1) % sentence_lengths.size()) {
+    const int64_t next = boundaries.back() + sentence_lengths[s];
+    if (next > budget) return boundaries;
+    boundaries.push_back(next);
+  }
+}
+
+// A boundary drawn uniformly among those whose depth (boundary / W) lies in `depths`; when none
+// does (short fillers have few), the one nearest the range. The whole range draws exactly as
+// uniformly over all boundaries.
+int64_t DrawBoundary(std::mt19937_64& rng, const std::vector<int64_t>& boundaries,
+                     const DepthRange& depths) {
+  const double width = static_cast<double>(boundaries.back());
+  const auto depth_of = [&](int64_t boundary) { return width > 0 ? boundary / width : 0.0; };
+  std::vector<int64_t> inside;
+  for (const int64_t b : boundaries) {
+    if (depth_of(b) >= depths.min && depth_of(b) <= depths.max) inside.push_back(b);
+  }
+  if (!inside.empty()) return inside[UniformBelow(rng, inside.size())];
+  const auto distance = [&](int64_t b) {
+    return std::max({depths.min - depth_of(b), depth_of(b) - depths.max, 0.0});
+  };
+  return *std::min_element(boundaries.begin(), boundaries.end(),
+                           [&](int64_t a, int64_t b) { return distance(a) < distance(b); });
+}
+
+void AppendText(std::vector<int32_t>& tokens, std::string_view text) {
+  for (const char c : text) tokens.push_back(static_cast<unsigned char>(c));
+}
+
+// Bytes [begin, end) of the endlessly repeated filler.
+void AppendFiller(std::vector<int32_t>& tokens, int64_t begin, int64_t end) {
+  const auto period = static_cast<int64_t>(kPasskeyFiller.size());
+  for (int64_t i = begin; i < end; ++i) {
+    tokens.push_back(static_cast<unsigned char>(kPasskeyFiller[i % period]));
+  }
+}
+
+}  // namespace
+
+std::string PasskeySentence(int32_t key) {
+  return absl::StrFormat("The pass key is %d. Remember it. %d is the pass key. ", key, key);
+}
+
+int64_t MinPasskeySequenceLength() {
+  const auto fixed = static_cast<int64_t>(1 + PasskeySentence(kMinKey).size() +
+                                          kPasskeyQuestion.size() + kPasskeyDigits);
+  return fixed - 1;  // a sample is T + 1 tokens
+}
+
+PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length,
+                                const DepthRange& depths) {
+  KELVIN_CHECK_GE(sequence_length, MinPasskeySequenceLength());
+  KELVIN_CHECK_GE(index, 0);
+  std::mt19937_64 rng(MixSeed(seed, static_cast<uint64_t>(index)));
+  PasskeySample sample;
+  sample.key = kMinKey + static_cast<int32_t>(UniformBelow(rng, kKeyCount));
+  const int64_t filler_budget = sequence_length - MinPasskeySequenceLength();
+  const std::vector<int64_t> boundaries = FillerBoundaries(filler_budget);
+  const int64_t filler_bytes = boundaries.back();  // W
+  const int64_t insert_at = DrawBoundary(rng, boundaries, depths);
+  sample.depth = filler_bytes > 0 ? static_cast<double>(insert_at) / filler_bytes : 0.0;
+
+  std::vector<int32_t>& tokens = sample.tokens;
+  tokens.reserve(sequence_length + 1);
+  tokens.push_back(kByteBos);
+  AppendFiller(tokens, 0, insert_at);
+  sample.key_position = static_cast<int64_t>(tokens.size());
+  AppendText(tokens, PasskeySentence(sample.key));
+  AppendFiller(tokens, insert_at, filler_bytes);
+  tokens.resize(tokens.size() + (filler_budget - filler_bytes), ' ');
+  AppendText(tokens, kPasskeyQuestion);
+  AppendText(tokens, absl::StrCat(sample.key));
+  KELVIN_CHECK_EQ(static_cast<int64_t>(tokens.size()), sequence_length + 1);
+  return sample;
+}
+
+std::vector<int32_t> TextToByteTokens(std::string_view text) {
+  std::vector<int32_t> tokens;
+  AppendText(tokens, text);
+  return tokens;
+}
+
+std::string ByteTokensToText(std::span<const int32_t> tokens) {
+  std::string text;
+  for (const int32_t token : tokens) {
+    KELVIN_CHECK(token >= 0 && token <= kByteBos) << "not a byte token: " << token;
+    if (token == kByteBos) {
+      text += "<s>";
+    } else {
+      text.push_back(static_cast<char>(token));
+    }
+  }
+  return text;
+}
+
+absl::StatusOr<std::unique_ptr<PasskeyTask>> PasskeyTask::Create(const PasskeyOptions& options) {
+  if (options.sequence_length < MinPasskeySequenceLength()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "passkey task: sequence length %d is too short; a sample needs at least %d tokens for the "
+        "key sentence, the question and the answer",
+        options.sequence_length, MinPasskeySequenceLength()));
+  }
+  if (options.micro_batch_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "passkey task: micro-batch size %d must be positive", options.micro_batch_size));
+  }
+  return std::unique_ptr<PasskeyTask>(new PasskeyTask(options));
+}
+
+absl::StatusOr<Batch> PasskeyTask::BatchAt(const BatchCoordinates& where) {
+  const int64_t t_len = options_.sequence_length;
+  const int64_t first = FirstGlobalSample(where, options_.micro_batch_size);
+  Batch batch = AllocateBatch(options_.micro_batch_size, t_len);
+  for (int64_t b = 0; b < options_.micro_batch_size; ++b) {
+    const PasskeySample sample =
+        MakePasskeySample(options_.seed, first + b, t_len, options_.depths);
+    FillRow(batch, b, sample.tokens);
+    int32_t* labels = batch.labels.data<int32_t>() + b * t_len;  // [T]
+    std::fill(labels, labels + t_len - kPasskeyDigits, ops::kIgnoreIndex);
+    batch.documents[b] = {{first + b, 0, t_len}};
+    batch.sources[b] = first + b;
+  }
+  return batch;
+}
+
+bool PasskeyRetrieved(std::span<const int32_t> labels, std::span<const int32_t> predictions) {
+  KELVIN_CHECK_EQ(labels.size(), predictions.size());
+  bool any_label = false;
+  for (size_t t = 0; t < labels.size(); ++t) {
+    if (labels[t] == ops::kIgnoreIndex) continue;
+    any_label = true;
+    if (predictions[t] != labels[t]) return false;
+  }
+  return any_label;
+}
+
+int64_t CountRetrieved(const Batch& batch, const Tensor& predictions) {
+  KELVIN_CHECK(predictions.is_cpu() && predictions.shape() == batch.labels.shape())
+      << predictions.ToString() << " vs labels " << batch.labels.ToString();
+  const int64_t t_len = batch.sequence_length();
+  int64_t retrieved = 0;
+  for (int64_t b = 0; b < batch.rows(); ++b) {
+    const std::span<const int32_t> labels(batch.labels.data<int32_t>() + b * t_len, t_len);
+    const std::span<const int32_t> guesses(predictions.data<int32_t>() + b * t_len, t_len);
+    retrieved += PasskeyRetrieved(labels, guesses) ? 1 : 0;
+  }
+  return retrieved;
+}
+
+}  // namespace kelvin::data

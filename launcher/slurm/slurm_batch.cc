@@ -1,0 +1,259 @@
+// The batch script, its file, sbatch, and the record of the jobs that use a run directory.
+#include "launcher/slurm/slurm_batch.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "core/io/atomic_file.h"
+#include "core/status.h"
+#include "launcher/config/job_config.h"
+#include "training/run_directory.h"
+
+namespace kelvin::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `text` as one shell word.
+std::string ShellQuote(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "'";
+}
+
+// sbatch reads #SBATCH values up to whitespace, and the script must stay one line per line:
+// paths in it have no whitespace, quotes or control characters.
+bool UnsafeInScript(const std::string& text) {
+  for (const char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (absl::ascii_isspace(u) || absl::ascii_iscntrl(u) || c == '\'' || c == '"') return true;
+  }
+  return false;
+}
+
+// The heredoc delimiter of the embedded job: a line the text does not hold.
+std::string HeredocDelimiter(const std::string& text) {
+  std::string delimiter = "KELVIN_JOB_CONFIG";
+  while (absl::StrContains(absl::StrCat("\n", text), absl::StrCat("\n", delimiter, "\n"))) {
+    delimiter += "_";
+  }
+  return delimiter;
+}
+
+// The output of `command` (sh), or "" when it cannot run.
+std::string OutputOf(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::string output;
+  char buffer[256];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  pclose(pipe);
+  return std::string(absl::StripAsciiWhitespace(output));
+}
+
+// The directories whose kSlurmJobsFile lists the jobs using them: the run directory, and
+// checkpoint.dir when set (absolute, from the working directory).
+std::vector<fs::path> RegistryDirectories(const config::JobConfig& job) {
+  std::error_code error;
+  std::vector<fs::path> dirs = {fs::absolute(job.launch().run_dir(), error)};
+  if (!job.checkpoint().dir().empty()) dirs.push_back(fs::absolute(job.checkpoint().dir(), error));
+  return dirs;
+}
+
+}  // namespace
+
+std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths) {
+  const config::LaunchConfig& l = job.launch();
+  config::JobConfig embedded = job;  // its run directory absolute, as the script's
+  embedded.mutable_launch()->set_run_dir(paths.run_dir);
+  const std::string config_text = FormatResolvedConfig(embedded);
+  std::string s = absl::StrCat("#!/bin/bash\n# Kelvin job ", job.name(),
+                               ", written by `kelvin launch`; submit it with sbatch. It trains the "
+                               "job config embedded below\n# (SLURM keeps each submitted script: "
+                               "a later launch changes nothing of this job).\n");
+  const auto directive = [&s](const std::string& option) {
+    absl::StrAppend(&s, "#SBATCH ", option, "\n");
+  };
+  directive("--job-name=" + job.name());
+  directive(absl::StrCat("--nodes=", l.nodes()));
+  directive(absl::StrCat("--ntasks-per-node=", l.processes_per_node()));
+  if (l.gpus_per_node() > 0) directive(absl::StrCat("--gpus-per-node=", l.gpus_per_node()));
+  if (l.cpus_per_process() > 0) directive(absl::StrCat("--cpus-per-task=", l.cpus_per_process()));
+  if (!l.time_limit().empty()) directive("--time=" + l.time_limit());
+  if (!l.partition().empty()) directive("--partition=" + l.partition());
+  if (!l.account().empty()) directive("--account=" + l.account());
+  if (!l.qos().empty()) directive("--qos=" + l.qos());
+  // Without "B:" SLURM signals the job steps: the training processes save and stop.
+  if (l.preemption_warning_seconds() > 0) {
+    directive(absl::StrCat("--signal=USR1@", l.preemption_warning_seconds()));
+  }
+  if (l.requeue()) directive("--requeue");
+  directive("--open-mode=append");  // a requeued job continues the same log
+  directive("--output=" + (fs::path(paths.run_dir) / "slurm-%j.out").string());
+  directive("--chdir=" + paths.working_dir);  // relative paths of the job as at launch
+  for (const std::string& option : l.extra_sbatch_options()) directive(option);
+  absl::StrAppend(&s, "set -euo pipefail\n");
+  for (const std::string& line : l.setup_commands()) absl::StrAppend(&s, line, "\n");
+  if (l.cpus_per_process() > 0) {
+    if (job.training().threads() == 0) {
+      absl::StrAppend(&s, "export OMP_NUM_THREADS=", l.cpus_per_process(), "\n");
+    }
+    // srun of Slurm >= 22.05 does not take --cpus-per-task from the job: each task would get one.
+    absl::StrAppend(&s, "export SRUN_CPUS_PER_TASK=", l.cpus_per_process(), "\n");
+  }
+  const std::string run_dir = ShellQuote(paths.run_dir);
+  const std::string delimiter = HeredocDelimiter(config_text);
+  absl::StrAppend(
+      &s, "run_dir=", run_dir, "\n",
+      // A job submitted by hand is recorded too: a later launch into this directory is refused.
+      "grep -qsx \"$SLURM_JOB_ID\" \"$run_dir/", kSlurmJobsFile, "\" || echo \"$SLURM_JOB_ID\" >> ",
+      "\"$run_dir/", kSlurmJobsFile, "\"\n",
+      "job_config=\"$run_dir/job-$SLURM_JOB_ID.textproto\"\n", "cat > \"$job_config\" <<'",
+      delimiter, "'\n", config_text, delimiter, "\n", "stopped=\"$run_dir/",
+      training::kStoppedForPreemptionFile, "\"\n", "finished=\"$run_dir/", training::kFinishedFile,
+      "\"\n", "rm -f \"$stopped\" \"$finished\"\n",
+      "echo \"kelvin: SLURM job $SLURM_JOB_ID, $SLURM_NNODES node(s), restart "
+      "${SLURM_RESTART_COUNT:-0}\"\n",
+      "status=0\n",
+      // pmix: Debian's OpenMPI starts under srun only with it; a rank that fails ends every other
+      // one at once.
+      "srun --mpi=pmix --kill-on-bad-exit=1 ", ShellQuote(paths.kelvin_binary),
+      " train \"$job_config\" || status=$?\n");
+  // A run that saved a checkpoint and stopped on a signal (the time-limit warning, or a
+  // preemption) leaves the stop marker: with requeue the job goes back in the queue and resumes.
+  // The markers, not srun's exit code, decide: with --kill-on-bad-exit the ranks still exiting may
+  // be killed and srun report 137, and srun exits 0 when a task failed to start. Each run
+  // completes at least one step before it looks for a signal, so the requeues cannot loop idle.
+  absl::StrAppend(&s, "if [ -e \"$stopped\" ]; then\n");
+  if (l.requeue()) {
+    absl::StrAppend(&s,
+                    "  echo \"kelvin: $(cat \"$stopped\"), checkpoint saved; requeueing job "
+                    "$SLURM_JOB_ID to continue\"\n",
+                    "  scontrol requeue \"$SLURM_JOB_ID\"\n");
+  } else {
+    absl::StrAppend(&s,
+                    "  echo \"kelvin: $(cat \"$stopped\"), checkpoint saved; submit this script "
+                    "again to continue\"\n");
+  }
+  absl::StrAppend(
+      &s, "elif [ \"$status\" -eq 0 ] && [ ! -e \"$finished\" ]; then\n",
+      "  echo \"kelvin: srun exited 0 but the training did not finish (no $finished): a task "
+      "failed to start or was lost; see the lines above\" >&2\n",
+      "  exit 1\n", "fi\n", "exit \"$status\"\n");
+  return s;
+}
+
+absl::StatusOr<BatchJob> WriteBatchJob(const config::JobConfig& job,
+                                       const std::string& kelvin_binary) {
+  std::error_code error;
+  const fs::path dir = fs::absolute(job.launch().run_dir(), error);
+  const fs::path working_dir = fs::current_path(error);
+  if (error || UnsafeInScript(dir.string()) || UnsafeInScript(working_dir.string()) ||
+      UnsafeInScript(kelvin_binary)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "launch.run_dir=\"", job.launch().run_dir(), "\" from ", working_dir.string(),
+        " (kelvin at ", kelvin_binary,
+        "): use directories without spaces, quotes or control characters (they go into #SBATCH "
+        "--output and --chdir and the script's lines)"));
+  }
+  if (const std::vector<std::string> live = LiveJobsUsing(job); !live.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "launch.run_dir=\"", job.launch().run_dir(), "\"",
+        job.checkpoint().dir().empty()
+            ? ""
+            : absl::StrCat(" or checkpoint.dir=\"", job.checkpoint().dir(), "\""),
+        " belongs to SLURM job ", absl::StrJoin(live, ", "),
+        ": a second job would train into the same checkpoints; wait for it to end, cancel it "
+        "(scancel), or give this launch its own launch.run_dir and checkpoint.dir"));
+  }
+  fs::create_directories(dir, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("launch.run_dir: cannot create ", dir.string(), ": ", error.message()));
+  }
+  const BatchJob batch{(dir / (job.name() + ".sbatch")).string()};
+  KELVIN_RETURN_IF_ERROR(io::WriteFileAtomically(
+      batch.script_path, {SbatchScript(job, {kelvin_binary, dir.string(), working_dir.string()})}));
+  return batch;
+}
+
+absl::Status RecordSubmittedJob(const config::JobConfig& job, const std::string& job_id) {
+  for (const fs::path& dir : RegistryDirectories(job)) {
+    std::error_code error;
+    fs::create_directories(dir, error);
+    const fs::path path = dir / kSlurmJobsFile;
+    std::ofstream out(path, std::ios::app);
+    out << job_id << "\n";
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot append to ", path.string()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> LiveJobsUsing(const config::JobConfig& job) {
+  std::set<std::string> ids;
+  for (const fs::path& dir : RegistryDirectories(job)) {
+    std::ifstream in(dir / kSlurmJobsFile);
+    for (std::string line; std::getline(in, line);) {
+      const std::string id(absl::StripAsciiWhitespace(line));
+      if (!id.empty() && std::all_of(id.begin(), id.end(), [](char c) {
+            return absl::ascii_isdigit(static_cast<unsigned char>(c));
+          })) {
+        ids.insert(id);
+      }
+    }
+  }
+  if (ids.empty() || OutputOf("command -v squeue").empty()) return {};
+  static const std::set<std::string> kEnded = {"COMPLETED", "CANCELLED", "FAILED",
+                                               "TIMEOUT",   "NODE_FAIL", "OUT_OF_MEMORY",
+                                               "BOOT_FAIL", "DEADLINE",  "PREEMPTED"};
+  const char* self = std::getenv("SLURM_JOB_ID");  // a launch from inside the job itself
+  std::vector<std::string> live;
+  for (const std::string& id : ids) {
+    if (self != nullptr && id == self) continue;
+    const std::string state = OutputOf("squeue -h -o %T -j " + id + " 2>/dev/null");
+    if (!state.empty() && !kEnded.count(state)) live.push_back(absl::StrCat(id, " (", state, ")"));
+  }
+  return live;
+}
+
+absl::StatusOr<std::string> SubmitBatchJob(const std::string& script_path) {
+  const std::string command = "sbatch --parsable " + ShellQuote(script_path) + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError("cannot start sbatch: popen failed");
+  std::string output;
+  char buffer[256];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  const int status = pclose(pipe);
+  const std::string message(absl::StripAsciiWhitespace(output));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sbatch was not found on PATH: run kelvin launch --submit on a SLURM login node, or "
+        "submit the written script there: sbatch ",
+        script_path));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sbatch ", script_path, " failed: ", message));
+  }
+  // --parsable prints "<job id>" or "<job id>;<cluster>".
+  return std::string(message.substr(0, message.find(';')));
+}
+
+}  // namespace kelvin::launcher

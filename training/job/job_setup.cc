@@ -1,0 +1,250 @@
+// Model and data construction from the job config.
+#include "training/job/job_setup.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/io/hf_checkpoint.h"
+
+namespace kelvin::training {
+namespace {
+
+void ApplyArchitectureOverrides(const config::Architecture& a, models::LlamaConfig& c) {
+  if (a.has_hidden_size()) c.hidden_size = a.hidden_size();
+  if (a.has_intermediate_size()) c.intermediate_size = a.intermediate_size();
+  if (a.has_num_layers()) c.num_layers = a.num_layers();
+  if (a.has_num_attention_heads()) c.num_attention_heads = a.num_attention_heads();
+  if (a.has_num_key_value_heads()) c.num_key_value_heads = a.num_key_value_heads();
+  if (a.has_vocab_size()) c.vocab_size = a.vocab_size();
+  if (a.has_max_position_embeddings()) c.max_position_embeddings = a.max_position_embeddings();
+  if (a.has_rope_theta()) c.rope.theta = a.rope_theta();
+  if (a.has_rms_norm_eps()) c.rms_norm_eps = a.rms_norm_eps();
+  if (a.has_tie_word_embeddings()) c.tie_word_embeddings = a.tie_word_embeddings();
+  if (a.has_hidden_size() || a.has_num_attention_heads()) {
+    c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  }
+  if (a.has_rope_scaling()) {
+    const config::RopeScaling& s = a.rope_scaling();
+    c.rope.llama3_scaling = s.rope_type() == "llama3";
+    if (s.has_factor()) c.rope.factor = s.factor();
+    if (s.has_low_freq_factor()) c.rope.low_freq_factor = s.low_freq_factor();
+    if (s.has_high_freq_factor()) c.rope.high_freq_factor = s.high_freq_factor();
+    if (s.has_original_max_position_embeddings()) {
+      c.rope.original_max_position = s.original_max_position_embeddings();
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::ModelConfig& model) {
+  models::LlamaConfig arch;
+  if (model.has_hf_dir()) {
+    KELVIN_ASSIGN_OR_RETURN(arch, models::LlamaConfigFromHfDirectory(model.hf_dir()));
+  } else {
+    KELVIN_ASSIGN_OR_RETURN(arch, models::LlamaPreset(model.preset()));
+  }
+  ApplyArchitectureOverrides(model.architecture(), arch);
+  if (model.ssa().enabled()) arch.ssa = SsaOptionsFromConfig(model.ssa());
+  const std::string source =
+      absl::StrCat(model.has_hf_dir() ? absl::StrCat(model.hf_dir(), "/config.json")
+                                      : absl::StrCat("model.preset=", model.preset()),
+                   model.has_architecture() ? " with model.architecture" : "");
+  KELVIN_RETURN_IF_ERROR(models::ValidateLlamaConfig(arch, source));
+  return arch;
+}
+
+absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::ModelConfig& model,
+                                                              std::string& note) {
+  absl::StatusOr<models::LlamaConfig> arch = ResolveModelArchitecture(model);
+  if (arch.ok() || !model.has_hf_dir() || !absl::IsNotFound(arch.status())) return arch;
+  const std::string directory = std::filesystem::path(model.hf_dir()).filename().string();
+  const std::optional<std::string> preset = models::LlamaPresetNamedIn(
+      directory.empty() ? std::filesystem::path(model.hf_dir()).parent_path().filename().string()
+                        : directory);
+  if (!preset.has_value()) {
+    return absl::NotFoundError(absl::StrCat(arch.status().message(),
+                                            ". Planning needs only the architecture: add --set "
+                                            "model.preset=NAME (one of ",
+                                            absl::StrJoin(models::LlamaPresetNames(), ", "),
+                                            ") for the model in model.hf_dir"));
+  }
+  config::ModelConfig stand_in = model;
+  stand_in.set_preset(*preset);
+  note = absl::StrCat("model.hf_dir=", model.hf_dir(),
+                      " is not readable here: planning with the preset ", *preset,
+                      ", which its name names (add --set model.preset=", *preset,
+                      " to choose it, or plan where the weights are)");
+  return ResolveModelArchitecture(stand_in);
+}
+
+ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
+  ssa::SsaOptions options;
+  options.query_temperature = ssa.query_temperature();
+  options.value_temperature = ssa.value_temperature();
+  options.token_aware = ssa.token_aware();
+  options.position_aware = ssa.position_aware();
+  options.weight_sharing = ssa.weight_sharing();
+  options.alpha_init = ssa.alpha_init();
+  if (ssa.has_temperature_clamp()) {
+    options.temperature_clamp =
+        ssa::TemperatureClamp{ssa.temperature_clamp().lo(), ssa.temperature_clamp().hi()};
+  }
+  options.temperature_lr_scale = ssa.temperature_lr_scale();
+  return options;
+}
+
+namespace {
+
+// `path` (of `field`) is a writable directory, or one that can be created there.
+absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path at = fs::absolute(path, error);
+  const auto refuse = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(field, "=\"", path, "\": ", why));
+  };
+  bool itself = true;  // `at` is the path itself, not an ancestor
+  while (!fs::exists(at, error) && at.has_parent_path() && at != at.parent_path()) {
+    at = at.parent_path();
+    itself = false;
+  }
+  if (!fs::is_directory(at, error)) {
+    return refuse(
+        itself ? "is a file, not a directory"
+               : absl::StrCat("cannot be created: ", at.string(), " is a file, not a directory"));
+  }
+  // A file made and removed again, not access(): root passes access() everywhere, and /proc or a
+  // read-only mount refuse only the write itself.
+  std::string probe = (at / ".kelvin-write-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    return refuse(
+        itself ? absl::StrCat("cannot be written (", why, "): choose a directory you can write to")
+               : absl::StrCat("cannot be created: ", at.string(), " cannot be written (", why,
+                              "); choose a directory you can write to"));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
+// The filesystem root: a run's outputs would be written straight into it.
+bool IsFilesystemRoot(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::path at = std::filesystem::absolute(path, error).lexically_normal();
+  return !error && at == at.root_path();
+}
+
+// `a` and `b` name the same directory (lexically, or the same inode where both exist).
+bool SameDirectory(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const auto normal = [](const std::string& path) {
+    std::error_code ignored;
+    fs::path at = fs::absolute(path, ignored).lexically_normal();
+    return at.has_filename() ? at : at.parent_path();  // no trailing separator
+  };
+  return normal(a) == normal(b) || fs::equivalent(a, b, error);
+}
+
+}  // namespace
+
+absl::Status CheckOutputLocations(const config::JobConfig& job) {
+  for (const auto& [field, path] :
+       {std::pair{"checkpoint.dir", job.checkpoint().dir()},
+        std::pair{"training.export_hf_dir", job.training().export_hf_dir()},
+        std::pair{"logging.tensorboard_dir", job.logging().tensorboard_dir()},
+        std::pair{"launch.run_dir", job.launch().run_dir()}}) {
+    if (path.empty()) continue;
+    if (IsFilesystemRoot(path)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, "=\"", path, "\": is the filesystem root; give the run a directory of its own"));
+    }
+    KELVIN_RETURN_IF_ERROR(CheckDirectoryCanBeWritten(field, path));
+  }
+  const std::string& export_dir = job.training().export_hf_dir();
+  if (!export_dir.empty() && job.model().has_hf_dir() &&
+      SameDirectory(export_dir, job.model().hf_dir())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "training.export_hf_dir=\"", export_dir, "\" is model.hf_dir=\"", job.model().hf_dir(),
+        "\": the export would replace the model this job starts from; export to another "
+        "directory"));
+  }
+  const std::string& metrics = job.logging().metrics_file();
+  if (metrics.empty()) return absl::OkStatus();
+  std::error_code error;
+  if (std::filesystem::is_directory(metrics, error)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "logging.metrics_file=\"", metrics, "\": is a directory; give the path of a file"));
+  }
+  const std::filesystem::path parent = std::filesystem::path(metrics).parent_path();
+  return CheckDirectoryCanBeWritten("logging.metrics_file", parent.empty() ? "." : parent.string());
+}
+
+absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch) {
+  if (job.training().seq_length() <= arch.max_position_embeddings) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("training.seq_length=", job.training().seq_length(),
+                   " exceeds the model's max_position_embeddings=", arch.max_position_embeddings));
+}
+
+absl::StatusOr<DType> ResolveModelDType(const config::JobConfig& job, bool cuda) {
+  const config::ModelConfig::Precision precision = job.model().precision();
+  if (cuda && precision == config::ModelConfig::FP32) {
+    return absl::InvalidArgumentError(
+        "model.precision=FP32 with training on CUDA: the fused SSA attention kernel runs in bf16; "
+        "use BF16 (f32 master weights and gradients) or AUTO, or training.device=CPU for f32");
+  }
+  if (!cuda && precision == config::ModelConfig::BF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.precision=BF16 with training on the CPU (training.device=",
+                     config::TrainingConfig::Device_Name(job.training().device()),
+                     "): the CPU kernels run in f32; use FP32 or AUTO, or train on a CUDA device"));
+  }
+  return cuda ? DType::kBF16 : DType::kF32;
+}
+
+absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank) {
+  const config::TrainingConfig::Device device = job.training().device();
+  if (device == config::TrainingConfig::CUDA && !CudaAvailable()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("training.device=CUDA, but no CUDA device is usable here (",
+                     CudaUnavailableReason(), "); use AUTO or CPU to train on the CPU"));
+  }
+  const bool cuda = device == config::TrainingConfig::CUDA ||
+                    (device == config::TrainingConfig::AUTO && CudaAvailable());
+  KELVIN_ASSIGN_OR_RETURN(const DType dtype, ResolveModelDType(job, cuda));
+  if (!cuda) return TrainingPlacement{};
+  return TrainingPlacement{Context::Cuda(local_rank % CudaDeviceCount()), dtype};
+}
+
+absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
+    const config::JobConfig& job, const models::LlamaConfig& arch,
+    const models::LlamaParallelism& parallelism, const TrainingPlacement& placement,
+    int64_t gradient_shards) {
+  const models::LlamaRecompute recompute{job.model().recompute_attention(),
+                                         job.model().recompute_mlp()};
+  auto model = std::make_unique<models::LlamaModel>(
+      arch, placement.dtype, parallelism, recompute,
+      models::LlamaPlacement{.ctx = placement.ctx,
+                             .separate_master = placement.separate_master,
+                             .gradient_shards = gradient_shards});
+  if (job.model().has_hf_dir()) {
+    KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
+                            io::HfCheckpoint::Open(job.model().hf_dir()));
+    KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(checkpoint));
+  } else {
+    model->InitRandom(job.training().seed());
+  }
+  return model;
+}
+
+}  // namespace kelvin::training

@@ -1,0 +1,313 @@
+// The trainer's checkpoint side: resuming from checkpoint.dir (any layout's checkpoint), the
+// state a checkpoint holds, saves in turn or in the background, pruning (keep_last, keep_best)
+// and the agreement after each step on preemption signals and background saves.
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/build_info.h"
+#include "core/io/atomic_file.h"
+#include "core/logging.h"
+#include "core/profile_range.h"
+#include "parallel/distributed_adamw.h"
+#include "training/checkpoint/checkpoint.h"
+#include "training/checkpoint/preemption.h"
+#include "training/checkpoint/training_state.h"
+#include "training/job/job_plan.h"
+#include "training/trainer.h"
+
+namespace kelvin::training {
+
+absl::Status Trainer::Resume(const std::string& fresh_run_id) {
+  KELVIN_RETURN_IF_ERROR(ResumeFromCheckpoint());
+  if (run_id_.empty()) run_id_ = fresh_run_id.empty() ? AgreedNewRunId() : fresh_run_id;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ResumeFromCheckpoint() {
+  const config::CheckpointConfig& c = job_.checkpoint();
+  if (c.dir().empty() || c.resume() == config::CheckpointConfig::NEVER) return absl::OkStatus();
+  for (std::string newest_error;;) {
+    KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> latest, AgreedCheckpoint({}));
+    if (!latest.has_value() && !newest_error.empty()) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint.skip_damaged: no checkpoint of checkpoint.dir=\"", c.dir(),
+          "\" restores (each was set aside as step_<N>.damaged); the newest failed with: ",
+          newest_error));
+    }
+    if (!latest.has_value()) {
+      if (c.resume() == config::CheckpointConfig::REQUIRED) {
+        return absl::NotFoundError(absl::StrCat(
+            "checkpoint.resume=REQUIRED but checkpoint.dir=\"", c.dir(),
+            "\" holds no complete checkpoint (step_<N> directories); use AUTO to start afresh"));
+      }
+      return absl::OkStatus();
+    }
+    const absl::Status restored = RestoreFrom(*latest);
+    // Damage is DataLoss (a checksum, a truncated or foreign part, a bad index) or NotFound (a
+    // missing part); another job's, version's or model's checkpoint is FailedPrecondition, and
+    // every older checkpoint would fail the same way.
+    const bool damaged = absl::IsDataLoss(restored) || absl::IsNotFound(restored);
+    if (restored.ok() || !c.skip_damaged() || !damaged) return restored;
+    if (newest_error.empty()) newest_error = std::string(restored.message());
+    KELVIN_RETURN_IF_ERROR(SetAsideDamaged(*latest, restored));
+  }
+}
+
+absl::Status Trainer::SetAsideDamaged(const std::string& path, const absl::Status& error) {
+  const std::string aside = path + ".damaged";
+  absl::Status moved = absl::OkStatus();
+  if (grid_ == nullptr || grid_->world_rank() == 0) {
+    std::error_code ignored;
+    std::filesystem::remove_all(aside, ignored);
+    moved = io::RenameDurably(path, aside);
+    KLOG(WARNING) << "checkpoint.skip_damaged: SKIPPING the checkpoint " << path
+                  << ", which does not restore: " << error.message() << "; it is kept as " << aside
+                  << " and the run resumes from an older checkpoint";
+  }
+  return parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, moved,
+                                 "setting aside the damaged checkpoint " + path);
+}
+
+std::string Trainer::AgreedNewRunId() {
+  std::string id = NewRunId();
+  if (grid_ == nullptr) return id;
+  Tensor bytes = Tensor::Empty({static_cast<int64_t>(id.size())}, DType::kI32);  // world rank 0's
+  std::copy(id.begin(), id.end(), bytes.data<int32_t>());
+  grid_->world().Broadcast(bytes, 0);
+  std::transform(bytes.data<int32_t>(), bytes.data<int32_t>() + bytes.numel(), id.begin(),
+                 [](int32_t c) { return static_cast<char>(c); });
+  return id;
+}
+
+absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
+  const config::CheckpointConfig& c = job_.checkpoint();
+  if (c.dir().empty()) {
+    return absl::InvalidArgumentError(
+        "restoring a chosen checkpoint (kelvin eval --step / --best) reads the job's "
+        "checkpoints: set checkpoint.dir");
+  }
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> found, AgreedCheckpoint(choice));
+  if (!found.has_value()) return NoCompleteCheckpointError(c.dir(), ": nothing to restore");
+  return RestoreFrom(*found);
+}
+
+absl::StatusOr<std::optional<CheckpointDirectoryLock>> Trainer::LockCheckpointDirectory() {
+  const std::string& dir = job_.checkpoint().dir();
+  std::optional<CheckpointDirectoryLock> lock;
+  absl::Status locked = absl::OkStatus();
+  if (WorldRank() == 0) {
+    absl::StatusOr<CheckpointDirectoryLock> acquired = CheckpointDirectoryLock::Acquire(dir);
+    if (acquired.ok()) {
+      lock.emplace(*std::move(acquired));
+    } else {
+      locked = acquired.status();
+    }
+  }
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, locked,
+                                                 "locking checkpoint.dir=" + dir));
+  return lock;
+}
+
+absl::StatusOr<std::optional<std::string>> Trainer::AgreedCheckpoint(
+    const CheckpointChoice& choice) {
+  const std::string& dir = job_.checkpoint().dir();
+  const absl::StatusOr<std::optional<std::string>> found = ChooseCheckpoint(dir, choice);
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, found.status(),
+                                                 "listing checkpoint.dir=" + dir));
+  KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(*found));
+  return *found;
+}
+
+absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
+  const config::CheckpointConfig& c = job_.checkpoint();
+  if (c.dir().empty()) {
+    return absl::InvalidArgumentError(
+        "kelvin eval --all reads the job's checkpoints: set checkpoint.dir");
+  }
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  absl::StatusOr<std::vector<int64_t>> listed = CompleteCheckpointSteps(c.dir());
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(world, listed.status(), "listing checkpoint.dir=" + c.dir()));
+  std::vector<int64_t> steps = *std::move(listed);
+  if (world != nullptr) {  // rank 0's list everywhere: each restore then agrees on its step
+    Tensor count = Tensor::Empty({1}, DType::kI64);
+    count.data<int64_t>()[0] = static_cast<int64_t>(steps.size());
+    world->Broadcast(count, 0);
+    steps.resize(static_cast<size_t>(count.data<int64_t>()[0]));
+    if (!steps.empty()) {
+      Tensor values = Tensor::Empty({static_cast<int64_t>(steps.size())}, DType::kI64);
+      std::copy(steps.begin(), steps.end(), values.data<int64_t>());
+      world->Broadcast(values, 0);
+      std::copy_n(values.data<int64_t>(), steps.size(), steps.begin());
+    }
+  }
+  if (steps.empty()) return NoCompleteCheckpointError(c.dir(), ": nothing to evaluate");
+  return steps;
+}
+
+absl::Status Trainer::RestoreFrom(const std::string& path) {
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  const TrainingState state = CurrentTrainingState();
+  absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(path, job_.name(), state, ctx_);
+  // A damaged part may fail some ranks only: none goes on to train without the others.
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + path));
+  const RestoredSteps& restored = *loaded;
+  start_step_ = restored.steps_completed;
+  run_id_ = restored.run_id;  // "" for a kelvin-checkpoint-3: Resume draws a new one
+  if (distributed_optimizer_ != nullptr) {
+    distributed_optimizer_->RefreshModelFromShards();
+    distributed_optimizer_->set_steps_taken(restored.optimizer_steps);
+  } else {
+    model_->parameters().SyncModelCopy();
+    optimizer_->set_steps_taken(restored.optimizer_steps);
+  }
+  KLOG_RANK0(INFO) << "resumed from " << path << " (" << start_step_ << " steps done)";
+  if (!restored.saved_by.empty() && restored.saved_by != KelvinVersion()) {
+    KLOG_RANK0(INFO) << "the checkpoint was written by kelvin " << restored.saved_by
+                     << "; this is kelvin " << KelvinVersion();
+  }
+  for (const auto& [setting, value] : state.data_order) {
+    const auto saved = restored.saved_data_order.find(setting);
+    if (saved != restored.saved_data_order.end() && saved->second != value) {
+      KLOG_RANK0(WARNING) << "the checkpoint's run had " << setting << "=" << saved->second
+                          << ", this job has " << value
+                          << ": the training data from here on is not what that run would have "
+                             "read (rows may repeat or be skipped)";
+    }
+  }
+  if (restored.saved_layout != state.layout) {
+    KLOG_RANK0(INFO) << "resharded the checkpoint of layout \"" << restored.saved_layout
+                     << "\" to this job's \"" << state.layout
+                     << "\": the run continues within rounding of the saved one's";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::string>& found) {
+  if (grid_ == nullptr) return absl::OkStatus();
+  const int64_t step = found.has_value() ? CheckpointStepOf(*found).value_or(-1) : -1;
+  Tensor range = Tensor::Empty({2}, DType::kI64);  // [max step, -min step] over the ranks
+  range.data<int64_t>()[0] = step;
+  range.data<int64_t>()[1] = -step;
+  grid_->world().AllReduce(range, parallel::ReduceOp::kMax);
+  const int64_t newest = range.data<int64_t>()[0], oldest = -range.data<int64_t>()[1];
+  if (newest == oldest) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ranks found different checkpoints in checkpoint.dir=\"", job_.checkpoint().dir(),
+      "\" (steps ", oldest, " to ", newest,
+      "; -1: none): the shared filesystem shows the latest save late; run the job again"));
+}
+
+std::string Trainer::LayoutName() const {
+  if (grid_ == nullptr) return "one process";
+  return training::LayoutName(grid_->spec(), distributed_optimizer_ != nullptr);
+}
+
+TrainingState Trainer::CurrentTrainingState() const {
+  // The ranks of a (cp, dp) group hold the same model slice; ZeRO-1 shards over all of them.
+  const ReplicaPlace place{grid_ ? grid_->dp_cp().rank() : 0, distributed_optimizer_ != nullptr};
+  TrainingState state =
+      distributed_optimizer_ != nullptr
+          ? TrainingStateOf(*model_, distributed_optimizer_->StateSpans(),
+                            distributed_optimizer_->steps_taken(), place, LayoutName())
+          : TrainingStateOf(*model_, optimizer_->StateSpans(), optimizer_->steps_taken(), place,
+                            LayoutName());
+  const config::TrainingConfig& t = job_.training();
+  state.run_id = run_id_;
+  state.data_order = {{"data", job_.data().ShortDebugString()},
+                      {"data.corpora", absl::StrJoin(data_.corpora, "; ")},
+                      {"data.eval corpus", data_.eval_corpus},
+                      {"training.global_batch_size",
+                       std::to_string(t.micro_batch_size() * micro_batches_ * DataParallelSize())},
+                      {"training.seq_length", std::to_string(t.seq_length())},
+                      {"training.seed", std::to_string(t.seed())}};
+  for (const NamedEvalSource& also : data_.also_eval) {
+    state.data_order["data.also_eval " + also.name + " corpus"] = also.corpus;
+  }
+  return state;
+}
+
+absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
+  const ProfileRange range(absl::StrCat("checkpoint save of step ", steps_completed));
+  const config::CheckpointConfig& c = job_.checkpoint();
+  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+  TrainingState state = CurrentTrainingState();
+  if (!evaluations_.empty() && evaluations_.back().step == steps_completed) {
+    state.eval_loss = evaluations_.back().loss;  // for checkpoint.keep_best
+  }
+  if (!c.async_save() || wait) {  // waiting anyway: no host copy, no thread
+    KELVIN_ASSIGN_OR_RETURN(
+        const std::string path,
+        SaveCheckpoint(c.dir(), steps_completed, job_.name(), state, ctx_, world));
+    CheckpointSaved({path, false});
+    return absl::OkStatus();
+  }
+  KELVIN_ASSIGN_OR_RETURN(
+      PendingCheckpoint pending,
+      PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(), state, ctx_, world,
+                               /*snapshot_host_tensors=*/true));
+  background_save_.Start(std::move(pending));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishBackgroundSave() {
+  KELVIN_ASSIGN_OR_RETURN(const std::string path,
+                          background_save_.Finish(grid_ ? &grid_->world() : nullptr));
+  CheckpointSaved({path, true});
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::StopOnAgreedError(const absl::Status& error) {
+  if (background_save_.in_flight()) {
+    const absl::Status committed = FinishBackgroundSave();
+    if (!committed.ok()) KLOG_RANK0(WARNING) << "the background save failed too: " << committed;
+  }
+  return error;
+}
+
+void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
+  saved_checkpoints_.push_back(saved);
+  KLOG_RANK0(INFO) << "saved checkpoint " << saved.path
+                   << (saved.written_in_background ? " (written in the background)" : "");
+  if (grid_ == nullptr || grid_->world_rank() == 0) {
+    // Rank 0's alone: a failure is a warning (the others would wait for it in the next step).
+    const config::CheckpointConfig& c = job_.checkpoint();
+    const absl::StatusOr<std::optional<BestCheckpoint>> pruned =
+        PruneCheckpoints(c.dir(), c.keep_last(), c.keep_best());
+    if (!pruned.ok()) {
+      KLOG(WARNING) << "keeping old checkpoints: " << pruned.status()
+                    << " (no checkpoint is deleted until that is mended or removed)";
+    } else if (pruned->has_value()) {
+      LogBestCheckpoint(**pruned);
+    }
+  }
+}
+
+void Trainer::LogBestCheckpoint(const BestCheckpoint& best) const {
+  KLOG(INFO) << absl::StrFormat(
+      "the lowest evaluation loss so far: %.4f after step %d (%s, kept; `kelvin convert --best` "
+      "exports it)",
+      best.eval_loss, best.step, best.path);
+}
+
+Trainer::StepAgreement Trainer::AgreeAfterStep() {
+  // Every rank stops after the same step (the signal may reach the ranks at different times) and
+  // commits the background save at the same step.
+  const bool saving = background_save_.in_flight();
+  const int32_t writing = saving && !background_save_.PartFinished() ? 1 : 0;
+  if (grid_ == nullptr) return {PreemptionSignal(), saving && writing == 0};
+  Tensor flags = Tensor::Empty({2}, DType::kI32);  // [signal, a rank still writing]
+  flags.data<int32_t>()[0] = PreemptionSignal();
+  flags.data<int32_t>()[1] = writing;
+  grid_->world().AllReduce(flags, parallel::ReduceOp::kMax);
+  return {flags.data<int32_t>()[0], saving && flags.data<int32_t>()[1] == 0};
+}
+
+}  // namespace kelvin::training
