@@ -1,7 +1,9 @@
 // The SSA attention operator (shared/SSA.md section 6): checks its arguments and dispatches to the
 // tiled CPU kernel (f32, f64) or the fused CUDA kernel (bf16). One call pairs the query tokens of
-// `shape` with its key tokens: SsaBlockShape::Full for the whole operator, a key block (global
-// indices) for context-parallel ring attention, whose partial results MergeAttentionBlock adds up.
+// `shape` with its key tokens: SsaBlockShape::Full for the whole operator, or a query block against
+// a key block (global indices). Context parallelism runs each local query chunk against the
+// all-gathered keys; key blocks with MergeAttentionBlock adding up their partial results are the
+// building blocks of a ring attention (tested, not yet used by the model).
 // Arguments, shapes and masking rule: ssa/ssa_attention_args.h. Dtypes: u, k, v, the sources, the
 // parameters, out, du, dk, dv and the source gradients share one dtype (f32/f64 on the CPU, bf16
 // on CUDA); lse, the temperatures and the parameter gradients are in AccumDType of it.

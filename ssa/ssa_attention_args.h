@@ -1,9 +1,9 @@
 // The arguments of the SSA attention operator (shared/SSA.md section 6), shared by its naive
 // reference (ssa/reference/), the tiled CPU kernel and the CUDA kernel. B rows; H query heads, G
 // key/value heads (H divisible by G), d head dim. One call pairs a range of query tokens with a
-// range of key tokens in every row: the whole rows for the full operator, one key block (and
-// the local query chunk) for context-parallel ring attention. Token indices and position ids are
-// always global: query i (index within its row) sees key j iff i - p_i <= j <= i.
+// range of key tokens in every row: the whole rows for the full operator, a local query chunk
+// against all keys (context parallelism), or one key block (a ring's step). Token indices and
+// position ids are always global: query i (index within its row) sees key j iff i - p_i <= j <= i.
 #pragma once
 
 #include <cstdint>

@@ -28,7 +28,7 @@ inline constexpr int kNumParamGroups = 3;
 class ParameterSet {
  public:
   struct Entry {
-    std::string name;  // Kelvin's name, e.g. "layers.3.attention.wq"
+    std::string name;  // the Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
     Shape shape;
     ParamGroup group;
     int64_t offset = 0;  // element offset inside its group's flat buffer

@@ -1,5 +1,5 @@
-// Llama-3 forward and explicit backward on the op library and the SSA operator, HF checkpoint
-// import and export.
+// Llama-3 forward and explicit backward on the op library and the SSA operator (the Hugging Face
+// import and export are in llama_model_io.cc).
 #include "models/llama/llama_model.h"
 
 #include <set>

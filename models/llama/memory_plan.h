@@ -29,7 +29,7 @@ struct MemoryPlanOptions {
   // (parallel::PeakInFlightMicroBatches; 1 without pipeline parallelism).
   int64_t micro_batches_in_flight = 1;
   int data_parallel = 1;
-  bool distributed_optimizer = false;  // ZeRO-1: moments sharded over DP x CP (masters whole)
+  bool distributed_optimizer = false;  // ZeRO-1: moments and separate masters sharded over DP x CP
 };
 
 struct MemoryPlan {
