@@ -1,5 +1,7 @@
-// The evaluation's token accuracy count: labelled tokens predicted right; ignored labels are
-// never counted, whatever was predicted there.
+// The LM loss without tensor parallelism, on the host and on a CUDA device (f32, bf16), against the
+// f64 reference: the cross-entropy sum, the gradient written in place (zero on ignored rows), the
+// evaluation's sum with the logits left as they were and its argmax; and the token accuracy count.
+// The tensor-parallel paths need several ranks: tests/models/mpi/ and tests/training/mpi/.
 #include "parallel/loss/lm_loss.h"
 
 #include <gtest/gtest.h>
@@ -7,15 +9,94 @@
 #include <vector>
 
 #include "core/ops/cross_entropy.h"
+#include "core/ops/reference/cross_entropy.h"
+#include "core/ops/reference/values.h"
+#include "tests/testing/backends.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin::parallel {
 namespace {
+
+constexpr int64_t kTokens = 9, kVocab = 37;  // N, V
+constexpr double kGradScale = 0.25;
 
 Tensor I32(const std::vector<int32_t>& values) {
   Tensor t = Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kI32);
   std::copy(values.begin(), values.end(), t.data<int32_t>());
   return t;
 }
+
+// Labels [N] i32: token 2 and 6 ignored, the others spread over the vocabulary.
+Tensor Labels() {
+  constexpr int32_t kNo = ops::kIgnoreIndex;
+  return I32({3, 36, kNo, 0, 17, 17, kNo, 29, 5});
+}
+
+// The host kernels take f32 logits; a device takes f32 or bf16.
+std::vector<testing::Backend> LossBackends() {
+  return {
+      {Device::Cpu(), DType::kF32}, {Device::Cuda(), DType::kF32}, {Device::Cuda(), DType::kBF16}};
+}
+
+class LmLossTest : public ::testing::TestWithParam<testing::Backend> {};
+
+TEST_P(LmLossTest, SumAndInPlaceGradientMatchTheReference) {
+  const testing::Backend c = GetParam();
+  KELVIN_SKIP_WITHOUT_CUDA(c.device);
+  const Context& ctx = testing::ContextFor(c.device);
+  const Tensor logits = testing::Random({kTokens, kVocab}, c.dtype, 41, -4, 4);  // [N, V]
+  const Tensor labels = Labels();                                                // [N] host
+  Tensor loss_ref = Tensor::Empty({kTokens}, DType::kF64),
+         lse = Tensor::Empty({kTokens}, DType::kF64);
+  reference::CrossEntropyForward(testing::Cast(logits, DType::kF64), labels, loss_ref, lse);
+  Tensor grad_ref = testing::Cast(logits, DType::kF64);  // [N, V]
+  reference::CrossEntropyBackward(grad_ref, labels, lse, kGradScale);
+  double sum_ref = 0;
+  for (const double l : reference::ToDoubles(loss_ref)) sum_ref += l;
+
+  Tensor in_place = testing::ToDevice(logits, c.device);  // [N, V], becomes the gradient
+  const double sum = SoftmaxCrossEntropySum(ctx, nullptr, in_place, labels, 0, kGradScale);
+  EXPECT_NEAR(sum, sum_ref, testing::kF32RelTol * sum_ref);  // summed in f32 on every path
+  EXPECT_TRUE(testing::AllClose(in_place, grad_ref, testing::RelTolerance(c.dtype), "gradient"));
+  const Tensor gradient = testing::Cast(testing::ToHost(in_place), DType::kF64);
+  for (const int64_t ignored : {2, 6}) {
+    for (int64_t j = 0; j < kVocab; ++j) {
+      ASSERT_EQ(gradient.data<double>()[ignored * kVocab + j], 0.0) << "row " << ignored;
+    }
+  }
+}
+
+TEST_P(LmLossTest, EvaluationSumsWithoutChangingTheLogitsAndFindsTheArgmax) {
+  const testing::Backend c = GetParam();
+  KELVIN_SKIP_WITHOUT_CUDA(c.device);
+  const Context& ctx = testing::ContextFor(c.device);
+  const Tensor logits = testing::Random({kTokens, kVocab}, c.dtype, 43, -4, 4);  // [N, V]
+  const Tensor labels = Labels();
+  Tensor loss_ref = Tensor::Empty({kTokens}, DType::kF64),
+         lse = Tensor::Empty({kTokens}, DType::kF64);
+  reference::CrossEntropyForward(testing::Cast(logits, DType::kF64), labels, loss_ref, lse);
+  double sum_ref = 0;
+  for (const double l : reference::ToDoubles(loss_ref)) sum_ref += l;
+
+  const Tensor on_device = testing::ToDevice(logits, c.device);
+  Tensor predictions = Tensor::Empty({kTokens}, DType::kI32);  // [N] host
+  const double sum = CrossEntropySum(ctx, nullptr, on_device, labels, 0, &predictions);
+  EXPECT_NEAR(sum, sum_ref, testing::kF32RelTol * sum_ref);
+  EXPECT_TRUE(testing::BitIdentical(testing::ToHost(on_device), logits, "logits"));
+  const Tensor values = testing::Cast(logits, DType::kF64);
+  for (int64_t i = 0; i < kTokens; ++i) {
+    const double* row = values.data<double>() + i * kVocab;
+    const int32_t best = predictions.data<int32_t>()[i];
+    ASSERT_GE(best, 0);
+    ASSERT_LT(best, kVocab);
+    for (int64_t j = 0; j < kVocab; ++j) EXPECT_LE(row[j], row[best]) << "token " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LmLossTest, ::testing::ValuesIn(LossBackends()),
+                         testing::BackendName());
 
 TEST(CountCorrectPredictions, CountsLabelledTokensPredictedRight) {
   constexpr int32_t kNo = ops::kIgnoreIndex;
