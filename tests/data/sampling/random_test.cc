@@ -1,6 +1,6 @@
-// Deterministic randomness: the engine is the standard's mt19937_64, draws are unbiased and in
-// range, permutations are permutations, and their values are pinned (a change would alter every
-// shuffled epoch and break resuming runs started with an older build).
+// Deterministic randomness: seeds mixed as SplitMix64 says, draws in range and redrawn below the
+// rejection bound (no modulo bias), permutations are permutations, and the values are pinned (a
+// change would alter every shuffled epoch and break resuming runs started with an older build).
 #include "data/sampling/random.h"
 
 #include <gtest/gtest.h>
@@ -11,12 +11,6 @@
 
 namespace kelvin::data {
 namespace {
-
-TEST(Random, EngineIsTheStandardMt19937_64) {
-  std::mt19937_64 rng;  // default seed 5489; the standard fixes its 10000th output
-  rng.discard(9999);
-  EXPECT_EQ(rng(), 9981545732273789042ull);
-}
 
 TEST(Random, UniformBelowStaysInRangeWithoutBias) {
   std::mt19937_64 rng(MixSeed(1, 2));
@@ -32,10 +26,30 @@ TEST(Random, UniformBelowStaysInRangeWithoutBias) {
   for (int i = 0; i < 100; ++i) EXPECT_LT(UniformBelow(rng, huge), huge);
 }
 
-TEST(Random, MixSeedSeparatesStreams) {
-  EXPECT_NE(MixSeed(0, 0), MixSeed(0, 1));
-  EXPECT_NE(MixSeed(0, 1), MixSeed(1, 0));
-  EXPECT_EQ(MixSeed(7, 3), MixSeed(7, 3));
+// n = 2^63 + 12345: draws below 2^64 mod n = 2^63 - 12345 (about half) are redrawn, so a modulo
+// without rejection would differ from the first draw at or above the bound on about every other
+// call.
+TEST(Random, UniformBelowRedrawsBelowTheRejectionBound) {
+  const uint64_t n = (uint64_t{1} << 63) + 12345;
+  const uint64_t bound = (uint64_t{1} << 63) - 12345;
+  std::mt19937_64 rng(MixSeed(3, 4)), replay(MixSeed(3, 4));
+  int redrawn = 0;
+  for (int call = 0; call < 200; ++call) {
+    uint64_t draw = replay();
+    for (; draw < bound; draw = replay()) ++redrawn;
+    ASSERT_EQ(UniformBelow(rng, n), draw % n) << "call " << call;
+  }
+  EXPECT_GT(redrawn, 50);  // the rejection was exercised
+}
+
+// SplitMix64(seed ^ SplitMix64(index)), computed independently in Python; SplitMix64(0) is the
+// published 0xe220a8397b1dcdaf, so MixSeed(0, 0) = SplitMix64(0xe220a8397b1dcdaf).
+TEST(Random, MixSeedValuesArePinned) {
+  EXPECT_EQ(MixSeed(0, 0), 12035550249420947055ull);
+  EXPECT_EQ(MixSeed(0, 1), 6791897765849424158ull);
+  EXPECT_EQ(MixSeed(1, 0), 627405149472732430ull);
+  EXPECT_EQ(MixSeed(7, 3), 16753576447339095367ull);
+  EXPECT_EQ(MixSeed(20250214, 12), 16975993633574283623ull);
 }
 
 TEST(Random, SeededPermutationIsAPermutation) {
