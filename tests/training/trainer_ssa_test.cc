@@ -1,8 +1,11 @@
 // The trainer fine-tunes with SSA: the demo job with model.ssa on trains a few steps, the loss is
-// finite, the temperature read-outs leave zero, and every step records per-layer temperature
-// statistics (what the progress lines log).
+// finite, every step records per-layer temperature statistics (what the progress lines log), the
+// first step's are those of SSA.md with zero read-outs (tau^v = 1, tau^q = 1 + sigma(alpha)
+// ln(p + 1)), and the read-outs then leave zero.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "launcher/config/job_config.h"
@@ -35,6 +38,19 @@ TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
     EXPECT_EQ(first.query.count, 2 * 110 * heads);
     EXPECT_GT(first.value.count, 0);
     EXPECT_EQ(static_cast<int64_t>(first.sigma_alpha.size()), heads);
+  }
+  // Step 1 runs with the read-outs at their zero start: tanh(0) = 0, so every value temperature is
+  // 1 and a query temperature is 1 + sigma(alpha_h) ln(p + 1): 1 at each row's position 0, at most
+  // 1 + max_h sigma(alpha_h) ln(110) at its last.
+  for (const ssa::TemperatureStatistics& layer : history.front().temperatures) {
+    EXPECT_EQ(layer.value.min, 1.0);
+    EXPECT_EQ(layer.value.max, 1.0);
+    EXPECT_EQ(layer.value.std, 0.0);
+    const double slope = *std::max_element(layer.sigma_alpha.begin(), layer.sigma_alpha.end());
+    EXPECT_GT(slope, 0.0);
+    EXPECT_EQ(layer.query.min, 1.0);
+    EXPECT_GT(layer.query.max, 1.0);
+    EXPECT_LE(layer.query.max, 1.0 + slope * std::log(110.0) * (1 + 1e-6));
   }
   // After the first update the read-outs are no longer zero, so the temperatures vary.
   EXPECT_GT(history.back().temperatures.front().query.std, 0.0);
