@@ -12,6 +12,7 @@
 #include "models/llama/llama_model.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin {
 namespace {
@@ -57,15 +58,17 @@ TEST_P(LlamaHfParity, LogitsLossAndEveryGradient) {
 
   Tensor& logits = model.Forward(ctx, tokens, positions);
   const Tensor expected_logits = ReadFloats(*golden, "logits");
-  EXPECT_TRUE(testing::AllClose(logits, expected_logits.View(logits.shape()), 1e-5, "logits"));
+  EXPECT_TRUE(testing::AllClose(logits, expected_logits.View(logits.shape()), testing::kF32RelTol,
+                                "logits"));
 
   const double loss = ops::SoftmaxCrossEntropyMean(ctx, logits, labels.View({-1}));
   const double expected_loss = ReadFloats(*golden, "loss").data<double>()[0];
-  EXPECT_NEAR(loss, expected_loss, 1e-5 * std::abs(expected_loss));
+  EXPECT_NEAR(loss, expected_loss, testing::kF32RelTol * std::abs(expected_loss));
   model.Backward(ctx, logits);
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     const Tensor expected = ReadFloats(*golden, "grad." + e.name);
-    EXPECT_TRUE(testing::AllClose(e.grad, expected, 1e-4, "grad of " + e.name));
+    EXPECT_TRUE(
+        testing::AllClose(e.grad, expected, testing::kF32ModelGradRelTol, "grad of " + e.name));
   }
 }
 
@@ -84,7 +87,8 @@ TEST_P(LlamaHfParity, FiveAdamWStepsGiveTheSameLosses) {
     model.parameters().ZeroGrads();
     Tensor& logits = model.Forward(ctx, tokens, positions);
     const double loss = ops::SoftmaxCrossEntropyMean(ctx, logits, labels);
-    EXPECT_NEAR(loss, expected.data<double>()[step], 1e-5 * expected.data<double>()[step])
+    EXPECT_NEAR(loss, expected.data<double>()[step],
+                testing::kF32RelTol * expected.data<double>()[step])
         << "step " << step;
     model.Backward(ctx, logits);
     optimizer.Step(ctx, 1e-3);

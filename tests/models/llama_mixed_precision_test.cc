@@ -12,6 +12,7 @@
 #include "tests/testing/backends.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin {
 namespace {
@@ -173,23 +174,29 @@ TEST(LlamaCuda, Bf16ForwardBackwardFollowsCpuF32) {
 
   Tensor& expected_logits = reference.Forward(cpu, tokens, positions);
   Tensor& logits = model.Forward(gpu, tokens, positions);
-  EXPECT_TRUE(testing::AllClose(logits, expected_logits, 3e-2, "logits"));
+  EXPECT_TRUE(
+      testing::AllClose(logits, expected_logits, testing::kBf16ModelLogitsRelTol, "logits"));
   const double expected_loss = ops::SoftmaxCrossEntropyMean(cpu, expected_logits, labels);
   const double loss =
       ops::SoftmaxCrossEntropyMean(gpu, logits, CopyToDevice(gpu, labels, gpu.device()));
-  EXPECT_NEAR(loss, expected_loss, 1e-2 * expected_loss);
+  EXPECT_NEAR(loss, expected_loss, testing::kBf16ModelLossRelTol * expected_loss);
   reference.Backward(cpu, expected_logits);
   model.Backward(gpu, logits);
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     EXPECT_EQ(e.grad.dtype(), DType::kF32) << e.name;
-    EXPECT_TRUE(testing::AllClose(e.grad, reference.parameters().Get(e.name).grad, 6e-2, e.name));
+    EXPECT_TRUE(testing::AllClose(e.grad, reference.parameters().Get(e.name).grad,
+                                  testing::kBf16ModelGradRelTol, e.name));
   }
   const std::vector<ssa::TemperatureStatistics> stats = model.TemperatureStatistics();
   const std::vector<ssa::TemperatureStatistics> expected_stats = reference.TemperatureStatistics();
   ASSERT_EQ(stats.size(), expected_stats.size());
   for (size_t l = 0; l < stats.size(); ++l) {
-    EXPECT_NEAR(stats[l].query.mean, expected_stats[l].query.mean, 1e-2) << "layer " << l;
-    EXPECT_NEAR(stats[l].value.mean, expected_stats[l].value.mean, 1e-2) << "layer " << l;
+    EXPECT_NEAR(stats[l].query.mean, expected_stats[l].query.mean,
+                testing::kBf16ModelTemperatureAbsTol)
+        << "layer " << l;
+    EXPECT_NEAR(stats[l].value.mean, expected_stats[l].value.mean,
+                testing::kBf16ModelTemperatureAbsTol)
+        << "layer " << l;
   }
 }
 

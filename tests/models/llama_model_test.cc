@@ -14,6 +14,7 @@
 #include "core/optim/adamw_optimizer.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin {
 namespace {
@@ -72,7 +73,7 @@ TEST(LlamaModel, FourMicroBatchesOfTwoEqualOneBatchOfEight) {
   for (int64_t m = 0; m < 4; ++m) AccumulateRows(split, tokens, labels, 2 * m, 2 * m + 2, labelled);
   for (size_t i = 0; i < whole.parameters().entries().size(); ++i) {
     const auto& e = whole.parameters().entries()[i];
-    EXPECT_TRUE(testing::AllClose(split.parameters().entries()[i].grad, e.grad, 1e-12,
+    EXPECT_TRUE(testing::AllClose(split.parameters().entries()[i].grad, e.grad, testing::kF64RelTol,
                                   "accumulated grad of " + e.name));
   }
   const Context ctx = Context::Cpu();
@@ -80,8 +81,8 @@ TEST(LlamaModel, FourMicroBatchesOfTwoEqualOneBatchOfEight) {
   opt_whole.Step(ctx, 1e-2);
   opt_split.Step(ctx, 1e-2);
   for (ParamGroup g : {ParamGroup::kDecay, ParamGroup::kNoDecay}) {
-    EXPECT_TRUE(testing::AllClose(split.parameters().values(g), whole.parameters().values(g), 1e-12,
-                                  "parameters after the update"));
+    EXPECT_TRUE(testing::AllClose(split.parameters().values(g), whole.parameters().values(g),
+                                  testing::kF64RelTol, "parameters after the update"));
   }
 }
 

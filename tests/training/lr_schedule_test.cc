@@ -10,6 +10,7 @@
 
 #include "launcher/config/job_config.h"
 #include "tests/testing/files.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin::training {
 namespace {
@@ -48,24 +49,25 @@ TEST(LrSchedule, CosineAndLinearDescendToTheFloorAtDecaySteps) {
   const config::LrScheduleConfig cosine = Schedule(config::LrScheduleConfig::COSINE);
   const config::LrScheduleConfig linear = Schedule(config::LrScheduleConfig::LINEAR);
   // Step 35: a quarter of the 100 decay steps.
-  EXPECT_NEAR(At(cosine, 35), 0.2 + 1.8 * 0.5 * (1 + std::cos(std::numbers::pi / 4)), 1e-12);
-  EXPECT_NEAR(At(linear, 35), 2.0 - 1.8 * 0.25, 1e-12);
-  EXPECT_NEAR(At(cosine, 60), 1.1, 1e-12);  // halfway both are at the middle
-  EXPECT_NEAR(At(linear, 60), 1.1, 1e-12);
+  EXPECT_NEAR(At(cosine, 35), 0.2 + 1.8 * 0.5 * (1 + std::cos(std::numbers::pi / 4)),
+              testing::kClosedFormAbsTol);
+  EXPECT_NEAR(At(linear, 35), 2.0 - 1.8 * 0.25, testing::kClosedFormAbsTol);
+  EXPECT_NEAR(At(cosine, 60), 1.1, testing::kClosedFormAbsTol);  // halfway both are at the middle
+  EXPECT_NEAR(At(linear, 60), 1.1, testing::kClosedFormAbsTol);
   for (const int64_t step : {110, 111, 199}) {
-    EXPECT_NEAR(At(cosine, step), 0.2, 1e-12) << step;
-    EXPECT_NEAR(At(linear, step), 0.2, 1e-12) << step;
+    EXPECT_NEAR(At(cosine, step), 0.2, testing::kClosedFormAbsTol) << step;
+    EXPECT_NEAR(At(linear, step), 0.2, testing::kClosedFormAbsTol) << step;
   }
 }
 
 TEST(LrSchedule, WarmupStableDecayHoldsThenCoolsDown) {
   const config::LrScheduleConfig wsd = Schedule(config::LrScheduleConfig::WARMUP_STABLE_DECAY);
   EXPECT_DOUBLE_EQ(At(wsd, 50), 2.0);
-  EXPECT_DOUBLE_EQ(At(wsd, 90), 2.0);                 // the cooldown starts at 110 - 20
-  EXPECT_NEAR(At(wsd, 95), 2.0 - 1.8 * 0.25, 1e-12);  // a quarter into it
-  EXPECT_NEAR(At(wsd, 100), 1.1, 1e-12);
-  EXPECT_NEAR(At(wsd, 110), 0.2, 1e-12);
-  EXPECT_NEAR(At(wsd, 150), 0.2, 1e-12);
+  EXPECT_DOUBLE_EQ(At(wsd, 90), 2.0);  // the cooldown starts at 110 - 20
+  EXPECT_NEAR(At(wsd, 95), 2.0 - 1.8 * 0.25, testing::kClosedFormAbsTol);  // a quarter into it
+  EXPECT_NEAR(At(wsd, 100), 1.1, testing::kClosedFormAbsTol);
+  EXPECT_NEAR(At(wsd, 110), 0.2, testing::kClosedFormAbsTol);
+  EXPECT_NEAR(At(wsd, 150), 0.2, testing::kClosedFormAbsTol);
 }
 
 TEST(LrSchedule, CooldownDefaultsToAFifthOfTheDecay) {

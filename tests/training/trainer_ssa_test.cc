@@ -10,6 +10,7 @@
 
 #include "launcher/config/job_config.h"
 #include "tests/testing/files.h"
+#include "tests/testing/tolerance.h"
 #include "training/trainer.h"
 
 namespace kelvin::training {
@@ -50,7 +51,7 @@ TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
     EXPECT_GT(slope, 0.0);
     EXPECT_EQ(layer.query.min, 1.0);
     EXPECT_GT(layer.query.max, 1.0);
-    EXPECT_LE(layer.query.max, 1.0 + slope * std::log(110.0) * (1 + 1e-6));
+    EXPECT_LE(layer.query.max, 1.0 + slope * std::log(110.0) * (1 + testing::kF32RelTol));
   }
   // After the first update the read-outs are no longer zero, so the temperatures vary.
   EXPECT_GT(history.back().temperatures.front().query.std, 0.0);

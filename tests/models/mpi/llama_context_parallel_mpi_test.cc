@@ -20,6 +20,7 @@
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin {
 namespace {
@@ -66,8 +67,8 @@ TEST_P(LlamaContextParallel, EqualsTheUnshardedModel) {
   const Context ctx = Context::Cpu();
   Tensor& whole_logits = whole->Forward(ctx, tokens, positions);
   Tensor& shard_logits = sharded->Forward(ctx, tokens, positions);
-  EXPECT_TRUE(testing::AllClose(shard_logits, LocalRows(whole_logits, batch, rank, ranks), 1e-12,
-                                "this rank's logits"));
+  EXPECT_TRUE(testing::AllClose(shard_logits, LocalRows(whole_logits, batch, rank, ranks),
+                                testing::kF64RelTol, "this rank's logits"));
 
   const Tensor upstream = testing::Random(whole_logits.shape(), DType::kF64, 4);  // dL/dlogits
   CopyTensor(ctx, upstream, whole_logits);
@@ -81,7 +82,8 @@ TEST_P(LlamaContextParallel, EqualsTheUnshardedModel) {
   for (const ParameterSet::Entry& e : sharded->parameters().entries()) {
     Tensor summed = e.grad;  // this rank's tokens' part, summed over the group
     (*cp)->AllReduce(summed, parallel::ReduceOp::kSum);
-    EXPECT_TRUE(testing::AllClose(summed, whole->parameters().grad(e.name), 1e-10, e.name));
+    EXPECT_TRUE(testing::AllClose(summed, whole->parameters().grad(e.name),
+                                  testing::kF64ReducedRelTol, e.name));
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) std::filesystem::remove_all(dir);

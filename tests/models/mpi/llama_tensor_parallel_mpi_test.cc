@@ -108,7 +108,7 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
     EXPECT_TRUE(testing::AllClose(
         e.grad,
         testing::SliceAlong(whole->parameters().grad(e.name), shard.axis, shard.begin, shard.count),
-        1e-10, e.name));
+        testing::kF64ReducedRelTol, e.name));
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (WorldRank() == 0) std::filesystem::remove_all(dir);
