@@ -10,11 +10,13 @@ if(KELVIN_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
     execute_process(COMMAND ${KELVIN_CCACHE_PROGRAM} --get-config cache_dir
                     OUTPUT_VARIABLE cache_dir OUTPUT_STRIP_TRAILING_WHITESPACE)
     set(probe "${cache_dir}/kelvin_write_probe")
+    # Two calls: the COMMANDs of one execute_process run at once, as a pipeline.
     execute_process(COMMAND ${CMAKE_COMMAND} -E make_directory "${cache_dir}"
-                    COMMAND ${CMAKE_COMMAND} -E touch "${probe}"
-                    RESULTS_VARIABLE probe_results OUTPUT_QUIET ERROR_QUIET)
+                    RESULT_VARIABLE made OUTPUT_QUIET ERROR_QUIET)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E touch "${probe}"
+                    RESULT_VARIABLE written OUTPUT_QUIET ERROR_QUIET)
     file(REMOVE "${probe}")
-    if(probe_results STREQUAL "0;0")
+    if(made EQUAL 0 AND written EQUAL 0)
       # Relative paths only for a build tree inside the source tree (__FILE__ then names the file
       # from the source root once check.cc drops the leading "../"); elsewhere they stay absolute.
       cmake_path(IS_PREFIX CMAKE_SOURCE_DIR "${CMAKE_BINARY_DIR}" NORMALIZE build_inside_source)
