@@ -458,11 +458,26 @@ absl::StatusOr<config::JobConfig> ParseJobConfig(std::string_view text,
   return config;
 }
 
+namespace {
+
+// What a message about a relative path adds: the directory it was resolved against.
+std::string ResolvedAgainstWorkingDirectory() {
+  std::error_code error;
+  const std::string here = std::filesystem::current_path(error).string();
+  return absl::StrCat(" (relative paths are resolved against the working directory ",
+                      error ? std::string("(unknown)") : here, ")");
+}
+
+}  // namespace
+
 absl::StatusOr<config::JobConfig> LoadJobConfig(const std::string& path,
                                                 const std::vector<std::string>& overrides) {
   absl::StatusOr<std::string> text = io::ReadRegularFile(path, "job file", kMaxJobFileBytes);
   if (absl::IsNotFound(text.status())) {
-    return absl::NotFoundError(absl::StrCat("job file ", path, " does not exist"));
+    return absl::NotFoundError(absl::StrCat("job file ", path, " does not exist",
+                                            std::filesystem::path(path).is_relative()
+                                                ? ResolvedAgainstWorkingDirectory()
+                                                : std::string()));
   }
   if (!text.ok()) return text.status();
   return ParseJobConfig(*text, path, overrides);
@@ -510,12 +525,8 @@ absl::Status WithWorkingDirectory(const absl::Status& status, const config::JobC
   const std::string_view message(status.message().data(), status.message().size());
   for (const std::string& path : RelativePathsOf(job)) {
     if (message.find(path) == std::string_view::npos) continue;
-    std::error_code error;
-    const std::string here = std::filesystem::current_path(error).string();
-    return absl::Status(status.code(), absl::StrCat(status.message(),
-                                                    " (relative paths are resolved against the "
-                                                    "working directory ",
-                                                    error ? std::string("(unknown)") : here, ")"));
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(), ResolvedAgainstWorkingDirectory()));
   }
   return status;
 }

@@ -336,6 +336,11 @@ TEST(JobConfigFile, MissingDirectoryAndUnreadableFilesAreErrors) {
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("job file /nonexistent/job.textproto does not exist"));
+  const absl::StatusOr<config::JobConfig> relative = LoadJobConfig("no/such/job.textproto");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_THAT(std::string(relative.status().message()),
+              HasSubstr("job file no/such/job.textproto does not exist (relative paths are "
+                        "resolved against the working directory /"));
   const absl::StatusOr<config::JobConfig> directory = LoadJobConfig(::testing::TempDir());
   ASSERT_FALSE(directory.ok());
   EXPECT_THAT(std::string(directory.status().message()),
