@@ -176,7 +176,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   }
   const config::OptimizerConfig& opt = job.optimizer();
   const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
-                               job.model().ssa().temperature_lr_scale()};
+                               arch.ssa.has_value() ? arch.ssa->temperature_lr_scale : 1.0};
   if (distributed_optimizer) {
     trainer->distributed_optimizer_ = std::make_unique<parallel::DistributedAdamW>(
         trainer->model_->parameters(), settings, trainer->grid_->dp_cp());
@@ -714,7 +714,7 @@ absl::Status Trainer::Run() {
                                ? absl::StrFormat(" | comm %.0f%%",
                                                  100 * stats.communication_seconds / stats.seconds)
                                : "");
-      if (job_.model().ssa().enabled() && job_.model().ssa().log_statistics()) {
+      if (arch_.ssa.has_value() && job_.model().ssa().log_statistics()) {
         LogTemperatureStatistics(stats.temperatures);
       }
     }
@@ -810,7 +810,11 @@ absl::Status Trainer::ExportHf(const std::string& directory) {
   const bool writes = DataParallelRank() == 0 && (grid_ == nullptr || grid_->cp_rank() == 0);
   // ZeRO-1's sharded masters, whole in the (free) gradient buffers while exported.
   if (distributed_optimizer_ != nullptr) distributed_optimizer_->GatherMasters();
-  const absl::Status exported = writes ? model_->ExportHf(directory) : absl::OkStatus();
+  models::HfExportProvenance provenance = ExportProvenanceOf(job_);
+  provenance.steps = std::max<int64_t>(job_.training().steps(), start_step_);
+  if (!history_.empty()) provenance.train_loss = history_.back().loss;
+  if (!evaluations_.empty()) provenance.eval_loss = evaluations_.back().loss;
+  const absl::Status exported = writes ? model_->ExportHf(directory, provenance) : absl::OkStatus();
   if (distributed_optimizer_ != nullptr) distributed_optimizer_->ReleaseMasters();
   return exported;
 }

@@ -50,7 +50,10 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
            return converted;
          }});
   }
-  KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors));
+  models::HfExportProvenance provenance = training::ExportProvenanceOf(job);
+  provenance.steps = reader.index().steps_completed;
+  provenance.eval_loss = reader.index().eval_loss;  // the training loss is not in checkpoints
+  KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors, provenance));
   return reader.index().steps_completed;
 }
 

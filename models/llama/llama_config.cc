@@ -1,6 +1,7 @@
 // Llama configs: Hugging Face config.json parsing (transformers 4.x and 5.x), presets, validation.
 #include "models/llama/llama_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -98,6 +99,96 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
   return absl::OkStatus();
 }
 
+// A token id field: absent or null leaves nothing; an integer; a list of integers where `list`.
+absl::Status ParseTokenIds(const json& root, const std::string& source, const std::string& key,
+                           bool list, std::vector<int64_t>& ids) {
+  const auto it = root.find(key);
+  if (it == root.end() || it->is_null()) return absl::OkStatus();
+  const json values = it->is_array() && list ? *it : json::array({*it});
+  for (const json& value : values) {
+    if (!value.is_number_integer() ||
+        (value.is_number_unsigned() &&
+         value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": field \"", key, "\" is ",
+                                                     it->dump(), ", expected a token id",
+                                                     list ? " or a list of them" : ""));
+    }
+    ids.push_back(value.get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSpecialTokens(const json& root, const std::string& source, SpecialTokenIds& ids) {
+  std::vector<int64_t> bos, pad;
+  KELVIN_RETURN_IF_ERROR(ParseTokenIds(root, source, "bos_token_id", false, bos));
+  KELVIN_RETURN_IF_ERROR(ParseTokenIds(root, source, "eos_token_id", true, ids.eos));
+  KELVIN_RETURN_IF_ERROR(ParseTokenIds(root, source, "pad_token_id", false, pad));
+  if (!bos.empty()) ids.bos = bos.front();
+  if (!pad.empty()) ids.pad = pad.front();
+  return absl::OkStatus();
+}
+
+// The keys of config.json's "ssa" object, SsaOptions one to one (SsaOptionsToJson writes them).
+constexpr const char* kSsaKeys[] = {"query_temperature", "value_temperature",   "token_aware",
+                                    "position_aware",    "weight_sharing",      "temperature_clamp",
+                                    "alpha_init",        "temperature_lr_scale"};
+
+absl::StatusOr<ssa::SsaOptions> ParseSsaObject(const json& root, const std::string& source) {
+  const auto it = root.find("ssa");
+  const std::string where = absl::StrCat(source, " \"ssa\"");
+  if (it == root.end() || !it->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": model_type \"", kSsaHfModelType, "\" needs an \"ssa\" object of settings",
+        it == root.end() ? "" : absl::StrCat(", got ", it->dump()),
+        " (Kelvin's SSA exports write one; was config.json edited?)"));
+  }
+  for (const auto& [key, value] : it->items()) {
+    if (std::find(std::begin(kSsaKeys), std::end(kSsaKeys), key) == std::end(kSsaKeys)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown setting \"", key,
+                                                     "\"; known: ", absl::StrJoin(kSsaKeys, ", ")));
+    }
+  }
+  const JsonFields f(*it, where);
+  ssa::SsaOptions o;
+  KELVIN_ASSIGN_OR_RETURN(o.query_temperature, f.Bool("query_temperature", o.query_temperature));
+  KELVIN_ASSIGN_OR_RETURN(o.value_temperature, f.Bool("value_temperature", o.value_temperature));
+  KELVIN_ASSIGN_OR_RETURN(o.token_aware, f.Bool("token_aware", o.token_aware));
+  KELVIN_ASSIGN_OR_RETURN(o.position_aware, f.Bool("position_aware", o.position_aware));
+  KELVIN_ASSIGN_OR_RETURN(o.weight_sharing, f.Bool("weight_sharing", o.weight_sharing));
+  KELVIN_ASSIGN_OR_RETURN(o.alpha_init, f.Number("alpha_init", o.alpha_init));
+  KELVIN_ASSIGN_OR_RETURN(o.temperature_lr_scale,
+                          f.Number("temperature_lr_scale", o.temperature_lr_scale));
+  const auto clamp = it->find("temperature_clamp");
+  if (clamp != it->end() && !clamp->is_null()) {
+    if (!clamp->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": temperature_clamp is ", clamp->dump(),
+                       ", expected null or {\"lo\": .., \"hi\": ..}"));
+    }
+    const JsonFields bounds(*clamp, absl::StrCat(where, " temperature_clamp"));
+    ssa::TemperatureClamp range;
+    KELVIN_ASSIGN_OR_RETURN(range.lo, bounds.Number("lo", std::nullopt));
+    KELVIN_ASSIGN_OR_RETURN(range.hi, bounds.Number("hi", std::nullopt));
+    o.temperature_clamp = range;
+  }
+  return o;
+}
+
+json SsaOptionsToJson(const ssa::SsaOptions& o) {
+  json clamp = nullptr;
+  if (o.temperature_clamp.has_value()) {
+    clamp = {{"lo", o.temperature_clamp->lo}, {"hi", o.temperature_clamp->hi}};
+  }
+  return {{"query_temperature", o.query_temperature},
+          {"value_temperature", o.value_temperature},
+          {"token_aware", o.token_aware},
+          {"position_aware", o.position_aware},
+          {"weight_sharing", o.weight_sharing},
+          {"temperature_clamp", clamp},
+          {"alpha_init", o.alpha_init},
+          {"temperature_lr_scale", o.temperature_lr_scale}};
+}
+
 absl::Status Unsupported(const std::string& source, const std::string& field,
                          const std::string& value, const std::string& supported) {
   return absl::InvalidArgumentError(absl::StrCat(
@@ -144,6 +235,22 @@ std::vector<SsaParameterSpec> SsaLayerParameters(const LlamaConfig& c) {
   return specs;
 }
 
+std::string SsaSettingsThatNeed(std::string_view tensor_name) {
+  const size_t at = tensor_name.find(".self_attn.ssa.");
+  if (at == std::string_view::npos) return "";
+  const std::string_view suffix =
+      tensor_name.substr(at + std::string_view(".self_attn.ssa.").size());
+  std::string settings = "model.ssa.enabled=true";
+  if (suffix.starts_with("query_readout") || suffix.starts_with("alpha")) {
+    absl::StrAppend(&settings, " and model.ssa.query_temperature=true");
+  } else if (suffix.starts_with("value_readout")) {
+    absl::StrAppend(&settings, " and model.ssa.value_temperature=true");
+  } else if (suffix.find("temperature_proj") != std::string_view::npos) {
+    absl::StrAppend(&settings, " and model.ssa.weight_sharing=false (with token_aware=true)");
+  }
+  return settings;
+}
+
 absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
                                                   std::string_view source_name) {
   const std::string source(source_name);
@@ -155,7 +262,11 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
   }
   const JsonFields f(root, source);
   KELVIN_ASSIGN_OR_RETURN(const std::string model_type, f.String("model_type", "llama"));
-  if (model_type != "llama") return Unsupported(source, "model_type", model_type, "\"llama\"");
+  if (model_type != "llama" && model_type != kSsaHfModelType) {
+    return Unsupported(
+        source, "model_type", model_type,
+        absl::StrCat("\"llama\" or \"", kSsaHfModelType, "\" (Kelvin's SSA export)"));
+  }
   KELVIN_ASSIGN_OR_RETURN(const std::string act, f.String("hidden_act", "silu"));
   if (act != "silu") return Unsupported(source, "hidden_act", act, "\"silu\"");
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
@@ -177,6 +288,10 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
       c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
   KELVIN_ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", default_head_dim));
   KELVIN_RETURN_IF_ERROR(ParseRope(root, source, c));
+  KELVIN_RETURN_IF_ERROR(ParseSpecialTokens(root, source, c.special_tokens));
+  if (model_type == kSsaHfModelType) {
+    KELVIN_ASSIGN_OR_RETURN(c.ssa, ParseSsaObject(root, source));
+  }
   return c;
 }
 
@@ -194,9 +309,12 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHfDirectory(const std::string& direct
   return LlamaConfigFromHfJson(*text, path);
 }
 
-std::string LlamaConfigToHfJson(const LlamaConfig& c) {
-  json root = {{"architectures", {"LlamaForCausalLM"}},
-               {"model_type", "llama"},
+std::string LlamaConfigToHfJson(const LlamaConfig& c, DType weights_dtype) {
+  KELVIN_CHECK(weights_dtype == DType::kF32 || weights_dtype == DType::kBF16)
+      << "Hugging Face exports are f32 or bf16, not " << DTypeName(weights_dtype);
+  const char* torch_dtype = weights_dtype == DType::kF32 ? "float32" : "bfloat16";
+  json root = {{"architectures", {c.ssa.has_value() ? kSsaHfArchitecture : "LlamaForCausalLM"}},
+               {"model_type", c.ssa.has_value() ? kSsaHfModelType : "llama"},
                {"hidden_act", "silu"},
                {"attention_bias", false},
                {"mlp_bias", false},
@@ -211,7 +329,20 @@ std::string LlamaConfigToHfJson(const LlamaConfig& c) {
                {"rms_norm_eps", c.rms_norm_eps},
                {"tie_word_embeddings", c.tie_word_embeddings},
                {"rope_theta", c.rope.theta},
-               {"torch_dtype", "float32"}};
+               // transformers 5 reads "dtype", 4.x and other stacks "torch_dtype".
+               {"dtype", torch_dtype},
+               {"torch_dtype", torch_dtype}};
+  const SpecialTokenIds& ids = c.special_tokens;
+  if (ids.bos.has_value()) root["bos_token_id"] = *ids.bos;
+  if (ids.eos.size() == 1) root["eos_token_id"] = ids.eos.front();
+  if (ids.eos.size() > 1) root["eos_token_id"] = ids.eos;
+  if (ids.pad.has_value()) root["pad_token_id"] = *ids.pad;
+  if (c.ssa.has_value()) {
+    root["ssa"] = SsaOptionsToJson(*c.ssa);
+    root["auto_map"] = {{"AutoConfig", "configuration_ssa_llama.SsaLlamaConfig"},
+                        {"AutoModel", "modeling_ssa_llama.SsaLlamaModel"},
+                        {"AutoModelForCausalLM", "modeling_ssa_llama.SsaLlamaForCausalLM"}};
+  }
   if (c.rope.llama3_scaling) {
     root["rope_scaling"] = {{"rope_type", "llama3"},
                             {"factor", c.rope.factor},
@@ -361,6 +492,15 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c, std::string_view source) 
       problems.push_back(std::move(problem));
     }
   }
+  auto token_id_in_vocabulary = [&](const std::string& field, int64_t id) {
+    if (id < 0 || id >= c.vocab_size) {
+      problems.push_back(absl::StrCat("config.json's ", field, "=", id,
+                                      " is not a token of the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  };
+  if (c.special_tokens.bos) token_id_in_vocabulary("bos_token_id", *c.special_tokens.bos);
+  for (const int64_t id : c.special_tokens.eos) token_id_in_vocabulary("eos_token_id", id);
+  if (c.special_tokens.pad) token_id_in_vocabulary("pad_token_id", *c.special_tokens.pad);
   if (c.ssa.has_value()) {
     const absl::Status ssa = ssa::ValidateSsaOptions(*c.ssa, "model.ssa");
     if (!ssa.ok()) problems.emplace_back(ssa.message());

@@ -26,6 +26,18 @@ inline constexpr int64_t kMaxHeadDim = 4096;
 inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;  // 16777216
 inline constexpr int64_t kMaxPositions = int64_t{1} << 27;  // 134217728 tokens of context
 
+// The special tokens of a model's config.json, kept so that an export names them again (training
+// uses none; generation stops at eos). Unset when the source does not say (presets).
+struct SpecialTokenIds {
+  std::optional<int64_t> bos;
+  std::vector<int64_t> eos;  // Llama-3 Instruct has several (128001, 128008, 128009)
+  std::optional<int64_t> pad;
+};
+
+// config.json's model_type and architecture of an SSA model (models/llama/hf/ holds its code).
+inline constexpr char kSsaHfModelType[] = "ssa_llama";
+inline constexpr char kSsaHfArchitecture[] = "SsaLlamaForCausalLM";
+
 struct LlamaConfig {
   int64_t hidden_size = 0;          // D
   int64_t intermediate_size = 0;    // F
@@ -38,8 +50,9 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   ops::RopeConfig rope;
-  // Selective Self-Attention (shared/SSA.md); unset = vanilla attention. Not part of an HF
-  // config.json: the job config's model.ssa sets it.
+  SpecialTokenIds special_tokens;
+  // Selective Self-Attention (shared/SSA.md); unset = vanilla attention. From the job config's
+  // model.ssa, or the "ssa" object of an SSA export's config.json.
   std::optional<ssa::SsaOptions> ssa;
 
   int64_t q_size() const { return num_attention_heads * head_dim; }   // H*d
@@ -64,14 +77,23 @@ struct SsaParameterSpec {
 // Read-outs and alpha are in the kTemperature group (no decay, scaled lr); W_tmp decays.
 std::vector<SsaParameterSpec> SsaLayerParameters(const LlamaConfig& config);
 
+// For the name of an SSA parameter (".self_attn.ssa.<suffix>", possibly inside a longer checkpoint
+// name), the job settings under which a model has it, e.g. "model.ssa.enabled=true and
+// model.ssa.value_temperature=true"; "" for any other name.
+std::string SsaSettingsThatNeed(std::string_view tensor_name);
+
 // Reads `directory`/config.json (transformers 4.x `rope_theta` + `rope_scaling`, or 5.x
-// `rope_parameters`). Unsupported features (biases, other activations, other model types) are
+// `rope_parameters`), its bos/eos/pad token ids, and of an SSA export (model_type "ssa_llama")
+// the "ssa" object (every key of SsaOptions; an unknown key, a wrong type or a missing object is
+// an error naming it). Unsupported features (biases, other activations, other model types) are
 // errors naming the field.
 absl::StatusOr<LlamaConfig> LlamaConfigFromHfDirectory(const std::string& directory);
 absl::StatusOr<LlamaConfig> LlamaConfigFromHfJson(std::string_view json_text,
                                                   std::string_view source_name);
-// config.json text that transformers' LlamaConfig loads (for export).
-std::string LlamaConfigToHfJson(const LlamaConfig& config);
+// config.json text for weights of `weights_dtype` (f32 or bf16, named in torch_dtype and dtype):
+// transformers' LlamaConfig without SSA; with SSA, model_type "ssa_llama", the architecture
+// SsaLlamaForCausalLM, an auto_map to the modeling code shipped beside it and the "ssa" object.
+std::string LlamaConfigToHfJson(const LlamaConfig& config, DType weights_dtype = DType::kF32);
 
 // Built-in architectures: "llama3-8b", "llama3.1-8b", "small-25m" (benchmarks), "tiny" (demos
 // and tests; byte vocabulary).

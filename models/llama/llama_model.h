@@ -32,6 +32,7 @@
 #include "core/io/tensor_region.h"
 #include "core/optim/parameter_set.h"
 #include "core/tensor.h"
+#include "models/llama/hf_model_directory.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
@@ -132,10 +133,12 @@ class LlamaModel {
   // Copies this rank's slice of every parameter from a Hugging Face checkpoint (converting
   // dtypes); a missing tensor or a shape mismatch is an error naming the tensor and the checkpoint.
   absl::Status LoadHfCheckpoint(const io::HfCheckpoint& checkpoint);
-  // Writes config.json and the safetensors weights (f32) that transformers loads. Under tensor
+  // Writes the Hugging Face model directory (models/llama/hf_model_directory.h) with f32 weights
+  // that transformers loads, `provenance` in its model card. Under tensor
   // and pipeline parallelism every rank of the model's replica must call it (the shards are
   // gathered over TP, the stages' tensors sent to pipeline rank 0); TP and pipeline rank 0 write.
-  absl::Status ExportHf(const std::string& directory);
+  absl::Status ExportHf(const std::string& directory,
+                        const HfExportProvenance& provenance = {});
   // Deterministic random initialisation (normal(0, 0.02) matrices, unit norms, SSA as
   // InitSsaParameters) from `seed`: each rank takes its slice of the same full draw, so every
   // layout starts from the one model.
@@ -298,10 +301,5 @@ class LlamaModel {
   Tensor dk_local_, dv_local_, dvalue_source_local_, cp_scratch_;
   Tensor dgate_, dup_, dact_;  // [N, F]
 };
-
-// Writes a Hugging Face model directory (created if missing): config.json of `config` and the
-// tensors, by their Hugging Face names, one shard at a time (io::WriteHfCheckpoint).
-absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConfig& config,
-                                   const std::vector<io::HfTensorSource>& tensors);
 
 }  // namespace kelvin::models

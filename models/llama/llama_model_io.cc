@@ -172,7 +172,8 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::ExportHf(const std::string& directory) {
+absl::Status LlamaModel::ExportHf(const std::string& directory,
+                                  const HfExportProvenance& provenance) {
   parallel::Communicator* tp = parallelism_.tp;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {
@@ -199,20 +200,7 @@ absl::Status LlamaModel::ExportHf(const std::string& directory) {
     GatherPipelineStages(tensors);
     if (stage_.rank != 0) return absl::OkStatus();
   }
-  return WriteHfModelDirectory(directory, config_, io::HfTensorSourcesOf(tensors));
-}
-
-absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConfig& config,
-                                   const std::vector<io::HfTensorSource>& tensors) {
-  KELVIN_RETURN_IF_ERROR(io::WriteHfCheckpoint(directory, tensors, size_t{5} << 30,
-                                               {{"config.json", LlamaConfigToHfJson(config)}}));
-  if (config.ssa.has_value()) {
-    KLOG_RANK0(WARNING)
-        << "exported to " << directory << " with the SSA tensors "
-        << "(model.layers.*.self_attn.ssa.*): Kelvin reloads them; transformers has "
-        << "no SSA, ignores them and runs the model without temperatures";
-  }
-  return absl::OkStatus();
+  return WriteHfModelDirectory(directory, config_, io::HfTensorSourcesOf(tensors), provenance);
 }
 
 void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors) {

@@ -16,6 +16,7 @@
 #include "core/io/atomic_file.h"
 #include "core/io/crc32c.h"
 #include "core/io/safetensors.h"
+#include "models/llama/llama_config.h"
 #include "training/checkpoint/checkpoint_format.h"
 
 namespace kelvin::training {
@@ -223,6 +224,13 @@ absl::Status CheckNoOtherTensors(const CheckpointReader& reader,
                                  const std::set<std::string>& job_tensors) {
   for (const std::string& name : reader.TensorNames()) {
     if (!job_tensors.count(name)) {
+      const std::string ssa_settings = models::SsaSettingsThatNeed(name);
+      if (!ssa_settings.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            reader.FileOf(name), " has the SSA tensor \"", name,
+            "\", which this job's model does not: the checkpoint was trained with SSA; set ",
+            ssa_settings, " (the flags it was trained with)"));
+      }
       return absl::FailedPreconditionError(
           absl::StrCat(reader.FileOf(name), " has tensor \"", name,
                        "\", which this job's model does not: the checkpoint is of another model"));

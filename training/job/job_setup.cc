@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/io/hf_checkpoint.h"
+#include "google/protobuf/text_format.h"
 
 namespace kelvin::training {
 namespace {
@@ -41,6 +42,55 @@ void ApplyArchitectureOverrides(const config::Architecture& a, models::LlamaConf
   }
 }
 
+std::string ClampText(const std::optional<ssa::TemperatureClamp>& clamp) {
+  return clamp.has_value() ? absl::StrCat("[", clamp->lo, ", ", clamp->hi, "]") : "none";
+}
+
+// The SSA of the job's model: model.ssa when the job sets it, else that of an SSA export in
+// model.hf_dir (its config.json's "ssa"), so that fine-tuning an export further repeats no flags.
+// What shapes the model (which temperatures, their terms, weight sharing, the clamp) must agree
+// with the directory's; alpha_init and temperature_lr_scale only steer training, and the job's
+// win (choice: the directory records the values that trained it, not a contract).
+absl::Status ResolveSsa(const config::ModelConfig& model, models::LlamaConfig& arch) {
+  const std::optional<ssa::SsaOptions> exported = arch.ssa;
+  if (!model.has_ssa()) return absl::OkStatus();  // the directory's, or none
+  arch.ssa.reset();
+  if (model.ssa().enabled()) arch.ssa = SsaOptionsFromConfig(model.ssa());
+  if (!exported.has_value()) return absl::OkStatus();
+  const std::string directory =
+      absl::StrCat("model.hf_dir=", model.hf_dir(), " (its config.json \"ssa\")");
+  if (!arch.ssa.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.ssa.enabled=false contradicts ", directory,
+        ", an SSA model: remove the model.ssa section to fine-tune it with the SSA it was "
+        "trained with"));
+  }
+  std::vector<std::string> contradictions;
+  const auto compare = [&](const char* field, bool job_value, bool directory_value) {
+    if (job_value != directory_value) {
+      contradictions.push_back(absl::StrCat("model.ssa.", field, "=", job_value ? "true" : "false",
+                                            " but the directory has ",
+                                            directory_value ? "true" : "false"));
+    }
+  };
+  const ssa::SsaOptions& job = *arch.ssa;
+  compare("query_temperature", job.query_temperature, exported->query_temperature);
+  compare("value_temperature", job.value_temperature, exported->value_temperature);
+  compare("token_aware", job.token_aware, exported->token_aware);
+  compare("position_aware", job.position_aware, exported->position_aware);
+  compare("weight_sharing", job.weight_sharing, exported->weight_sharing);
+  const std::string job_clamp = ClampText(job.temperature_clamp),
+                    directory_clamp = ClampText(exported->temperature_clamp);
+  if (job_clamp != directory_clamp) {
+    contradictions.push_back(absl::StrCat("model.ssa.temperature_clamp=", job_clamp,
+                                          " but the directory has ", directory_clamp));
+  }
+  if (contradictions.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model.ssa contradicts ", directory, ": ", absl::StrJoin(contradictions, "; "),
+      ". Remove the model.ssa section to use the directory's SSA, or set the same flags"));
+}
+
 }  // namespace
 
 absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::ModelConfig& model) {
@@ -51,7 +101,7 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
     KELVIN_ASSIGN_OR_RETURN(arch, models::LlamaPreset(model.preset()));
   }
   ApplyArchitectureOverrides(model.architecture(), arch);
-  if (model.ssa().enabled()) arch.ssa = SsaOptionsFromConfig(model.ssa());
+  KELVIN_RETURN_IF_ERROR(ResolveSsa(model, arch));
   const std::string source =
       absl::StrCat(model.has_hf_dir() ? absl::StrCat(model.hf_dir(), "/config.json")
                                       : absl::StrCat("model.preset=", model.preset()),
@@ -82,6 +132,20 @@ absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::Mode
                       ", which its name names (add --set model.preset=", *preset,
                       " to choose it, or plan where the weights are)");
   return ResolveModelArchitecture(stand_in);
+}
+
+models::HfExportProvenance ExportProvenanceOf(const config::JobConfig& job) {
+  models::HfExportProvenance provenance;
+  const config::ModelConfig& model = job.model();
+  provenance.source = model.has_hf_dir() ? absl::StrCat("model.hf_dir=", model.hf_dir())
+                                         : absl::StrCat("model.preset=", model.preset());
+  if (model.has_hf_dir()) provenance.source_dir = model.hf_dir();
+  provenance.job_name = job.name();
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetSingleLineMode(true);
+  printer.PrintToString(job.data(), &provenance.data);
+  while (!provenance.data.empty() && provenance.data.back() == ' ') provenance.data.pop_back();
+  return provenance;
 }
 
 ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {

@@ -26,6 +26,10 @@ absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::Mode
 absl::Status CheckOutputLocations(const config::JobConfig& job);
 // training.seq_length within the model's max_position_embeddings.
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);
+// What an export of the job's model says produced it: the source model (model.hf_dir, whose
+// tokenizer files it copies, or model.preset), the job's name and its data section; the caller
+// adds the steps and losses.
+models::HfExportProvenance ExportProvenanceOf(const config::JobConfig& job);
 // model.ssa (defaults resolved) as the SSA code's flags.
 ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa);
 

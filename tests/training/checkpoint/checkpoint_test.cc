@@ -33,6 +33,7 @@
 #include "tests/testing/tensors.h"
 #include "training/checkpoint/checkpoint_format.h"
 #include "training/checkpoint/preemption.h"
+#include "training/job/job_setup.h"
 #include "training/run_directory.h"
 #include "training/trainer.h"
 
@@ -295,20 +296,50 @@ TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
       launcher::ConvertCheckpointToHf(SmallJob(dir, {"training.device=CUDA"}), hf);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 6);
-  // A job of another model (no SSA) refuses the checkpoint before writing anything.
+  // A job without SSA refuses the SSA checkpoint before writing anything, naming the flag.
   const std::string refused = CheckpointDir("convert_refused");
   EXPECT_THAT(std::string(launcher::ConvertCheckpointToHf(
                               SmallJob(dir, {"model.ssa.enabled=false"}), refused)
                               .status()
                               .message()),
-              HasSubstr("which this job's model does not: the checkpoint is of another model"));
+              HasSubstr("the checkpoint was trained with SSA; set model.ssa.enabled=true and "
+                        "model.ssa.query_temperature=true"));
   EXPECT_FALSE(fs::exists(refused));
+  // The export is an SSA model for transformers, its card naming what produced it.
+  EXPECT_THAT(testing::FileBytes(hf + "/config.json"), HasSubstr("\"model_type\": \"ssa_llama\""));
+  const std::string card = testing::FileBytes(hf + "/README.md");
+  EXPECT_THAT(card, HasSubstr("| steps trained | 6 |"));
+  EXPECT_THAT(card, HasSubstr(absl::StrFormat("| last evaluation loss | %.6f |",
+                                              trained->evaluations().back().loss)));
+  EXPECT_THAT(card, HasSubstr("| last training loss | not recorded |"));
+  EXPECT_TRUE(fs::exists(hf + "/modeling_ssa_llama.py"));
   // The converted directory loads as a model source and holds the trained weights bit for bit.
   std::unique_ptr<Trainer> loaded = CreateOrDie(SmallJob("", {"model.hf_dir=\"" + hf + "\""}));
   ASSERT_NE(loaded, nullptr);
   for (const ParameterSet::Entry& e : trained->model().parameters().entries()) {
     EXPECT_TRUE(testing::BitIdentical(loaded->model().parameters().value(e.name), e.value, e.name));
   }
+  // A job without a model.ssa section takes the export's SSA; one that contradicts it is an error
+  // naming both.
+  config::JobConfig further = SmallJob("", {"model.hf_dir=\"" + hf + "\""});
+  further.mutable_model()->clear_ssa();
+  const absl::StatusOr<models::LlamaConfig> imported = ResolveModelArchitecture(further.model());
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  ASSERT_TRUE(imported->ssa.has_value());
+  EXPECT_EQ(imported->ssa->alpha_init, trained->model().config().ssa->alpha_init);
+  EXPECT_TRUE(imported->ssa->value_temperature && imported->ssa->token_aware);
+  const auto contradiction = [&](const std::string& setting) {
+    return std::string(
+        ResolveModelArchitecture(SmallJob("", {"model.hf_dir=\"" + hf + "\"", setting}).model())
+            .status()
+            .message());
+  };
+  EXPECT_THAT(contradiction("model.ssa.value_temperature=false"),
+              HasSubstr("model.ssa contradicts model.hf_dir=" + hf +
+                        " (its config.json \"ssa\"): model.ssa.value_temperature=false but the "
+                        "directory has true"));
+  EXPECT_THAT(contradiction("model.ssa.enabled=false"),
+              HasSubstr("model.ssa.enabled=false contradicts model.hf_dir="));
   // eval restores the checkpoint and scores what the run's own last evaluation scored.
   const absl::StatusOr<EvalStats> eval = launcher::EvaluateJob(SmallJob(dir));
   ASSERT_TRUE(eval.ok()) << eval.status();
@@ -414,12 +445,12 @@ TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
       std::string(other.status().message()),
       HasSubstr("is a checkpoint of job \"passkey_tiny_cpu\", not of this job \"other_job\""));
 
-  // Another model (SSA off: the checkpoint has tensors this model lacks).
+  // Another model (SSA off: the checkpoint has tensors this model lacks, named with the flag).
   absl::StatusOr<std::unique_ptr<Trainer>> vanilla =
       Trainer::Create(SmallJob(dir, {"model.ssa.enabled=false"}));
   ASSERT_FALSE(vanilla.ok());
   EXPECT_THAT(std::string(vanilla.status().message()),
-              HasSubstr("which this job's model does not: the checkpoint is of another model"));
+              HasSubstr("which this job's model does not: the checkpoint was trained with SSA"));
 
   // A part that holds only half of a tensor (its region says so, consistently).
   const fs::path part = checkpoint / "part_0_of_1.safetensors";
@@ -642,7 +673,7 @@ TEST(CheckpointLeftovers, SkipDamagedResumesFromTheNewestIntactCheckpoint) {
   // Another model's checkpoint is no damage: nothing is set aside, the error stands.
   config::JobConfig vanilla = skipping;
   vanilla.mutable_model()->mutable_ssa()->set_enabled(false);
-  EXPECT_THAT(CreateError(vanilla), HasSubstr("the checkpoint is of another model"));
+  EXPECT_THAT(CreateError(vanilla), HasSubstr("the checkpoint was trained with SSA"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "step_00000002"));
   fs::remove_all(dir);
 }
