@@ -28,6 +28,17 @@ endif()
 
 find_package(nlohmann_json REQUIRED)  # safetensors headers, Hugging Face config.json
 
+# PCRE2 (8-bit code units, with JIT): the tokenizer's pre-tokenizer regexes (data/tokenizer/).
+find_library(KELVIN_PCRE2_LIBRARY pcre2-8)
+find_path(KELVIN_PCRE2_INCLUDE_DIR pcre2.h)
+if(NOT KELVIN_PCRE2_LIBRARY OR NOT KELVIN_PCRE2_INCLUDE_DIR)
+  message(FATAL_ERROR "PCRE2 not found: install libpcre2-dev (scripts/setup.sh does), or set "
+                      "KELVIN_PCRE2_LIBRARY and KELVIN_PCRE2_INCLUDE_DIR.")
+endif()
+add_library(kelvin_pcre2 INTERFACE)
+target_include_directories(kelvin_pcre2 INTERFACE ${KELVIN_PCRE2_INCLUDE_DIR})
+target_link_libraries(kelvin_pcre2 INTERFACE ${KELVIN_PCRE2_LIBRARY})
+
 if(NOT KELVIN_CORE_ONLY)
   # MPI (OpenMPI): KELVIN_MPI_CHECK decodes MPI errors; parallel/ builds its backend on it.
   find_package(MPI REQUIRED COMPONENTS C)
