@@ -68,7 +68,12 @@ constexpr const char* kUsage =
     "  prepare-data SAMPLES.jsonl --out PREFIX: fine-tuning samples (one JSON object per line:\n"
     "          \"input_ids\", optional \"labels\" with -100 where there is no loss, or\n"
     "          \"loss_mask\") into the Megatron indexed dataset PREFIX and its loss mask\n"
-    "          PREFIX_loss_mask; prints the job's data section for them\n"
+    "          PREFIX_loss_mask; prints the job's data section for them; options:\n"
+    "            --tokenizer DIR  the model directory's tokenizer.json: lines may also be\n"
+    "                            {\"text\": ...} (BOS + text + eos, loss on all),\n"
+    "                            {\"prompt\": ..., \"completion\": ...} (loss on the completion)\n"
+    "                            or {\"messages\": [{\"role\", \"content\"}, ...]} (the model's\n"
+    "                            chat format, llama3 or chatml; loss on assistant turns)\n"
     "  train and eval run one process, or one rank each under mpirun / srun with the job's\n"
     "  layout (checkpoints resume under any layout)\n"
     "  e.g. kelvin train configs/passkey_tiny_cpu.textproto --set optimizer.lr=1e-3\n"
@@ -86,6 +91,7 @@ struct Arguments {
   bool layouts = false;                               // plan --layouts
   bool submit = false;                                // launch --submit
   std::optional<std::string> out;                     // convert and prepare-data --out
+  std::string tokenizer;                              // prepare-data --tokenizer
   kelvin::training::CheckpointChoice checkpoint;      // convert and eval --step, --best
   bool every_checkpoint = false;                      // eval --all
   kelvin::DType convert_dtype = kelvin::DType::kF32;  // convert --dtype
@@ -359,9 +365,16 @@ int Launch(const Arguments& a) {
   return 0;
 }
 
-int PrepareData(const std::string& samples, const std::string& out) {
+int PrepareData(const std::string& samples, const std::string& out, const std::string& tokenizer) {
+  std::optional<kelvin::data::TextSampleEncoder> encoder;
+  if (!tokenizer.empty()) {
+    absl::StatusOr<kelvin::data::TextSampleEncoder> loaded =
+        kelvin::data::TextSampleEncoder::FromDirectory(tokenizer);
+    if (!loaded.ok()) return Fail(loaded.status());
+    encoder = *std::move(loaded);
+  }
   const absl::StatusOr<kelvin::data::PreparedSamples> prepared =
-      kelvin::data::PrepareJsonlSamples(samples, out);
+      kelvin::data::PrepareJsonlSamples(samples, out, encoder ? &*encoder : nullptr);
   if (!prepared.ok()) return Fail(prepared.status());
   std::printf("%s", kelvin::data::DescribePreparedSamples(*prepared).c_str());
   return 0;
@@ -384,6 +397,7 @@ const std::vector<OptionSpec>& Options() {
       {"--layouts", nullptr, {"plan"}},
       {"--submit", nullptr, {"launch"}},
       {"--out", "a path", {"convert", "prepare-data"}},
+      {"--tokenizer", "a model directory with tokenizer.json", {"prepare-data"}},
       {"--step", "a step count >= 0", {"eval", "convert"}},
       {"--best", nullptr, {"eval", "convert"}},
       {"--all", nullptr, {"eval"}},
@@ -409,6 +423,9 @@ std::optional<int> ApplyOption(const std::string& name, const std::string& value
     a.submit = true;
   } else if (name == "--out") {
     a.out = value;
+  } else if (name == "--tokenizer") {
+    if (value.empty()) return Usage("--tokenizer is empty: give the model directory");
+    a.tokenizer = value;
   } else if (name == "--step") {
     int64_t step = 0;
     if (!absl::SimpleAtoi(value, &step) || step < 0) {
@@ -521,7 +538,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (const std::optional<int> error = ParseArguments(args, a)) return *error;
-  if (a.command == "prepare-data") return PrepareData(a.job_path, *a.out);
+  if (a.command == "prepare-data") return PrepareData(a.job_path, *a.out, a.tokenizer);
   if (a.command == "plan") return Plan(a);
   return a.command == "launch" ? Launch(a) : RunUnderLauncher(a);
 }

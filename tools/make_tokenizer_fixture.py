@@ -14,13 +14,18 @@ pre-tokenizer configurations:
                 Llama-3's special tokens added after the vocabulary (4096 ids before them);
   gpt2_style:   ByteLevel(use_regex=true) (GPT-2's pattern), <|endoftext|> (2048 ids before it).
 Each goes to tests/fixtures/tokenizer/<name>/ (tokenizer.json, tokenizer_config.json with its bos
-and eos tokens). tests/fixtures/tokenizer/cases.jsonl records 600 lines of the corpus (every kind
-of fragment, and the hardest cases whole) with both tokenizers' ids (add_special_tokens=True),
-which the C++ tests match without Python.
+and eos tokens and a chat template: Llama-3-8B-Instruct's for llama3_style, plain ChatML with
+<|im_start|>/<|im_end|> for gpt2_style). tests/fixtures/tokenizer/cases.jsonl records 600 lines of
+the corpus (every kind of fragment, and the hardest cases whole) with both tokenizers' ids
+(add_special_tokens=True); chat_cases.jsonl 100 of 300 generated conversations (optional system
+prompt, 1-3 user/assistant rounds, contents with leading whitespace, special-token strings) with
+transformers' apply_chat_template ids and the loss mask (assistant content and end-of-turn token)
+for both. The C++ tests match them without Python.
 
 With a Kelvin binary, it also runs `kelvin prepare-data --tokenizer DIR` on the whole corpus as
 {"text": ...} lines for both tokenizers and checks that every document's ids equal tokenizers'
-(plus the end-of-document token prepare-data appends) on 100% of the lines.
+(plus the end-of-document token prepare-data appends) on 100% of the lines, and on the 300
+conversations as {"messages": ...} lines that the ids and loss masks equal the ones above.
 """
 import json
 import os
@@ -38,6 +43,18 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 OUT = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Meta-Llama-3-8B-Instruct's chat template, and plain ChatML (Qwen2's without its default system
+# prompt), which Kelvin's chat formats llama3 and chatml implement (data/tokenizer/chat_format.h).
+LLAMA3_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim "
+    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
+    "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}")
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                    "<|reserved_special_token_1|>", "<|start_header_id|>", "<|end_header_id|>",
                    "<|reserved_special_token_2|>", "<|eot_id|>"]
@@ -119,7 +136,7 @@ def train(lines, style):
     else:
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        vocab, specials = 2048, ["<|endoftext|>"]
+        vocab, specials = 2048, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -132,17 +149,59 @@ def train(lines, style):
             processors.TemplateProcessing(single="<|begin_of_text|> $A",
                                           pair="<|begin_of_text|> $A <|begin_of_text|> $B",
                                           special_tokens=[("<|begin_of_text|>", bos)])])
-        names = dict(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")
+        names = dict(bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>",
+                     chat_template=LLAMA3_CHAT_TEMPLATE)
     else:
         tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-        names = dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+        names = dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                     chat_template=CHATML_TEMPLATE)
     directory = os.path.join(OUT, style)
     shutil.rmtree(directory, ignore_errors=True)
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, **names).save_pretrained(directory)
-    for extra in ("special_tokens_map.json", "chat_template.jinja"):
-        if os.path.exists(os.path.join(directory, extra)):
-            os.remove(os.path.join(directory, extra))
+    chat_template = names.pop("chat_template")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, **names)
+    fast.chat_template = chat_template
+    fast.save_pretrained(directory)  # the template in chat_template.jinja (transformers 5)
     return Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+
+
+def make_conversations(rng, count):
+    """Conversations of 1-6 turns (an optional system prompt, user and assistant alternating),
+    their contents made of the corpus's fragments, some with leading or trailing whitespace."""
+    conversations = []
+    for _ in range(count):
+        turns = [{"role": "system", "content": fragment(rng)}] if rng.random() < 0.5 else []
+        for t in range(rng.randint(1, 3)):
+            for role in ("user", "assistant"):
+                content = "".join(fragment(rng) + rng.choice(SEPARATORS)
+                                  for _ in range(rng.randint(1, 4)))
+                if rng.random() < 0.2:
+                    content = rng.choice(SPACES) + content
+                turns.append({"role": role, "content": content})
+        conversations.append(turns)
+    return conversations
+
+
+def chat_ids_and_mask(style, conversation):
+    """transformers' apply_chat_template ids, and the loss mask Kelvin's formats promise: 1 on the
+    ids that start inside an assistant message's (trimmed, for llama3) content and on its
+    end-of-turn token."""
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.join(OUT, style))
+    rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
+    ids = tokenizer.apply_chat_template(conversation, tokenize=True)
+    ids = ids["input_ids"] if not isinstance(ids, list) else ids
+    encoding = tokenizer.backend_tokenizer.encode(rendered, add_special_tokens=False)
+    assert encoding.ids == ids, "the rendered text does not tokenize to the template's ids"
+    end_token = "<|eot_id|>" if style == "llama3_style" else "<|im_end|>"
+    spans, search_from = [], 0
+    for message in conversation:
+        content = message["content"].strip() if style == "llama3_style" else message["content"]
+        start = rendered.index(content + end_token, search_from)
+        end = start + len(content) + len(end_token)
+        if message["role"] == "assistant":
+            spans.append((start, end))
+        search_from = end
+    mask = [int(any(a <= begin < b for a, b in spans)) for begin, _ in encoding.offsets]
+    return ids, mask
 
 
 def read_indexed_dataset(prefix):
@@ -152,7 +211,7 @@ def read_indexed_dataset(prefix):
         version, dtype_code = np.frombuffer(f.read(9), dtype=np.uint8)[[0, 8]]
         count, doc_count = np.frombuffer(f.read(16), dtype=np.int64)
         sizes = np.frombuffer(f.read(4 * count), dtype=np.int32)
-    dtype = {4: np.int32, 8: np.uint16}[int(dtype_code)]
+    dtype = {1: np.uint8, 4: np.int32, 8: np.uint16}[int(dtype_code)]
     tokens = np.fromfile(prefix + ".bin", dtype=dtype)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     return [tokens[offsets[i]:offsets[i + 1]].tolist() for i in range(count)]
@@ -179,6 +238,23 @@ def check_prepare_data(kelvin, lines, tokenizers):
         assert len(documents) == len(expected) and equal == len(kept)
 
 
+def check_chat_prepare_data(kelvin, conversations, expected):
+    work = tempfile.mkdtemp(prefix="kelvin_chat_check_")
+    samples = os.path.join(work, "chat.jsonl")
+    with open(samples, "w", encoding="utf-8") as f:
+        for conversation in conversations:
+            f.write(json.dumps({"messages": conversation}, ensure_ascii=False) + "\n")
+    for style, cases in expected.items():
+        prefix = os.path.join(work, style)
+        subprocess.run([kelvin, "prepare-data", samples, "--out", prefix, "--tokenizer",
+                        os.path.join(OUT, style)], check=True, capture_output=True)
+        ids, masks = read_indexed_dataset(prefix), read_indexed_dataset(prefix + "_loss_mask")
+        equal = sum((i, m) == case for i, m, case in zip(ids, masks, cases))
+        print(f"{style}: kelvin prepare-data chat ids and loss mask equal apply_chat_template's "
+              f"on {equal} of {len(cases)} conversations")
+        assert equal == len(cases)
+
+
 def main(kelvin):
     rng = random.Random(0)
     os.makedirs(OUT, exist_ok=True)
@@ -197,11 +273,21 @@ def main(kelvin):
             for style, tokenizer in tokenizers.items():
                 record[style] = tokenizer.encode(line).ids
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    conversations = make_conversations(rng, 300)
+    chats = {style: [chat_ids_and_mask(style, c) for c in conversations]
+             for style in ("llama3_style", "gpt2_style")}
+    with open(os.path.join(OUT, "chat_cases.jsonl"), "w", encoding="utf-8") as f:
+        for n, conversation in enumerate(conversations[:100]):
+            record = {"messages": conversation}
+            for style, cases in chats.items():
+                record[style] = {"ids": cases[n][0], "loss_mask": cases[n][1]}
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
     with open(os.path.join(OUT, "versions.json"), "w") as f:
         json.dump({"tokenizers": __import__("tokenizers").__version__,
                    "transformers": __import__("transformers").__version__}, f, indent=1)
     if kelvin:
         check_prepare_data(kelvin, lines, tokenizers)
+        check_chat_prepare_data(kelvin, conversations, chats)
 
 
 if __name__ == "__main__":

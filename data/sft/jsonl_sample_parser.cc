@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/cross_entropy.h"
+#include "data/sft/text_sample_encoder.h"
 #include "nlohmann/json.hpp"
 
 namespace kelvin::data {
@@ -162,6 +163,18 @@ absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& 
   const auto line_error = [&](absl::string_view detail) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", detail));
   };
+  if (text_encoder_ != nullptr) {
+    // Text samples are parsed whole (their strings are the payload); input_ids lines and lines
+    // that are no JSON object go on to the event parser below, which names their problem.
+    const json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (object.is_object() && !object.contains("input_ids")) {
+      const absl::StatusOr<bool> encoded = text_encoder_->Encode(object, sample_);
+      if (!encoded.ok()) return line_error(encoded.status().message());
+      if (*encoded) return absl::OkStatus();
+      return line_error(
+          "no \"text\", \"prompt\", \"messages\" or \"input_ids\": give one sample kind per line");
+    }
+  }
   sample_.tokens.clear();
   sample_.targets.clear();
   sample_.ignored_keys.clear();

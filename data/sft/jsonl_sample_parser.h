@@ -1,8 +1,8 @@
 // JsonlSampleParser: one line of a fine-tuning JSON Lines file into its token ids and training
-// targets (the line format is in jsonl_samples.h). It reads the line as a stream of JSON events
-// (nlohmann's SAX interface), so the integer arrays go straight into the sample's vectors without
-// a JSON document in between, and the first problem stops it with an error naming the file, the
-// line and the field.
+// targets (the line format is in jsonl_samples.h; text samples in text_sample_encoder.h). It reads
+// the line as a stream of JSON events (nlohmann's SAX interface), so the integer arrays go straight
+// into the sample's vectors without a JSON document in between, and the first problem stops it with
+// an error naming the file, the line and the field.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,15 @@ struct JsonlSample {
   std::vector<std::string> ignored_keys;
 };
 
+class TextSampleEncoder;
+
 class JsonlSampleParser {
  public:
+  // With a text encoder (prepare-data --tokenizer), lines may also be text, prompt/completion or
+  // chat samples (text_sample_encoder.h).
+  explicit JsonlSampleParser(const TextSampleEncoder* text_encoder = nullptr)
+      : text_encoder_(text_encoder) {}
+
   // Parses `text`, line `line` of `path`, into sample(); the vectors are reused between lines.
   absl::Status Parse(std::string_view text, const std::string& path, int64_t line);
   const JsonlSample& sample() const { return sample_; }
@@ -30,6 +37,7 @@ class JsonlSampleParser {
   void SwapSample(JsonlSample& other) { std::swap(sample_, other); }
 
  private:
+  const TextSampleEncoder* text_encoder_;
   JsonlSample sample_;
   std::vector<int64_t> labels_;  // [n] as given, before they become targets
 };

@@ -84,10 +84,11 @@ size_t ReadBatch(std::string_view text, size_t& offset, int64_t& line,
   return count;
 }
 
-void ParseBatch(const std::string& path, size_t count, std::vector<ParsedLine>& batch) {
+void ParseBatch(const std::string& path, const TextSampleEncoder* text_encoder, size_t count,
+                std::vector<ParsedLine>& batch) {
 #pragma omp parallel
   {
-    JsonlSampleParser parser;
+    JsonlSampleParser parser(text_encoder);
 #pragma omp for schedule(dynamic, 16)
     for (size_t i = 0; i < count; ++i) {
       ParsedLine& l = batch[i];
@@ -117,8 +118,9 @@ absl::Status WriteSample(const JsonlSample& sample, MegatronDatasetWriter& token
 }
 
 // Writes every sample of `jsonl_path` into `tokens` (int32) and `mask`, counting into `prepared`.
-absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& tokens,
-                          MegatronDatasetWriter& mask, PreparedSamples& prepared, bool& any_mask) {
+absl::Status WriteSamples(const std::string& jsonl_path, const TextSampleEncoder* text_encoder,
+                          MegatronDatasetWriter& tokens, MegatronDatasetWriter& mask,
+                          PreparedSamples& prepared, bool& any_mask) {
   KELVIN_ASSIGN_OR_RETURN(const io::MappedFile file,
                           io::MappedFile::Open(jsonl_path, "the samples file"));
   const std::string_view text(file.data(), file.size());
@@ -128,7 +130,7 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
   std::vector<int64_t> lengths;      // [samples]
   int64_t line = 0;
   for (size_t count; (count = ReadBatch(text, offset, line, batch)) > 0;) {
-    ParseBatch(jsonl_path, count, batch);
+    ParseBatch(jsonl_path, text_encoder, count, batch);
     for (size_t i = 0; i < count; ++i) {
       KELVIN_RETURN_IF_ERROR(batch[i].status);
       KELVIN_RETURN_IF_ERROR(
@@ -146,14 +148,15 @@ absl::Status WriteSamples(const std::string& jsonl_path, MegatronDatasetWriter& 
 }
 
 // Everything but the directory: the writers remove their temporaries on an error.
-absl::Status Prepare(const std::string& jsonl_path, PreparedSamples& prepared) {
+absl::Status Prepare(const std::string& jsonl_path, const TextSampleEncoder* text_encoder,
+                     PreparedSamples& prepared) {
   const std::string& prefix = prepared.tokens_prefix;
   KELVIN_ASSIGN_OR_RETURN(MegatronDatasetWriter tokens,
                           MegatronDatasetWriter::Create(prefix, TokenType::kInt32));
   KELVIN_ASSIGN_OR_RETURN(MegatronDatasetWriter mask,
                           MegatronDatasetWriter::Create(prefix + "_loss_mask", TokenType::kUInt8));
   bool any_mask = false;
-  KELVIN_RETURN_IF_ERROR(WriteSamples(jsonl_path, tokens, mask, prepared, any_mask));
+  KELVIN_RETURN_IF_ERROR(WriteSamples(jsonl_path, text_encoder, tokens, mask, prepared, any_mask));
   prepared.token_type =
       prepared.max_token < kUInt16VocabLimit ? TokenType::kUInt16 : TokenType::kInt32;
   // Both datasets whole before either is committed.
@@ -177,7 +180,8 @@ absl::Status Prepare(const std::string& jsonl_path, PreparedSamples& prepared) {
 }  // namespace
 
 absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_path,
-                                                    const std::string& output_prefix) {
+                                                    const std::string& output_prefix,
+                                                    const TextSampleEncoder* text_encoder) {
   const std::string name = std::filesystem::path(output_prefix).filename().string();
   if (name.empty() || name == "." || name == "..") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -198,7 +202,7 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_pat
   prepared.tokens_prefix = output_prefix;
   std::filesystem::path created_directory;
   KELVIN_RETURN_IF_ERROR(CreateOutputDirectory(output_prefix, created_directory));
-  const absl::Status status = Prepare(jsonl_path, prepared);
+  const absl::Status status = Prepare(jsonl_path, text_encoder, prepared);
   if (!status.ok()) {
     if (!created_directory.empty()) RemoveCreatedDirectories(output_prefix, created_directory);
     return status;

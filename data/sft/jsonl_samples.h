@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "data/corpus/token_corpus.h"
 #include "data/sft/length_summary.h"
+#include "data/sft/text_sample_encoder.h"
 
 namespace kelvin::data {
 
@@ -39,8 +40,11 @@ struct PreparedSamples {
   bool removed_stale_mask = false;  // PREFIX_loss_mask of an earlier run, with no mask now
 };
 
-absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_path,
-                                                    const std::string& output_prefix);
+// With `text_encoder`, lines may also be text samples (text_sample_encoder.h), tokenized in the
+// same parallel pass.
+absl::StatusOr<PreparedSamples> PrepareJsonlSamples(
+    const std::string& jsonl_path, const std::string& output_prefix,
+    const TextSampleEncoder* text_encoder = nullptr);
 
 // What was written, and the data section of a job that trains on it.
 std::string DescribePreparedSamples(const PreparedSamples& prepared);

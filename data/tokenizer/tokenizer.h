@@ -41,6 +41,8 @@ class Tokenizer {
   // The id of a token's text (an added token's content or a vocabulary spelling), or nullopt.
   std::optional<int32_t> TokenId(std::string_view token) const;
   int64_t vocab_size() const { return vocab_size_; }  // largest id + 1
+  // tokenizer_config.json's chat_template (or chat_template.jinja beside it), else "".
+  const std::string& chat_template() const { return chat_template_; }
   // tokenizer_config.json's bos_token / eos_token (FromDirectory), else nullopt.
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
@@ -68,6 +70,7 @@ class Tokenizer {
   std::vector<TemplatePiece> template_;              // empty: the ids alone
   int64_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_, eos_id_;
+  std::string chat_template_;
 };
 
 }  // namespace kelvin::data

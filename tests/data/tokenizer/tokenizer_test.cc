@@ -103,7 +103,7 @@ TEST(Tokenizer, TextThatIsNotUtf8AndUnknownIdsAreErrors) {
   EXPECT_THAT(std::string(tokenizer.Encode("\xED\xA0\x80", true, ids).message()),
               HasSubstr("not valid UTF-8 at byte 0"));  // a surrogate
   EXPECT_THAT(std::string(tokenizer.Decode({5, 99999}, false).status().message()),
-              HasSubstr("token id 99999 is no token of the tokenizer (its ids are below 2049)"));
+              HasSubstr("token id 99999 is no token of the tokenizer (its ids are below 2051)"));
 }
 
 // The fixture's tokenizer.json with `edit` applied to its JSON.

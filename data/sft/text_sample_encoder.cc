@@ -1,0 +1,136 @@
+// Text, prompt/completion and chat samples into ids and loss targets.
+#include "data/sft/text_sample_encoder.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace kelvin::data {
+namespace {
+
+using nlohmann::json;
+
+// `object`[key] as text: a string (non-empty unless `empty_ok`); else an error naming `field`.
+absl::StatusOr<std::string_view> TextField(const json& object, const char* key,
+                                           const std::string& field) {
+  const auto it = object.find(key);
+  if (it == object.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("no \"", key, "\" in ", field));
+  }
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", key, "\" of ", field, " is ",
+                                                   it->dump().substr(0, 80), ", not a string"));
+  }
+  const std::string& text = it->get_ref<const std::string&>();
+  if (text.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", key, "\" of ", field, " is empty"));
+  }
+  return std::string_view(text);
+}
+
+absl::Status Tokenize(const Tokenizer& tokenizer, std::string_view text, bool add_special_tokens,
+                      const char* field, std::vector<int64_t>& tokens) {
+  std::vector<int32_t> ids;
+  const absl::Status encoded = tokenizer.Encode(text, add_special_tokens, ids);
+  if (!encoded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", field, "\": ", encoded.message()));
+  }
+  tokens.insert(tokens.end(), ids.begin(), ids.end());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TextSampleEncoder> TextSampleEncoder::FromDirectory(const std::string& directory) {
+  KELVIN_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromDirectory(directory));
+  if (!tokenizer.eos_id().has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tokenizer ", directory,
+                     ": its tokenizer_config.json names no eos_token, which "
+                     "prepare-data appends to every text document and completion"));
+  }
+  const int32_t eos = *tokenizer.eos_id();
+  TextSampleEncoder encoder(std::move(tokenizer), eos);
+  encoder.chat_format_ =
+      DetectChatFormat(encoder.tokenizer_.chat_template(), absl::StrCat("--tokenizer ", directory));
+  return encoder;
+}
+
+absl::StatusOr<bool> TextSampleEncoder::Encode(const json& object, JsonlSample& sample) const {
+  const bool text = object.contains("text"), prompt = object.contains("prompt"),
+             messages = object.contains("messages");
+  // An input_ids sample may carry its text besides (as Hugging Face datasets do): not ours.
+  if (text + prompt + messages == 0 || object.contains("input_ids")) return false;
+  if (text + prompt + messages > 1) {
+    return absl::InvalidArgumentError(
+        "the line mixes sample kinds: give one of \"text\", \"prompt\" with \"completion\", "
+        "\"messages\" and \"input_ids\"");
+  }
+  sample.tokens.clear();
+  sample.targets.clear();
+  sample.ignored_keys.clear();
+  for (const auto& [key, value] : object.items()) {
+    if (key != "text" && key != "prompt" && key != "completion" && key != "messages") {
+      sample.ignored_keys.push_back(key);
+    }
+  }
+  if (messages) {
+    KELVIN_RETURN_IF_ERROR(EncodeMessages(object["messages"], sample));
+    return true;
+  }
+  if (text) {
+    KELVIN_ASSIGN_OR_RETURN(const std::string_view document,
+                            TextField(object, "text", "the sample"));
+    KELVIN_RETURN_IF_ERROR(Tokenize(tokenizer_, document, true, "text", sample.tokens));
+    sample.tokens.push_back(eos_);
+    return true;
+  }
+  KELVIN_ASSIGN_OR_RETURN(const std::string_view prompt_text,
+                          TextField(object, "prompt", "the sample"));
+  KELVIN_ASSIGN_OR_RETURN(const std::string_view completion,
+                          TextField(object, "completion", "a prompt sample"));
+  KELVIN_RETURN_IF_ERROR(Tokenize(tokenizer_, prompt_text, true, "prompt", sample.tokens));
+  sample.targets.assign(sample.tokens.size(), 0);
+  KELVIN_RETURN_IF_ERROR(Tokenize(tokenizer_, completion, false, "completion", sample.tokens));
+  sample.tokens.push_back(eos_);
+  sample.targets.resize(sample.tokens.size(), 1);
+  return true;
+}
+
+absl::Status TextSampleEncoder::EncodeMessages(const json& messages, JsonlSample& sample) const {
+  if (!chat_format_.ok()) return chat_format_.status();
+  if (!messages.is_array() || messages.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"messages\" is ", messages.dump().substr(0, 80),
+                     ", not a non-empty array of {\"role\": ..., \"content\": ...}"));
+  }
+  std::vector<ChatMessage> turns;
+  bool any_assistant = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string field = absl::StrCat("\"messages\"[", i, "]");
+    if (!messages[i].is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is ", messages[i].dump().substr(0, 80), ", not an object"));
+    }
+    KELVIN_ASSIGN_OR_RETURN(const std::string_view role, TextField(messages[i], "role", field));
+    if (role != "system" && role != "user" && role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"role\" of ", field, " is \"", std::string(role), "\": use system, user or assistant"));
+    }
+    KELVIN_ASSIGN_OR_RETURN(const std::string_view content,
+                            TextField(messages[i], "content", field));
+    any_assistant |= role == "assistant";
+    turns.push_back({std::string(role), std::string(content)});
+  }
+  if (!any_assistant) {
+    return absl::InvalidArgumentError(
+        "\"messages\" has no assistant message: the sample would have nothing to train on");
+  }
+  const absl::Status encoded =
+      EncodeChat(tokenizer_, *chat_format_, turns, sample.tokens, sample.targets);
+  if (!encoded.ok())
+    return absl::InvalidArgumentError(absl::StrCat("\"messages\": ", encoded.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::data
