@@ -4,6 +4,8 @@
 //   llama3: <|begin_of_text|> then per message
 //           <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>  (content trimmed, as
 //           Llama-3's template does)
+//           Llama-3.1/3.2's templates also write a dated system preamble ("Cutting Knowledge
+//           Date: ...") that this format does not: put it in the data's system message if wanted
 //   chatml: per message <|im_start|>ROLE\nCONTENT<|im_end|>\n  (Qwen2's, without the default
 //           system prompt its template adds when there is none)
 // The loss covers each assistant message's content (the ids that start in it) and its end-of-turn
