@@ -217,38 +217,40 @@ def read_indexed_dataset(prefix):
     return [tokens[offsets[i]:offsets[i + 1]].tolist() for i in range(count)]
 
 
-def check_prepare_data(kelvin, lines, tokenizers):
+def prepare(kelvin, records, style):
+    """`kelvin prepare-data --tokenizer` of `records` (JSON Lines) with the style's tokenizer:
+    the documents and their loss masks, and the size of the samples file."""
     work = tempfile.mkdtemp(prefix="kelvin_tokenizer_check_")
-    corpus = os.path.join(work, "corpus.jsonl")
+    samples, prefix = os.path.join(work, "samples.jsonl"), os.path.join(work, style)
+    with open(samples, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    subprocess.run([kelvin, "prepare-data", samples, "--out", prefix, "--tokenizer",
+                    os.path.join(OUT, style)], check=True, capture_output=True)
+    documents = read_indexed_dataset(prefix)
+    masks = (read_indexed_dataset(prefix + "_loss_mask")
+             if os.path.exists(prefix + "_loss_mask.idx") else None)
+    size = os.path.getsize(samples)
+    shutil.rmtree(work)
+    return documents, masks, size
+
+
+def check_prepare_data(kelvin, lines, tokenizers):
     kept = [line for line in lines if line]  # an empty text is an error there, as it should be
-    with open(corpus, "w", encoding="utf-8") as f:
-        for line in kept:
-            f.write(json.dumps({"text": line}, ensure_ascii=False) + "\n")
     for style, tokenizer in tokenizers.items():
-        prefix = os.path.join(work, style)
-        subprocess.run([kelvin, "prepare-data", corpus, "--out", prefix, "--tokenizer",
-                        os.path.join(OUT, style)], check=True, capture_output=True)
-        documents = read_indexed_dataset(prefix)
+        documents, _, size = prepare(kelvin, [{"text": line} for line in kept], style)
         eod = tokenizer.token_to_id("<|end_of_text|>" if style == "llama3_style"
                                     else "<|endoftext|>")
         expected = [e.ids + [eod] for e in tokenizer.encode_batch(kept)]
         equal = sum(d == e for d, e in zip(documents, expected))
         print(f"{style}: kelvin prepare-data equals tokenizers on {equal} of {len(kept)} lines "
-              f"({os.path.getsize(corpus) / 1e6:.1f} MB of JSON Lines)")
+              f"({size / 1e6:.1f} MB of JSON Lines)")
         assert len(documents) == len(expected) and equal == len(kept)
 
 
 def check_chat_prepare_data(kelvin, conversations, expected):
-    work = tempfile.mkdtemp(prefix="kelvin_chat_check_")
-    samples = os.path.join(work, "chat.jsonl")
-    with open(samples, "w", encoding="utf-8") as f:
-        for conversation in conversations:
-            f.write(json.dumps({"messages": conversation}, ensure_ascii=False) + "\n")
     for style, cases in expected.items():
-        prefix = os.path.join(work, style)
-        subprocess.run([kelvin, "prepare-data", samples, "--out", prefix, "--tokenizer",
-                        os.path.join(OUT, style)], check=True, capture_output=True)
-        ids, masks = read_indexed_dataset(prefix), read_indexed_dataset(prefix + "_loss_mask")
+        ids, masks, _ = prepare(kelvin, [{"messages": c} for c in conversations], style)
         equal = sum((i, m) == case for i, m, case in zip(ids, masks, cases))
         print(f"{style}: kelvin prepare-data chat ids and loss mask equal apply_chat_template's "
               f"on {equal} of {len(cases)} conversations")

@@ -82,17 +82,23 @@ class SsaTemperatures(nn.Module):
         batch, seq = hidden_states.shape[:2]
         return projection(hidden_states).view(batch, seq, -1, head_dim).transpose(1, 2)
 
+    def _one_plus_token_term(self, hidden_states, states, projection_name, readout):
+        """1 + tanh(a . GeLU(source)) [B, K, T] (float32; 1 alone with token_aware off)."""
+        batch, heads, seq, head_dim = states.shape
+        tau = torch.ones(batch, heads, seq, device=states.device, dtype=torch.float32)
+        if self.settings["token_aware"]:
+            source = self._source(getattr(self, projection_name, None), hidden_states, states,
+                                  head_dim)
+            tau = tau + self._token_term(source, readout)
+        return tau
+
     def query(self, hidden_states, u, position_ids):
         """tau^q [B, H, T, 1] (float32) from u [B, H, T, d] and position ids [B or 1, T]; None
         when the query temperature is off."""
         if not self.settings["query_temperature"]:
             return None
-        batch, heads, seq, head_dim = u.shape
-        tau = torch.ones(batch, heads, seq, device=u.device, dtype=torch.float32)
-        if self.settings["token_aware"]:
-            source = self._source(getattr(self, "query_temperature_proj", None), hidden_states, u,
-                                  head_dim)
-            tau = tau + self._token_term(source, self.query_readout)
+        tau = self._one_plus_token_term(hidden_states, u, "query_temperature_proj",
+                                        getattr(self, "query_readout"))
         if self.settings["position_aware"]:
             log_n = torch.log(position_ids.to(torch.float32) + 1)  # [B or 1, T]
             tau = tau + torch.sigmoid(self.alpha.float())[None, :, None] * log_n[:, None, :]
@@ -103,12 +109,8 @@ class SsaTemperatures(nn.Module):
         off."""
         if not self.settings["value_temperature"]:
             return None
-        batch, kv_heads, seq, head_dim = v.shape
-        tau = torch.ones(batch, kv_heads, seq, device=v.device, dtype=torch.float32)
-        if self.settings["token_aware"]:
-            source = self._source(getattr(self, "value_temperature_proj", None), hidden_states, v,
-                                  head_dim)
-            tau = tau + self._token_term(source, self.value_readout)
+        tau = self._one_plus_token_term(hidden_states, v, "value_temperature_proj",
+                                        getattr(self, "value_readout"))
         return self._finish(tau)[..., None]
 
 
