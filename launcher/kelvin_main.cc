@@ -1,12 +1,11 @@
-// The `kelvin` command: `kelvin train|plan|launch|eval|convert JOB.textproto [--set path=value]`,
-// and `kelvin prepare-data SAMPLES.jsonl --out PREFIX`.
-// train, eval and convert run one process or, under mpirun/srun, one rank (MPI is initialised
-// when the launcher's environment names more than one process); plan prints the job's layout and
-// memory per rank without training; launch checks the same and writes (--submit: submits) its
-// SLURM batch job.
-// Every user error ends here as one message on stderr and exit code 1 (2 for usage errors); with
-// several processes a rank that fails aborts the whole job, so none waits forever. train and eval
-// take their ranks from MPI (initialised in every case), checked against the launcher's variables.
+// The `kelvin` command: `kelvin train|plan|launch|eval|convert|generate JOB.textproto [--set
+// path=value]`, and `kelvin prepare-data SAMPLES.jsonl --out PREFIX`. train, eval and convert run
+// one process or, under mpirun/srun, one rank (MPI is initialised when the launcher's environment
+// names more than one process); plan prints the job's layout and memory per rank without training;
+// launch checks the same and writes (--submit: submits) its SLURM batch job. Every user error ends
+// here as one message on stderr and exit code 1 (2 for usage errors); with several processes a rank
+// that fails aborts the whole job, so none waits forever. train and eval take their ranks from MPI
+// (initialised in every case), checked against the launcher's variables.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -22,13 +21,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/build_info.h"
 #include "core/io/atomic_file.h"
+#include "core/io/regular_file.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/strings/did_you_mean.h"
 #include "data/sft/jsonl_samples.h"
 #include "launcher/commands/checkpoint_commands.h"
+#include "launcher/commands/generate_command.h"
 #include "launcher/config/job_config.h"
 #include "launcher/plan/layout_search.h"
 #include "launcher/slurm/slurm_batch.h"
@@ -65,6 +67,12 @@ constexpr const char* kUsage =
     "            --best          the checkpoint of the lowest evaluation loss instead\n"
     "                            (kept by checkpoint.keep_best)\n"
     "            --dtype f32|bf16  of the written weights (default f32: the exact masters)\n"
+    "  generate  text from the job's model (its checkpoint, else model.hf_dir; one process on\n"
+    "          the CPU with a KV cache), one JSON line per prompt; options:\n"
+    "            --prompt TEXT (repeatable) | --prompt-file F (a prompt per line) |\n"
+    "            --tokens 1,2,3 (repeatable)   text needs model.hf_dir's tokenizer.json\n"
+    "            --max-new-tokens N (64)  --temperature T (0: greedy)  --top-k K  --top-p P\n"
+    "            --seed S  --stop TEXT  --logprobs  --step N | --best (as for convert)\n"
     "  prepare-data SAMPLES.jsonl --out PREFIX: fine-tuning samples (one JSON object per line:\n"
     "          \"input_ids\", optional \"labels\" with -100 where there is no loss, or\n"
     "          \"loss_mask\") into the Megatron indexed dataset PREFIX and its loss mask\n"
@@ -95,6 +103,8 @@ struct Arguments {
   kelvin::training::CheckpointChoice checkpoint;      // convert and eval --step, --best
   bool every_checkpoint = false;                      // eval --all
   kelvin::DType convert_dtype = kelvin::DType::kF32;  // convert --dtype
+  kelvin::launcher::GenerateOptions generate;         // generate's prompts and sampling
+  std::string prompt_file;                            // generate --prompt-file
 };
 
 int Usage(const std::string& problem) {
@@ -161,6 +171,24 @@ int Eval(const kelvin::config::JobConfig& job, const Arguments& a) {
   return 0;
 }
 
+// generate: the prompts (with --prompt-file's lines), then one JSON line per prompt on stdout.
+int Generate(const kelvin::config::JobConfig& job, Arguments a) {
+  if (!a.prompt_file.empty()) {
+    const absl::StatusOr<std::string> text =
+        kelvin::io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
+    if (!text.ok()) return Fail(text.status());
+    for (const absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+      a.generate.prompts.emplace_back(line);
+    }
+  }
+  a.generate.checkpoint = a.checkpoint;
+  const absl::StatusOr<std::vector<std::string>> lines =
+      kelvin::launcher::GenerateFromJob(job, a.generate);
+  if (!lines.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(lines.status(), job));
+  for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
+  return 0;
+}
+
 int Convert(const kelvin::config::JobConfig& job, const std::string& out,
             const kelvin::launcher::ConvertOptions& options) {
   const absl::StatusOr<int64_t> step = kelvin::launcher::ConvertCheckpointToHf(job, out, options);
@@ -178,13 +206,15 @@ int RunUnderLauncher(const Arguments& a) {
   // Before anything slow: a preemption warning during start-up is kept for the training loop.
   if (a.command == "train") kelvin::training::InstallPreemptionHandlers();
   const auto load = [&a]() { return kelvin::launcher::LoadJobConfig(a.job_path, a.overrides); };
-  if (a.command == "convert") {  // one process's work: under a launcher, rank 0 does it
+  if (a.command == "convert" || a.command == "generate") {  // one process's work: rank 0's
     const absl::StatusOr<kelvin::parallel::RankInfo> launched =
         kelvin::parallel::RankInfoFromEnvironment(kelvin::parallel::ProcessEnvironment());
     if (!launched.ok()) return Fail(launched.status());
     if (launched->rank != 0) return 0;
     const absl::StatusOr<kelvin::config::JobConfig> job = load();
-    return job.ok() ? Convert(*job, *a.out, {a.checkpoint, a.convert_dtype}) : Fail(job.status());
+    if (!job.ok()) return Fail(job.status());
+    return a.command == "generate" ? Generate(*job, a)
+                                   : Convert(*job, *a.out, {a.checkpoint, a.convert_dtype});
   }
   // The launcher's variables as it set them (a singleton MPI_Init adds PMIX_RANK).
   const absl::StatusOr<kelvin::parallel::RankInfo> launched =
@@ -381,7 +411,8 @@ int PrepareData(const std::string& samples, const std::string& out, const std::s
 }
 
 // The commands, and the options each takes (one table: the parser and its messages read it).
-constexpr const char* kCommands[] = {"train", "plan", "launch", "eval", "convert", "prepare-data"};
+constexpr const char* kCommands[] = {"train",   "plan",     "launch",      "eval",
+                                     "convert", "generate", "prepare-data"};
 
 struct OptionSpec {
   const char* name;
@@ -391,15 +422,25 @@ struct OptionSpec {
 
 const std::vector<OptionSpec>& Options() {
   static const std::vector<OptionSpec> options = {
-      {"--set", "field.path=value", {"train", "plan", "launch", "eval", "convert"}},
+      {"--set", "field.path=value", {"train", "plan", "launch", "eval", "convert", "generate"}},
       {"--processes", "a process count >= 1", {"plan"}},
       {"--device", "cpu or cuda", {"plan"}},
       {"--layouts", nullptr, {"plan"}},
       {"--submit", nullptr, {"launch"}},
       {"--out", "a path", {"convert", "prepare-data"}},
       {"--tokenizer", "a model directory with tokenizer.json", {"prepare-data"}},
-      {"--step", "a step count >= 0", {"eval", "convert"}},
-      {"--best", nullptr, {"eval", "convert"}},
+      {"--step", "a step count >= 0", {"eval", "convert", "generate"}},
+      {"--best", nullptr, {"eval", "convert", "generate"}},
+      {"--prompt", "a text", {"generate"}},
+      {"--prompt-file", "a file of one prompt per line", {"generate"}},
+      {"--tokens", "token ids separated by commas", {"generate"}},
+      {"--max-new-tokens", "a token count >= 1", {"generate"}},
+      {"--temperature", "a number >= 0", {"generate"}},
+      {"--top-k", "a count >= 0", {"generate"}},
+      {"--top-p", "a number in (0, 1]", {"generate"}},
+      {"--seed", "an integer >= 0", {"generate"}},
+      {"--stop", "a text", {"generate"}},
+      {"--logprobs", nullptr, {"generate"}},
       {"--all", nullptr, {"eval"}},
       {"--dtype", "f32 or bf16", {"convert"}},
   };
@@ -436,6 +477,41 @@ std::optional<int> ApplyOption(const std::string& name, const std::string& value
     a.checkpoint.best = true;
   } else if (name == "--all") {
     a.every_checkpoint = true;
+  } else if (name == "--prompt") {
+    a.generate.prompts.push_back(value);
+  } else if (name == "--prompt-file") {
+    a.prompt_file = value;
+  } else if (name == "--tokens") {
+    std::vector<int32_t> ids;
+    for (const absl::string_view part : absl::StrSplit(value, ',')) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(part, &id) || id < 0) {
+        return Usage("--tokens " + value + ": give token ids >= 0 separated by commas");
+      }
+      ids.push_back(id);
+    }
+    a.generate.token_prompts.push_back(std::move(ids));
+  } else if (name == "--max-new-tokens") {
+    if (!absl::SimpleAtoi(value, &a.generate.max_new_tokens) || a.generate.max_new_tokens < 1) {
+      return Usage("--max-new-tokens " + value + ": give a token count >= 1");
+    }
+  } else if (name == "--temperature" || name == "--top-p") {
+    double number = 0;
+    if (!absl::SimpleAtod(value, &number)) return Usage(name + " " + value + ": give a number");
+    (name == "--temperature" ? a.generate.sampling.temperature : a.generate.sampling.top_p) =
+        number;
+  } else if (name == "--top-k") {
+    if (!absl::SimpleAtoi(value, &a.generate.sampling.top_k) || a.generate.sampling.top_k < 0) {
+      return Usage("--top-k " + value + ": give a count >= 0 (0: every token)");
+    }
+  } else if (name == "--seed") {
+    if (!absl::SimpleAtoi(value, &a.generate.sampling.seed)) {
+      return Usage("--seed " + value + ": give an integer >= 0");
+    }
+  } else if (name == "--stop") {
+    a.generate.stop = value;
+  } else if (name == "--logprobs") {
+    a.generate.logprobs = true;
   } else if (name == "--dtype") {
     if (value != "f32" && value != "bf16") return Usage("--dtype " + value + ": use f32 or bf16");
     a.convert_dtype = value == "bf16" ? kelvin::DType::kBF16 : kelvin::DType::kF32;

@@ -19,9 +19,10 @@ loaded with AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True) an
 A bf16 `kelvin convert` of the full-SSA run loads as bfloat16, and a vanilla run loads as a plain
 LlamaForCausalLM (no remote code) with its tokenizer (AutoTokenizer) and generation config.
 With --write-fixture, the full-SSA export and the weight-sharing-off + clamp export go to
-tests/fixtures/hf_ssa/<case>/model with the logits transformers computed on a packed batch
-(<case>/packed.safetensors: input_ids, position_ids [B, T] int64, logits [B, T, V] f32), which
-tests/models/hf_ssa_parity_test.cc matches in CI without torch.
+tests/fixtures/hf_ssa/<case>/model with the logits transformers computed on a packed batch and its
+greedy generation (<case>/packed.safetensors: input_ids, position_ids [B, T] int64, logits
+[B, T, V] f32; prompt [2, 9] and greedy [2, 41] int64, the prompts followed by 32 greedy tokens),
+which tests/models/hf_ssa_parity_test.cc matches in CI without torch.
 """
 import json
 import os
@@ -167,6 +168,8 @@ def check_padding(model):
 
 
 def check_generation(model):
+    """Greedy generate() of 32 tokens with the cache equals it without; returns the prompts and
+    the generated sequences [2, 9 + 32]."""
     prompt = torch.randint(4, VOCAB, (2, 9), generator=torch.Generator().manual_seed(9))
     settings = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=PAD,
                     attention_mask=torch.ones_like(prompt))
@@ -174,7 +177,7 @@ def check_generation(model):
         cached = model.generate(prompt, use_cache=True, **settings)
         uncached = model.generate(prompt, use_cache=False, **settings)
     assert torch.equal(cached, uncached), "generation with the KV cache differs from without"
-    return cached.shape[1] - prompt.shape[1]
+    return prompt, cached
 
 
 def temperature_spread(model):
@@ -193,7 +196,8 @@ def check_ssa_variant(name, export, eval_loss, eval_tokens):
     loss_eager, loss_sdpa = held_out_loss(eager, eval_tokens), held_out_loss(sdpa, eval_tokens)
     packed, packed_err = check_packed(eager)
     pad_err = check_padding(sdpa)
-    generated = check_generation(eager)
+    prompt, greedy = check_generation(eager)
+    generated = greedy.shape[1] - prompt.shape[1]
     readout, alpha = temperature_spread(eager)
     print(f"{name}: max |readout| {readout:.3f}, alpha {alpha}; held-out loss Kelvin "
           f"{eval_loss:.8f}, transformers eager {loss_eager:.8f} (diff "
@@ -201,16 +205,19 @@ def check_ssa_variant(name, export, eval_loss, eval_tokens):
           f"packed vs alone {packed_err:.1e}; padded vs alone {pad_err:.1e}; "
           f"{generated} generated tokens equal with and without the cache")
     assert abs(loss_eager - eval_loss) <= 1e-6 and abs(loss_sdpa - eval_loss) <= 1e-6
-    return packed
+    return {"logits": packed, "prompt": prompt, "greedy": greedy}
 
 
-def write_fixture(name, export, packed):
+def write_fixture(name, export, computed):
     out = os.path.join(FIXTURES, name)
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(export, os.path.join(out, "model"))
     ids, positions = packed_batch()
     save_file({"input_ids": ids.contiguous(), "position_ids": positions.contiguous(),
-               "logits": packed.float().contiguous()}, os.path.join(out, "packed.safetensors"))
+               "logits": computed["logits"].float().contiguous(),
+               "prompt": computed["prompt"].contiguous(),
+               "greedy": computed["greedy"].contiguous()},
+              os.path.join(out, "packed.safetensors"))
 
 
 def main(kelvin, write):
@@ -224,9 +231,9 @@ def main(kelvin, write):
 
     for name, flags in VARIANTS.items():
         run, job, eval_loss = run_kelvin(kelvin, work, name, base, flags)
-        packed = check_ssa_variant(name, os.path.join(run, "export"), eval_loss, eval_tokens)
+        computed = check_ssa_variant(name, os.path.join(run, "export"), eval_loss, eval_tokens)
         if write and name in FIXTURE_CASES:
-            write_fixture(name, os.path.join(run, "export"), packed)
+            write_fixture(name, os.path.join(run, "export"), computed)
         if name == "full":
             bf16 = os.path.join(run, "export_bf16")
             subprocess.run([kelvin, "convert", job, "--out", bf16, "--dtype", "bf16"], check=True,

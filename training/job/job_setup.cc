@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/io/hf_checkpoint.h"
+#include "core/logging.h"
 #include "google/protobuf/text_format.h"
 
 namespace kelvin::training {
@@ -46,25 +47,25 @@ std::string ClampText(const std::optional<ssa::TemperatureClamp>& clamp) {
   return clamp.has_value() ? absl::StrCat("[", clamp->lo, ", ", clamp->hi, "]") : "none";
 }
 
-// The SSA of the job's model: model.ssa when the job sets it, else that of an SSA export in
-// model.hf_dir (its config.json's "ssa"), so that fine-tuning an export further repeats no flags.
-// What shapes the model (which temperatures, their terms, weight sharing, the clamp) must agree
-// with the directory's; alpha_init and temperature_lr_scale only steer training, and the job's
-// win (choice: the directory records the values that trained it, not a contract).
+// The SSA of the job's model: model.ssa when the job enables it, else that of an SSA export in
+// model.hf_dir (its config.json's "ssa"), so that fine-tuning an export further repeats no flags
+// (model.ssa.enabled is false when the job does not mention SSA: a loaded job's section exists
+// with its defaults). What shapes the model (which temperatures, their terms, weight sharing, the
+// clamp) must agree with the directory's; alpha_init and temperature_lr_scale only steer training,
+// and the job's win (choice: the directory records the values that trained it, not a contract).
 absl::Status ResolveSsa(const config::ModelConfig& model, models::LlamaConfig& arch) {
   const std::optional<ssa::SsaOptions> exported = arch.ssa;
-  if (!model.has_ssa()) return absl::OkStatus();  // the directory's, or none
-  arch.ssa.reset();
-  if (model.ssa().enabled()) arch.ssa = SsaOptionsFromConfig(model.ssa());
+  if (!model.ssa().enabled()) {
+    if (exported.has_value()) {
+      KLOG_RANK0(INFO) << "model.hf_dir=" << model.hf_dir()
+                       << " is an SSA model: its config.json's \"ssa\" settings apply";
+    }
+    return absl::OkStatus();  // the directory's, or none
+  }
+  arch.ssa = SsaOptionsFromConfig(model.ssa());
   if (!exported.has_value()) return absl::OkStatus();
   const std::string directory =
       absl::StrCat("model.hf_dir=", model.hf_dir(), " (its config.json \"ssa\")");
-  if (!arch.ssa.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.ssa.enabled=false contradicts ", directory,
-        ", an SSA model: remove the model.ssa section to fine-tune it with the SSA it was "
-        "trained with"));
-  }
   std::vector<std::string> contradictions;
   const auto compare = [&](const char* field, bool job_value, bool directory_value) {
     if (job_value != directory_value) {

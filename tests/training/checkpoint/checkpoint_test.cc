@@ -319,27 +319,26 @@ TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
   for (const ParameterSet::Entry& e : trained->model().parameters().entries()) {
     EXPECT_TRUE(testing::BitIdentical(loaded->model().parameters().value(e.name), e.value, e.name));
   }
-  // A job without a model.ssa section takes the export's SSA; one that contradicts it is an error
-  // naming both.
-  config::JobConfig further = SmallJob("", {"model.hf_dir=\"" + hf + "\""});
-  further.mutable_model()->clear_ssa();
-  const absl::StatusOr<models::LlamaConfig> imported = ResolveModelArchitecture(further.model());
+  // A job that does not enable SSA takes the export's; one that contradicts it is an error naming
+  // both.
+  const absl::StatusOr<models::LlamaConfig> imported = ResolveModelArchitecture(
+      SmallJob("", {"model.hf_dir=\"" + hf + "\"", "model.ssa.enabled=false"}).model());
   ASSERT_TRUE(imported.ok()) << imported.status();
   ASSERT_TRUE(imported->ssa.has_value());
   EXPECT_EQ(imported->ssa->alpha_init, trained->model().config().ssa->alpha_init);
   EXPECT_TRUE(imported->ssa->value_temperature && imported->ssa->token_aware);
-  const auto contradiction = [&](const std::string& setting) {
+  const auto contradiction = [&](std::vector<std::string> settings) {
+    settings.push_back("model.hf_dir=\"" + hf + "\"");
     return std::string(
-        ResolveModelArchitecture(SmallJob("", {"model.hf_dir=\"" + hf + "\"", setting}).model())
-            .status()
-            .message());
+        ResolveModelArchitecture(SmallJob("", settings).model()).status().message());
   };
-  EXPECT_THAT(contradiction("model.ssa.value_temperature=false"),
+  EXPECT_THAT(contradiction({"model.ssa.value_temperature=false"}),
               HasSubstr("model.ssa contradicts model.hf_dir=" + hf +
                         " (its config.json \"ssa\"): model.ssa.value_temperature=false but the "
                         "directory has true"));
-  EXPECT_THAT(contradiction("model.ssa.enabled=false"),
-              HasSubstr("model.ssa.enabled=false contradicts model.hf_dir="));
+  EXPECT_THAT(
+      contradiction({"model.ssa.temperature_clamp.lo=0.5", "model.ssa.temperature_clamp.hi=2"}),
+      HasSubstr("model.ssa.temperature_clamp=[0.5, 2] but the directory has none"));
   // eval restores the checkpoint and scores what the run's own last evaluation scored.
   const absl::StatusOr<EvalStats> eval = launcher::EvaluateJob(SmallJob(dir));
   ASSERT_TRUE(eval.ok()) << eval.status();

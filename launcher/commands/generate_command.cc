@@ -1,0 +1,137 @@
+// The model's weights and tokenizer found from the job, then each prompt through Generate.
+#include "launcher/commands/generate_command.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "core/logging.h"
+#include "data/tokenizer/tokenizer.h"
+#include "models/generation/generate.h"
+#include "training/checkpoint/checkpoint_reader.h"
+#include "training/checkpoint/training_state.h"
+#include "training/job/job_setup.h"
+
+namespace kelvin::launcher {
+namespace {
+
+// The model's weights: a checkpoint of checkpoint.dir (read whole), else model.hf_dir's.
+absl::Status LoadWeights(const config::JobConfig& job, const GenerateOptions& options,
+                         models::LlamaModel& model) {
+  std::optional<std::string> chosen;
+  if (!job.checkpoint().dir().empty()) {
+    KELVIN_ASSIGN_OR_RETURN(chosen,
+                            training::ChooseCheckpoint(job.checkpoint().dir(), options.checkpoint));
+  } else if (!options.checkpoint.newest()) {
+    return absl::InvalidArgumentError("--step and --best choose a checkpoint: set checkpoint.dir");
+  }
+  if (chosen.has_value()) {
+    KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
+                            training::OpenJobCheckpoint(*chosen, job.name()));
+    KELVIN_RETURN_IF_ERROR(
+        training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(model.config())));
+    for (const ParameterSet::Entry& e : model.parameters().entries()) {
+      const io::TensorRegion whole = io::TensorRegion::Whole(e.shape);
+      KELVIN_RETURN_IF_ERROR(reader.Check(e.name, whole));
+      KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, whole));
+      model.parameters().Assign(e.name, weights.View(e.shape));
+    }
+    KLOG(INFO) << "generating with the checkpoint " << *chosen;
+    return absl::OkStatus();
+  }
+  if (!job.model().has_hf_dir()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kelvin generate needs trained weights: ",
+        job.checkpoint().dir().empty()
+            ? std::string("the job has no checkpoint.dir")
+            : absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(), "\" holds no checkpoint"),
+        " and no model.hf_dir (a preset's random weights generate noise)"));
+  }
+  KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
+                          io::HfCheckpoint::Open(job.model().hf_dir()));
+  KLOG(INFO) << "generating with the weights of model.hf_dir=" << job.model().hf_dir();
+  return model.LoadHfCheckpoint(checkpoint);
+}
+
+// model.hf_dir's tokenizer when it has a tokenizer.json Kelvin reads, else nullopt. Text prompts
+// and --stop (`needed`) need it: then its absence or a load error is the error; token prompts go
+// on without one (ids out, no text), with a warning when the file is there but unsupported.
+absl::StatusOr<std::optional<data::Tokenizer>> LoadTokenizer(const config::JobConfig& job,
+                                                             bool needed) {
+  std::error_code error;
+  const bool present = job.model().has_hf_dir() &&
+                       std::filesystem::exists(
+                           std::filesystem::path(job.model().hf_dir()) / "tokenizer.json", error);
+  if (!present) {
+    if (!needed) return std::nullopt;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "text prompts and --stop need the model's tokenizer: ",
+        job.model().has_hf_dir()
+            ? absl::StrCat("model.hf_dir=", job.model().hf_dir(), " has no tokenizer.json")
+            : std::string("the job has no model.hf_dir"),
+        "; give token ids with --tokens instead"));
+  }
+  absl::StatusOr<data::Tokenizer> tokenizer = data::Tokenizer::FromDirectory(job.model().hf_dir());
+  if (tokenizer.ok()) return *std::move(tokenizer);
+  if (needed) return tokenizer.status();
+  KLOG(WARNING) << tokenizer.status().message() << ": the output has token ids and no text";
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
+                                                         const GenerateOptions& options) {
+  KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                          training::ResolveModelArchitecture(job.model()));
+  KELVIN_ASSIGN_OR_RETURN(
+      const std::optional<data::Tokenizer> tokenizer,
+      LoadTokenizer(job, /*needed=*/!options.prompts.empty() || !options.stop.empty()));
+  std::vector<std::vector<int32_t>> prompts = options.token_prompts;
+  for (const std::string& text : options.prompts) {
+    std::vector<int32_t> ids;
+    KELVIN_RETURN_IF_ERROR(tokenizer->Encode(text, /*add_special_tokens=*/true, ids));
+    prompts.push_back(std::move(ids));
+  }
+  if (prompts.empty()) {
+    return absl::InvalidArgumentError("no prompt: give --prompt, --prompt-file or --tokens");
+  }
+
+  models::LlamaModel model(arch, DType::kF32);
+  KELVIN_RETURN_IF_ERROR(LoadWeights(job, options, model));
+  KELVIN_ASSIGN_OR_RETURN(models::LlamaDecoder decoder,
+                          models::LlamaDecoder::Create(model, arch.max_position_embeddings));
+  models::GenerationRequest request;
+  request.max_new_tokens = options.max_new_tokens;
+  request.sampling = options.sampling;
+  request.stop_ids.assign(arch.special_tokens.eos.begin(), arch.special_tokens.eos.end());
+  if (tokenizer.has_value() && tokenizer->eos_id().has_value()) {
+    request.stop_ids.push_back(*tokenizer->eos_id());
+  }
+  if (!options.stop.empty()) {
+    request.stop_after = [&](const std::vector<int32_t>& tokens) {
+      const absl::StatusOr<std::string> text = tokenizer->Decode(tokens, false);
+      return text.ok() && text->ends_with(options.stop);
+    };
+  }
+  std::vector<std::string> lines;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    request.prompt = prompt;
+    KELVIN_ASSIGN_OR_RETURN(const models::GenerationResult result,
+                            models::Generate(decoder, request));
+    nlohmann::ordered_json line = {{"prompt_tokens", prompt}, {"tokens", result.tokens}};
+    if (tokenizer.has_value()) {
+      KELVIN_ASSIGN_OR_RETURN(const std::string text,
+                              tokenizer->Decode(result.tokens, /*skip_special_tokens=*/true));
+      // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused.
+      line["text"] = text;
+    }
+    line["finish_reason"] = result.finish_reason;
+    if (options.logprobs) line["logprobs"] = result.logprobs;
+    lines.push_back(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  return lines;
+}
+
+}  // namespace kelvin::launcher

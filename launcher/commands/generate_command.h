@@ -1,0 +1,35 @@
+// `kelvin generate`: text or token ids from the job's model without a training job around it. The
+// weights are the chosen checkpoint of checkpoint.dir (newest, --step N, --best), else the newest
+// one there, else model.hf_dir's; the tokenizer is model.hf_dir's tokenizer.json when it has one
+// (text prompts need it). One process on the CPU in f32, whatever layout trained the model (a
+// checkpoint is read whole, as convert reads it). Each prompt is generated with the KV-cache
+// decoder (models/llama/llama_decoder.h) and becomes one JSON line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "configs/kelvin.pb.h"
+#include "core/status.h"
+#include "models/generation/token_sampler.h"
+#include "training/checkpoint/checkpoint.h"
+
+namespace kelvin::launcher {
+
+struct GenerateOptions {
+  training::CheckpointChoice checkpoint;
+  std::vector<std::string> prompts;                 // text (needs the tokenizer)
+  std::vector<std::vector<int32_t>> token_prompts;  // ids, used as they are
+  int64_t max_new_tokens = 64;
+  models::SamplingOptions sampling;
+  std::string stop;       // stops once the generated text ends with it ("" none)
+  bool logprobs = false;  // each token's log-probability in the output
+};
+
+// One JSON object per prompt, in order: {"prompt_tokens": [...], "tokens": [...], "text": ...
+// (with a tokenizer), "finish_reason": "eos" | "stop" | "length", "logprobs": [...] (asked for)}.
+// The model stops at its eos ids (config.json's eos_token_id and the tokenizer's eos_token).
+absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
+                                                         const GenerateOptions& options);
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,33 @@
+// One generation: a prompt prefilled into the KV-cache decoder, then tokens sampled one at a time
+// until an end-of-sequence id, a stop condition or the token budget.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/generation/token_sampler.h"
+#include "models/llama/llama_decoder.h"
+
+namespace kelvin::models {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // at least one token
+  int64_t max_new_tokens = 64;
+  std::vector<int32_t> stop_ids;  // end-of-sequence ids (the model's eos): generated, then stop
+  // Called with the tokens generated so far; true stops (e.g. a stop string in their text).
+  std::function<bool(const std::vector<int32_t>&)> stop_after;
+  SamplingOptions sampling;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;   // generated, the stop id included
+  std::vector<double> logprobs;  // [tokens.size()] under the model
+  std::string finish_reason;     // "eos", "stop" or "length"
+};
+
+// Resets `decoder` and generates; the prompt plus max_new_tokens must fit in it (else an error
+// naming both).
+absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const GenerationRequest& request);
+
+}  // namespace kelvin::models

@@ -1,0 +1,108 @@
+// The KV-cache decoder against the training forward: a prefilled prompt and the same tokens
+// appended one at a time give, at every position, the logits Forward computes on the whole
+// sequence (f64: the same sums in another order), for vanilla Llama and for SSA with non-zero
+// read-outs and alphas, with and without weight sharing and with a clamp; a sharded model, an id
+// outside the vocabulary and a full cache are errors.
+#include "models/llama/llama_decoder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tests/models/tiny_ssa_llama.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tolerance.h"
+
+namespace kelvin::models {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct DecoderCase {
+  std::string name;
+  bool ssa, weight_sharing, clamp;
+};
+
+std::vector<DecoderCase> Cases() {
+  return {{"vanilla", false, true, false},
+          {"ssa", true, true, false},
+          {"ssa_own_projection", true, false, false},
+          {"ssa_clamp", true, true, true}};
+}
+
+LlamaConfig ConfigOf(const DecoderCase& c) {
+  LlamaConfig config = testing::TinySsaLlamaConfig(c.weight_sharing, /*position_aware=*/true);
+  if (!c.ssa) config.ssa.reset();
+  if (c.clamp) config.ssa->temperature_clamp = ssa::TemperatureClamp{0.8, 1.3};
+  return config;
+}
+
+// A random f64 model whose temperatures differ from 1.
+LlamaModel RandomModel(const LlamaConfig& config) {
+  LlamaModel model(config, DType::kF64);
+  model.InitRandom(11);
+  std::mt19937_64 rng(12);
+  std::normal_distribution<double> normal(0.0, 0.7);
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    if (e.group != ParamGroup::kTemperature) continue;
+    for (int64_t i = 0; i < e.value.numel(); ++i) e.value.data<double>()[i] = normal(rng);
+  }
+  return model;
+}
+
+class LlamaDecoderTest : public ::testing::TestWithParam<DecoderCase> {};
+
+TEST_P(LlamaDecoderTest, PrefillAndOneTokenAtATimeEqualTheWholeForward) {
+  const LlamaConfig config = ConfigOf(GetParam());
+  LlamaModel model = RandomModel(config);
+  constexpr int64_t kTokens = 13;
+  std::vector<int32_t> ids;
+  Tensor tokens = Tensor::Empty({1, kTokens}, DType::kI32);
+  Tensor positions = Tensor::Empty({1, kTokens}, DType::kI32);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    ids.push_back(static_cast<int32_t>((7 * t + 3) % config.vocab_size));
+    tokens.data<int32_t>()[t] = ids.back();
+    positions.data<int32_t>()[t] = static_cast<int32_t>(t);
+  }
+  const Tensor expected = model.Forward(Context::Cpu(), tokens, positions).View({kTokens, -1});
+
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 20);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  // A prompt of 5 prefilled, the rest one by one.
+  absl::StatusOr<Tensor> prefill = decoder->Append({ids.begin(), ids.begin() + 5});
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  EXPECT_TRUE(testing::AllClose(*prefill, expected.Slice(0, 5), testing::kF64RelTol, "prefill"));
+  for (int64_t t = 5; t < kTokens; ++t) {
+    absl::StatusOr<Tensor> step = decoder->Append({ids[t]});
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_TRUE(testing::AllClose(*step, expected.Slice(t, t + 1), testing::kF64RelTol,
+                                  "logits of token " + std::to_string(t)));
+  }
+  EXPECT_EQ(decoder->length(), kTokens);
+  // Reset starts a new sequence: the first token's logits again.
+  decoder->Reset();
+  absl::StatusOr<Tensor> again = decoder->Append({ids[0]});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(testing::AllClose(*again, expected.Slice(0, 1), testing::kF64RelTol, "after reset"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, LlamaDecoderTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(LlamaDecoder, BadTokensAFullCacheAndBadSizesAreErrors) {
+  LlamaModel model = RandomModel(ConfigOf(Cases()[1]));
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 4);
+  ASSERT_TRUE(decoder.ok());
+  EXPECT_THAT(std::string(decoder->Append({1, 12}).status().message()),
+              HasSubstr("token id 12 is outside the model's vocabulary [0, 12)"));
+  EXPECT_THAT(std::string(decoder->Append({}).status().message()), HasSubstr("no tokens"));
+  ASSERT_TRUE(decoder->Append({1, 2, 3}).ok());
+  EXPECT_THAT(std::string(decoder->Append({4, 5}).status().message()),
+              HasSubstr("appending 2 tokens to 3 would exceed the decoder's 4"));
+  EXPECT_THAT(std::string(LlamaDecoder::Create(model, 33).status().message()),
+              HasSubstr("the model's positions are [1, 32]"));
+}
+
+}  // namespace
+}  // namespace kelvin::models
