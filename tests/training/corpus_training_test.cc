@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/corpus/token_file.h"
 #include "data/sft/jsonl_samples.h"
-#include "launcher/commands/checkpoint_commands.h"
+#include "launcher/commands/eval_command.h"
 #include "launcher/config/job_config.h"
 #include "tests/testing/files.h"
 #include "training/job/data_sources.h"

@@ -26,7 +26,8 @@
 #include "core/io/crc32c.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/io/safetensors.h"
-#include "launcher/commands/checkpoint_commands.h"
+#include "launcher/commands/convert_command.h"
+#include "launcher/commands/eval_command.h"
 #include "launcher/config/job_config.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/files.h"
@@ -329,8 +330,7 @@ TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
   EXPECT_TRUE(imported->ssa->value_temperature && imported->ssa->token_aware);
   const auto contradiction = [&](std::vector<std::string> settings) {
     settings.push_back("model.hf_dir=\"" + hf + "\"");
-    return std::string(
-        ResolveModelArchitecture(SmallJob("", settings).model()).status().message());
+    return std::string(ResolveModelArchitecture(SmallJob("", settings).model()).status().message());
   };
   EXPECT_THAT(contradiction({"model.ssa.value_temperature=false"}),
               HasSubstr("model.ssa contradicts model.hf_dir=" + hf +

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/commands/checkpoint_commands.h"
+#include "launcher/commands/eval_command.h"
 #include "launcher/config/job_config.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/files.h"

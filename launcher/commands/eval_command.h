@@ -1,12 +1,10 @@
-// `kelvin convert` and `kelvin eval`. Convert runs in one process (under mpirun or srun, rank 0
-// alone) whatever layout wrote the checkpoint: it reads each tensor whole from the checkpoint's
-// pieces and writes the Hugging Face files a shard at a time, with no model or optimizer in
-// memory and no GPU. Eval runs under any valid layout of the job (checkpoints reshard on load;
-// training/checkpoint/checkpoint.h), every rank calling it.
+// `kelvin eval`: the job's model on its held-out sets, under any valid layout of the job
+// (checkpoints reshard on load; training/checkpoint/checkpoint.h), every rank calling it.
 #pragma once
 
-#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
@@ -14,18 +12,6 @@
 #include "training/trainer.h"
 
 namespace kelvin::launcher {
-
-struct ConvertOptions {
-  training::CheckpointChoice checkpoint;  // the newest, a step's or the best
-  DType dtype = DType::kF32;  // of the written weights: f32 (the masters, exact) or bf16 (RNE)
-};
-
-// Writes the weights of the chosen complete checkpoint of checkpoint.dir (an error naming the
-// field when there is none; the checkpoint must be this job's and of its model) to `directory` as
-// a Hugging Face model (config.json + safetensors). Returns the checkpoint's step.
-absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
-                                              const std::string& directory,
-                                              const ConvertOptions& options = {});
 
 // The model as the job would continue it (restored from checkpoint.dir when that holds a
 // checkpoint and checkpoint.resume allows it, else model.hf_dir or the seed's initialisation) on

@@ -1,0 +1,57 @@
+// Convert streams a checkpoint's logical tensors into the Hugging Face directory.
+#include "launcher/commands/convert_command.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/check.h"
+#include "core/ops/elementwise.h"
+#include "core/status.h"
+#include "training/checkpoint/training_state.h"
+#include "training/job/job_setup.h"
+
+namespace kelvin::launcher {
+
+absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
+                                              const std::string& directory,
+                                              const ConvertOptions& options) {
+  if (job.checkpoint().dir().empty()) {
+    return absl::InvalidArgumentError(
+        "kelvin convert reads the job's checkpoints: set checkpoint.dir");
+  }
+  KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
+      << "convert writes f32 or bf16";
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> chosen,
+                          training::ChooseCheckpoint(job.checkpoint().dir(), options.checkpoint));
+  if (!chosen.has_value()) {
+    return training::NoCompleteCheckpointError(job.checkpoint().dir(), ": nothing to convert");
+  }
+  KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
+                          training::OpenJobCheckpoint(*chosen, job.name()));
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                          training::ResolveModelArchitecture(job.model()));
+  KELVIN_RETURN_IF_ERROR(
+      training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(arch)));
+  std::vector<io::HfTensorSource> tensors;  // the whole model's, in Hugging Face order
+  for (const models::LlamaParameterSpec& spec :
+       models::StageParameterSpecs(arch, models::StageLayoutOf(arch, 0, 1, 1))) {
+    // Every tensor is checked (held whole, exactly once) before any file is written.
+    KELVIN_RETURN_IF_ERROR(reader.Check(spec.name, io::TensorRegion::Whole(spec.full_shape)));
+    const DType dtype = options.dtype;
+    tensors.push_back(
+        {spec.name, spec.full_shape, dtype, [&reader, spec, dtype]() -> absl::StatusOr<Tensor> {
+           KELVIN_ASSIGN_OR_RETURN(
+               const Tensor master,
+               reader.Read(spec.name, io::TensorRegion::Whole(spec.full_shape)));
+           if (master.dtype() == dtype) return master.View(spec.full_shape);
+           Tensor converted = Tensor::Empty(spec.full_shape, dtype);
+           ops::Cast(Context::Cpu(), master.View(spec.full_shape), converted);
+           return converted;
+         }});
+  }
+  models::HfExportProvenance provenance = training::ExportProvenanceOf(job);
+  provenance.steps = reader.index().steps_completed;
+  provenance.eval_loss = reader.index().eval_loss;  // the training loss is not in checkpoints
+  KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors, provenance));
+  return reader.index().steps_completed;
+}
+
+}  // namespace kelvin::launcher
