@@ -61,7 +61,8 @@ constexpr const char* kUsage =
     "  eval    the held-out loss (and passkey retrieval) of the job's model: its latest\n"
     "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation;\n"
     "          --step N or --best (as for convert): that checkpoint instead; --all: each\n"
-    "          complete checkpoint of checkpoint.dir in turn, oldest first\n"
+    "          complete checkpoint of checkpoint.dir in turn, oldest first; losses in full\n"
+    "          precision with perplexity; --json FILE: the results as JSON too\n"
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
     "          (one process, no GPU, whatever layout wrote the checkpoint); options:\n"
     "            --step N        the checkpoint of step N instead\n"
@@ -106,6 +107,7 @@ struct Arguments {
   kelvin::DType convert_dtype = kelvin::DType::kF32;  // convert --dtype
   kelvin::launcher::GenerateOptions generate;         // generate's prompts and sampling
   std::string prompt_file;                            // generate --prompt-file
+  std::string eval_json;                              // eval --json
 };
 
 int Usage(const std::string& problem) {
@@ -150,25 +152,42 @@ int Train(const kelvin::config::JobConfig& job, int world_rank) {
 void LogEvaluation(const kelvin::config::JobConfig& job,
                    const kelvin::launcher::JobEvaluation& eval) {
   KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval.main.step << " | "
-                   << kelvin::training::FormatEvalStats(eval.main);
+                   << kelvin::launcher::FormatEvaluation(eval.main);
   for (const auto& [name, stats] : eval.also) {
     KLOG_RANK0(INFO) << "eval of " << job.name() << " on " << name << " at step " << stats.step
-                     << " | " << kelvin::training::FormatEvalStats(stats);
+                     << " | " << kelvin::launcher::FormatEvaluation(stats);
   }
 }
 
-int Eval(const kelvin::config::JobConfig& job, const Arguments& a) {
+int Eval(const kelvin::config::JobConfig& job, const Arguments& a, int world_rank) {
+  if (!a.eval_json.empty() && world_rank == 0) {  // before the evaluation, not after it
+    const std::filesystem::path parent = std::filesystem::path(a.eval_json).parent_path();
+    std::error_code error;
+    if (!parent.empty()) std::filesystem::create_directories(parent, error);
+    if (error) {
+      return Fail(absl::PermissionDeniedError(absl::StrCat(
+          "--json ", a.eval_json, ": cannot create its directory (", error.message(), ")")));
+    }
+  }
+  std::vector<kelvin::launcher::JobEvaluation> evaluations;
   if (a.every_checkpoint) {
-    const absl::StatusOr<std::vector<kelvin::launcher::JobEvaluation>> evals =
+    absl::StatusOr<std::vector<kelvin::launcher::JobEvaluation>> evals =
         kelvin::launcher::EvaluateEveryCheckpoint(job);
     if (!evals.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(evals.status(), job));
-    for (const kelvin::launcher::JobEvaluation& eval : *evals) LogEvaluation(job, eval);
-    return 0;
+    evaluations = *std::move(evals);
+  } else {
+    absl::StatusOr<kelvin::launcher::JobEvaluation> eval =
+        kelvin::launcher::EvaluateJobOnEverySet(job, a.checkpoint);
+    if (!eval.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(eval.status(), job));
+    evaluations.push_back(*std::move(eval));
   }
-  const absl::StatusOr<kelvin::launcher::JobEvaluation> eval =
-      kelvin::launcher::EvaluateJobOnEverySet(job, a.checkpoint);
-  if (!eval.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(eval.status(), job));
-  LogEvaluation(job, *eval);
+  for (const kelvin::launcher::JobEvaluation& eval : evaluations) LogEvaluation(job, eval);
+  if (!a.eval_json.empty() && world_rank == 0) {
+    const std::string json = kelvin::launcher::EvaluationsJson(job, evaluations);
+    const absl::Status written = kelvin::io::WriteFileAtomically(a.eval_json, {json});
+    if (!written.ok()) return Fail(written);
+    KLOG(INFO) << "wrote the evaluation to " << a.eval_json;
+  }
   return 0;
 }
 
@@ -238,7 +257,7 @@ int RunUnderLauncher(const Arguments& a) {
       if (job->checkpoint().dir().empty()) kelvin::training::UninstallPreemptionHandlers();
       result = Train(*job, rank->rank);
     } else {
-      result = Eval(*job, a);
+      result = Eval(*job, a, rank->rank);
     }
     // A failure may be one rank's alone: abort the others. A preemption stop is every rank's.
     if (result != 0 && result != kExitPreempted && rank->world_size > 1) {
@@ -443,6 +462,7 @@ const std::vector<OptionSpec>& Options() {
       {"--stop", "a text", {"generate"}},
       {"--logprobs", nullptr, {"generate"}},
       {"--all", nullptr, {"eval"}},
+      {"--json", "a file to write", {"eval"}},
       {"--dtype", "f32 or bf16", {"convert"}},
   };
   return options;
@@ -478,6 +498,9 @@ std::optional<int> ApplyOption(const std::string& name, const std::string& value
     a.checkpoint.best = true;
   } else if (name == "--all") {
     a.every_checkpoint = true;
+  } else if (name == "--json") {
+    if (value.empty()) return Usage("--json is empty: give the file to write the result to");
+    a.eval_json = value;
   } else if (name == "--prompt") {
     a.generate.prompts.push_back(value);
   } else if (name == "--prompt-file") {

@@ -2,6 +2,10 @@
 // the held-out data.
 #include "launcher/commands/eval_command.h"
 
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
 #include "core/logging.h"
 #include "core/status.h"
 
@@ -65,6 +69,39 @@ absl::StatusOr<std::vector<JobEvaluation>> EvaluateEveryCheckpoint(const config:
     evaluations.push_back(std::move(evaluation));
   }
   return evaluations;
+}
+
+std::string FormatEvaluation(const training::EvalStats& stats) {
+  std::string line =
+      absl::StrFormat("loss %.9f | perplexity %.6g | token accuracy %.2f%% (%d of %d tokens)",
+                      stats.loss, std::exp(stats.loss), 100 * stats.token_accuracy,
+                      stats.correct_tokens, stats.labelled_tokens);
+  if (stats.retrieval_accuracy >= 0) {
+    absl::StrAppendFormat(&line, " | passkey retrieval %.2f%%", 100 * stats.retrieval_accuracy);
+  }
+  return line;
+}
+
+std::string EvaluationsJson(const config::JobConfig& job,
+                            const std::vector<JobEvaluation>& evaluations) {
+  const auto set = [](const std::string& name, const training::EvalStats& stats) {
+    nlohmann::ordered_json result = {{"name", name},
+                                     {"loss", stats.loss},
+                                     {"perplexity", std::exp(stats.loss)},
+                                     {"token_accuracy", stats.token_accuracy},
+                                     {"labelled_tokens", stats.labelled_tokens},
+                                     {"correct_tokens", stats.correct_tokens}};
+    if (stats.retrieval_accuracy >= 0) result["passkey_retrieval"] = stats.retrieval_accuracy;
+    return result;
+  };
+  nlohmann::ordered_json root = {{"job", job.name()},
+                                 {"evaluations", nlohmann::ordered_json::array()}};
+  for (const JobEvaluation& evaluation : evaluations) {
+    nlohmann::ordered_json sets = nlohmann::ordered_json::array({set("main", evaluation.main)});
+    for (const auto& [name, stats] : evaluation.also) sets.push_back(set(name, stats));
+    root["evaluations"].push_back({{"step", evaluation.main.step}, {"sets", sets}});
+  }
+  return root.dump(2) + "\n";
 }
 
 }  // namespace kelvin::launcher

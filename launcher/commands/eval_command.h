@@ -34,4 +34,15 @@ absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(
 // field when there is none.
 absl::StatusOr<std::vector<JobEvaluation>> EvaluateEveryCheckpoint(const config::JobConfig& job);
 
+// One set's result as `kelvin eval` prints it, at full precision: "loss 2.254109614 | perplexity
+// 9.52687 | token accuracy 61.23% (6123 of 10000 tokens)" (and passkey retrieval).
+std::string FormatEvaluation(const training::EvalStats& stats);
+
+// The evaluations as JSON (`kelvin eval --json FILE`): {"job": ..., "evaluations": [{"step": N,
+// "sets": [{"name": "main" or the data.also_eval name, "loss", "perplexity", "token_accuracy",
+// "labelled_tokens", "correct_tokens", "passkey_retrieval" (passkey only)}, ...]}, ...]}, losses
+// in full double precision.
+std::string EvaluationsJson(const config::JobConfig& job,
+                            const std::vector<JobEvaluation>& evaluations);
+
 }  // namespace kelvin::launcher
