@@ -11,8 +11,9 @@ lets `kelvin train` fine-tune it for 40 steps with SSA under every flag set of S
 from their initial values), each run exporting with training.export_hf_dir. Each export is then
 loaded with AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True) and checked:
   - no missing or unexpected tensors, and the class is SsaLlamaForCausalLM;
-  - the loss on the held-out rows equals the final evaluation loss Kelvin wrote to its metrics
-    file (within 1e-6), under the eager and the SDPA attention;
+  - the loss on the held-out rows equals `kelvin eval`'s (its --json result, which is the final
+    evaluation loss in the metrics file bit for bit) within 1e-6, under the eager and the SDPA
+    attention;
   - packed documents (position ids restart, a block-diagonal mask) equal each document alone;
   - a left-padded batch of prompts of different lengths equals each prompt alone;
   - greedy generate() of 32 tokens with the KV cache equals generation without it.
@@ -95,6 +96,12 @@ logging {{ metrics_file: "{run}/metrics.jsonl" }}
     with open(os.path.join(run, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
     eval_loss = [r["eval/loss"] for r in records if "eval/loss" in r][-1]
+    # `kelvin eval` restores the saved checkpoint and scores the same rows: the same loss.
+    result = os.path.join(run, "eval.json")
+    subprocess.run([kelvin, "eval", job, "--json", result], check=True, capture_output=True)
+    with open(result) as f:
+        kelvin_eval = json.load(f)["evaluations"][0]["sets"][0]["loss"]
+    assert kelvin_eval == eval_loss, (kelvin_eval, eval_loss)
     return run, job, eval_loss
 
 
