@@ -12,11 +12,15 @@ pre-tokenizer configurations:
   llama3_style: Llama-3's Split regex (Isolated) + ByteLevel(use_regex=false), ignore_merges,
                 the TemplateProcessing post-processor that puts <|begin_of_text|> first, and
                 Llama-3's special tokens added after the vocabulary (4096 ids before them);
-  gpt2_style:   ByteLevel(use_regex=true) (GPT-2's pattern), <|endoftext|> (2048 ids before it).
+  gpt2_style:   ByteLevel(use_regex=true) (GPT-2's pattern), <|endoftext|> (2048 ids before it);
+  qwen2_style:  Qwen2's NFC normalizer, its Split regex (single digits) + ByteLevel(use_regex=
+                false), <|endoftext|> (3072 ids before it).
 Each goes to tests/fixtures/tokenizer/<name>/ (tokenizer.json, tokenizer_config.json with its bos
 and eos tokens and a chat template: Llama-3-8B-Instruct's for llama3_style, plain ChatML with
-<|im_start|>/<|im_end|> for gpt2_style). tests/fixtures/tokenizer/cases.jsonl records 600 lines of
-the corpus (every kind of fragment, and the hardest cases whole) with both tokenizers' ids
+<|im_start|>/<|im_end|> for the others). tests/fixtures/tokenizer/cases.jsonl records 600 lines of
+the corpus (every kind of fragment, and the hardest cases whole) and 10 lines that NFC composes,
+reorders or leaves alone (combining marks, Hangul jamo, singletons, exclusions), with every
+tokenizer's ids
 (add_special_tokens=True); chat_cases.jsonl 100 of 300 generated conversations (optional system
 prompt, 1-3 user/assistant rounds, contents with leading whitespace, special-token strings) with
 transformers' apply_chat_template ids and the loss mask (assistant content and end-of-turn token)
@@ -34,9 +38,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unicodedata
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 from transformers import PreTrainedTokenizerFast
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -55,6 +61,8 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
     "+ '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\n' }}{% endif %}")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                    "<|reserved_special_token_1|>", "<|start_header_id|>", "<|end_header_id|>",
                    "<|reserved_special_token_2|>", "<|eot_id|>"]
@@ -98,7 +106,12 @@ SPECIAL_STRINGS = ["<|begin_of_text|>", "<|eot_id|>", "<|endoftext|>", "<|eot_id
                    "<|start_header_id|>user<|end_header_id|>", "<|end_of_text|><|end_of_text|>",
                    "< |eot_id| >"]
 KINDS = [PROSE, CODE, EMOJI, SPACES, DIGITS, CONTRACTIONS, SPECIAL_STRINGS]
+STYLES = ("llama3_style", "gpt2_style", "qwen2_style")
 SEPARATORS = [" ", "", "\n", "  ", "\t", ". ", ", ", " \n"]
+# Recorded with the others (not in the training corpus): what NFC composes or leaves alone.
+NFC_CASES = ["e\u0301t\u00e9", "A\u030a \u212b \u00c5", "\u1100\u1161\u11a8 \uac01",
+             "o\u0323\u0302 vs o\u0302\u0323", "\u0915\u093c \u0958", "\u0301start",
+             "\u00e9\u0301", "\u1e9b\u0323", "\u0f73", "\ufb2c"]
 HARD_CASES = [  # whole lines recorded in the fixture as they are
     "", " ", "\n", "a", "  leading and trailing  ", "\n\n\nnewlines first",
     " " * 200 + "x", "\t" * 50, "x" * 300, "9" * 50, "ab" * 100, "🙂" * 30,
@@ -133,6 +146,13 @@ def train(lines, style):
             pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
         vocab, specials = 4096, LLAMA3_SPECIALS
+    elif style == "qwen2_style":
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+        vocab, specials = 3072, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     else:
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -240,7 +260,7 @@ def check_prepare_data(kelvin, lines, tokenizers):
     for style, tokenizer in tokenizers.items():
         documents, _, size = prepare(kelvin, [{"text": line} for line in kept], style)
         eod = tokenizer.token_to_id("<|end_of_text|>" if style == "llama3_style"
-                                    else "<|endoftext|>")
+                                    else "<|endoftext|>")  # the tokenizer_config's eos
         expected = [e.ids + [eod] for e in tokenizer.encode_batch(kept)]
         equal = sum(d == e for d, e in zip(documents, expected))
         print(f"{style}: kelvin prepare-data equals tokenizers on {equal} of {len(kept)} lines "
@@ -262,13 +282,15 @@ def main(kelvin):
     os.makedirs(OUT, exist_ok=True)
     lines = make_corpus(rng)
     print(f"corpus: {len(lines)} lines, {sum(len(l.encode()) for l in lines) / 1e6:.1f} MB")
-    tokenizers = {style: train(lines, style) for style in ("llama3_style", "gpt2_style")}
+    tokenizers = {style: train(lines, style) for style in STYLES}
     for style, tokenizer in tokenizers.items():
+        def normal(line):  # what decode(encode(x)) gives back: x, in NFC for qwen2_style
+            return unicodedata.normalize("NFC", line) if style == "qwen2_style" else line
         round_trips = sum(tokenizer.decode(tokenizer.encode(l, add_special_tokens=False).ids,
-                                           skip_special_tokens=False) == l for l in lines)
+                                           skip_special_tokens=False) == normal(l) for l in lines)
         print(f"{style}: vocabulary {tokenizer.get_vocab_size()}, tokenizers' own decode(encode) "
               f"round trip on {round_trips} of {len(lines)} lines")
-    picked = HARD_CASES + rng.sample(lines[len(HARD_CASES):], 600 - len(HARD_CASES))
+    picked = HARD_CASES + rng.sample(lines[len(HARD_CASES):], 600 - len(HARD_CASES)) + NFC_CASES
     with open(os.path.join(OUT, "cases.jsonl"), "w", encoding="utf-8") as f:
         for line in picked:
             record = {"text": line}
@@ -277,7 +299,7 @@ def main(kelvin):
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     conversations = make_conversations(rng, 300)
     chats = {style: [chat_ids_and_mask(style, c) for c in conversations]
-             for style in ("llama3_style", "gpt2_style")}
+             for style in STYLES}
     with open(os.path.join(OUT, "chat_cases.jsonl"), "w", encoding="utf-8") as f:
         for n, conversation in enumerate(conversations[:100]):
             record = {"messages": conversation}

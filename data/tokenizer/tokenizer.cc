@@ -11,13 +11,15 @@
 #include "core/io/regular_file.h"
 #include "core/io/strict_json.h"
 #include "data/tokenizer/byte_level.h"
+#include "data/tokenizer/unicode_nfc.h"
 
 namespace kelvin::data {
 namespace {
 
 using nlohmann::json;
 
-constexpr char kFamily[] = "Kelvin reads the byte-level BPE tokenizers of Llama-3 and GPT-2";
+constexpr char kFamily[] =
+    "Kelvin reads the byte-level BPE tokenizers of Llama-3, GPT-2 and Qwen2 (NFC)";
 constexpr uint64_t kMaxTokenizerJsonBytes = uint64_t{1} << 30;  // Llama-3's is 9 MB
 
 absl::Status Unsupported(const std::string& where, const json& value) {
@@ -193,12 +195,20 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view json_text,
                                               const std::string& source) {
   KELVIN_ASSIGN_OR_RETURN(const json root, io::ParseStrictJson(json_text, source));
   if (!root.is_object()) return WrongType(source, "an object (a tokenizer.json)", root);
-  KELVIN_RETURN_IF_ERROR(RequireAbsentOr(root, source, "normalizer", json()));
+  bool nfc = false;  // the only normalizer Kelvin has (Qwen2's)
+  if (const auto normalizer = root.find("normalizer");
+      normalizer != root.end() && !normalizer->is_null()) {
+    if (*normalizer != json{{"type", "NFC"}}) {
+      return Unsupported(source + " normalizer", *normalizer);
+    }
+    nfc = true;
+  }
   if (!root.contains("model")) {
     return absl::InvalidArgumentError(absl::StrCat(source, " has no \"model\""));
   }
   KELVIN_ASSIGN_OR_RETURN(BpeModel model, ParseModel(root["model"], source));
   Tokenizer tokenizer(std::move(model));
+  tokenizer.nfc_ = nfc;
   KELVIN_ASSIGN_OR_RETURN(tokenizer.splits_, ParsePreTokenizer(root, source));
   int64_t max_id = tokenizer.model_.max_id();
 
@@ -217,6 +227,8 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view json_text,
       for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
         KELVIN_RETURN_IF_ERROR(RequireAbsentOr(token, at, flag, false));
       }
+      // Matched in the raw text; with a normalizer, tokenizers matches normalized ones after it.
+      if (nfc) KELVIN_RETURN_IF_ERROR(RequireAbsentOr(token, at, "normalized", false));
       tokenizer.added_.push_back({token["content"].get<std::string>(), token["id"].get<int32_t>(),
                                   token.value("special", false)});
       max_id = std::max<int64_t>(max_id, token["id"].get<int32_t>());
@@ -339,7 +351,9 @@ std::optional<int32_t> Tokenizer::TokenId(std::string_view token) const {
   return model_.Id(token);
 }
 
-absl::Status Tokenizer::EncodeOrdinaryText(std::string_view text, std::vector<int32_t>& ids) const {
+absl::Status Tokenizer::EncodeOrdinaryText(std::string_view raw, std::vector<int32_t>& ids) const {
+  const std::string normalized = nfc_ ? NfcNormalize(raw) : std::string();
+  const std::string_view text = nfc_ ? std::string_view(normalized) : raw;
   std::vector<std::string_view> pieces = {text}, next;
   for (const SplitRegex& split : splits_) {
     next.clear();

@@ -1,9 +1,10 @@
-// A Hugging Face tokenizer.json of the byte-level BPE family (Llama-3/3.1/3.2, GPT-2, Qwen2
-// style) in C++: added and special tokens matched first (longest at the leftmost place), the
-// pre-tokenizer's splits (Split regexes, ByteLevel's GPT-2 pattern) run by PCRE2, the byte-level
-// BPE model, the post-processor's template (Llama-3's BOS) and decode. What tokenizer.json holds
-// beyond that family (a normalizer, another model type, prefix spaces, a WordPiece decoder, ...)
-// is an error naming the unsupported part when it is loaded, never an approximation.
+// A Hugging Face tokenizer.json of the byte-level BPE family (Llama-3/3.1/3.2, GPT-2, Qwen2) in
+// C++: added and special tokens matched first (longest at the leftmost place), the NFC normalizer
+// (Qwen2's; unicode_nfc.h) on the text between them, the pre-tokenizer's splits (Split regexes,
+// ByteLevel's GPT-2 pattern) run by PCRE2, the byte-level BPE model, the post-processor's template
+// (Llama-3's BOS) and decode. What tokenizer.json holds beyond that family (another normalizer,
+// another model type, prefix spaces, a WordPiece decoder, ...) is an error naming the unsupported
+// part when it is loaded, never an approximation.
 #pragma once
 
 #include <array>
@@ -71,6 +72,7 @@ class Tokenizer {
   int64_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_, eos_id_;
   std::string chat_template_;
+  bool nfc_ = false;  // tokenizer.json's "NFC" normalizer, applied to the text between added tokens
 };
 
 }  // namespace kelvin::data

@@ -124,7 +124,8 @@ TEST_P(ChatParity, IdsAndLossMaskEqualApplyChatTemplate) {
   EXPECT_EQ(checked, 100);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ChatParity, ::testing::Values("llama3_style", "gpt2_style"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, ChatParity,
+                         ::testing::Values("llama3_style", "gpt2_style", "qwen2_style"));
 
 TEST(TextSamples, BadTextLinesAreErrorsNamingTheLineAndField) {
   const TextSampleEncoder encoder = LoadEncoder("llama3_style");
