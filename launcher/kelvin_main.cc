@@ -32,6 +32,7 @@
 #include "launcher/commands/convert_command.h"
 #include "launcher/commands/eval_command.h"
 #include "launcher/commands/generate_command.h"
+#include "launcher/commands/score_command.h"
 #include "launcher/config/job_config.h"
 #include "launcher/plan/layout_search.h"
 #include "launcher/slurm/slurm_batch.h"
@@ -62,7 +63,10 @@ constexpr const char* kUsage =
     "          checkpoint in checkpoint.dir, else model.hf_dir or the seed's initialisation;\n"
     "          --step N or --best (as for convert): that checkpoint instead; --all: each\n"
     "          complete checkpoint of checkpoint.dir in turn, oldest first; losses in full\n"
-    "          precision with perplexity; --json FILE: the results as JSON too\n"
+    "          precision with perplexity; --json FILE: the results as JSON too;\n"
+    "          --data PATH (Megatron prefix, .int32/.uint16 file) | --text FILE: that corpus\n"
+    "          instead (one process; JOB may be a Hugging Face model directory), every token\n"
+    "          scored once in windows of --seq-length N, or sliding at --stride S\n"
     "  convert --out DIR: the latest checkpoint of checkpoint.dir as a Hugging Face directory\n"
     "          (one process, no GPU, whatever layout wrote the checkpoint); options:\n"
     "            --step N        the checkpoint of step N instead\n"
@@ -108,6 +112,8 @@ struct Arguments {
   kelvin::launcher::GenerateOptions generate;         // generate's prompts and sampling
   std::string prompt_file;                            // generate --prompt-file
   std::string eval_json;                              // eval --json
+  kelvin::launcher::ScoreOptions score;               // eval --data / --text: scoring a corpus
+  bool scores() const { return !score.data.empty() || !score.text.empty(); }
 };
 
 int Usage(const std::string& problem) {
@@ -209,6 +215,25 @@ int Generate(const kelvin::config::JobConfig& job, Arguments a) {
   return 0;
 }
 
+// eval --data / --text: the model alone on a corpus, one process.
+int Score(const kelvin::config::JobConfig& job, Arguments a) {
+  a.score.checkpoint = a.checkpoint;
+  const absl::StatusOr<kelvin::launcher::ScoreReport> report =
+      kelvin::launcher::ScoreData(job, a.score);
+  if (!report.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(report.status(), job));
+  KLOG(INFO) << kelvin::launcher::FormatScore(job, *report);
+  if (!a.eval_json.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(a.eval_json).parent_path();
+    std::error_code error;
+    if (!parent.empty()) std::filesystem::create_directories(parent, error);
+    const absl::Status written =
+        kelvin::io::WriteFileAtomically(a.eval_json, {kelvin::launcher::ScoreJson(job, *report)});
+    if (!written.ok()) return Fail(written);
+    KLOG(INFO) << "wrote the score to " << a.eval_json;
+  }
+  return 0;
+}
+
 int Convert(const kelvin::config::JobConfig& job, const std::string& out,
             const kelvin::launcher::ConvertOptions& options) {
   const absl::StatusOr<int64_t> step = kelvin::launcher::ConvertCheckpointToHf(job, out, options);
@@ -226,13 +251,19 @@ int RunUnderLauncher(const Arguments& a) {
   // Before anything slow: a preemption warning during start-up is kept for the training loop.
   if (a.command == "train") kelvin::training::InstallPreemptionHandlers();
   const auto load = [&a]() { return kelvin::launcher::LoadJobConfig(a.job_path, a.overrides); };
-  if (a.command == "convert" || a.command == "generate") {  // one process's work: rank 0's
+  if (a.command == "convert" || a.command == "generate" || a.scores()) {  // one process: rank 0's
     const absl::StatusOr<kelvin::parallel::RankInfo> launched =
         kelvin::parallel::RankInfoFromEnvironment(kelvin::parallel::ProcessEnvironment());
     if (!launched.ok()) return Fail(launched.status());
     if (launched->rank != 0) return 0;
+    std::error_code error;
+    if (a.scores() && std::filesystem::is_directory(a.job_path, error)) {  // a model directory
+      if (!a.overrides.empty()) return Usage("--set changes a job file, not a model directory");
+      return Score(kelvin::launcher::JobOfModelDirectory(a.job_path), a);
+    }
     const absl::StatusOr<kelvin::config::JobConfig> job = load();
     if (!job.ok()) return Fail(job.status());
+    if (a.scores()) return Score(*job, a);
     return a.command == "generate" ? Generate(*job, a)
                                    : Convert(*job, *a.out, {a.checkpoint, a.convert_dtype});
   }
@@ -463,6 +494,10 @@ const std::vector<OptionSpec>& Options() {
       {"--logprobs", nullptr, {"generate"}},
       {"--all", nullptr, {"eval"}},
       {"--json", "a file to write", {"eval"}},
+      {"--data", "a Megatron prefix or a token file", {"eval"}},
+      {"--text", "a text file", {"eval"}},
+      {"--seq-length", "a window in tokens >= 1", {"eval"}},
+      {"--stride", "a stride in tokens >= 1", {"eval"}},
       {"--dtype", "f32 or bf16", {"convert"}},
   };
   return options;
@@ -498,6 +533,15 @@ std::optional<int> ApplyOption(const std::string& name, const std::string& value
     a.checkpoint.best = true;
   } else if (name == "--all") {
     a.every_checkpoint = true;
+  } else if (name == "--data" || name == "--text") {
+    if (value.empty()) return Usage(name + " is empty: give the file to score");
+    (name == "--data" ? a.score.data : a.score.text) = value;
+  } else if (name == "--seq-length" || name == "--stride") {
+    int64_t tokens = 0;
+    if (!absl::SimpleAtoi(value, &tokens) || tokens < 1) {
+      return Usage(name + " " + value + ": give a token count >= 1");
+    }
+    (name == "--seq-length" ? a.score.seq_length : a.score.stride) = tokens;
   } else if (name == "--json") {
     if (value.empty()) return Usage("--json is empty: give the file to write the result to");
     a.eval_json = value;
@@ -599,6 +643,10 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
   }
   if (a.checkpoint.best && a.checkpoint.step.has_value()) {
     return Usage(a.command + " takes --step N or --best, not both");
+  }
+  if (a.scores() && a.every_checkpoint) {
+    return Usage("eval --all scores the job's held-out sets at every checkpoint; --data and --text "
+                 "score one model on one corpus");
   }
   if (a.every_checkpoint && !a.checkpoint.newest()) {
     return Usage("eval takes one of --step N, --best and --all");

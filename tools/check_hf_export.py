@@ -16,7 +16,9 @@ loaded with AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True) an
     attention;
   - packed documents (position ids restart, a block-diagonal mask) equal each document alone;
   - a left-padded batch of prompts of different lengths equals each prompt alone;
-  - greedy generate() of 32 tokens with the KV cache equals generation without it.
+  - greedy generate() of 32 tokens with the KV cache equals generation without it;
+  - `kelvin eval EXPORT --data` (the export directory alone, scored by Kelvin's KV-cache decoder)
+    gives transformers' held-out loss within 1e-6.
 A bf16 `kelvin convert` of the full-SSA run loads as bfloat16, and a vanilla run loads as a plain
 LlamaForCausalLM (no remote code) with its tokenizer (AutoTokenizer) and generation config.
 With --write-fixture, the full-SSA export and the weight-sharing-off + clamp export go to
@@ -196,6 +198,16 @@ def temperature_spread(model):
             (alphas.min().item(), alphas.max().item()) if alphas is not None else None)
 
 
+def kelvin_score(kelvin, export, work):
+    """`kelvin eval EXPORT --data eval.int32` (the directory alone, no job): the held-out rows as
+    non-overlapping windows of SEQ tokens, the loss in full precision."""
+    result = os.path.join(export, "..", "score.json")
+    subprocess.run([kelvin, "eval", export, "--data", os.path.join(work, "eval.int32"),
+                    "--seq-length", str(SEQ), "--json", result], check=True, capture_output=True)
+    with open(result) as f:
+        return json.load(f)["loss"]
+
+
 def check_ssa_variant(name, export, eval_loss, eval_tokens):
     eager = load(export, "eager", remote=True)
     assert type(eager).__name__ == "SsaLlamaForCausalLM", type(eager).__name__
@@ -212,7 +224,7 @@ def check_ssa_variant(name, export, eval_loss, eval_tokens):
           f"packed vs alone {packed_err:.1e}; padded vs alone {pad_err:.1e}; "
           f"{generated} generated tokens equal with and without the cache")
     assert abs(loss_eager - eval_loss) <= 1e-6 and abs(loss_sdpa - eval_loss) <= 1e-6
-    return {"logits": packed, "prompt": prompt, "greedy": greedy}
+    return {"logits": packed, "prompt": prompt, "greedy": greedy, "loss": loss_eager}
 
 
 def write_fixture(name, export, computed):
@@ -239,6 +251,10 @@ def main(kelvin, write):
     for name, flags in VARIANTS.items():
         run, job, eval_loss = run_kelvin(kelvin, work, name, base, flags)
         computed = check_ssa_variant(name, os.path.join(run, "export"), eval_loss, eval_tokens)
+        score = kelvin_score(kelvin, os.path.join(run, "export"), work)
+        print(f"{name}: kelvin eval EXPORT --data (the KV-cache decoder, no job) {score:.8f}, "
+              f"diff to transformers {abs(score - computed['loss']):.2e}")
+        assert abs(score - computed["loss"]) <= 1e-6
         if write and name in FIXTURE_CASES:
             write_fixture(name, os.path.join(run, "export"), computed)
         if name == "full":

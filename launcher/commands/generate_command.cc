@@ -7,51 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "data/tokenizer/tokenizer.h"
+#include "launcher/commands/inference_model.h"
 #include "models/generation/generate.h"
-#include "training/checkpoint/checkpoint_reader.h"
-#include "training/checkpoint/training_state.h"
 #include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 namespace {
-
-// The model's weights: a checkpoint of checkpoint.dir (read whole), else model.hf_dir's.
-absl::Status LoadWeights(const config::JobConfig& job, const GenerateOptions& options,
-                         models::LlamaModel& model) {
-  std::optional<std::string> chosen;
-  if (!job.checkpoint().dir().empty()) {
-    KELVIN_ASSIGN_OR_RETURN(chosen,
-                            training::ChooseCheckpoint(job.checkpoint().dir(), options.checkpoint));
-  } else if (!options.checkpoint.newest()) {
-    return absl::InvalidArgumentError("--step and --best choose a checkpoint: set checkpoint.dir");
-  }
-  if (chosen.has_value()) {
-    KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
-                            training::OpenJobCheckpoint(*chosen, job.name()));
-    KELVIN_RETURN_IF_ERROR(
-        training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(model.config())));
-    for (const ParameterSet::Entry& e : model.parameters().entries()) {
-      const io::TensorRegion whole = io::TensorRegion::Whole(e.shape);
-      KELVIN_RETURN_IF_ERROR(reader.Check(e.name, whole));
-      KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, whole));
-      model.parameters().Assign(e.name, weights.View(e.shape));
-    }
-    KLOG(INFO) << "generating with the checkpoint " << *chosen;
-    return absl::OkStatus();
-  }
-  if (!job.model().has_hf_dir()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kelvin generate needs trained weights: ",
-        job.checkpoint().dir().empty()
-            ? std::string("the job has no checkpoint.dir")
-            : absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(), "\" holds no checkpoint"),
-        " and no model.hf_dir (a preset's random weights generate noise)"));
-  }
-  KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
-                          io::HfCheckpoint::Open(job.model().hf_dir()));
-  KLOG(INFO) << "generating with the weights of model.hf_dir=" << job.model().hf_dir();
-  return model.LoadHfCheckpoint(checkpoint);
-}
 
 // model.hf_dir's tokenizer when it has a tokenizer.json Kelvin reads, else nullopt. Text prompts
 // and --stop (`needed`) need it: then its absence or a load error is the error; token prompts go
@@ -98,10 +59,10 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
     return absl::InvalidArgumentError("no prompt: give --prompt, --prompt-file or --tokens");
   }
 
-  models::LlamaModel model(arch, DType::kF32);
-  KELVIN_RETURN_IF_ERROR(LoadWeights(job, options, model));
+  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
+                          LoadInferenceModel(job, options.checkpoint));
   KELVIN_ASSIGN_OR_RETURN(models::LlamaDecoder decoder,
-                          models::LlamaDecoder::Create(model, arch.max_position_embeddings));
+                          models::LlamaDecoder::Create(*model, arch.max_position_embeddings));
   models::GenerationRequest request;
   request.max_new_tokens = options.max_new_tokens;
   request.sampling = options.sampling;

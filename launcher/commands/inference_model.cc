@@ -1,0 +1,52 @@
+// Where the forward-only commands find their weights.
+#include "launcher/commands/inference_model.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/logging.h"
+#include "training/checkpoint/checkpoint_reader.h"
+#include "training/checkpoint/training_state.h"
+#include "training/job/job_setup.h"
+
+namespace kelvin::launcher {
+
+absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
+    const config::JobConfig& job, const training::CheckpointChoice& choice) {
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                          training::ResolveModelArchitecture(job.model()));
+  std::optional<std::string> chosen;
+  if (!job.checkpoint().dir().empty()) {
+    KELVIN_ASSIGN_OR_RETURN(chosen, training::ChooseCheckpoint(job.checkpoint().dir(), choice));
+  } else if (!choice.newest()) {
+    return absl::InvalidArgumentError("--step and --best choose a checkpoint: set checkpoint.dir");
+  }
+  if (!chosen.has_value() && !job.model().has_hf_dir()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model needs trained weights: ",
+        job.checkpoint().dir().empty()
+            ? std::string("the job has no checkpoint.dir")
+            : absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(), "\" holds no checkpoint"),
+        " and no model.hf_dir (a preset's random weights give noise)"));
+  }
+  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32);
+  if (chosen.has_value()) {
+    KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
+                            training::OpenJobCheckpoint(*chosen, job.name()));
+    KELVIN_RETURN_IF_ERROR(
+        training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(arch)));
+    for (const ParameterSet::Entry& e : model->parameters().entries()) {
+      const io::TensorRegion whole = io::TensorRegion::Whole(e.shape);
+      KELVIN_RETURN_IF_ERROR(reader.Check(e.name, whole));
+      KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, whole));
+      model->parameters().Assign(e.name, weights.View(e.shape));
+    }
+    KLOG(INFO) << "the model's weights: the checkpoint " << *chosen;
+    return model;
+  }
+  KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
+                          io::HfCheckpoint::Open(job.model().hf_dir()));
+  KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(checkpoint));
+  KLOG(INFO) << "the model's weights: model.hf_dir=" << job.model().hf_dir();
+  return model;
+}
+
+}  // namespace kelvin::launcher

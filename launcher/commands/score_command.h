@@ -1,0 +1,44 @@
+// `kelvin eval MODEL_OR_JOB --data PATH | --text FILE`: the loss and perplexity of a model on a
+// corpus with nothing but the model's settings (a Hugging Face directory, or a job whose weights
+// are its checkpoint or model.hf_dir; no training data, optimizer or batch). Every token after
+// the first is scored once: windows of --seq-length tokens, non-overlapping, or at --stride as a
+// sliding window (models/generation/sequence_scorer.h); documents are scored as one stream, as
+// Megatron's and Hugging Face's perplexity runs do. One process on the CPU.
+#pragma once
+
+#include <string>
+
+#include "configs/kelvin.pb.h"
+#include "core/status.h"
+#include "models/generation/sequence_scorer.h"
+#include "training/checkpoint/checkpoint.h"
+
+namespace kelvin::launcher {
+
+struct ScoreOptions {
+  std::string data;        // a Megatron prefix (PATH.bin/.idx) or a token file (.int32, .uint16)
+  std::string text;        // a text file, encoded whole with model.hf_dir's tokenizer (BOS first)
+  int64_t seq_length = 0;  // 0: training.seq_length, else min(2048, max_position_embeddings)
+  int64_t stride = 0;      // 0: seq_length (non-overlapping windows)
+  training::CheckpointChoice checkpoint;
+};
+
+struct ScoreReport {
+  std::string source;  // the data as the command line named it
+  int64_t seq_length = 0, stride = 0;
+  models::ScoreResult result;
+};
+
+absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options);
+
+// "score of NAME on SOURCE | loss 2.254109614 | perplexity 9.52681 | 10000 tokens in 5 windows
+// of 2048 (stride 2048)".
+std::string FormatScore(const config::JobConfig& job, const ScoreReport& report);
+// The same as JSON: {"model", "data", "seq_length", "stride", "windows", "tokens", "loss",
+// "perplexity"}, the loss in full double precision.
+std::string ScoreJson(const config::JobConfig& job, const ScoreReport& report);
+
+// The job of a Hugging Face model directory given in place of a job file: model.hf_dir, its name.
+config::JobConfig JobOfModelDirectory(const std::string& directory);
+
+}  // namespace kelvin::launcher

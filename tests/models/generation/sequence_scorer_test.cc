@@ -1,0 +1,100 @@
+// Scoring a token stream: one window over everything equals the training forward's mean
+// cross-entropy; non-overlapping and sliding windows score every target once, each with the
+// context its window gives (checked against Forward on that window, f64); bad sizes are errors.
+#include "models/generation/sequence_scorer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/models/tiny_ssa_llama.h"
+
+namespace kelvin::models {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<int32_t> Stream(int64_t n, int64_t vocab) {
+  std::vector<int32_t> tokens;
+  for (int64_t t = 0; t < n; ++t) tokens.push_back(static_cast<int32_t>((5 * t * t + 3) % vocab));
+  return tokens;
+}
+
+// -log p(tokens[p + 1]) for the inputs [begin, end) by LlamaModel::Forward on them, summed over
+// the positions [from, end).
+double ForwardLoss(LlamaModel& model, const std::vector<int32_t>& tokens, int64_t begin,
+                   int64_t end, int64_t from) {
+  const int64_t n = end - begin;
+  Tensor ids = Tensor::Empty({1, n}, DType::kI32), positions = Tensor::Empty({1, n}, DType::kI32);
+  for (int64_t i = 0; i < n; ++i) {
+    ids.data<int32_t>()[i] = tokens[begin + i];
+    positions.data<int32_t>()[i] = static_cast<int32_t>(i);
+  }
+  const Tensor logits = model.Forward(Context::Cpu(), ids, positions).View({n, -1});
+  const int64_t vocab = logits.dim(1);
+  double loss = 0;
+  for (int64_t p = from; p < end; ++p) {
+    const double* row = logits.data<double>() + (p - begin) * vocab;
+    double top = row[0], sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) top = std::max(top, row[v]);
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - top);
+    loss += top + std::log(sum) - row[tokens[p + 1]];
+  }
+  return loss;
+}
+
+TEST(SequenceScorer, WindowsScoreEveryTargetOnceWithTheirContext) {
+  LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);
+  model.InitRandom(21);
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 32);
+  ASSERT_TRUE(decoder.ok());
+  const std::vector<int32_t> tokens = Stream(23, model.config().vocab_size);
+
+  absl::StatusOr<ScoreResult> whole = ScoreTokens(*decoder, tokens, 32, 32);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->targets, 22);
+  EXPECT_EQ(whole->windows, 1);
+  EXPECT_NEAR(whole->loss(), ForwardLoss(model, tokens, 0, 22, 0) / 22, 1e-12);
+
+  // Non-overlapping windows of 8: inputs [0, 8), [8, 16), [16, 22).
+  absl::StatusOr<ScoreResult> blocks = ScoreTokens(*decoder, tokens, 8, 8);
+  ASSERT_TRUE(blocks.ok());
+  EXPECT_EQ(blocks->targets, 22);
+  EXPECT_EQ(blocks->windows, 3);
+  const double block_loss = ForwardLoss(model, tokens, 0, 8, 0) +
+                            ForwardLoss(model, tokens, 8, 16, 8) +
+                            ForwardLoss(model, tokens, 16, 22, 16);
+  EXPECT_NEAR(blocks->loss_sum, block_loss, 1e-11);
+
+  // Windows of 8 at a stride of 5: [0, 8) scores 0..7, [5, 13) 8..12, [10, 18) 13..17, [15, 22)
+  // 18..21.
+  absl::StatusOr<ScoreResult> sliding = ScoreTokens(*decoder, tokens, 8, 5);
+  ASSERT_TRUE(sliding.ok());
+  EXPECT_EQ(sliding->targets, 22);
+  EXPECT_EQ(sliding->windows, 4);
+  const double sliding_loss =
+      ForwardLoss(model, tokens, 0, 8, 0) + ForwardLoss(model, tokens, 5, 13, 8) +
+      ForwardLoss(model, tokens, 10, 18, 13) + ForwardLoss(model, tokens, 15, 22, 18);
+  EXPECT_NEAR(sliding->loss_sum, sliding_loss, 1e-11);
+}
+
+TEST(SequenceScorer, BadSizesAndTokensAreErrors) {
+  LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);
+  model.InitRandom(1);
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 16);
+  ASSERT_TRUE(decoder.ok());
+  const std::vector<int32_t> tokens = Stream(10, 12);
+  EXPECT_THAT(std::string(ScoreTokens(*decoder, {tokens.data(), 1}, 8, 8).status().message()),
+              HasSubstr("the data has 1 tokens: scoring needs at least 2"));
+  EXPECT_THAT(std::string(ScoreTokens(*decoder, tokens, 17, 8).status().message()),
+              HasSubstr("--seq-length 17: must be in [1, 16]"));
+  EXPECT_THAT(std::string(ScoreTokens(*decoder, tokens, 8, 9).status().message()),
+              HasSubstr("--stride 9: must be in [1, --seq-length 8]"));
+  const std::vector<int32_t> outside = {1, 2, 40};
+  EXPECT_THAT(std::string(ScoreTokens(*decoder, outside, 8, 8).status().message()),
+              HasSubstr("token 2 is 40, outside the model's vocabulary [0, 12)"));
+}
+
+}  // namespace
+}  // namespace kelvin::models
