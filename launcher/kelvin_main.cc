@@ -165,15 +165,19 @@ void LogEvaluation(const kelvin::config::JobConfig& job,
   }
 }
 
+// eval --json's file: its directory made before the (long) evaluation, not after it.
+absl::Status MakeJsonDirectory(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (!error) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("--json ", path, ": cannot create its directory (", error.message(), ")"));
+}
+
 int Eval(const kelvin::config::JobConfig& job, const Arguments& a, int world_rank) {
-  if (!a.eval_json.empty() && world_rank == 0) {  // before the evaluation, not after it
-    const std::filesystem::path parent = std::filesystem::path(a.eval_json).parent_path();
-    std::error_code error;
-    if (!parent.empty()) std::filesystem::create_directories(parent, error);
-    if (error) {
-      return Fail(absl::PermissionDeniedError(absl::StrCat(
-          "--json ", a.eval_json, ": cannot create its directory (", error.message(), ")")));
-    }
+  if (!a.eval_json.empty() && world_rank == 0) {
+    if (const absl::Status made = MakeJsonDirectory(a.eval_json); !made.ok()) return Fail(made);
   }
   std::vector<kelvin::launcher::JobEvaluation> evaluations;
   if (a.every_checkpoint) {
@@ -218,14 +222,14 @@ int Generate(const kelvin::config::JobConfig& job, Arguments a) {
 // eval --data / --text: the model alone on a corpus, one process.
 int Score(const kelvin::config::JobConfig& job, Arguments a) {
   a.score.checkpoint = a.checkpoint;
+  if (!a.eval_json.empty()) {
+    if (const absl::Status made = MakeJsonDirectory(a.eval_json); !made.ok()) return Fail(made);
+  }
   const absl::StatusOr<kelvin::launcher::ScoreReport> report =
       kelvin::launcher::ScoreData(job, a.score);
   if (!report.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(report.status(), job));
   KLOG(INFO) << kelvin::launcher::FormatScore(job, *report);
   if (!a.eval_json.empty()) {
-    const std::filesystem::path parent = std::filesystem::path(a.eval_json).parent_path();
-    std::error_code error;
-    if (!parent.empty()) std::filesystem::create_directories(parent, error);
     const absl::Status written =
         kelvin::io::WriteFileAtomically(a.eval_json, {kelvin::launcher::ScoreJson(job, *report)});
     if (!written.ok()) return Fail(written);
@@ -645,8 +649,9 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
     return Usage(a.command + " takes --step N or --best, not both");
   }
   if (a.scores() && a.every_checkpoint) {
-    return Usage("eval --all scores the job's held-out sets at every checkpoint; --data and --text "
-                 "score one model on one corpus");
+    return Usage(
+        "eval --all scores the job's held-out sets at every checkpoint; --data and --text "
+        "score one model on one corpus");
   }
   if (a.every_checkpoint && !a.checkpoint.newest()) {
     return Usage("eval takes one of --step N, --best and --all");
