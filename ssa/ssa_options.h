@@ -13,6 +13,8 @@ namespace kelvin::ssa {
 struct TemperatureClamp {
   double lo = 0.9;
   double hi = 1.1;
+
+  bool operator==(const TemperatureClamp&) const = default;
 };
 
 struct SsaOptions {

@@ -167,12 +167,15 @@ absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& 
     // Text samples are parsed whole (their strings are the payload); input_ids lines and lines
     // that are no JSON object go on to the event parser below, which names their problem.
     const json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (object.is_object() && !object.contains("input_ids")) {
+    if (object.is_object()) {
       const absl::StatusOr<bool> encoded = text_encoder_->Encode(object, sample_);
       if (!encoded.ok()) return line_error(encoded.status().message());
       if (*encoded) return absl::OkStatus();
-      return line_error(
-          "no \"text\", \"prompt\", \"messages\" or \"input_ids\": give one sample kind per line");
+      if (!object.contains("input_ids")) {
+        return line_error(
+            "no \"text\", \"prompt\", \"messages\" or \"input_ids\": give one sample kind per "
+            "line");
+      }
     }
   }
   sample_.tokens.clear();

@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-// `object`[key] as text: a string (non-empty unless `empty_ok`); else an error naming `field`.
+// `object`[key] as text: a non-empty string; else an error naming the key and `field`.
 absl::StatusOr<std::string_view> TextField(const json& object, const char* key,
                                            const std::string& field) {
   const auto it = object.find(key);

@@ -21,18 +21,20 @@ absl::StatusOr<BpeModel> BpeModel::Create(
       return absl::InvalidArgumentError(
           absl::StrCat(source, " model.vocab: \"", spelling, "\" has the negative id ", id));
     }
+    if (spelling.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, " model.vocab: id ", id, " has an empty spelling"));
+    }
     max_id = std::max(max_id, id);
   }
   model.spellings_.resize(static_cast<size_t>(max_id + 1));
-  model.has_spelling_.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [spelling, id] : vocab) {
-    if (model.has_spelling_[id]) {
+    if (!model.spellings_[id].empty()) {
       return absl::InvalidArgumentError(absl::StrCat(source, " model.vocab: id ", id,
                                                      " is given to both \"", model.spellings_[id],
                                                      "\" and \"", spelling, "\""));
     }
     model.spellings_[id] = spelling;
-    model.has_spelling_[id] = true;
   }
   for (int b = 0; b < 256; ++b) {
     std::string spelling;
@@ -73,7 +75,7 @@ std::optional<int32_t> BpeModel::Id(std::string_view spelling) const {
 }
 
 const std::string* BpeModel::Spelling(int32_t id) const {
-  if (id < 0 || id > max_id() || !has_spelling_[id]) return nullptr;
+  if (id < 0 || id > max_id() || spellings_[id].empty()) return nullptr;
   return &spellings_[id];
 }
 

@@ -48,7 +48,6 @@ class BpeModel {
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> spellings_;  // [max id + 1], "" where no token has the id
-  std::vector<bool> has_spelling_;
   std::unordered_map<uint64_t, Merge> merges_;
   std::array<int32_t, 256> byte_ids_{};
   bool ignore_merges_ = false;

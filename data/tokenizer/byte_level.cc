@@ -3,6 +3,8 @@
 
 #include <array>
 
+#include "data/tokenizer/utf8.h"
+
 namespace kelvin::data {
 namespace {
 
@@ -30,32 +32,14 @@ const ByteLevelTables& Tables() {
 
 }  // namespace
 
-void AppendByteLevelChar(uint8_t b, std::string& out) {
-  const uint16_t code = Tables().char_of_byte[b];
-  if (code < 0x80) {
-    out.push_back(static_cast<char>(code));
-  } else {  // every code point of the alphabet is below U+0800: two bytes
-    out.push_back(static_cast<char>(0xC0 | (code >> 6)));
-    out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-  }
-}
+void AppendByteLevelChar(uint8_t b, std::string& out) { AppendUtf8(Tables().char_of_byte[b], out); }
 
 std::optional<std::string> BytesOfByteLevelChars(std::string_view chars) {
+  if (FirstInvalidUtf8(chars).has_value()) return std::nullopt;
   std::string bytes;
   bytes.reserve(chars.size());
-  for (size_t i = 0; i < chars.size();) {
-    const auto lead = static_cast<uint8_t>(chars[i]);
-    uint32_t code = 0;
-    if (lead < 0x80) {
-      code = lead;
-      i += 1;
-    } else if ((lead & 0xE0) == 0xC0 && i + 1 < chars.size() &&
-               (static_cast<uint8_t>(chars[i + 1]) & 0xC0) == 0x80) {
-      code = ((lead & 0x1Fu) << 6) | (static_cast<uint8_t>(chars[i + 1]) & 0x3Fu);
-      i += 2;
-    } else {
-      return std::nullopt;
-    }
+  for (size_t i = 0, length = 0; i < chars.size(); i += length) {
+    const uint32_t code = DecodeUtf8(chars, i, length);
     if (code >= Tables().byte_of_char.size() || Tables().byte_of_char[code] < 0) {
       return std::nullopt;
     }

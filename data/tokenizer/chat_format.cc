@@ -36,32 +36,28 @@ absl::Status AppendTurn(const Tokenizer& tokenizer, const std::string& prompt,
   return absl::OkStatus();
 }
 
-// Whether the UTF-8 character at text[at] (`length` bytes) is whitespace to Python's str.strip()
-// (Unicode White_Space and the separators U+001C..U+001F), which Llama-3's template's `trim` uses.
-bool IsPythonSpace(std::string_view text, size_t at, size_t& length) {
-  static const std::string_view kSpaces[] = {
-      "\t",     "\n",     "\v",     "\f",     "\r",     " ",      "\x1c",   "\x1d",
-      "\x1e",   "\x1f",   "\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002",
-      "\u2003", "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
-      "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
-  for (const std::string_view space : kSpaces) {
-    if (text.substr(at, space.size()) == space) {
-      length = space.size();
-      return true;
-    }
-  }
-  return false;
-}
+// Python's str.strip() whitespace (Unicode White_Space and the separators U+001C..U+001F), which
+// Llama-3's template's `trim` strips: each a whole UTF-8 character, so a match at either end of
+// valid text is at a character boundary.
+constexpr std::string_view kPythonSpaces[] = {
+    "\t",     "\n",     "\v",     "\f",     "\r",     " ",      "\x1c",   "\x1d",
+    "\x1e",   "\x1f",   "\u0085", "\u00a0", "\u1680", "\u2000", "\u2001", "\u2002",
+    "\u2003", "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
+    "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
 
 std::string_view StripPythonWhitespace(std::string_view text) {
-  size_t length = 0;
-  while (!text.empty() && IsPythonSpace(text, 0, length)) text.remove_prefix(length);
-  while (!text.empty()) {
-    // The last character starts at the last byte that is not a UTF-8 continuation byte.
-    size_t last = text.size() - 1;
-    while (last > 0 && (static_cast<uint8_t>(text[last]) & 0xC0) == 0x80) --last;
-    if (!IsPythonSpace(text, last, length) || last + length != text.size()) break;
-    text.remove_suffix(length);
+  const auto strip = [&](bool front) {
+    for (const std::string_view space : kPythonSpaces) {
+      if (front ? text.starts_with(space) : text.ends_with(space)) {
+        front ? text.remove_prefix(space.size()) : text.remove_suffix(space.size());
+        return true;
+      }
+    }
+    return false;
+  };
+  while (strip(/*front=*/true)) {
+  }
+  while (strip(/*front=*/false)) {
   }
   return text;
 }

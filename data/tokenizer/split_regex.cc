@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include "absl/strings/str_cat.h"
+#include "data/tokenizer/utf8.h"
 
 namespace kelvin::data {
 namespace {
@@ -37,17 +38,6 @@ struct MatchScratch {
 MatchScratch& ThreadScratch() {
   thread_local MatchScratch scratch;
   return scratch;
-}
-
-// The length of the UTF-8 character starting at `text[at]` (1 for a continuation byte).
-size_t CharLength(std::string_view text, size_t at) {
-  const auto lead = static_cast<uint8_t>(text[at]);
-  const size_t length = lead < 0x80    ? 1
-                        : lead >= 0xF0 ? 4
-                        : lead >= 0xE0 ? 3
-                        : lead >= 0xC0 ? 2
-                                       : 1;
-  return std::min(length, text.size() - at);
 }
 
 }  // namespace
@@ -84,7 +74,7 @@ absl::Status SplitRegex::Split(std::string_view text, std::vector<std::string_vi
     const PCRE2_SIZE* match = pcre2_get_ovector_pointer(scratch.data);
     const size_t begin = match[0], end = match[1];
     if (end == begin) {  // an empty match splits nothing: search again one character on
-      offset = begin + CharLength(text, begin);
+      offset = begin + Utf8Length(static_cast<uint8_t>(text[begin]));
       continue;
     }
     if (begin > kept) pieces.push_back(text.substr(kept, begin - kept));

@@ -12,6 +12,7 @@
 #include "core/io/strict_json.h"
 #include "data/tokenizer/byte_level.h"
 #include "data/tokenizer/unicode_nfc.h"
+#include "data/tokenizer/utf8.h"
 
 namespace kelvin::data {
 namespace {
@@ -43,41 +44,6 @@ absl::Status RequireAbsentOr(const json& object, const std::string& where, const
 std::string TypeOf(const json& part) {
   const auto it = part.find("type");
   return it != part.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-// The offset of the first byte that is not part of valid UTF-8, or nullopt.
-std::optional<size_t> FirstInvalidUtf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<uint8_t>(text[i]);
-    size_t length = 0;
-    uint32_t code = 0;
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    } else if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-      code = lead & 0x1F;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      code = lead & 0x0F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      code = lead & 0x07;
-    } else {
-      return i;
-    }
-    if (i + length > text.size()) return i;
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<uint8_t>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return i;
-      code = (code << 6) | (next & 0x3F);
-    }
-    const bool overlong = (length == 3 && code < 0x800) || (length == 4 && code < 0x10000);
-    if (overlong || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
-    i += length;
-  }
-  return std::nullopt;
 }
 
 absl::StatusOr<BpeModel> ParseModel(const json& model, const std::string& source) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/tokenizer/utf8.h"
+
 namespace kelvin::data {
 namespace {
 
@@ -72,40 +74,6 @@ uint32_t Compose(uint32_t first, uint32_t second) {
                                                                                      : 0;
 }
 
-std::vector<uint32_t> CodePoints(std::string_view text) {
-  std::vector<uint32_t> codes;
-  codes.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const auto lead = static_cast<uint8_t>(text[i]);
-    const size_t length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    uint32_t code = length == 1 ? lead : lead & (0x7F >> length);
-    for (size_t k = 1; k < length; ++k) {
-      code = (code << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
-    }
-    codes.push_back(code);
-    i += length;
-  }
-  return codes;
-}
-
-void AppendUtf8(uint32_t code, std::string& out) {
-  if (code < 0x80) {
-    out.push_back(static_cast<char>(code));
-  } else if (code < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (code >> 6)));
-    out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-  } else if (code < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (code >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (code >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((code >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-  }
-}
-
 }  // namespace
 
 std::string_view NfcUnicodeVersion() { return kUnicodeVersion; }
@@ -115,7 +83,9 @@ std::string NfcNormalize(std::string_view text) {
     return std::string(text);  // ASCII is in NFC
   }
   std::vector<uint32_t> codes;  // the full canonical decomposition
-  for (const uint32_t code : CodePoints(text)) AppendDecomposition(code, codes);
+  for (size_t i = 0, length = 0; i < text.size(); i += length) {
+    AppendDecomposition(DecodeUtf8(text, i, length), codes);
+  }
   // Canonical ordering: each run of non-starters sorted by class, stably.
   for (size_t i = 0; i < codes.size();) {
     if (ClassOf(codes[i]) == 0) {

@@ -1,7 +1,6 @@
 // Llama configs: Hugging Face config.json parsing (transformers 4.x and 5.x), presets, validation.
 #include "models/llama/llama_config.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -128,10 +127,21 @@ absl::Status ParseSpecialTokens(const json& root, const std::string& source, Spe
   return absl::OkStatus();
 }
 
-// The keys of config.json's "ssa" object, SsaOptions one to one (SsaOptionsToJson writes them).
-constexpr const char* kSsaKeys[] = {"query_temperature", "value_temperature",   "token_aware",
-                                    "position_aware",    "weight_sharing",      "temperature_clamp",
-                                    "alpha_init",        "temperature_lr_scale"};
+// config.json's "ssa" object: every field of SsaOptions (ParseSsaObject reads what this writes).
+nlohmann::ordered_json SsaOptionsToJson(const ssa::SsaOptions& o) {
+  nlohmann::ordered_json clamp = nullptr;
+  if (o.temperature_clamp.has_value()) {
+    clamp = {{"lo", o.temperature_clamp->lo}, {"hi", o.temperature_clamp->hi}};
+  }
+  return {{"query_temperature", o.query_temperature},
+          {"value_temperature", o.value_temperature},
+          {"token_aware", o.token_aware},
+          {"position_aware", o.position_aware},
+          {"weight_sharing", o.weight_sharing},
+          {"temperature_clamp", clamp},
+          {"alpha_init", o.alpha_init},
+          {"temperature_lr_scale", o.temperature_lr_scale}};
+}
 
 absl::StatusOr<ssa::SsaOptions> ParseSsaObject(const json& root, const std::string& source) {
   const auto it = root.find("ssa");
@@ -142,10 +152,13 @@ absl::StatusOr<ssa::SsaOptions> ParseSsaObject(const json& root, const std::stri
         it == root.end() ? "" : absl::StrCat(", got ", it->dump()),
         " (Kelvin's SSA exports write one; was config.json edited?)"));
   }
+  const nlohmann::ordered_json known = SsaOptionsToJson(ssa::SsaOptions{});  // every key, in order
   for (const auto& [key, value] : it->items()) {
-    if (std::find(std::begin(kSsaKeys), std::end(kSsaKeys), key) == std::end(kSsaKeys)) {
+    if (!known.contains(key)) {
+      std::vector<std::string> names;
+      for (const auto& [name, unused] : known.items()) names.push_back(name);
       return absl::InvalidArgumentError(absl::StrCat(where, ": unknown setting \"", key,
-                                                     "\"; known: ", absl::StrJoin(kSsaKeys, ", ")));
+                                                     "\"; known: ", absl::StrJoin(names, ", ")));
     }
   }
   const JsonFields f(*it, where);
@@ -172,21 +185,6 @@ absl::StatusOr<ssa::SsaOptions> ParseSsaObject(const json& root, const std::stri
     o.temperature_clamp = range;
   }
   return o;
-}
-
-json SsaOptionsToJson(const ssa::SsaOptions& o) {
-  json clamp = nullptr;
-  if (o.temperature_clamp.has_value()) {
-    clamp = {{"lo", o.temperature_clamp->lo}, {"hi", o.temperature_clamp->hi}};
-  }
-  return {{"query_temperature", o.query_temperature},
-          {"value_temperature", o.value_temperature},
-          {"token_aware", o.token_aware},
-          {"position_aware", o.position_aware},
-          {"weight_sharing", o.weight_sharing},
-          {"temperature_clamp", clamp},
-          {"alpha_init", o.alpha_init},
-          {"temperature_lr_scale", o.temperature_lr_scale}};
 }
 
 absl::Status Unsupported(const std::string& source, const std::string& field,

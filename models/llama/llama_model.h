@@ -137,8 +137,7 @@ class LlamaModel {
   // that transformers loads, `provenance` in its model card. Under tensor
   // and pipeline parallelism every rank of the model's replica must call it (the shards are
   // gathered over TP, the stages' tensors sent to pipeline rank 0); TP and pipeline rank 0 write.
-  absl::Status ExportHf(const std::string& directory,
-                        const HfExportProvenance& provenance = {});
+  absl::Status ExportHf(const std::string& directory, const HfExportProvenance& provenance = {});
   // Deterministic random initialisation (normal(0, 0.02) matrices, unit norms, SSA as
   // InitSsaParameters) from `seed`: each rank takes its slice of the same full draw, so every
   // layout starts from the one model.

@@ -80,11 +80,10 @@ absl::Status ResolveSsa(const config::ModelConfig& model, models::LlamaConfig& a
   compare("token_aware", job.token_aware, exported->token_aware);
   compare("position_aware", job.position_aware, exported->position_aware);
   compare("weight_sharing", job.weight_sharing, exported->weight_sharing);
-  const std::string job_clamp = ClampText(job.temperature_clamp),
-                    directory_clamp = ClampText(exported->temperature_clamp);
-  if (job_clamp != directory_clamp) {
-    contradictions.push_back(absl::StrCat("model.ssa.temperature_clamp=", job_clamp,
-                                          " but the directory has ", directory_clamp));
+  if (job.temperature_clamp != exported->temperature_clamp) {
+    contradictions.push_back(
+        absl::StrCat("model.ssa.temperature_clamp=", ClampText(job.temperature_clamp),
+                     " but the directory has ", ClampText(exported->temperature_clamp)));
   }
   if (contradictions.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
