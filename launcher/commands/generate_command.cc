@@ -1,6 +1,7 @@
 // The model's weights and tokenizer found from the job, then each prompt through Generate.
 #include "launcher/commands/generate_command.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -9,7 +10,6 @@
 #include "data/tokenizer/tokenizer.h"
 #include "launcher/commands/inference_model.h"
 #include "models/generation/generate.h"
-#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -44,8 +44,6 @@ absl::StatusOr<std::optional<data::Tokenizer>> LoadTokenizer(const config::JobCo
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
                                                          const GenerateOptions& options) {
   KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
-  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
-                          training::ResolveModelArchitecture(job.model()));
   KELVIN_ASSIGN_OR_RETURN(
       const std::optional<data::Tokenizer> tokenizer,
       LoadTokenizer(job, /*needed=*/!options.prompts.empty() || !options.stop.empty()));
@@ -61,8 +59,16 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
 
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
                           LoadInferenceModel(job, options.checkpoint));
-  KELVIN_ASSIGN_OR_RETURN(models::LlamaDecoder decoder,
-                          models::LlamaDecoder::Create(*model, arch.max_position_embeddings));
+  const models::LlamaConfig& arch = model->config();
+  // The cache for the longest prompt and its new tokens (Generate names the model's limit when
+  // they exceed it), not for max_position_embeddings: 128K positions of an 8B model are 34 GB.
+  size_t longest = 0;
+  for (const std::vector<int32_t>& prompt : prompts) longest = std::max(longest, prompt.size());
+  KELVIN_ASSIGN_OR_RETURN(
+      models::LlamaDecoder decoder,
+      models::LlamaDecoder::Create(*model,
+                                   std::min(static_cast<int64_t>(longest) + options.max_new_tokens,
+                                            arch.max_position_embeddings)));
   models::GenerationRequest request;
   request.max_new_tokens = options.max_new_tokens;
   request.sampling = options.sampling;
@@ -71,8 +77,12 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
     request.stop_ids.push_back(*tokenizer->eos_id());
   }
   if (!options.stop.empty()) {
+    // Every token spells at least one byte: the stop text can only end within the last
+    // stop.size() tokens, so only those are decoded at each step.
     request.stop_after = [&](const std::vector<int32_t>& tokens) {
-      const absl::StatusOr<std::string> text = tokenizer->Decode(tokens, false);
+      const size_t tail = std::min(tokens.size(), options.stop.size());
+      const absl::StatusOr<std::string> text = tokenizer->Decode(
+          {tokens.end() - static_cast<std::ptrdiff_t>(tail), tokens.end()}, false);
       return text.ok() && text->ends_with(options.stop);
     };
   }

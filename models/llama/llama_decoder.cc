@@ -47,18 +47,31 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens)
   positions_ = CopyToDevice(ctx, positions, ctx.device());
   inv_freq_ = CopyToDevice(ctx, ops::RopeInverseFrequencies(c.rope, c.head_dim, AccumDType(dtype)),
                            ctx.device());
-  const bool own_value_source =
-      c.ssa.has_value() && c.ssa->value_temperature && c.ssa->token_aware && !c.ssa->weight_sharing;
+  const ParameterSet& params = model.parameters();
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    const auto weight = [&](std::string_view suffix) {
+      const std::string name = LayerParameterName(l, suffix);
+      return params.Contains(name) ? params.Get(name).value : Tensor();
+    };
+    weights_.push_back({weight("input_layernorm.weight"),
+                        weight("self_attn.q_proj.weight"),
+                        weight("self_attn.k_proj.weight"),
+                        weight("self_attn.v_proj.weight"),
+                        weight("self_attn.o_proj.weight"),
+                        weight("post_attention_layernorm.weight"),
+                        weight("mlp.gate_proj.weight"),
+                        weight("mlp.up_proj.weight"),
+                        weight("mlp.down_proj.weight"),
+                        weight("self_attn.ssa.query_temperature_proj.weight"),
+                        weight("self_attn.ssa.value_temperature_proj.weight"),
+                        {weight("self_attn.ssa.query_readout"),
+                         weight("self_attn.ssa.value_readout"), weight("self_attn.ssa.alpha")}});
     const Shape shape = {max_tokens, c.num_key_value_heads, c.head_dim};
-    cache_.push_back({Tensor::Empty(shape, dtype, ctx.device()),
-                      Tensor::Empty(shape, dtype, ctx.device()),
-                      own_value_source ? Tensor::Empty(shape, dtype, ctx.device()) : Tensor()});
+    cache_.push_back(
+        {Tensor::Empty(shape, dtype, ctx.device()), Tensor::Empty(shape, dtype, ctx.device()),
+         weights_.back().value_projection.defined() ? Tensor::Empty(shape, dtype, ctx.device())
+                                                    : Tensor()});
   }
-}
-
-const Tensor& LlamaDecoder::Weight(int64_t layer, std::string_view suffix) const {
-  return model_->parameters().Get(LayerParameterName(layer, suffix)).value;
 }
 
 absl::StatusOr<Tensor> LlamaDecoder::Append(const std::vector<int32_t>& tokens) {
@@ -98,38 +111,33 @@ absl::StatusOr<Tensor> LlamaDecoder::Append(const std::vector<int32_t>& tokens) 
 void LlamaDecoder::Layer(int64_t layer, int64_t start, Tensor& x) {
   const LlamaConfig& c = model_->config();
   const Context& ctx = model_->context();
-  const ParameterSet& params = model_->parameters();
   const DType dtype = x.dtype(), accum = AccumDType(dtype);
   const Device device = ctx.device();
   const int64_t n = x.dim(0), end = start + n, h_count = c.num_attention_heads,
                 g = c.num_key_value_heads, d = c.head_dim;
   const ssa::SsaOptions options = c.AttentionOptions();
+  const LayerWeights& w = weights_[layer];
   LayerCache& cache = cache_[layer];
-  auto ssa_tensor = [&](std::string_view suffix) {
-    const std::string name = LayerParameterName(layer, suffix);
-    return params.Contains(name) ? params.Get(name).value : Tensor();
-  };
 
   Tensor h = Tensor::Empty(x.shape(), dtype, device);
   Tensor rstd = Tensor::Empty({n}, accum, device);
-  ops::RmsNormForward(ctx, x, Weight(layer, "input_layernorm.weight"), c.rms_norm_eps, h, rstd);
+  ops::RmsNormForward(ctx, x, w.input_norm, c.rms_norm_eps, h, rstd);
   Tensor u = Tensor::Empty({n, h_count, d}, dtype, device);  // [n, H, d] before RoPE
   Tensor u_rows = u.View({n, -1});
-  Linear(ctx, h, Weight(layer, "self_attn.q_proj.weight"), u_rows);
+  Linear(ctx, h, w.q, u_rows);
   Tensor k_new = cache.k.Slice(start, end).View({n, -1});
   Tensor v_new = cache.v.Slice(start, end).View({n, -1});
-  Linear(ctx, h, Weight(layer, "self_attn.k_proj.weight"), k_new);
-  Linear(ctx, h, Weight(layer, "self_attn.v_proj.weight"), v_new);
+  Linear(ctx, h, w.k, k_new);
+  Linear(ctx, h, w.v, v_new);
   Tensor query_source;  // [n, H, d] without weight sharing
-  const Tensor query_projection = ssa_tensor("self_attn.ssa.query_temperature_proj.weight");
-  if (query_projection.defined()) {
+  if (w.query_projection.defined()) {
     query_source = Tensor::Empty({n, h_count, d}, dtype, device);
     Tensor source_rows = query_source.View({n, -1});
-    Linear(ctx, h, query_projection, source_rows);
+    Linear(ctx, h, w.query_projection, source_rows);
   }
   if (cache.value_source.defined()) {
     Tensor source = cache.value_source.Slice(start, end).View({n, -1});
-    Linear(ctx, h, Weight(layer, "self_attn.ssa.value_temperature_proj.weight"), source);
+    Linear(ctx, h, w.value_projection, source);
   }
 
   const ssa::SsaAttentionInputs inputs{
@@ -141,28 +149,24 @@ void LlamaDecoder::Layer(int64_t layer, int64_t start, Tensor& x) {
       positions_.Slice(0, end),
       cache.value_source.defined() ? cache.value_source.Slice(0, end) : Tensor(),
       inv_freq_};
-  const ssa::SsaParameters ssa_params{ssa_tensor("self_attn.ssa.query_readout"),
-                                      ssa_tensor("self_attn.ssa.value_readout"),
-                                      ssa_tensor("self_attn.ssa.alpha")};
   ssa::SsaAttentionOutputs outputs{
       Tensor::Empty({n, h_count, d}, dtype, device), Tensor::Empty({n, h_count}, accum, device),
       options.query_temperature ? Tensor::Empty({n, h_count}, accum, device) : Tensor(),
       options.value_temperature ? Tensor::Empty({end, g}, accum, device) : Tensor()};
-  ssa::SsaAttentionForward(ctx, options, {1, start, n, 0, end}, inputs, ssa_params, outputs);
+  ssa::SsaAttentionForward(ctx, options, {1, start, n, 0, end}, inputs, w.ssa, outputs);
 
   Tensor projected = Tensor::Empty(x.shape(), dtype, device);
-  Linear(ctx, outputs.out.View({n, -1}), Weight(layer, "self_attn.o_proj.weight"), projected);
+  Linear(ctx, outputs.out.View({n, -1}), w.o, projected);
   // x [n, D] += the attention's projection, then += the MLP's (elementwise ops, in place).
   ops::Add(ctx, x, projected, x);
-  ops::RmsNormForward(ctx, x, Weight(layer, "post_attention_layernorm.weight"), c.rms_norm_eps, h,
-                      rstd);
+  ops::RmsNormForward(ctx, x, w.post_norm, c.rms_norm_eps, h, rstd);
   Tensor gate = Tensor::Empty({n, c.intermediate_size}, dtype, device);
   Tensor up = Tensor::Empty({n, c.intermediate_size}, dtype, device);
-  Linear(ctx, h, Weight(layer, "mlp.gate_proj.weight"), gate);
-  Linear(ctx, h, Weight(layer, "mlp.up_proj.weight"), up);
+  Linear(ctx, h, w.gate, gate);
+  Linear(ctx, h, w.up, up);
   Tensor act = Tensor::Empty({n, c.intermediate_size}, dtype, device);
   ops::SwiGluForward(ctx, gate, up, act);
-  Linear(ctx, act, Weight(layer, "mlp.down_proj.weight"), projected);
+  Linear(ctx, act, w.down, projected);
   ops::Add(ctx, x, projected, x);
 }
 

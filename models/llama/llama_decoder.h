@@ -35,22 +35,29 @@ class LlamaDecoder {
   void Reset() { length_ = 0; }
 
  private:
+  // A layer's weights, found by name once (the model's tensors, not copies); the SSA ones are
+  // undefined where the flags give the layer none.
+  struct LayerWeights {
+    Tensor input_norm, q, k, v, o, post_norm, gate, up, down;  // [out, in] as Hugging Face's
+    Tensor query_projection, value_projection;                 // W_tmp without weight sharing
+    ssa::SsaParameters ssa;                                    // a^q, a^v, alpha
+  };
   // A layer's cache, [max_tokens, G, d] each; value_source only without weight sharing.
   struct LayerCache {
     Tensor k, v, value_source;
   };
   LlamaDecoder(const LlamaModel& model, int64_t max_tokens);
-  const Tensor& Weight(int64_t layer, std::string_view suffix) const;
   // One decoder layer on x [n, D] (in place) for the tokens at [start, start + n).
   void Layer(int64_t layer, int64_t start, Tensor& x);
 
   const LlamaModel* model_;
   int64_t max_tokens_;
   int64_t length_ = 0;
-  Tensor positions_;  // [max_tokens] i32: 0, 1, 2, ...
-  Tensor inv_freq_;   // [d/2] RoPE inverse frequencies
-  std::vector<LayerCache> cache_;
-  Tensor logits_;  // [n, V] of the last call
+  Tensor positions_;                   // [max_tokens] i32: 0, 1, 2, ...
+  Tensor inv_freq_;                    // [d/2] RoPE inverse frequencies
+  std::vector<LayerWeights> weights_;  // [L]
+  std::vector<LayerCache> cache_;      // [L]
+  Tensor logits_;                      // [n, V] of the last call
 };
 
 }  // namespace kelvin::models
