@@ -1,5 +1,5 @@
-// Softmax in double over the row, then the candidates sorted by probability (ties by id), cut by
-// top-k and top-p, and one uniform draw over what is left.
+// Softmax in double over the row, then the top-k candidates sorted by probability (ties by id),
+// cut by top-p, and one uniform draw over what is left.
 #include "models/generation/token_sampler.h"
 
 #include <algorithm>
@@ -51,11 +51,14 @@ SampledToken TokenSampler::Next(const Tensor& logits) {
     const int64_t best = std::max_element(row.begin(), row.end()) - row.begin();
     return {static_cast<int32_t>(best), logprob(best)};
   }
-  std::vector<int64_t> order(static_cast<size_t>(vocab));  // likeliest first, ties by id
+  // The candidates, likeliest first, ties by id; with top-k only the k first are ordered.
+  std::vector<int64_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return row[a] > row[b]; });
-  if (options_.top_k > 0 && options_.top_k < vocab) order.resize(options_.top_k);
+  const int64_t kept = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
+  std::partial_sort(order.begin(), order.begin() + kept, order.end(), [&](int64_t a, int64_t b) {
+    return row[a] != row[b] ? row[a] > row[b] : a < b;
+  });
+  order.resize(static_cast<size_t>(kept));
   std::vector<double> weights(order.size());  // softmax(logits / temperature) over the candidates
   double total = 0;
   for (size_t i = 0; i < order.size(); ++i) {

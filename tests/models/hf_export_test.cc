@@ -124,9 +124,8 @@ TEST(HfExport, TheDirectoryHoldsTheSourcesTokenizerAndIdsAndTheSsaModelingCode) 
 TEST(HfExport, AVanillaExportIsPlainLlamaWithAGenerationConfigOfItsIds) {
   models::LlamaConfig config = SsaConfig();
   config.ssa.reset();
-  config.special_tokens = {128000, {}, std::nullopt};
   config.vocab_size = 128256;
-  config.special_tokens.eos = {128001};
+  config.special_tokens = {128000, {128001}, std::nullopt};
   const std::string dir = FreshDir("vanilla");
   models::LlamaModel model(config, DType::kF32);
   model.InitRandom(1);

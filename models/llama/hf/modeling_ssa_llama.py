@@ -98,7 +98,7 @@ class SsaTemperatures(nn.Module):
         if not self.settings["query_temperature"]:
             return None
         tau = self._one_plus_token_term(hidden_states, u, "query_temperature_proj",
-                                        getattr(self, "query_readout"))
+                                        self.query_readout)
         if self.settings["position_aware"]:
             log_n = torch.log(position_ids.to(torch.float32) + 1)  # [B or 1, T]
             tau = tau + torch.sigmoid(self.alpha.float())[None, :, None] * log_n[:, None, :]
@@ -110,7 +110,7 @@ class SsaTemperatures(nn.Module):
         if not self.settings["value_temperature"]:
             return None
         tau = self._one_plus_token_term(hidden_states, v, "value_temperature_proj",
-                                        getattr(self, "value_readout"))
+                                        self.value_readout)
         return self._finish(tau)[..., None]
 
 
