@@ -45,6 +45,8 @@
 
 namespace {
 
+using kelvin::launcher::WithWorkingDirectory;
+
 constexpr const char* kUsage =
     "usage: kelvin COMMAND JOB.textproto [OPTIONS] [--set field.path=value ...]\n"
     "  train   train the job: one process, or one rank under mpirun / srun\n"
@@ -206,7 +208,7 @@ int Generate(const kelvin::config::JobConfig& job, Arguments a) {
   if (!a.prompt_file.empty()) {
     const absl::StatusOr<std::string> text =
         kelvin::io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
-    if (!text.ok()) return Fail(text.status());
+    if (!text.ok()) return Fail(WithWorkingDirectory(text.status(), {a.prompt_file}));
     for (const absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
       a.generate.prompts.emplace_back(line);
     }
@@ -227,7 +229,11 @@ int Score(const kelvin::config::JobConfig& job, Arguments a) {
   }
   const absl::StatusOr<kelvin::launcher::ScoreReport> report =
       kelvin::launcher::ScoreData(job, a.score);
-  if (!report.ok()) return Fail(kelvin::launcher::WithWorkingDirectory(report.status(), job));
+  if (!report.ok()) {
+    std::vector<std::string> paths = kelvin::launcher::RelativePathsOf(job);
+    paths.insert(paths.end(), {a.score.data, a.score.text});
+    return Fail(WithWorkingDirectory(report.status(), paths));
+  }
   KLOG(INFO) << kelvin::launcher::FormatScore(job, *report);
   if (!a.eval_json.empty()) {
     const absl::Status written =
@@ -261,6 +267,13 @@ int RunUnderLauncher(const Arguments& a) {
     if (!launched.ok()) return Fail(launched.status());
     if (launched->rank != 0) return 0;
     std::error_code error;
+    if (a.scores() && !std::filesystem::exists(a.job_path, error)) {
+      return Fail(WithWorkingDirectory(
+          absl::NotFoundError(absl::StrCat(a.job_path,
+                                           " does not exist: eval --data and --text take a job "
+                                           "file or a Hugging Face model directory")),
+          {a.job_path}));
+    }
     if (a.scores() && std::filesystem::is_directory(a.job_path, error)) {  // a model directory
       if (!a.overrides.empty()) return Usage("--set changes a job file, not a model directory");
       return Score(kelvin::launcher::JobOfModelDirectory(a.job_path), a);
@@ -455,12 +468,12 @@ int PrepareData(const std::string& samples, const std::string& out, const std::s
   if (!tokenizer.empty()) {
     absl::StatusOr<kelvin::data::TextSampleEncoder> loaded =
         kelvin::data::TextSampleEncoder::FromDirectory(tokenizer);
-    if (!loaded.ok()) return Fail(loaded.status());
+    if (!loaded.ok()) return Fail(WithWorkingDirectory(loaded.status(), {tokenizer}));
     encoder = *std::move(loaded);
   }
   const absl::StatusOr<kelvin::data::PreparedSamples> prepared =
       kelvin::data::PrepareJsonlSamples(samples, out, encoder ? &*encoder : nullptr);
-  if (!prepared.ok()) return Fail(prepared.status());
+  if (!prepared.ok()) return Fail(WithWorkingDirectory(prepared.status(), {samples, out}));
   std::printf("%s", kelvin::data::DescribePreparedSamples(*prepared).c_str());
   return 0;
 }
@@ -615,7 +628,16 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
                                   input_is_samples ? "samples file" : "job file", " is \"",
                                   a.job_path, "\")"));
       }
-      return Usage(absl::StrCat("unknown option \"", arg, "\" for ", a.command));
+      std::vector<std::string> options;  // this command's, for the suggestion
+      for (const OptionSpec& o : Options()) {
+        if (std::find(o.commands.begin(), o.commands.end(), a.command) != o.commands.end()) {
+          options.push_back(o.name);
+        }
+      }
+      const std::string closest = kelvin::strings::ClosestName(arg, options);
+      return Usage(
+          absl::StrCat("unknown option \"", arg, "\" for ", a.command,
+                       closest.empty() ? "" : absl::StrCat(" (did you mean ", closest, "?)")));
     }
     if (std::find(spec->commands.begin(), spec->commands.end(), a.command) ==
         spec->commands.end()) {

@@ -22,15 +22,23 @@ constexpr int64_t kMaxScoredTokens = int64_t{1} << 31;
 
 absl::StatusOr<std::vector<int32_t>> CorpusTokens(const std::string& path) {
   std::error_code error;
-  absl::StatusOr<data::TokenCorpus> corpus = std::filesystem::exists(path + ".idx", error)
-                                                 ? data::OpenMegatronDataset(path)
-                                                 : data::OpenTokenFile(path);
-  if (!corpus.ok()) {
-    return absl::Status(corpus.status().code(),
-                        absl::StrCat("--data ", path, ": ", corpus.status().message(),
-                                     " (give a Megatron prefix, PREFIX.bin/.idx, or a token file "
-                                     "named .int32 or .uint16)"));
+  absl::StatusOr<data::TokenCorpus> corpus;
+  if (std::filesystem::exists(path + ".idx", error)) {
+    corpus = data::OpenMegatronDataset(path);
+  } else if (!std::filesystem::exists(path, error)) {
+    return absl::NotFoundError(absl::StrCat("--data ", path, ": no such file, and no ", path,
+                                            ".bin/.idx Megatron dataset"));
+  } else {
+    const absl::StatusOr<data::TokenType> type = data::FlatTokenTypeFromPath(path);
+    if (!type.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data ", path,
+                       ": a token file's name gives its type (.int32 or .i32, .uint16 or "
+                       ".u16); rename it, or give a Megatron prefix (PREFIX for PREFIX.bin/.idx)"));
+    }
+    corpus = data::OpenTokenFile(path, *type);
   }
+  if (!corpus.ok()) return corpus.status();
   if (corpus->num_tokens() > kMaxScoredTokens) {
     return absl::InvalidArgumentError(absl::StrCat("--data ", path, " has ", corpus->num_tokens(),
                                                    " tokens, more than the ", kMaxScoredTokens,

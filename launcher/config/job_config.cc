@@ -521,9 +521,15 @@ std::vector<std::string> RelativePathsOf(const config::JobConfig& job) {
 }
 
 absl::Status WithWorkingDirectory(const absl::Status& status, const config::JobConfig& job) {
+  return WithWorkingDirectory(status, RelativePathsOf(job));
+}
+
+absl::Status WithWorkingDirectory(const absl::Status& status,
+                                  const std::vector<std::string>& paths) {
   if (status.ok()) return status;
   const std::string_view message(status.message().data(), status.message().size());
-  for (const std::string& path : RelativePathsOf(job)) {
+  for (const std::string& path : paths) {
+    if (path.empty() || std::filesystem::path(path).is_absolute()) continue;
     if (message.find(path) == std::string_view::npos) continue;
     return absl::Status(status.code(),
                         absl::StrCat(status.message(), ResolvedAgainstWorkingDirectory()));

@@ -52,5 +52,8 @@ std::vector<std::string> RelativePathsOf(const config::JobConfig& job);
 // `status` with "(relative paths are resolved against the working directory W)" appended when its
 // message names one of the job's relative paths; OK stays OK.
 absl::Status WithWorkingDirectory(const absl::Status& status, const config::JobConfig& job);
+// The same for `paths` given on the command line (the relative ones among them).
+absl::Status WithWorkingDirectory(const absl::Status& status,
+                                  const std::vector<std::string>& paths);
 
 }  // namespace kelvin::launcher
