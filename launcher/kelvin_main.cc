@@ -32,6 +32,7 @@
 #include "launcher/commands/convert_command.h"
 #include "launcher/commands/eval_command.h"
 #include "launcher/commands/generate_command.h"
+#include "launcher/commands/needle_command.h"
 #include "launcher/commands/score_command.h"
 #include "launcher/config/job_config.h"
 #include "launcher/plan/layout_search.h"
@@ -115,7 +116,10 @@ struct Arguments {
   std::string prompt_file;                            // generate --prompt-file
   std::string eval_json;                              // eval --json
   kelvin::launcher::ScoreOptions score;               // eval --data / --text: scoring a corpus
-  bool scores() const { return !score.data.empty() || !score.text.empty(); }
+  bool needle = false;                                // eval --needle
+  kelvin::launcher::NeedleOptions needle_grid;        // its grid
+  // eval of the model alone (one process; JOB may be a model directory)
+  bool scores() const { return !score.data.empty() || !score.text.empty() || needle; }
 };
 
 int Usage(const std::string& problem) {
@@ -221,12 +225,31 @@ int Generate(const kelvin::config::JobConfig& job, Arguments a) {
   return 0;
 }
 
-// eval --data / --text: the model alone on a corpus, one process.
+// eval --needle: the grid printed, and with --json written.
+int Needle(const kelvin::config::JobConfig& job, Arguments a) {
+  a.needle_grid.checkpoint = a.checkpoint;
+  const absl::StatusOr<kelvin::launcher::NeedleReport> report =
+      kelvin::launcher::RunNeedle(job, a.needle_grid);
+  if (!report.ok()) {
+    return Fail(WithWorkingDirectory(report.status(), kelvin::launcher::RelativePathsOf(job)));
+  }
+  KLOG(INFO) << kelvin::launcher::FormatNeedle(job, *report);
+  if (!a.eval_json.empty()) {
+    const absl::Status written =
+        kelvin::io::WriteFileAtomically(a.eval_json, {kelvin::launcher::NeedleJson(job, *report)});
+    if (!written.ok()) return Fail(written);
+    KLOG(INFO) << "wrote the needle grid to " << a.eval_json;
+  }
+  return 0;
+}
+
+// eval --data / --text / --needle: the model alone, one process.
 int Score(const kelvin::config::JobConfig& job, Arguments a) {
   a.score.checkpoint = a.checkpoint;
   if (!a.eval_json.empty()) {
     if (const absl::Status made = MakeJsonDirectory(a.eval_json); !made.ok()) return Fail(made);
   }
+  if (a.needle) return Needle(job, std::move(a));
   const absl::StatusOr<kelvin::launcher::ScoreReport> report =
       kelvin::launcher::ScoreData(job, a.score);
   if (!report.ok()) {
@@ -268,11 +291,12 @@ int RunUnderLauncher(const Arguments& a) {
     if (launched->rank != 0) return 0;
     std::error_code error;
     if (a.scores() && !std::filesystem::exists(a.job_path, error)) {
-      return Fail(WithWorkingDirectory(
-          absl::NotFoundError(absl::StrCat(a.job_path,
-                                           " does not exist: eval --data and --text take a job "
-                                           "file or a Hugging Face model directory")),
-          {a.job_path}));
+      return Fail(
+          WithWorkingDirectory(absl::NotFoundError(absl::StrCat(
+                                   a.job_path,
+                                   " does not exist: eval --data, --text and --needle take a job "
+                                   "file or a Hugging Face model directory")),
+                               {a.job_path}));
     }
     if (a.scores() && std::filesystem::is_directory(a.job_path, error)) {  // a model directory
       if (!a.overrides.empty()) return Usage("--set changes a job file, not a model directory");
@@ -506,7 +530,7 @@ const std::vector<OptionSpec>& Options() {
       {"--temperature", "a number >= 0", {"generate"}},
       {"--top-k", "a count >= 0", {"generate"}},
       {"--top-p", "a number in (0, 1]", {"generate"}},
-      {"--seed", "an integer >= 0", {"generate"}},
+      {"--seed", "an integer >= 0", {"generate", "eval"}},
       {"--stop", "a text", {"generate"}},
       {"--logprobs", nullptr, {"generate"}},
       {"--all", nullptr, {"eval"}},
@@ -515,6 +539,10 @@ const std::vector<OptionSpec>& Options() {
       {"--text", "a text file", {"eval"}},
       {"--seq-length", "a window in tokens >= 1", {"eval"}},
       {"--stride", "a stride in tokens >= 1", {"eval"}},
+      {"--needle", nullptr, {"eval"}},
+      {"--lengths", "context lengths in tokens separated by commas", {"eval"}},
+      {"--depths", "fractions in [0, 1] separated by commas", {"eval"}},
+      {"--samples", "a count >= 1", {"eval"}},
       {"--dtype", "f32 or bf16", {"convert"}},
   };
   return options;
@@ -592,6 +620,29 @@ std::optional<int> ApplyOption(const std::string& name, const std::string& value
   } else if (name == "--seed") {
     if (!absl::SimpleAtoi(value, &a.generate.sampling.seed)) {
       return Usage("--seed " + value + ": give an integer >= 0");
+    }
+    a.needle_grid.seed = a.generate.sampling.seed;
+  } else if (name == "--needle") {
+    a.needle = true;
+  } else if (name == "--lengths") {
+    for (const absl::string_view part : absl::StrSplit(value, ',')) {
+      int64_t length = 0;
+      if (!absl::SimpleAtoi(part, &length) || length < 1) {
+        return Usage("--lengths " + value + ": give token counts >= 1 separated by commas");
+      }
+      a.needle_grid.lengths.push_back(length);
+    }
+  } else if (name == "--depths") {
+    for (const absl::string_view part : absl::StrSplit(value, ',')) {
+      double depth = 0;
+      if (!absl::SimpleAtod(part, &depth) || !(depth >= 0 && depth <= 1)) {
+        return Usage("--depths " + value + ": give fractions in [0, 1] separated by commas");
+      }
+      a.needle_grid.depths.push_back(depth);
+    }
+  } else if (name == "--samples") {
+    if (!absl::SimpleAtoi(value, &a.needle_grid.samples) || a.needle_grid.samples < 1) {
+      return Usage("--samples " + value + ": give a count >= 1");
     }
   } else if (name == "--stop") {
     a.generate.stop = value;
@@ -672,8 +723,17 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
   }
   if (a.scores() && a.every_checkpoint) {
     return Usage(
-        "eval --all scores the job's held-out sets at every checkpoint; --data and --text "
-        "score one model on one corpus");
+        "eval --all scores the job's held-out sets at every checkpoint; --data, --text and "
+        "--needle evaluate one model");
+  }
+  if (a.needle && (!a.score.data.empty() || !a.score.text.empty())) {
+    return Usage("eval takes --needle or --data/--text, not both");
+  }
+  const bool grid_options = !a.needle_grid.lengths.empty() || !a.needle_grid.depths.empty() ||
+                            a.needle_grid.samples != kelvin::launcher::NeedleOptions().samples ||
+                            (a.command == "eval" && a.needle_grid.seed != 0);
+  if (grid_options && !a.needle) {
+    return Usage("--lengths, --depths, --samples and --seed shape the needle grid: add --needle");
   }
   if (a.every_checkpoint && !a.checkpoint.newest()) {
     return Usage("eval takes one of --step N, --best and --all");

@@ -56,6 +56,11 @@ void AppendText(std::vector<int32_t>& tokens, std::string_view text) {
   for (const char c : text) tokens.push_back(static_cast<unsigned char>(c));
 }
 
+// A 5-digit number drawn from `rng`.
+int32_t DrawKey(std::mt19937_64& rng) {
+  return kMinKey + static_cast<int32_t>(UniformBelow(rng, kKeyCount));
+}
+
 // Bytes [begin, end) of the endlessly repeated filler.
 void AppendFiller(std::vector<int32_t>& tokens, int64_t begin, int64_t end) {
   const auto period = static_cast<int64_t>(kPasskeyFiller.size());
@@ -70,32 +75,58 @@ std::string PasskeySentence(int32_t key) {
   return absl::StrFormat("The pass key is %d. Remember it. %d is the pass key. ", key, key);
 }
 
-int64_t MinPasskeySequenceLength() {
+std::string DistractorSentence(int32_t code) {
+  return absl::StrFormat("The door code is %d. Remember it. %d is the door code. ", code, code);
+}
+
+int64_t MinPasskeySequenceLength(int64_t distractors) {
   const auto fixed = static_cast<int64_t>(1 + PasskeySentence(kMinKey).size() +
+                                          distractors * DistractorSentence(kMinKey).size() +
                                           kPasskeyQuestion.size() + kPasskeyDigits);
   return fixed - 1;  // a sample is T + 1 tokens
 }
 
 PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length,
-                                const DepthRange& depths) {
-  KELVIN_CHECK_GE(sequence_length, MinPasskeySequenceLength());
+                                const DepthRange& depths, int64_t distractors) {
+  KELVIN_CHECK_GE(distractors, 0);
+  KELVIN_CHECK_GE(sequence_length, MinPasskeySequenceLength(distractors));
   KELVIN_CHECK_GE(index, 0);
   std::mt19937_64 rng(MixSeed(seed, static_cast<uint64_t>(index)));
   PasskeySample sample;
-  sample.key = kMinKey + static_cast<int32_t>(UniformBelow(rng, kKeyCount));
-  const int64_t filler_budget = sequence_length - MinPasskeySequenceLength();
+  sample.key = DrawKey(rng);
+  const int64_t filler_budget = sequence_length - MinPasskeySequenceLength(distractors);
   const std::vector<int64_t> boundaries = FillerBoundaries(filler_budget);
   const int64_t filler_bytes = boundaries.back();  // W
   const int64_t insert_at = DrawBoundary(rng, boundaries, depths);
   sample.depth = filler_bytes > 0 ? static_cast<double>(insert_at) / filler_bytes : 0.0;
+  // The sentences hidden in the filler, (boundary, text) in the order they are written: at one
+  // boundary the key comes first. Decoys are drawn after the key, so none changes its samples.
+  struct Hidden {
+    int64_t boundary;
+    std::string text;
+    bool is_key;
+  };
+  std::vector<Hidden> hidden = {{insert_at, PasskeySentence(sample.key), true}};
+  for (int64_t i = 0; i < distractors; ++i) {
+    int32_t code = DrawKey(rng);
+    while (code == sample.key) code = DrawKey(rng);
+    hidden.push_back(
+        {boundaries[UniformBelow(rng, boundaries.size())], DistractorSentence(code), false});
+  }
+  std::stable_sort(hidden.begin(), hidden.end(),
+                   [](const Hidden& a, const Hidden& b) { return a.boundary < b.boundary; });
 
   std::vector<int32_t>& tokens = sample.tokens;
   tokens.reserve(sequence_length + 1);
   tokens.push_back(kByteBos);
-  AppendFiller(tokens, 0, insert_at);
-  sample.key_position = static_cast<int64_t>(tokens.size());
-  AppendText(tokens, PasskeySentence(sample.key));
-  AppendFiller(tokens, insert_at, filler_bytes);
+  int64_t filler_at = 0;
+  for (const Hidden& sentence : hidden) {
+    AppendFiller(tokens, filler_at, sentence.boundary);
+    filler_at = sentence.boundary;
+    if (sentence.is_key) sample.key_position = static_cast<int64_t>(tokens.size());
+    AppendText(tokens, sentence.text);
+  }
+  AppendFiller(tokens, filler_at, filler_bytes);
   tokens.resize(tokens.size() + (filler_budget - filler_bytes), ' ');
   AppendText(tokens, kPasskeyQuestion);
   AppendText(tokens, absl::StrCat(sample.key));
@@ -123,11 +154,16 @@ std::string ByteTokensToText(std::span<const int32_t> tokens) {
 }
 
 absl::StatusOr<std::unique_ptr<PasskeyTask>> PasskeyTask::Create(const PasskeyOptions& options) {
-  if (options.sequence_length < MinPasskeySequenceLength()) {
+  if (options.distractors < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("passkey task: distractors=%d must be >= 0", options.distractors));
+  }
+  if (options.sequence_length < MinPasskeySequenceLength(options.distractors)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "passkey task: sequence length %d is too short; a sample needs at least %d tokens for the "
-        "key sentence, the question and the answer",
-        options.sequence_length, MinPasskeySequenceLength()));
+        "key sentence, %d decoys, the question and the answer",
+        options.sequence_length, MinPasskeySequenceLength(options.distractors),
+        options.distractors));
   }
   if (options.micro_batch_size <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -142,7 +178,7 @@ absl::StatusOr<Batch> PasskeyTask::BatchAt(const BatchCoordinates& where) {
   Batch batch = AllocateBatch(options_.micro_batch_size, t_len);
   for (int64_t b = 0; b < options_.micro_batch_size; ++b) {
     const PasskeySample sample =
-        MakePasskeySample(options_.seed, first + b, t_len, options_.depths);
+        MakePasskeySample(options_.seed, first + b, t_len, options_.depths, options_.distractors);
     FillRow(batch, b, sample.tokens);
     int32_t* labels = batch.labels.data<int32_t>() + b * t_len;  // [T]
     std::fill(labels, labels + t_len - kPasskeyDigits, ops::kIgnoreIndex);

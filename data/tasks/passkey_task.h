@@ -3,7 +3,9 @@
 // Sample i of seed s is drawn from mt19937_64(MixSeed(s, i)), so any rank makes any sample. Layout
 // of the T + 1 tokens: BOS, filler[0:p], key sentence, filler[p:W], spaces, question, 5 digits,
 // where the filler is whole sentences (W bytes) and p a sentence boundary drawn uniformly among
-// those at depths p / W in [min_depth, max_depth] (the one nearest the range when none is).
+// those at depths p / W in [min_depth, max_depth] (the one nearest the range when none is). With
+// distractors, that many decoy sentences (another name, another 5-digit number) sit at uniformly
+// drawn filler boundaries too: the answer is the one the question names.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +31,12 @@ inline constexpr std::string_view kPasskeyFiller =
 inline constexpr std::string_view kPasskeyQuestion = "What is the pass key? The pass key is ";
 // "The pass key is 48213. Remember it. 48213 is the pass key. "
 std::string PasskeySentence(int32_t key);
+// "The door code is 70512. Remember it. 70512 is the door code. ": a decoy, never asked for.
+std::string DistractorSentence(int32_t code);
 
-// The shortest T whose samples fit BOS, the key sentence, the question and the answer (no filler).
-int64_t MinPasskeySequenceLength();
+// The shortest T whose samples fit BOS, the key sentence, `distractors` decoys, the question and
+// the answer (no filler).
+int64_t MinPasskeySequenceLength(int64_t distractors = 0);
 
 struct PasskeySample {
   std::vector<int32_t> tokens;  // [T + 1]
@@ -45,9 +50,10 @@ struct DepthRange {
   double min = 0, max = 1;
 };
 
-// Sample `index` of `seed`; T >= MinPasskeySequenceLength().
+// Sample `index` of `seed`; T >= MinPasskeySequenceLength(distractors). Without distractors the
+// samples are those of every earlier version.
 PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length,
-                                const DepthRange& depths = {});
+                                const DepthRange& depths = {}, int64_t distractors = 0);
 
 // Byte tokens <-> text (BOS prints as "<s>"; the test and debugging view of a sample).
 std::vector<int32_t> TextToByteTokens(std::string_view text);
@@ -58,6 +64,7 @@ struct PasskeyOptions {
   int64_t micro_batch_size = 0;  // B
   uint64_t seed = 0;
   DepthRange depths;
+  int64_t distractors = 0;  // decoy sentences per sample
 };
 
 // Micro-batches of passkey samples: global sample g is sample g of the seed.

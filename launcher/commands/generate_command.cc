@@ -2,51 +2,22 @@
 #include "launcher/commands/generate_command.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "core/logging.h"
-#include "data/tokenizer/tokenizer.h"
 #include "launcher/commands/inference_model.h"
 #include "models/generation/generate.h"
 
 namespace kelvin::launcher {
-namespace {
-
-// model.hf_dir's tokenizer when it has a tokenizer.json Kelvin reads, else nullopt. Text prompts
-// and --stop (`needed`) need it: then its absence or a load error is the error; token prompts go
-// on without one (ids out, no text), with a warning when the file is there but unsupported.
-absl::StatusOr<std::optional<data::Tokenizer>> LoadTokenizer(const config::JobConfig& job,
-                                                             bool needed) {
-  std::error_code error;
-  const bool present = job.model().has_hf_dir() &&
-                       std::filesystem::exists(
-                           std::filesystem::path(job.model().hf_dir()) / "tokenizer.json", error);
-  if (!present) {
-    if (!needed) return std::nullopt;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "text prompts and --stop need the model's tokenizer: ",
-        job.model().has_hf_dir()
-            ? absl::StrCat("model.hf_dir=", job.model().hf_dir(), " has no tokenizer.json")
-            : std::string("the job has no model.hf_dir"),
-        "; give token ids with --tokens instead"));
-  }
-  absl::StatusOr<data::Tokenizer> tokenizer = data::Tokenizer::FromDirectory(job.model().hf_dir());
-  if (tokenizer.ok()) return *std::move(tokenizer);
-  if (needed) return tokenizer.status();
-  KLOG(WARNING) << tokenizer.status().message() << ": the output has token ids and no text";
-  return std::nullopt;
-}
-
-}  // namespace
-
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
                                                          const GenerateOptions& options) {
   KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
-  KELVIN_ASSIGN_OR_RETURN(
-      const std::optional<data::Tokenizer> tokenizer,
-      LoadTokenizer(job, /*needed=*/!options.prompts.empty() || !options.stop.empty()));
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
+                          LoadModelTokenizer(job,
+                                             options.prompts.empty() && options.stop.empty()
+                                                 ? std::string()
+                                                 : std::string("text prompts and --stop"),
+                                             "give token ids with --tokens instead"));
   std::vector<std::vector<int32_t>> prompts = options.token_prompts;
   for (const std::string& text : options.prompts) {
     std::vector<int32_t> ids;

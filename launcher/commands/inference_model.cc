@@ -1,6 +1,8 @@
 // Where the forward-only commands find their weights.
 #include "launcher/commands/inference_model.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "training/checkpoint/checkpoint_reader.h"
@@ -47,6 +49,29 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
   KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(checkpoint));
   KLOG(INFO) << "the model's weights: model.hf_dir=" << job.model().hf_dir();
   return model;
+}
+
+absl::StatusOr<std::optional<data::Tokenizer>> LoadModelTokenizer(const config::JobConfig& job,
+                                                                  const std::string& needed_by,
+                                                                  const std::string& instead) {
+  std::error_code error;
+  const bool present = job.model().has_hf_dir() &&
+                       std::filesystem::exists(
+                           std::filesystem::path(job.model().hf_dir()) / "tokenizer.json", error);
+  if (!present) {
+    if (needed_by.empty()) return std::nullopt;
+    return absl::FailedPreconditionError(absl::StrCat(
+        needed_by, " need the model's tokenizer: ",
+        job.model().has_hf_dir()
+            ? absl::StrCat("model.hf_dir=", job.model().hf_dir(), " has no tokenizer.json")
+            : std::string("the job has no model.hf_dir"),
+        "; ", instead));
+  }
+  absl::StatusOr<data::Tokenizer> tokenizer = data::Tokenizer::FromDirectory(job.model().hf_dir());
+  if (tokenizer.ok()) return *std::move(tokenizer);
+  if (!needed_by.empty()) return tokenizer.status();
+  KLOG(WARNING) << tokenizer.status().message() << ": going on without the tokenizer";
+  return std::nullopt;
 }
 
 }  // namespace kelvin::launcher

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
+#include "data/tokenizer/tokenizer.h"
 #include "models/llama/llama_model.h"
 #include "training/checkpoint/checkpoint.h"
 
@@ -16,5 +19,13 @@ namespace kelvin::launcher {
 // missing; a checkpoint of another model names its first foreign tensor (an SSA one, the flag).
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
     const config::JobConfig& job, const training::CheckpointChoice& choice);
+
+// model.hf_dir's tokenizer when it has a tokenizer.json Kelvin reads, else nullopt. When
+// `needed_by` names what needs it (e.g. "text prompts"), its absence or a load error is the error
+// "<needed_by> need the model's tokenizer: <why>; <instead>"; otherwise the caller goes on without
+// one, with a warning when the file is there but unsupported.
+absl::StatusOr<std::optional<data::Tokenizer>> LoadModelTokenizer(const config::JobConfig& job,
+                                                                  const std::string& needed_by,
+                                                                  const std::string& instead);
 
 }  // namespace kelvin::launcher

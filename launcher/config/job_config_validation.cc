@@ -439,10 +439,17 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
         problems.Add("data.passkey: min_depth=", passkey.min_depth(),
                      " must be <= max_depth=", passkey.max_depth());
       }
-      if (job.training().seq_length() < data::MinPasskeySequenceLength()) {
-        problems.Add("training.seq_length=", job.training().seq_length(),
-                     " is too short for data.passkey: the key sentence, question and answer need ",
-                     data::MinPasskeySequenceLength(), " tokens (use 256 or more for filler)");
+      if (passkey.distractors() < 0) {
+        problems.Add("data.passkey.distractors=", passkey.distractors(), ": must be >= 0");
+      } else if (job.training().seq_length() <
+                 data::MinPasskeySequenceLength(passkey.distractors())) {
+        problems.Add(
+            "training.seq_length=", job.training().seq_length(),
+            " is too short for data.passkey: the key sentence, ",
+            passkey.distractors() > 0 ? absl::StrCat(passkey.distractors(), " decoy sentences, ")
+                                      : std::string(),
+            "question and answer need ", data::MinPasskeySequenceLength(passkey.distractors()),
+            " tokens (use 256 or more for filler)");
       }
       if (data.eval_fraction() != 0) {
         problems.Add("data.eval_fraction=", data.eval_fraction(),

@@ -41,7 +41,8 @@ absl::StatusOr<DataSources> PasskeySources(const config::JobConfig& job,
   data::PasskeyOptions options{training.seq_length(),
                                training.micro_batch_size(),
                                training.seed(),
-                               {data.passkey().min_depth(), data.passkey().max_depth()}};
+                               {data.passkey().min_depth(), data.passkey().max_depth()},
+                               data.passkey().distractors()};
   DataSources sources;
   KELVIN_ASSIGN_OR_RETURN(sources.train, data::PasskeyTask::Create(options));
   if (training.eval_interval() > 0) {

@@ -175,6 +175,48 @@ TEST(Passkey, RetrievalNeedsAllFiveDigits) {
                                 std::vector<int32_t>(3, 0)));  // nothing to retrieve
 }
 
+TEST(Passkey, DistractorsAreDecoysTheQuestionDoesNotAskFor) {
+  constexpr int64_t kDecoys = 4;
+  EXPECT_EQ(MinPasskeySequenceLength(kDecoys),
+            MinPasskeySequenceLength() +
+                kDecoys * static_cast<int64_t>(DistractorSentence(10000).size()));
+  std::string repeated_filler;
+  while (repeated_filler.size() < 4 * kSequenceLength) repeated_filler.append(kPasskeyFiller);
+  for (int64_t index = 0; index < 50; ++index) {
+    const PasskeySample plain = MakePasskeySample(3, index, kSequenceLength);
+    const PasskeySample sample = MakePasskeySample(3, index, kSequenceLength, {}, kDecoys);
+    ASSERT_EQ(static_cast<int64_t>(sample.tokens.size()), kSequenceLength + 1);
+    EXPECT_EQ(sample.key, plain.key) << index;  // decoys are drawn after the key
+    std::string text = ByteTokensToText(sample.tokens);
+    EXPECT_EQ(text.substr(sample.key_position + 2, 59), PasskeySentence(sample.key)) << index;
+    EXPECT_THAT(text, EndsWith(std::string(kPasskeyQuestion) + std::to_string(sample.key)));
+    // Exactly kDecoys decoy sentences, each with a number other than the key; taking them and
+    // the key sentence out leaves the plain filler, padding and question.
+    int64_t decoys = 0;
+    for (size_t at = text.find("The door code is "); at != std::string::npos;
+         at = text.find("The door code is ")) {
+      const int32_t code = std::stoi(text.substr(at + 17, 5));
+      EXPECT_NE(code, sample.key) << index;
+      EXPECT_EQ(text.substr(at, DistractorSentence(code).size()), DistractorSentence(code));
+      text.erase(at, DistractorSentence(code).size());
+      ++decoys;
+    }
+    EXPECT_EQ(decoys, kDecoys) << index;
+    text.erase(text.find(PasskeySentence(sample.key)), PasskeySentence(sample.key).size());
+    const size_t filler_end = text.rfind(". ") + 2;  // the question has no ". "
+    const std::string filler = text.substr(3, filler_end - 3);
+    EXPECT_EQ(filler, repeated_filler.substr(0, filler.size())) << index;
+  }
+  const absl::Status short_status =
+      PasskeyTask::Create({.sequence_length = MinPasskeySequenceLength(2) - 1,
+                           .micro_batch_size = 1,
+                           .seed = 0,
+                           .depths = {},
+                           .distractors = 2})
+          .status();
+  EXPECT_THAT(short_status.message(), HasSubstr("2 decoys"));
+}
+
 TEST(Passkey, TooShortSequenceIsAnError) {
   const absl::Status status =
       PasskeyTask::Create({.sequence_length = 64, .micro_batch_size = 1, .seed = 0, .depths = {}})

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The SSA study: every task x variant x seed trained with `kelvin train`, then scored with
+# `kelvin eval --needle`, one JSON line per run appended to the results file. Resumable: a run
+# whose line is there is skipped, a trained run is not trained again. Usage:
+#   bash experiments/ssa/run_study.sh [--kelvin BIN] [--out DIR] [--results FILE] [--jobs N]
+#        [--tasks a,b] [--variants a,b] [--seeds 1,2] [--steps N] [--needle-samples N]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+kelvin="$root/build/release/launcher/kelvin"
+out="$root/experiments/ssa/runs"
+results=""
+jobs=2
+tasks="passkey_256,passkey_512,distractor_256"
+variants="vanilla,ssa,query_only,value_only,position_only,clamp"
+seeds="1,2,3,4,5"
+steps=""           # "": each task's own budget
+needle_samples=10  # per cell of the needle grid
+
+# Each task: its --set flags, its step budget, and the needle grid it is scored on (lengths;
+# the depths are 0, 0.25, .., 1). passkey_256's grid runs to 8x the trained length.
+task_flags() {
+  case "$1" in
+    passkey_256) echo "--set training.seq_length=256" ;;
+    passkey_512) echo "--set training.seq_length=512" ;;
+    distractor_256) echo "--set training.seq_length=256 --set data.passkey.distractors=3" ;;
+    smoke) echo "--set training.seq_length=128 --set training.eval_steps=1 --set lr_schedule.warmup_steps=1" ;;
+    *) return 1 ;;
+  esac
+}
+task_steps() {
+  case "$1" in
+    passkey_256 | distractor_256) echo 250 ;;
+    passkey_512) echo 250 ;;
+    smoke) echo 2 ;;
+  esac
+}
+task_lengths() {
+  case "$1" in
+    passkey_256) echo "256,512,1024,2048" ;;
+    passkey_512) echo "512,1024" ;;
+    distractor_256) echo "256,512" ;;
+    smoke) echo "128" ;;
+  esac
+}
+variant_flags() {
+  case "$1" in
+    vanilla) echo "--set model.ssa.enabled=false" ;;
+    ssa) echo "--set model.ssa.enabled=true" ;;
+    query_only) echo "--set model.ssa.enabled=true --set model.ssa.value_temperature=false" ;;
+    value_only) echo "--set model.ssa.enabled=true --set model.ssa.query_temperature=false" ;;
+    position_only) echo "--set model.ssa.enabled=true --set model.ssa.token_aware=false" ;;
+    clamp)
+      echo "--set model.ssa.enabled=true --set model.ssa.temperature_clamp.lo=0.9" \
+        "--set model.ssa.temperature_clamp.hi=1.1"
+      ;;
+    *) return 1 ;;
+  esac
+}
+
+# One run: train (unless finished), score the needle grid (unless scored), append its line.
+run_cell() {
+  local task="$1" variant="$2" seed="$3"
+  local dir="$out/$task/$variant/seed$seed"
+  local id="\"task\": \"$task\", \"variant\": \"$variant\", \"seed\": $seed"
+  if [[ -f "$results" ]] && grep -qF "{$id," "$results"; then return 0; fi
+  local budget="${steps:-$(task_steps "$task")}"
+  local -a flags
+  read -r -a flags <<<"$(task_flags "$task") $(variant_flags "$variant") --set training.seed=$seed \
+    --set training.steps=$budget --set launch.run_dir=\"$dir\" \
+    --set checkpoint.dir=\"$dir/checkpoints\" --set checkpoint.interval_steps=$budget \
+    --set checkpoint.keep_last=1 --set logging.metrics_file=\"$dir/metrics.jsonl\""
+  mkdir -p "$dir"
+  if [[ ! -f "$dir/FINISHED" ]]; then
+    local start=$SECONDS
+    if ! "$kelvin" train "$here/passkey_study.textproto" "${flags[@]}" >"$dir/train.log" 2>&1; then
+      echo "run_study: $task/$variant/seed$seed failed; its log: $dir/train.log" >&2
+      return 1
+    fi
+    echo $((SECONDS - start)) >"$dir/train_seconds"
+  fi
+  if [[ ! -f "$dir/needle.json" ]]; then
+    local start=$SECONDS
+    if ! "$kelvin" eval "$here/passkey_study.textproto" "${flags[@]}" --needle \
+      --lengths "$(task_lengths "$task")" --depths 0,0.25,0.5,0.75,1 \
+      --samples "$needle_samples" --json "$dir/needle.json" >"$dir/needle.log" 2>&1; then
+      echo "run_study: the needle grid of $task/$variant/seed$seed failed: $dir/needle.log" >&2
+      return 1
+    fi
+    echo $((SECONDS - start)) >"$dir/needle_seconds"
+  fi
+  # The line: the run's identity, its wall times, every metrics record (the progress and the
+  # evaluations, with the temperatures) and the needle grid, composed without parsing them.
+  local line
+  line="{$id, \"steps\": $budget, \"train_seconds\": $(cat "$dir/train_seconds"),"
+  line+=" \"needle_seconds\": $(cat "$dir/needle_seconds"),"
+  line+=" \"metrics\": [$(paste -sd, "$dir/metrics.jsonl")],"
+  line+=" \"needle\": $(tr -d '\n' <"$dir/needle.json" | tr -s ' ')}"
+  (
+    flock 9
+    echo "$line" >>"$results"
+  ) 9>>"$results.lock"
+  echo "run_study: $task/$variant/seed$seed done"
+}
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --kelvin) kelvin="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --results) results="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --tasks) tasks="$2"; shift 2 ;;
+    --variants) variants="$2"; shift 2 ;;
+    --seeds) seeds="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --needle-samples) needle_samples="$2"; shift 2 ;;
+    --cell) shift; run_cell "$@"; exit $? ;;  # internal: one run, from the pool below
+    *) echo "run_study: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+[[ -x "$kelvin" ]] || { echo "run_study: no kelvin binary at $kelvin (give --kelvin)" >&2; exit 2; }
+results="${results:-$out/study.jsonl}"
+mkdir -p "$out" "$(dirname "$results")"
+for task in ${tasks//,/ }; do
+  task_flags "$task" >/dev/null || { echo "run_study: unknown task $task" >&2; exit 2; }
+done
+for variant in ${variants//,/ }; do
+  variant_flags "$variant" >/dev/null || { echo "run_study: unknown variant $variant" >&2; exit 2; }
+done
+# The cores are shared out: each of the --jobs runs gets its part as OpenMP threads.
+threads=$(($(nproc) / jobs))
+threads=$((threads > 0 ? threads : 1))
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+export kelvin out results steps needle_samples
+cells=()
+for task in ${tasks//,/ }; do
+  for seed in ${seeds//,/ }; do
+    for variant in ${variants//,/ }; do cells+=("$task $variant $seed"); done
+  done
+done
+printf '%s\n' "${cells[@]}" |
+  xargs -P "$jobs" -L 1 bash "$0" --kelvin "$kelvin" --out "$out" --results "$results" \
+    --needle-samples "$needle_samples" ${steps:+--steps "$steps"} --cell
+echo "run_study: ${#cells[@]} runs in $results"

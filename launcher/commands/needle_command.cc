@@ -1,0 +1,141 @@
+// The model, its text (tokenizer or bytes) and the grid's defaults, then RunNeedleGrid.
+#include "launcher/commands/needle_command.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/logging.h"
+#include "launcher/commands/inference_model.h"
+
+namespace kelvin::launcher {
+namespace {
+
+// Needle samples come from seeds of their own, never a training or evaluation seed's samples.
+constexpr uint64_t kNeedleSeedOffset = 0x6e656564ULL;  // "need"
+constexpr int64_t kShortestDefaultLength = 1024;
+
+std::vector<int64_t> DefaultLengths(int64_t max_positions) {
+  std::vector<int64_t> lengths;
+  for (int64_t length = kShortestDefaultLength; length <= max_positions; length *= 2) {
+    lengths.push_back(length);
+  }
+  if (lengths.empty()) lengths.push_back(max_positions);
+  return lengths;
+}
+
+std::vector<double> DefaultDepths() {
+  std::vector<double> depths;
+  for (int tenth = 0; tenth <= 10; ++tenth) depths.push_back(tenth / 10.0);
+  return depths;
+}
+
+}  // namespace
+
+absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options) {
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
+                          LoadModelTokenizer(job, "", ""));
+  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
+                          LoadInferenceModel(job, options.checkpoint));
+  const models::LlamaConfig& arch = model->config();
+  NeedleReport report;
+  training::NeedleText text;
+  if (tokenizer.has_value()) {
+    KELVIN_ASSIGN_OR_RETURN(text, training::TokenizerNeedleText(*tokenizer));
+    report.text = "tokenizer";
+  } else if (arch.vocab_size == data::kByteVocabSize) {
+    text = training::ByteNeedleText();
+    report.text = "bytes";
+  } else {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the needle grid needs the model's tokenizer (model.hf_dir's tokenizer.json), or a model "
+        "of the passkey task's ",
+        data::kByteVocabSize, "-token byte vocabulary; this one has ", arch.vocab_size,
+        " tokens and ",
+        job.model().has_hf_dir() ? absl::StrCat("model.hf_dir=", job.model().hf_dir())
+                                 : std::string("no model.hf_dir")));
+  }
+  training::NeedleGridSpec& spec = report.spec;
+  spec.lengths =
+      options.lengths.empty() ? DefaultLengths(arch.max_position_embeddings) : options.lengths;
+  spec.depths = options.depths.empty() ? DefaultDepths() : options.depths;
+  spec.samples = options.samples;
+  spec.seed = kNeedleSeedOffset + options.seed;
+  spec.distractors = job.data().has_passkey() ? job.data().passkey().distractors() : 0;
+  const int64_t longest = *std::max_element(spec.lengths.begin(), spec.lengths.end());
+  if (longest > arch.max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lengths: ", longest, " tokens exceed the model's max_position_embeddings ",
+                     arch.max_position_embeddings));
+  }
+  KELVIN_ASSIGN_OR_RETURN(models::LlamaDecoder decoder,
+                          models::LlamaDecoder::Create(*model, longest));
+  KELVIN_ASSIGN_OR_RETURN(
+      report.cells,
+      training::RunNeedleGrid(decoder, text, spec, [&](const training::NeedleCell& cell) {
+        KLOG(INFO) << absl::StrFormat("needle length %d depth %.0f%%: %d of %d retrieved",
+                                      cell.length, 100 * cell.depth, cell.retrieved, cell.samples);
+      }));
+  return report;
+}
+
+std::string FormatNeedle(const config::JobConfig& job, const NeedleReport& report) {
+  const training::NeedleGridSpec& spec = report.spec;
+  std::string table = absl::StrFormat(
+      "needle grid of %s: retrieval %% by greedy generation, %d samples per cell%s\n%8s",
+      job.name(), spec.samples,
+      spec.distractors > 0 ? absl::StrFormat(", %d decoys each", spec.distractors) : "", "length");
+  for (const double depth : spec.depths) absl::StrAppendFormat(&table, " %5.0f%%", 100 * depth);
+  absl::StrAppend(&table, " |   mean\n");
+  for (size_t l = 0; l < spec.lengths.size(); ++l) {
+    absl::StrAppendFormat(&table, "%8d", spec.lengths[l]);
+    double sum = 0;
+    for (size_t d = 0; d < spec.depths.size(); ++d) {
+      const double accuracy = report.cells[l * spec.depths.size() + d].accuracy();
+      sum += accuracy;
+      absl::StrAppendFormat(&table, " %6.1f", 100 * accuracy);
+    }
+    absl::StrAppendFormat(&table, " | %6.1f\n", 100 * sum / spec.depths.size());
+  }
+  return table;
+}
+
+std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report) {
+  const training::NeedleGridSpec& spec = report.spec;
+  nlohmann::ordered_json cells = nlohmann::ordered_json::array();
+  nlohmann::ordered_json by_length = nlohmann::ordered_json::array();
+  int64_t retrieved = 0, samples = 0;
+  for (size_t l = 0; l < spec.lengths.size(); ++l) {
+    int64_t length_retrieved = 0, length_samples = 0;
+    for (size_t d = 0; d < spec.depths.size(); ++d) {
+      const training::NeedleCell& cell = report.cells[l * spec.depths.size() + d];
+      cells.push_back({{"length", cell.length},
+                       {"depth", cell.depth},
+                       {"samples", cell.samples},
+                       {"retrieved", cell.retrieved},
+                       {"accuracy", cell.accuracy()},
+                       {"mean_depth", cell.mean_depth},
+                       {"mean_prompt_tokens", cell.mean_prompt_tokens}});
+      length_retrieved += cell.retrieved;
+      length_samples += cell.samples;
+    }
+    by_length.push_back({{"length", spec.lengths[l]},
+                         {"accuracy", static_cast<double>(length_retrieved) / length_samples}});
+    retrieved += length_retrieved;
+    samples += length_samples;
+  }
+  const nlohmann::ordered_json root = {{"model", job.name()},
+                                       {"text", report.text},
+                                       {"samples_per_cell", spec.samples},
+                                       {"seed", spec.seed},
+                                       {"distractors", spec.distractors},
+                                       {"lengths", spec.lengths},
+                                       {"depths", spec.depths},
+                                       {"cells", cells},
+                                       {"by_length", by_length},
+                                       {"accuracy", static_cast<double>(retrieved) / samples}};
+  return root.dump(2) + "\n";
+}
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,41 @@
+// `kelvin eval MODEL_OR_JOB --needle`: the needle-in-a-haystack grid by generation
+// (training/needle_grid.h) of a job's model or a Hugging Face directory, one process on the CPU,
+// with the model's tokenizer (model.hf_dir's tokenizer.json) or the passkey task's bytes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "configs/kelvin.pb.h"
+#include "core/status.h"
+#include "training/checkpoint/checkpoint.h"
+#include "training/needle_grid.h"
+
+namespace kelvin::launcher {
+
+struct NeedleOptions {
+  std::vector<int64_t> lengths;  // empty: 1024, 2048, ... up to max_position_embeddings
+  std::vector<double> depths;    // empty: 0, 0.1, ..., 1
+  int64_t samples = 10;          // per cell
+  uint64_t seed = 0;             // the samples' seed (offset from the job's training seeds)
+  training::CheckpointChoice checkpoint;
+};
+
+struct NeedleReport {
+  training::NeedleGridSpec spec;
+  std::string text;  // "bytes" (the passkey task's vocabulary) or "tokenizer"
+  std::vector<training::NeedleCell> cells;
+};
+
+// The grid of the job's model; the decoys are data.passkey.distractors when the job has it.
+absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options);
+
+// The grid as a table: a row per length, a column per depth, accuracies in percent, each row's
+// mean at the end.
+std::string FormatNeedle(const config::JobConfig& job, const NeedleReport& report);
+// As JSON: {"model", "text", "samples_per_cell", "seed", "distractors", "lengths", "depths",
+// "cells": [{"length", "depth", "samples", "retrieved", "accuracy", "mean_depth",
+// "mean_prompt_tokens"}, ...], "by_length": [{"length", "accuracy"}], "accuracy"}.
+std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report);
+
+}  // namespace kelvin::launcher

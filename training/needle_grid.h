@@ -1,0 +1,77 @@
+// The needle-in-a-haystack grid by generation: passkey prompts (data/tasks/passkey_task.h) at each
+// context length x key depth, the answer generated greedily with the KV-cache decoder and scored
+// by exact match of its digits (not teacher-forced), the standard long-context retrieval chart.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "data/tasks/passkey_task.h"
+#include "data/tokenizer/tokenizer.h"
+#include "models/llama/llama_decoder.h"
+
+namespace kelvin::training {
+
+// How prompt text becomes the model's ids and generated ids text again: the passkey task's byte
+// vocabulary (a model trained on data.passkey), or the model's tokenizer.
+struct NeedleText {
+  std::function<absl::StatusOr<std::vector<int32_t>>(const std::string&)> encode;  // BOS + text
+  std::function<absl::StatusOr<std::string>(const std::vector<int32_t>&)> decode;
+  int64_t answer_tokens = 0;     // tokens generated per prompt: enough for the 5 digits
+  bool byte_vocabulary = false;  // a token per byte: L tokens are exactly BOS + L - 1 bytes
+  double bytes_per_token = 1;    // of the filler (a tokenizer), to size a prompt of L tokens
+  std::vector<int32_t> stop_ids;
+};
+NeedleText ByteNeedleText();
+// The tokenizer must outlive the result.
+absl::StatusOr<NeedleText> TokenizerNeedleText(const data::Tokenizer& tokenizer);
+
+struct NeedleGridSpec {
+  std::vector<int64_t> lengths;  // context lengths L in tokens: prompt and answer
+  std::vector<double> depths;    // key depths in [0, 1], fractions of the filler
+  int64_t samples = 10;          // per cell
+  uint64_t seed = 0;             // sample j of a cell is passkey sample j of this seed
+  int64_t distractors = 0;       // decoy sentences per prompt (data.passkey.distractors)
+};
+
+// One prompt's outcome.
+struct NeedleAttempt {
+  bool retrieved = false;
+  std::vector<int32_t> prompt;     // the ids given to the model
+  std::vector<int32_t> generated;  // the greedy answer
+  double depth = 0;                // where the key sat
+};
+
+struct NeedleCell {
+  int64_t length = 0;
+  double depth = 0;  // asked for
+  int64_t samples = 0, retrieved = 0;
+  double mean_depth = 0;          // where the keys sat (the nearest sentence boundaries)
+  double mean_prompt_tokens = 0;  // the prompts' length in the model's tokens
+  double accuracy() const { return samples > 0 ? static_cast<double>(retrieved) / samples : 0; }
+};
+
+// The passkey sample length T (bytes after BOS) whose prompts take about `length` tokens with the
+// answer: length - 1 for bytes; for a tokenizer, sized by the filler's bytes per token, checked on
+// sample 0 (prompts differ by a few tokens: AttemptNeedle reports each). An error when `length`
+// cannot hold the key sentence, the decoys and the question.
+absl::StatusOr<int64_t> NeedleSampleBytes(const NeedleText& text, int64_t length,
+                                          int64_t distractors);
+
+// Sample `sample` of the passkey samples of `sample_bytes` (NeedleSampleBytes) with the key at
+// `depth`: the answer generated greedily and compared to the key (retrieved: the answer's text,
+// leading spaces dropped, is the key's 5 digits and then no further digit).
+absl::StatusOr<NeedleAttempt> AttemptNeedle(models::LlamaDecoder& decoder, const NeedleText& text,
+                                            const NeedleGridSpec& spec, int64_t sample_bytes,
+                                            double depth, int64_t sample);
+
+// Every cell of the grid, lengths outer, depths inner; the decoder must hold the longest length.
+// `progress` is called after each cell.
+absl::StatusOr<std::vector<NeedleCell>> RunNeedleGrid(
+    models::LlamaDecoder& decoder, const NeedleText& text, const NeedleGridSpec& spec,
+    const std::function<void(const NeedleCell&)>& progress = {});
+
+}  // namespace kelvin::training
