@@ -543,6 +543,7 @@ const std::vector<OptionSpec>& Options() {
       {"--lengths", "context lengths in tokens separated by commas", {"eval"}},
       {"--depths", "fractions in [0, 1] separated by commas", {"eval"}},
       {"--samples", "a count >= 1", {"eval"}},
+      {"--temperatures", nullptr, {"eval"}},
       {"--dtype", "f32 or bf16", {"convert"}},
   };
   return options;
@@ -624,6 +625,8 @@ std::optional<int> ApplyOption(const std::string& name, const std::string& value
     a.needle_grid.seed = a.generate.sampling.seed;
   } else if (name == "--needle") {
     a.needle = true;
+  } else if (name == "--temperatures") {
+    a.needle_grid.temperatures = true;
   } else if (name == "--lengths") {
     for (const absl::string_view part : absl::StrSplit(value, ',')) {
       int64_t length = 0;
@@ -731,9 +734,12 @@ std::optional<int> ParseArguments(const std::vector<std::string>& args, Argument
   }
   const bool grid_options = !a.needle_grid.lengths.empty() || !a.needle_grid.depths.empty() ||
                             a.needle_grid.samples != kelvin::launcher::NeedleOptions().samples ||
+                            a.needle_grid.temperatures ||
                             (a.command == "eval" && a.needle_grid.seed != 0);
   if (grid_options && !a.needle) {
-    return Usage("--lengths, --depths, --samples and --seed shape the needle grid: add --needle");
+    return Usage(
+        "--lengths, --depths, --samples, --seed and --temperatures shape the needle grid: add "
+        "--needle");
   }
   if (a.every_checkpoint && !a.checkpoint.newest()) {
     return Usage("eval takes one of --step N, --best and --all");

@@ -58,7 +58,8 @@ variant_flags() {
   esac
 }
 
-# One run: train (unless finished), score the needle grid (unless scored), append its line.
+# One run: train (unless finished), score the needle grid (unless scored; with the temperature
+# histograms of an SSA variant), append its line.
 run_cell() {
   local task="$1" variant="$2" seed="$3"
   local dir="$out/$task/$variant/seed$seed"
@@ -81,9 +82,12 @@ run_cell() {
   fi
   if [[ ! -f "$dir/needle.json" ]]; then
     local start=$SECONDS
+    local -a histograms=()  # the temperatures of an SSA model, at the trained length
+    [[ "$variant" == vanilla ]] || histograms=(--temperatures)
     if ! "$kelvin" eval "$here/passkey_study.textproto" "${flags[@]}" --needle \
       --lengths "$(task_lengths "$task")" --depths 0,0.25,0.5,0.75,1 \
-      --samples "$needle_samples" --json "$dir/needle.json" >"$dir/needle.log" 2>&1; then
+      --samples "$needle_samples" "${histograms[@]}" --json "$dir/needle.json" \
+      >"$dir/needle.log" 2>&1; then
       echo "run_study: the needle grid of $task/$variant/seed$seed failed: $dir/needle.log" >&2
       return 1
     fi

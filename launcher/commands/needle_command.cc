@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "core/logging.h"
 #include "launcher/commands/inference_model.h"
+#include "models/llama/llama_pipeline_stage.h"
+#include "ssa/temperature.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -29,6 +31,44 @@ std::vector<double> DefaultDepths() {
   std::vector<double> depths;
   for (int tenth = 0; tenth <= 10; ++tenth) depths.push_back(tenth / 10.0);
   return depths;
+}
+
+// Fills report.temperatures from every layer's temperatures of each call on `decoder`.
+void ObserveTemperatures(const models::LlamaModel& model, NeedleReport& report,
+                         models::LlamaDecoder& decoder) {
+  const models::LlamaConfig& arch = model.config();
+  report.temperatures.resize(arch.num_layers);
+  for (int64_t l = 0; l < arch.num_layers; ++l) {
+    const std::string alpha = models::LayerParameterName(l, "self_attn.ssa.alpha");
+    if (arch.ssa->position_aware && model.parameters().Contains(alpha)) {
+      report.temperatures[l].sigma_alpha =
+          ssa::ComputeTemperatureStatistics(Tensor(), Tensor(), model.parameters().Get(alpha).value)
+              .sigma_alpha;
+    }
+  }
+  decoder.ObserveTemperatures([&report, options = *arch.ssa](int64_t layer, const Tensor& positions,
+                                                             const Tensor& tau_q,
+                                                             const Tensor& tau_v) {
+    LayerTemperatureHistograms& histograms = report.temperatures[layer];
+    if (tau_q.defined()) {
+      ssa::AddToTemperatureHistogram(options, tau_q, positions, histograms.sigma_alpha,
+                                     histograms.query);
+    }
+    if (tau_v.defined()) {
+      ssa::AddToTemperatureHistogram(options, tau_v, positions, {}, histograms.value);
+    }
+  });
+}
+
+nlohmann::ordered_json HistogramJson(const ssa::TemperatureHistogram& h) {
+  return {{"count", h.count},
+          {"mean", h.mean()},
+          {"near_lower", h.near_lower},
+          {"near_upper", h.near_upper},
+          {"at_clamp", h.at_clamp},
+          {"bin_low", ssa::TemperatureHistogram::kLow},
+          {"bin_width", ssa::TemperatureHistogram::kBinWidth},
+          {"counts", h.counts}};
 }
 
 }  // namespace
@@ -71,9 +111,20 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
   }
   KELVIN_ASSIGN_OR_RETURN(models::LlamaDecoder decoder,
                           models::LlamaDecoder::Create(*model, longest));
+  if (options.temperatures) {
+    if (!arch.ssa.has_value()) {
+      return absl::FailedPreconditionError(
+          "--temperatures: the model has no SSA temperatures (model.ssa.enabled is false)");
+    }
+    ObserveTemperatures(*model, report, decoder);
+  }
   KELVIN_ASSIGN_OR_RETURN(
       report.cells,
       training::RunNeedleGrid(decoder, text, spec, [&](const training::NeedleCell& cell) {
+        // The histograms hold the first length's prompts only.
+        if (cell.length == spec.lengths.front() && cell.depth == spec.depths.back()) {
+          decoder.ObserveTemperatures(nullptr);
+        }
         KLOG(INFO) << absl::StrFormat("needle length %d depth %.0f%%: %d of %d retrieved",
                                       cell.length, 100 * cell.depth, cell.retrieved, cell.samples);
       }));
@@ -125,16 +176,27 @@ std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report)
     retrieved += length_retrieved;
     samples += length_samples;
   }
-  const nlohmann::ordered_json root = {{"model", job.name()},
-                                       {"text", report.text},
-                                       {"samples_per_cell", spec.samples},
-                                       {"seed", spec.seed},
-                                       {"distractors", spec.distractors},
-                                       {"lengths", spec.lengths},
-                                       {"depths", spec.depths},
-                                       {"cells", cells},
-                                       {"by_length", by_length},
-                                       {"accuracy", static_cast<double>(retrieved) / samples}};
+  nlohmann::ordered_json root = {{"model", job.name()},
+                                 {"text", report.text},
+                                 {"samples_per_cell", spec.samples},
+                                 {"seed", spec.seed},
+                                 {"distractors", spec.distractors},
+                                 {"lengths", spec.lengths},
+                                 {"depths", spec.depths},
+                                 {"cells", cells},
+                                 {"by_length", by_length},
+                                 {"accuracy", static_cast<double>(retrieved) / samples}};
+  if (!report.temperatures.empty()) {
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (size_t l = 0; l < report.temperatures.size(); ++l) {
+      const LayerTemperatureHistograms& t = report.temperatures[l];
+      layers.push_back({{"layer", l},
+                        {"sigma_alpha", t.sigma_alpha},
+                        {"query", HistogramJson(t.query)},
+                        {"value", HistogramJson(t.value)}});
+    }
+    root["temperatures"] = layers;
+  }
   return root.dump(2) + "\n";
 }
 

@@ -8,6 +8,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
+#include "ssa/temperature_histogram.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/needle_grid.h"
 
@@ -18,13 +19,22 @@ struct NeedleOptions {
   std::vector<double> depths;    // empty: 0, 0.1, ..., 1
   int64_t samples = 10;          // per cell
   uint64_t seed = 0;             // the samples' seed (offset from the job's training seeds)
+  bool temperatures = false;     // histograms of an SSA model's temperatures on the prompts
   training::CheckpointChoice checkpoint;
+};
+
+// One layer's temperatures over the prompts of the grid's first length (with the study's jobs, the
+// trained length): tau^q, tau^v (count 0 where off) and sigma(alpha) per head.
+struct LayerTemperatureHistograms {
+  ssa::TemperatureHistogram query, value;
+  std::vector<double> sigma_alpha;  // [H]; empty without the position term
 };
 
 struct NeedleReport {
   training::NeedleGridSpec spec;
   std::string text;  // "bytes" (the passkey task's vocabulary) or "tokenizer"
   std::vector<training::NeedleCell> cells;
+  std::vector<LayerTemperatureHistograms> temperatures;  // [L] with --temperatures and SSA
 };
 
 // The grid of the job's model; the decoys are data.passkey.distractors when the job has it.
@@ -35,7 +45,9 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
 std::string FormatNeedle(const config::JobConfig& job, const NeedleReport& report);
 // As JSON: {"model", "text", "samples_per_cell", "seed", "distractors", "lengths", "depths",
 // "cells": [{"length", "depth", "samples", "retrieved", "accuracy", "mean_depth",
-// "mean_prompt_tokens"}, ...], "by_length": [{"length", "accuracy"}], "accuracy"}.
+// "mean_prompt_tokens"}, ...], "by_length": [{"length", "accuracy"}], "accuracy", and with the
+// temperatures "temperatures": [{"layer", "sigma_alpha", "query" and "value": {"count", "mean",
+// "near_lower", "near_upper", "at_clamp", "bin_low", "bin_width", "counts"}}, ...]}.
 std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report);
 
 }  // namespace kelvin::launcher

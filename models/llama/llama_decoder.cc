@@ -154,6 +154,11 @@ void LlamaDecoder::Layer(int64_t layer, int64_t start, Tensor& x) {
       options.query_temperature ? Tensor::Empty({n, h_count}, accum, device) : Tensor(),
       options.value_temperature ? Tensor::Empty({end, g}, accum, device) : Tensor()};
   ssa::SsaAttentionForward(ctx, options, {1, start, n, 0, end}, inputs, w.ssa, outputs);
+  if (observer_ && c.ssa.has_value()) {
+    observer_(layer, positions_.Slice(start, end), outputs.query_temperature,
+              outputs.value_temperature.defined() ? outputs.value_temperature.Slice(start, end)
+                                                  : Tensor());
+  }
 
   Tensor projected = Tensor::Empty(x.shape(), dtype, device);
   Linear(ctx, outputs.out.View({n, -1}), w.o, projected);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/status.h"
@@ -34,6 +35,13 @@ class LlamaDecoder {
   // Forgets the sequence (the cache is kept for the next one).
   void Reset() { length_ = 0; }
 
+  // Called in each layer's forward with the appended tokens' temperatures (the SSA study's
+  // histograms): positions [n] i32, tau^q [n, H] and tau^v [n, G] (AccumDType on the model's
+  // device; undefined where the model has no such temperature). Not called without SSA.
+  using TemperatureObserver = std::function<void(int64_t layer, const Tensor& positions,
+                                                 const Tensor& tau_q, const Tensor& tau_v)>;
+  void ObserveTemperatures(TemperatureObserver observer) { observer_ = std::move(observer); }
+
  private:
   // A layer's weights, found by name once (the model's tensors, not copies); the SSA ones are
   // undefined where the flags give the layer none.
@@ -58,6 +66,7 @@ class LlamaDecoder {
   std::vector<LayerWeights> weights_;  // [L]
   std::vector<LayerCache> cache_;      // [L]
   Tensor logits_;                      // [n, V] of the last call
+  TemperatureObserver observer_;
 };
 
 }  // namespace kelvin::models

@@ -27,6 +27,8 @@ grep -F '"variant": "ssa"' "$dir/study.jsonl" | grep -qF '"ssa/layer_0/' ||
   fail "the SSA run's metrics have no temperatures"
 grep -F '"variant": "vanilla"' "$dir/study.jsonl" | grep -qF '"ssa/layer_0/' &&
   fail "the vanilla run's metrics have temperatures"
+grep -F '"variant": "ssa"' "$dir/study.jsonl" | grep -qF '"temperatures": [' ||
+  fail "the SSA run's needle grid has no temperature histograms"
 before=$(stat -c %Y "$dir/runs/smoke/ssa/seed3/train.log")
 study > "$dir/second.log" 2>&1 || fail "the second call failed: $(cat "$dir/second.log")"
 [[ $(wc -l < "$dir/study.jsonl") -eq 2 ]] || fail "the second call added lines"
