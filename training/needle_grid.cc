@@ -79,14 +79,14 @@ absl::StatusOr<int64_t> NeedleSampleBytes(const NeedleText& text, int64_t length
     return absl::InvalidArgumentError(absl::StrFormat(
         "needle length %d is too short: the key sentence, %d decoys, the question and the answer "
         "need %d tokens (bytes) and more for the filler",
-        length, distractors, least + 1 + text.answer_tokens - data::kPasskeyDigits));
+        length, distractors, least));
   };
   if (text.byte_vocabulary) {
-    if (length - 1 < least) return too_short();
-    return length - 1;
+    if (length < least) return too_short();
+    return length;
   }
   // A tokenizer: the filler's rate, corrected by what sample 0's prompt really takes.
-  const int64_t budget = length - text.answer_tokens;
+  const int64_t budget = length + 1 - text.answer_tokens;
   int64_t bytes = static_cast<int64_t>(std::floor(budget * text.bytes_per_token));
   for (int attempt = 0; attempt < 4 && bytes >= least; ++attempt) {
     KELVIN_ASSIGN_OR_RETURN(

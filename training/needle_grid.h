@@ -21,7 +21,7 @@ struct NeedleText {
   std::function<absl::StatusOr<std::vector<int32_t>>(const std::string&)> encode;  // BOS + text
   std::function<absl::StatusOr<std::string>(const std::vector<int32_t>&)> decode;
   int64_t answer_tokens = 0;     // tokens generated per prompt: enough for the 5 digits
-  bool byte_vocabulary = false;  // a token per byte: L tokens are exactly BOS + L - 1 bytes
+  bool byte_vocabulary = false;  // a token per byte: the passkey samples of seq_length L
   double bytes_per_token = 1;    // of the filler (a tokenizer), to size a prompt of L tokens
   std::vector<int32_t> stop_ids;
 };
@@ -30,11 +30,14 @@ NeedleText ByteNeedleText();
 absl::StatusOr<NeedleText> TokenizerNeedleText(const data::Tokenizer& tokenizer);
 
 struct NeedleGridSpec {
-  std::vector<int64_t> lengths;  // context lengths L in tokens: prompt and answer
-  std::vector<double> depths;    // key depths in [0, 1], fractions of the filler
-  int64_t samples = 10;          // per cell
-  uint64_t seed = 0;             // sample j of a cell is passkey sample j of this seed
-  int64_t distractors = 0;       // decoy sentences per prompt (data.passkey.distractors)
+  // Context lengths L in tokens, as training.seq_length counts them: the positions the prompt and
+  // the answer take (the last answer token is generated, never read back). A prompt of the byte
+  // vocabulary at L is laid out as a training sample of seq_length L.
+  std::vector<int64_t> lengths;
+  std::vector<double> depths;  // key depths in [0, 1], fractions of the filler
+  int64_t samples = 10;        // per cell
+  uint64_t seed = 0;           // sample j of a cell is passkey sample j of this seed
+  int64_t distractors = 0;     // decoy sentences per prompt (data.passkey.distractors)
 };
 
 // One prompt's outcome.
@@ -54,10 +57,10 @@ struct NeedleCell {
   double accuracy() const { return samples > 0 ? static_cast<double>(retrieved) / samples : 0; }
 };
 
-// The passkey sample length T (bytes after BOS) whose prompts take about `length` tokens with the
-// answer: length - 1 for bytes; for a tokenizer, sized by the filler's bytes per token, checked on
-// sample 0 (prompts differ by a few tokens: AttemptNeedle reports each). An error when `length`
-// cannot hold the key sentence, the decoys and the question.
+// The passkey sample length T (bytes after BOS) whose prompt and answer take about `length`
+// positions: `length` itself for bytes; for a tokenizer, sized by the filler's bytes per token,
+// checked on sample 0 (prompts differ by a few tokens: AttemptNeedle reports each). An error when
+// `length` cannot hold the key sentence, the decoys and the question.
 absl::StatusOr<int64_t> NeedleSampleBytes(const NeedleText& text, int64_t length,
                                           int64_t distractors);
 

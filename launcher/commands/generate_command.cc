@@ -37,9 +37,9 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
   for (const std::vector<int32_t>& prompt : prompts) longest = std::max(longest, prompt.size());
   KELVIN_ASSIGN_OR_RETURN(
       models::LlamaDecoder decoder,
-      models::LlamaDecoder::Create(*model,
-                                   std::min(static_cast<int64_t>(longest) + options.max_new_tokens,
-                                            arch.max_position_embeddings)));
+      models::LlamaDecoder::Create(
+          *model, std::min(static_cast<int64_t>(longest) + options.max_new_tokens - 1,
+                           arch.max_position_embeddings)));
   models::GenerationRequest request;
   request.max_new_tokens = options.max_new_tokens;
   request.sampling = options.sampling;

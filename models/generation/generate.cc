@@ -12,7 +12,8 @@ absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const Generatio
   KELVIN_RETURN_IF_ERROR(ValidateSamplingOptions(request.sampling));
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) return absl::InvalidArgumentError("the prompt has no tokens");
-  if (request.max_new_tokens < 1 || prompt + request.max_new_tokens > decoder.max_tokens()) {
+  // The last new token is never read back: the prompt and max_new_tokens - 1 take positions.
+  if (request.max_new_tokens < 1 || prompt + request.max_new_tokens - 1 > decoder.max_tokens()) {
     return absl::InvalidArgumentError(
         absl::StrCat("a prompt of ", prompt, " tokens and --max-new-tokens ",
                      request.max_new_tokens, " do not fit the model's ", decoder.max_tokens(),

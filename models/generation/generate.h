@@ -26,8 +26,8 @@ struct GenerationResult {
   std::string finish_reason;     // "eos", "stop" or "length"
 };
 
-// Resets `decoder` and generates; the prompt plus max_new_tokens must fit in it (else an error
-// naming both).
+// Resets `decoder` and generates; the prompt plus max_new_tokens - 1 (the last new token is never
+// read back) must fit in it (else an error naming both).
 absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const GenerationRequest& request);
 
 }  // namespace kelvin::models

@@ -74,7 +74,7 @@ TEST_F(NeedleGridTest, GenerationRetrievesExactlyWhatTeacherForcingGetsRight) {
   for (const int64_t length : {kTrainedLength, 2 * kTrainedLength}) {
     const absl::StatusOr<int64_t> bytes = NeedleSampleBytes(text, length, 0);
     ASSERT_TRUE(bytes.ok()) << bytes.status();
-    EXPECT_EQ(*bytes, length - 1);
+    EXPECT_EQ(*bytes, length);  // the layout of a training sample of seq_length `length`
     for (const double depth : {0.0, 0.5, 1.0}) {
       for (int64_t j = 0; j < 8; ++j) {
         const absl::StatusOr<NeedleAttempt> attempt =
@@ -82,14 +82,14 @@ TEST_F(NeedleGridTest, GenerationRetrievesExactlyWhatTeacherForcingGetsRight) {
         ASSERT_TRUE(attempt.ok()) << attempt.status();
         const data::PasskeySample sample =
             data::MakePasskeySample(spec.seed, j, *bytes, {depth, depth});
-        ASSERT_EQ(static_cast<int64_t>(attempt->prompt.size()), length - data::kPasskeyDigits);
+        ASSERT_EQ(static_cast<int64_t>(attempt->prompt.size()), length + 1 - data::kPasskeyDigits);
         EXPECT_TRUE(
             std::equal(attempt->prompt.begin(), attempt->prompt.end(), sample.tokens.begin()));
         ASSERT_EQ(static_cast<int64_t>(attempt->generated.size()), data::kPasskeyDigits);
         int64_t generated_right = 0;
         while (generated_right < data::kPasskeyDigits &&
                attempt->generated[generated_right] ==
-                   sample.tokens[length - data::kPasskeyDigits + generated_right]) {
+                   sample.tokens[length + 1 - data::kPasskeyDigits + generated_right]) {
           ++generated_right;
         }
         const int64_t forced_right = TeacherForcedLeadingDigits(model(), sample);
@@ -132,12 +132,12 @@ TEST_F(NeedleGridTest, CellsCountTheirAttempts) {
     int64_t retrieved = 0;
     for (int64_t j = 0; j < 4; ++j) {
       const absl::StatusOr<NeedleAttempt> attempt =
-          AttemptNeedle(*decoder, text, spec, kTrainedLength - 1, cell.depth, j);
+          AttemptNeedle(*decoder, text, spec, kTrainedLength, cell.depth, j);
       ASSERT_TRUE(attempt.ok());
       retrieved += attempt->retrieved ? 1 : 0;
     }
     EXPECT_EQ(cell.retrieved, retrieved);
-    EXPECT_EQ(cell.mean_prompt_tokens, kTrainedLength - data::kPasskeyDigits);
+    EXPECT_EQ(cell.mean_prompt_tokens, kTrainedLength + 1 - data::kPasskeyDigits);
     EXPECT_NEAR(cell.mean_depth, cell.depth, 0.2);  // the nearest sentence boundaries
   }
 }
@@ -146,8 +146,8 @@ TEST_F(NeedleGridTest, ShortLengthsAndBadDepthsAreErrors) {
   const NeedleText text = ByteNeedleText();
   EXPECT_THAT(NeedleSampleBytes(text, 50, 0).status().message(),
               HasSubstr("needle length 50 is too short"));
-  EXPECT_TRUE(NeedleSampleBytes(text, data::MinPasskeySequenceLength(2) + 1, 2).ok());
-  EXPECT_FALSE(NeedleSampleBytes(text, data::MinPasskeySequenceLength(2), 2).ok());
+  EXPECT_TRUE(NeedleSampleBytes(text, data::MinPasskeySequenceLength(2), 2).ok());
+  EXPECT_FALSE(NeedleSampleBytes(text, data::MinPasskeySequenceLength(2) - 1, 2).ok());
   absl::StatusOr<models::LlamaDecoder> decoder =
       models::LlamaDecoder::Create(model(), kTrainedLength);
   ASSERT_TRUE(decoder.ok());
@@ -174,7 +174,7 @@ TEST(NeedleText, TokenizerPromptsTakeTheAskedLength) {
       ASSERT_TRUE(prompt.ok());
       // The prompt with its answer digits here (at most 6 tokens of the 8 kept for the answer)
       // about fills the length.
-      EXPECT_LE(static_cast<int64_t>(prompt->size()), length) << length;
+      EXPECT_LE(static_cast<int64_t>(prompt->size()), length + 1) << length;
       EXPECT_GE(static_cast<int64_t>(prompt->size()), length * 9 / 10) << length;
     }
   }

@@ -103,9 +103,15 @@ TEST(Generate, StopsAtEosAStopConditionOrTheBudget) {
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->tokens.size(), 2u);
   EXPECT_EQ(stopped->finish_reason, "stop");
+  // The last new token is never read back: 3 + 30 tokens take 32 positions.
+  request.stop_after = nullptr;
   request.max_new_tokens = 30;
+  absl::StatusOr<GenerationResult> full = Generate(*decoder, request);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->tokens.size(), 30u);
+  request.max_new_tokens = 31;
   EXPECT_THAT(std::string(Generate(*decoder, request).status().message()),
-              HasSubstr("a prompt of 3 tokens and --max-new-tokens 30 do not fit the model's 32"));
+              HasSubstr("a prompt of 3 tokens and --max-new-tokens 31 do not fit the model's 32"));
 }
 
 }  // namespace
