@@ -82,6 +82,7 @@ constexpr const char* kUsage =
     "            --tokens 1,2,3 (repeatable)   text needs model.hf_dir's tokenizer.json\n"
     "            --max-new-tokens N (64)  --temperature T (0: greedy)  --top-k K  --top-p P\n"
     "            --seed S  --stop TEXT  --logprobs  --step N | --best (as for convert)\n"
+    "            --batch-size N (8): prompts decoded together\n"
     "  prepare-data SAMPLES.jsonl --out PREFIX: fine-tuning samples (one JSON object per line:\n"
     "          \"input_ids\", optional \"labels\" with -100 where there is no loss, or\n"
     "          \"loss_mask\") into the Megatron indexed dataset PREFIX and its loss mask\n"
@@ -533,6 +534,7 @@ const std::vector<OptionSpec>& Options() {
       {"--seed", "an integer >= 0", {"generate", "eval"}},
       {"--stop", "a text", {"generate"}},
       {"--logprobs", nullptr, {"generate"}},
+      {"--batch-size", "a prompt count >= 1", {"generate"}},
       {"--all", nullptr, {"eval"}},
       {"--json", "a file to write", {"eval"}},
       {"--data", "a Megatron prefix or a token file", {"eval"}},
@@ -651,6 +653,10 @@ std::optional<int> ApplyOption(const std::string& name, const std::string& value
     a.generate.stop = value;
   } else if (name == "--logprobs") {
     a.generate.logprobs = true;
+  } else if (name == "--batch-size") {
+    if (!absl::SimpleAtoi(value, &a.generate.batch_size) || a.generate.batch_size < 1) {
+      return Usage("--batch-size " + value + ": give a prompt count >= 1");
+    }
   } else if (name == "--dtype") {
     if (value != "f32" && value != "bf16") return Usage("--dtype " + value + ": use f32 or bf16");
     a.convert_dtype = value == "bf16" ? kelvin::DType::kBF16 : kelvin::DType::kF32;

@@ -31,15 +31,18 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
                           LoadInferenceModel(job, options.checkpoint));
   const models::LlamaConfig& arch = model->config();
-  // The cache for the longest prompt and its new tokens (Generate names the model's limit when
-  // they exceed it), not for max_position_embeddings: 128K positions of an 8B model are 34 GB.
+  // The cache for `batch` sequences of the longest prompt and its new tokens (GenerateBatch names
+  // the model's limit when they exceed it), not max_position_embeddings: 128K positions of an 8B
+  // model are 34 GB a sequence.
   size_t longest = 0;
   for (const std::vector<int32_t>& prompt : prompts) longest = std::max(longest, prompt.size());
-  KELVIN_ASSIGN_OR_RETURN(
-      models::LlamaDecoder decoder,
-      models::LlamaDecoder::Create(
-          *model, std::min(static_cast<int64_t>(longest) + options.max_new_tokens - 1,
-                           arch.max_position_embeddings)));
+  const int64_t batch = std::min<int64_t>(options.batch_size, static_cast<int64_t>(prompts.size()));
+  KELVIN_ASSIGN_OR_RETURN(models::LlamaDecoder decoder,
+                          models::LlamaDecoder::Create(
+                              *model,
+                              std::min(static_cast<int64_t>(longest) + options.max_new_tokens - 1,
+                                       arch.max_position_embeddings),
+                              batch));
   models::GenerationRequest request;
   request.max_new_tokens = options.max_new_tokens;
   request.sampling = options.sampling;
@@ -58,20 +61,28 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
     };
   }
   std::vector<std::string> lines;
-  for (const std::vector<int32_t>& prompt : prompts) {
-    request.prompt = prompt;
-    KELVIN_ASSIGN_OR_RETURN(const models::GenerationResult result,
-                            models::Generate(decoder, request));
-    nlohmann::ordered_json line = {{"prompt_tokens", prompt}, {"tokens", result.tokens}};
-    if (tokenizer.has_value()) {
-      KELVIN_ASSIGN_OR_RETURN(const std::string text,
-                              tokenizer->Decode(result.tokens, /*skip_special_tokens=*/true));
-      // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused.
-      line["text"] = text;
+  for (size_t first = 0; first < prompts.size(); first += batch) {  // batch prompts at a time
+    std::vector<models::GenerationRequest> requests;
+    for (size_t p = first; p < std::min(prompts.size(), first + batch); ++p) {
+      requests.push_back(request);
+      requests.back().prompt = prompts[p];
     }
-    line["finish_reason"] = result.finish_reason;
-    if (options.logprobs) line["logprobs"] = result.logprobs;
-    lines.push_back(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
+                            models::GenerateBatch(decoder, requests));
+    for (size_t r = 0; r < results.size(); ++r) {
+      const models::GenerationResult& result = results[r];
+      nlohmann::ordered_json line = {{"prompt_tokens", requests[r].prompt},
+                                     {"tokens", result.tokens}};
+      if (tokenizer.has_value()) {
+        KELVIN_ASSIGN_OR_RETURN(const std::string text,
+                                tokenizer->Decode(result.tokens, /*skip_special_tokens=*/true));
+        // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused.
+        line["text"] = text;
+      }
+      line["finish_reason"] = result.finish_reason;
+      if (options.logprobs) line["logprobs"] = result.logprobs;
+      lines.push_back(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
   }
   return lines;
 }

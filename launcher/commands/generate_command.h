@@ -2,8 +2,8 @@
 // weights are the chosen checkpoint of checkpoint.dir (newest, --step N, --best), else the newest
 // one there, else model.hf_dir's; the tokenizer is model.hf_dir's tokenizer.json when it has one
 // (text prompts need it). One process on the CPU in f32, whatever layout trained the model (a
-// checkpoint is read whole, as convert reads it). Each prompt is generated with the KV-cache
-// decoder (models/llama/llama_decoder.h) and becomes one JSON line.
+// checkpoint is read whole, as convert reads it). The prompts are generated --batch-size at a time
+// with the KV-cache decoder (models/llama/llama_decoder.h), each becoming one JSON line.
 #pragma once
 
 #include <string>
@@ -22,8 +22,9 @@ struct GenerateOptions {
   std::vector<std::vector<int32_t>> token_prompts;  // ids, used as they are
   int64_t max_new_tokens = 64;
   models::SamplingOptions sampling;
-  std::string stop;       // stops once the generated text ends with it ("" none)
-  bool logprobs = false;  // each token's log-probability in the output
+  std::string stop;        // stops once the generated text ends with it ("" none)
+  bool logprobs = false;   // each token's log-probability in the output
+  int64_t batch_size = 8;  // prompts decoded together (one decoder call per step for all)
 };
 
 // One JSON object per prompt, in order: {"prompt_tokens": [...], "tokens": [...], "text": ...

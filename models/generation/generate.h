@@ -1,5 +1,6 @@
-// One generation: a prompt prefilled into the KV-cache decoder, then tokens sampled one at a time
-// until an end-of-sequence id, a stop condition or the token budget.
+// Generation: prompts prefilled into the KV-cache decoder, then tokens sampled one at a time until
+// an end-of-sequence id, a stop condition or the token budget, one prompt or a batch of them
+// together.
 #pragma once
 
 #include <functional>
@@ -29,5 +30,11 @@ struct GenerationResult {
 // Resets `decoder` and generates; the prompt plus max_new_tokens - 1 (the last new token is never
 // read back) must fit in it (else an error naming both).
 absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const GenerationRequest& request);
+
+// The same for up to decoder.sequences() requests at once (prompts of any lengths, each its own
+// budget, sampler and stops): one decoder call per step for every unfinished request. Each result
+// is the one Generate gives its request alone, up to the rounding of the batched projections.
+absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
+    LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests);
 
 }  // namespace kelvin::models

@@ -1,5 +1,6 @@
-// The decoder's layer: the training forward's ops on the appended tokens, the attention a query
-// block at [start, start + n) against the cached keys [0, start + n).
+// The decoder's layer: the training forward's ops on the appended tokens of every sequence at
+// once, the attention per sequence: its query block at [start, start + n) against its cached keys
+// [0, start + n).
 #include "models/llama/llama_decoder.h"
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +23,8 @@ void Linear(const Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
 
 }  // namespace
 
-absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64_t max_tokens) {
+absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64_t max_tokens,
+                                                  int64_t sequences) {
   if (model.tp() != nullptr || model.stage().stages > 1) {
     return absl::UnimplementedError(
         "decoding runs a whole model on one rank: this model is sharded by tensor or pipeline "
@@ -34,11 +36,15 @@ absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64
         absl::StrCat("a decoder of ", max_tokens, " tokens: the model's positions are [1, ",
                      config.max_position_embeddings, "] (max_position_embeddings)"));
   }
-  return LlamaDecoder(model, max_tokens);
+  if (sequences < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a decoder of ", sequences, " sequences: give at least 1"));
+  }
+  return LlamaDecoder(model, max_tokens, sequences);
 }
 
-LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens)
-    : model_(&model), max_tokens_(max_tokens) {
+LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t sequences)
+    : model_(&model), max_tokens_(max_tokens), lengths_(sequences, 0) {
   const LlamaConfig& c = model.config();
   const Context& ctx = model.context();
   const DType dtype = model.parameters().Get(kEmbeddingName).value.dtype();
@@ -66,7 +72,7 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens)
                         weight("self_attn.ssa.value_temperature_proj.weight"),
                         {weight("self_attn.ssa.query_readout"),
                          weight("self_attn.ssa.value_readout"), weight("self_attn.ssa.alpha")}});
-    const Shape shape = {max_tokens, c.num_key_value_heads, c.head_dim};
+    const Shape shape = {sequences * max_tokens, c.num_key_value_heads, c.head_dim};
     cache_.push_back(
         {Tensor::Empty(shape, dtype, ctx.device()), Tensor::Empty(shape, dtype, ctx.device()),
          weights_.back().value_projection.defined() ? Tensor::Empty(shape, dtype, ctx.device())
@@ -75,101 +81,140 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens)
 }
 
 absl::StatusOr<Tensor> LlamaDecoder::Append(const std::vector<int32_t>& tokens) {
+  std::vector<std::vector<int32_t>> batch(lengths_.size());
+  batch[0] = tokens;
+  return AppendBatch(batch);
+}
+
+absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<int32_t>>& tokens) {
   const LlamaConfig& c = model_->config();
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) return absl::InvalidArgumentError("no tokens to append");
-  if (length_ + n > max_tokens_) {
-    return absl::OutOfRangeError(absl::StrCat("appending ", n, " tokens to ", length_,
-                                              " would exceed the decoder's ", max_tokens_));
+  if (tokens.size() != lengths_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokens for ", tokens.size(), " sequences: the decoder holds ", lengths_.size()));
   }
-  Tensor ids = Tensor::Empty({n}, DType::kI32);
-  for (int64_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token id ", tokens[i], " is outside the model's vocabulary [0, ", c.vocab_size, ")"));
+  std::vector<Segment> segments;
+  std::vector<int32_t> all;  // the call's ids, sequence by sequence
+  for (int64_t b = 0; b < sequences(); ++b) {
+    const int64_t n = static_cast<int64_t>(tokens[b].size());
+    if (n == 0) continue;
+    const std::string which = sequences() > 1 ? absl::StrCat(" of sequence ", b) : "";
+    if (lengths_[b] + n > max_tokens_) {
+      return absl::OutOfRangeError(absl::StrCat("appending ", n, " tokens to ", lengths_[b], which,
+                                                " would exceed the decoder's ", max_tokens_));
     }
-    ids.data<int32_t>()[i] = tokens[i];
+    for (const int32_t id : tokens[b]) {
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", id, which, " is outside the model's vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    segments.push_back({b, lengths_[b], n, static_cast<int64_t>(all.size())});
+    all.insert(all.end(), tokens[b].begin(), tokens[b].end());
   }
+  if (all.empty()) return absl::InvalidArgumentError("no tokens to append");
+  const int64_t rows = static_cast<int64_t>(all.size());
+  Tensor ids = Tensor::Empty({rows}, DType::kI32);
+  std::copy(all.begin(), all.end(), ids.data<int32_t>());
   const Context& ctx = model_->context();
   const Tensor& embedding = model_->parameters().Get(kEmbeddingName).value;
   const DType dtype = embedding.dtype();
-  Tensor x = Tensor::Empty({n, c.hidden_size}, dtype, ctx.device());
+  Tensor x = Tensor::Empty({rows, c.hidden_size}, dtype, ctx.device());  // [N, D]
   ops::EmbeddingForward(ctx, CopyToDevice(ctx, ids, ctx.device()), embedding, 0, x);
-  for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, length_, x);
+  for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, segments, x);
   Tensor h = Tensor::Empty(x.shape(), dtype, ctx.device());
-  Tensor rstd = Tensor::Empty({n}, AccumDType(dtype), ctx.device());
+  Tensor rstd = Tensor::Empty({rows}, AccumDType(dtype), ctx.device());
   ops::RmsNormForward(ctx, x, model_->parameters().Get(kFinalNormName).value, c.rms_norm_eps, h,
                       rstd);
-  logits_ = Tensor::Empty({n, c.vocab_size}, dtype, ctx.device());
+  logits_ = Tensor::Empty({rows, c.vocab_size}, dtype, ctx.device());
   Linear(ctx, h,
          model_->parameters().Get(c.tie_word_embeddings ? kEmbeddingName : kLmHeadName).value,
          logits_);
-  length_ += n;
+  for (const Segment& segment : segments) lengths_[segment.sequence] += segment.n;
   return logits_;
 }
 
-void LlamaDecoder::Layer(int64_t layer, int64_t start, Tensor& x) {
+void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x) {
   const LlamaConfig& c = model_->config();
   const Context& ctx = model_->context();
   const DType dtype = x.dtype(), accum = AccumDType(dtype);
   const Device device = ctx.device();
-  const int64_t n = x.dim(0), end = start + n, h_count = c.num_attention_heads,
-                g = c.num_key_value_heads, d = c.head_dim;
+  const int64_t rows = x.dim(0), h_count = c.num_attention_heads, g = c.num_key_value_heads,
+                d = c.head_dim;
   const ssa::SsaOptions options = c.AttentionOptions();
   const LayerWeights& w = weights_[layer];
   LayerCache& cache = cache_[layer];
+  const auto cached = [&](const Tensor& t, const Segment& s, int64_t begin, int64_t end) {
+    return t.Slice(s.sequence * max_tokens_ + begin, s.sequence * max_tokens_ + end);
+  };
 
   Tensor h = Tensor::Empty(x.shape(), dtype, device);
-  Tensor rstd = Tensor::Empty({n}, accum, device);
+  Tensor rstd = Tensor::Empty({rows}, accum, device);
   ops::RmsNormForward(ctx, x, w.input_norm, c.rms_norm_eps, h, rstd);
-  Tensor u = Tensor::Empty({n, h_count, d}, dtype, device);  // [n, H, d] before RoPE
-  Tensor u_rows = u.View({n, -1});
+  Tensor u = Tensor::Empty({rows, h_count, d}, dtype, device);  // [N, H, d] before RoPE
+  Tensor u_rows = u.View({rows, -1});
   Linear(ctx, h, w.q, u_rows);
-  Tensor k_new = cache.k.Slice(start, end).View({n, -1});
-  Tensor v_new = cache.v.Slice(start, end).View({n, -1});
-  Linear(ctx, h, w.k, k_new);
-  Linear(ctx, h, w.v, v_new);
-  Tensor query_source;  // [n, H, d] without weight sharing
+  // The new keys and values [N, G d], then into each sequence's cache rows (one sequence: the
+  // GEMMs write there directly).
+  const bool direct = segments.size() == 1;
+  const auto project_into_cache = [&](const Tensor& weight, Tensor& cache_rows) {
+    if (direct) {
+      Tensor target =
+          cached(cache_rows, segments[0], segments[0].start, segments[0].start + segments[0].n)
+              .View({rows, -1});
+      Linear(ctx, h, weight, target);
+      return;
+    }
+    Tensor projected = Tensor::Empty({rows, g * d}, dtype, device);
+    Linear(ctx, h, weight, projected);
+    for (const Segment& s : segments) {
+      Tensor target = cached(cache_rows, s, s.start, s.start + s.n).View({s.n, -1});
+      CopyTensor(ctx, projected.Slice(s.row, s.row + s.n), target);
+    }
+  };
+  project_into_cache(w.k, cache.k);
+  project_into_cache(w.v, cache.v);
+  Tensor query_source;  // [N, H, d] without weight sharing
   if (w.query_projection.defined()) {
-    query_source = Tensor::Empty({n, h_count, d}, dtype, device);
-    Tensor source_rows = query_source.View({n, -1});
+    query_source = Tensor::Empty({rows, h_count, d}, dtype, device);
+    Tensor source_rows = query_source.View({rows, -1});
     Linear(ctx, h, w.query_projection, source_rows);
   }
-  if (cache.value_source.defined()) {
-    Tensor source = cache.value_source.Slice(start, end).View({n, -1});
-    Linear(ctx, h, w.value_projection, source);
-  }
+  if (cache.value_source.defined()) project_into_cache(w.value_projection, cache.value_source);
 
-  const ssa::SsaAttentionInputs inputs{
-      u,
-      positions_.Slice(start, end),
-      query_source,
-      cache.k.Slice(0, end),
-      cache.v.Slice(0, end),
-      positions_.Slice(0, end),
-      cache.value_source.defined() ? cache.value_source.Slice(0, end) : Tensor(),
-      inv_freq_};
-  ssa::SsaAttentionOutputs outputs{
-      Tensor::Empty({n, h_count, d}, dtype, device), Tensor::Empty({n, h_count}, accum, device),
-      options.query_temperature ? Tensor::Empty({n, h_count}, accum, device) : Tensor(),
-      options.value_temperature ? Tensor::Empty({end, g}, accum, device) : Tensor()};
-  ssa::SsaAttentionForward(ctx, options, {1, start, n, 0, end}, inputs, w.ssa, outputs);
-  if (observer_ && c.ssa.has_value()) {
-    observer_(layer, positions_.Slice(start, end), outputs.query_temperature,
-              outputs.value_temperature.defined() ? outputs.value_temperature.Slice(start, end)
-                                                  : Tensor());
+  Tensor attention = Tensor::Empty({rows, h_count, d}, dtype, device);  // [N, H, d]
+  for (const Segment& s : segments) {
+    const int64_t end = s.start + s.n;
+    const ssa::SsaAttentionInputs inputs{
+        u.Slice(s.row, s.row + s.n),
+        positions_.Slice(s.start, end),
+        query_source.defined() ? query_source.Slice(s.row, s.row + s.n) : Tensor(),
+        cached(cache.k, s, 0, end),
+        cached(cache.v, s, 0, end),
+        positions_.Slice(0, end),
+        cache.value_source.defined() ? cached(cache.value_source, s, 0, end) : Tensor(),
+        inv_freq_};
+    ssa::SsaAttentionOutputs outputs{
+        attention.Slice(s.row, s.row + s.n), Tensor::Empty({s.n, h_count}, accum, device),
+        options.query_temperature ? Tensor::Empty({s.n, h_count}, accum, device) : Tensor(),
+        options.value_temperature ? Tensor::Empty({end, g}, accum, device) : Tensor()};
+    ssa::SsaAttentionForward(ctx, options, {1, s.start, s.n, 0, end}, inputs, w.ssa, outputs);
+    if (observer_ && c.ssa.has_value()) {
+      observer_(layer, positions_.Slice(s.start, end), outputs.query_temperature,
+                outputs.value_temperature.defined() ? outputs.value_temperature.Slice(s.start, end)
+                                                    : Tensor());
+    }
   }
 
   Tensor projected = Tensor::Empty(x.shape(), dtype, device);
-  Linear(ctx, outputs.out.View({n, -1}), w.o, projected);
+  Linear(ctx, attention.View({rows, -1}), w.o, projected);
   // x [n, D] += the attention's projection, then += the MLP's (elementwise ops, in place).
   ops::Add(ctx, x, projected, x);
   ops::RmsNormForward(ctx, x, w.post_norm, c.rms_norm_eps, h, rstd);
-  Tensor gate = Tensor::Empty({n, c.intermediate_size}, dtype, device);
-  Tensor up = Tensor::Empty({n, c.intermediate_size}, dtype, device);
+  Tensor gate = Tensor::Empty({rows, c.intermediate_size}, dtype, device);
+  Tensor up = Tensor::Empty({rows, c.intermediate_size}, dtype, device);
   Linear(ctx, h, w.gate, gate);
   Linear(ctx, h, w.up, up);
-  Tensor act = Tensor::Empty({n, c.intermediate_size}, dtype, device);
+  Tensor act = Tensor::Empty({rows, c.intermediate_size}, dtype, device);
   ops::SwiGluForward(ctx, gate, up, act);
   Linear(ctx, act, w.down, projected);
   ops::Add(ctx, x, projected, x);

@@ -1,13 +1,11 @@
-// Forward-only decoding of one sequence with a KV cache, the path generation runs on: a prompt is
-// prefilled in one call, then tokens are appended one (or a few) at a time, each call returning the
-// logits of the tokens it appended. SSA decodes exactly: the cache holds each layer's keys and
-// values as projected (before RoPE and tau^v, with the value temperature's source when it has its
-// own projection), and the attention operator applies RoPE and tau^v as it loads them, as in
-// training; each new token's tau^q comes from its own pre-RoPE query and position. Position ids
-// count from 0 (one document). It reads the weights of a whole model on one rank (no tensor or
-// pipeline parallelism) on the model's device and dtype.
+// Forward-only decoding with a KV cache, of one sequence or a batch of different lengths: a prompt
+// prefilled in one call, then a token (or a few) at a time, each call returning the appended
+// tokens' logits. SSA exactly: the cache holds keys and values as projected, the attention applies
+// RoPE and tau^v as it loads them, each new token's tau^q comes from its own query and position
+// (positions from 0: one document). A whole model on one rank, on its device and in its dtype.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -20,24 +18,31 @@ namespace kelvin::models {
 
 class LlamaDecoder {
  public:
-  // A decoder of up to `max_tokens` tokens (at most max_position_embeddings); the model must
-  // outlive it. A sharded model is an error that says so.
-  static absl::StatusOr<LlamaDecoder> Create(const LlamaModel& model, int64_t max_tokens);
+  // A decoder of `sequences` sequences (a batch) of up to `max_tokens` tokens each (at most
+  // max_position_embeddings); the model must outlive it. A sharded model is an error that says so.
+  static absl::StatusOr<LlamaDecoder> Create(const LlamaModel& model, int64_t max_tokens,
+                                             int64_t sequences = 1);
 
-  // Appends `tokens` (ids below vocab_size) at the next positions -> their logits [n, V] (the
-  // model's dtype and device; valid until the next call). An id outside the vocabulary or more
-  // tokens than fit is an error naming it.
+  // Appends `tokens` (ids below vocab_size) to sequence 0 at its next positions -> their logits
+  // [n, V] (the model's dtype and device; valid until the next call). An id outside the
+  // vocabulary or more tokens than fit is an error naming it.
   absl::StatusOr<Tensor> Append(const std::vector<int32_t>& tokens);
+  // Appends tokens[b] to sequence b for every b < sequences() in one pass (an empty list leaves
+  // sequence b as it is; at least one is not empty): the projections and the MLP take every
+  // sequence's rows together, the attention each sequence's own cache -> logits [sum_b n_b, V],
+  // sequence 0's rows first. Errors as for Append, naming the sequence.
+  absl::StatusOr<Tensor> AppendBatch(const std::vector<std::vector<int32_t>>& tokens);
 
-  int64_t length() const { return length_; }
+  int64_t length(int64_t sequence = 0) const { return lengths_[sequence]; }
+  int64_t sequences() const { return static_cast<int64_t>(lengths_.size()); }
   const Context& context() const { return model_->context(); }
   int64_t max_tokens() const { return max_tokens_; }
-  // Forgets the sequence (the cache is kept for the next one).
-  void Reset() { length_ = 0; }
+  // Forgets every sequence (the cache is kept for the next ones).
+  void Reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
 
-  // Called in each layer's forward with the appended tokens' temperatures (the SSA study's
-  // histograms): positions [n] i32, tau^q [n, H] and tau^v [n, G] (AccumDType on the model's
-  // device; undefined where the model has no such temperature). Not called without SSA.
+  // Called in each layer's forward with each sequence's appended tokens' temperatures (the SSA
+  // study's histograms): positions [n] i32, tau^q [n, H] and tau^v [n, G] (AccumDType on the
+  // model's device; undefined where the model has no such temperature). Not called without SSA.
   using TemperatureObserver = std::function<void(int64_t layer, const Tensor& positions,
                                                  const Tensor& tau_q, const Tensor& tau_v)>;
   void ObserveTemperatures(TemperatureObserver observer) { observer_ = std::move(observer); }
@@ -50,22 +55,28 @@ class LlamaDecoder {
     Tensor query_projection, value_projection;                 // W_tmp without weight sharing
     ssa::SsaParameters ssa;                                    // a^q, a^v, alpha
   };
-  // A layer's cache, [max_tokens, G, d] each; value_source only without weight sharing.
+  // A layer's cache, [sequences * max_tokens, G, d] each (sequence b's positions from row
+  // b * max_tokens); value_source only without weight sharing.
   struct LayerCache {
     Tensor k, v, value_source;
   };
-  LlamaDecoder(const LlamaModel& model, int64_t max_tokens);
-  // One decoder layer on x [n, D] (in place) for the tokens at [start, start + n).
-  void Layer(int64_t layer, int64_t start, Tensor& x);
+  // The rows of one sequence in a call: its tokens at positions [start, start + n) are rows
+  // [row, row + n) of the call's activations.
+  struct Segment {
+    int64_t sequence, start, n, row;
+  };
+  LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t sequences);
+  // One decoder layer on x [N, D] (in place), N the segments' rows.
+  void Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x);
 
   const LlamaModel* model_;
   int64_t max_tokens_;
-  int64_t length_ = 0;
+  std::vector<int64_t> lengths_;       // [sequences]
   Tensor positions_;                   // [max_tokens] i32: 0, 1, 2, ...
   Tensor inv_freq_;                    // [d/2] RoPE inverse frequencies
   std::vector<LayerWeights> weights_;  // [L]
   std::vector<LayerCache> cache_;      // [L]
-  Tensor logits_;                      // [n, V] of the last call
+  Tensor logits_;                      // [N, V] of the last call
   TemperatureObserver observer_;
 };
 

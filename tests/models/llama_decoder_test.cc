@@ -2,7 +2,8 @@
 // appended one at a time give, at every position, the logits Forward computes on the whole
 // sequence (f64: the same sums in another order), for vanilla Llama and for SSA with non-zero
 // read-outs and alphas, with and without weight sharing and with a clamp; a sharded model, an id
-// outside the vocabulary and a full cache are errors.
+// outside the vocabulary and a full cache are errors; a batch of sequences of different lengths
+// gives each sequence's logits as if it were decoded alone.
 #include "models/llama/llama_decoder.h"
 
 #include <gmock/gmock.h>
@@ -85,6 +86,54 @@ TEST_P(LlamaDecoderTest, PrefillAndOneTokenAtATimeEqualTheWholeForward) {
   absl::StatusOr<Tensor> again = decoder->Append({ids[0]});
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(testing::AllClose(*again, expected.Slice(0, 1), testing::kF64RelTol, "after reset"));
+}
+
+TEST_P(LlamaDecoderTest, ABatchOfSequencesOfDifferentLengthsEqualsEachAlone) {
+  const LlamaConfig config = ConfigOf(GetParam());
+  LlamaModel model = RandomModel(config);
+  // Three sequences: prompts of 5, 2 and 7 tokens in one call, then calls that grow them unevenly
+  // (a sequence left out of a call keeps its place).
+  const std::vector<std::vector<int32_t>> ids = {
+      {1, 4, 7, 10, 2, 5, 8, 11}, {3, 9, 6, 0, 1}, {2, 2, 7, 1, 8, 2, 8, 1, 8}};
+  const std::vector<std::vector<int64_t>> calls = {{5, 2, 7}, {1, 0, 1}, {2, 1, 0}, {0, 2, 1}};
+  std::vector<Tensor> expected;  // each sequence's whole forward, [n_b, V]
+  for (const std::vector<int32_t>& sequence : ids) {
+    const int64_t n = static_cast<int64_t>(sequence.size());
+    Tensor tokens = Tensor::Empty({1, n}, DType::kI32);
+    Tensor positions = Tensor::Empty({1, n}, DType::kI32);
+    for (int64_t t = 0; t < n; ++t) {
+      tokens.data<int32_t>()[t] = sequence[t];
+      positions.data<int32_t>()[t] = static_cast<int32_t>(t);
+    }
+    expected.push_back(model.Forward(Context::Cpu(), tokens, positions).View({n, -1}));
+  }
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 12, 3);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  std::vector<int64_t> done(3, 0);
+  for (size_t call = 0; call < calls.size(); ++call) {
+    std::vector<std::vector<int32_t>> batch(3);
+    for (int64_t b = 0; b < 3; ++b) {
+      batch[b].assign(ids[b].begin() + done[b], ids[b].begin() + done[b] + calls[call][b]);
+    }
+    absl::StatusOr<Tensor> logits = decoder->AppendBatch(batch);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    int64_t row = 0;
+    for (int64_t b = 0; b < 3; ++b) {
+      const int64_t n = calls[call][b];
+      EXPECT_TRUE(testing::AllClose(
+          logits->Slice(row, row + n), expected[b].Slice(done[b], done[b] + n), testing::kF64RelTol,
+          "call " + std::to_string(call) + " sequence " + std::to_string(b)));
+      row += n;
+      done[b] += n;
+      EXPECT_EQ(decoder->length(b), done[b]);
+    }
+    EXPECT_EQ(logits->dim(0), row);
+  }
+  EXPECT_THAT(
+      std::string(decoder->AppendBatch({{}, {1, 2, 3, 4, 5, 6, 7, 8}, {}}).status().message()),
+      HasSubstr("appending 8 tokens to 5 of sequence 1 would exceed the decoder's 12"));
+  EXPECT_THAT(std::string(decoder->AppendBatch({{1}, {2}}).status().message()),
+              HasSubstr("tokens for 2 sequences: the decoder holds 3"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, LlamaDecoderTest, ::testing::ValuesIn(Cases()),

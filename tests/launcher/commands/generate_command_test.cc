@@ -1,7 +1,8 @@
 // kelvin generate on a model directory with a byte-level tokenizer (a random tiny SSA model with
 // the Llama-3-style test tokenizer's 4104 ids): text prompts are encoded with the template's BOS,
 // the output decodes the generated ids, greedy decoding repeats itself, and --stop ends the
-// generation at the first token whose text ends with the stop string.
+// generation at the first token whose text ends with the stop string; prompts of different
+// lengths decoded in batches give each prompt its own line, in order, as one at a time does.
 #include "launcher/commands/generate_command.h"
 
 #include <gmock/gmock.h>
@@ -73,6 +74,26 @@ TEST(GenerateCommand, TextPromptsDecodeAndStopEndsAtTheStopText) {
   ASSERT_LE(kept.size(), 3u);
   EXPECT_EQ(kept, std::vector<int32_t>(tokens.begin(), tokens.begin() + kept.size()));
   EXPECT_TRUE(stopped["text"].get<std::string>().ends_with(stopping.stop));
+}
+
+TEST(GenerateCommand, BatchesGiveEachPromptItsOwnLineInOrder) {
+  GenerateOptions options;
+  options.prompts = {"Hello world", "A", "The quick brown fox jumps", "ok"};
+  options.token_prompts = {{4096, 17}};
+  options.max_new_tokens = 6;
+  options.sampling = {.temperature = 0.8, .top_k = 0, .top_p = 1.0, .seed = 3};
+  options.batch_size = 1;
+  const std::vector<nlohmann::json> one_at_a_time = Generated(options);
+  options.batch_size = 3;  // two batches, the second one short
+  const std::vector<nlohmann::json> batched = Generated(options);
+  ASSERT_EQ(one_at_a_time.size(), 5u);
+  ASSERT_EQ(batched.size(), 5u);
+  for (size_t p = 0; p < 5; ++p) {
+    EXPECT_EQ(batched[p]["prompt_tokens"], one_at_a_time[p]["prompt_tokens"]) << p;
+    EXPECT_EQ(batched[p]["tokens"], one_at_a_time[p]["tokens"]) << p;
+    EXPECT_EQ(batched[p]["finish_reason"], one_at_a_time[p]["finish_reason"]) << p;
+  }
+  EXPECT_EQ(batched[0]["prompt_tokens"], (std::vector<int32_t>{4096, 17}));  // ids come first
 }
 
 }  // namespace

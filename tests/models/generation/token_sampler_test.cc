@@ -114,5 +114,41 @@ TEST(Generate, StopsAtEosAStopConditionOrTheBudget) {
               HasSubstr("a prompt of 3 tokens and --max-new-tokens 31 do not fit the model's 32"));
 }
 
+TEST(Generate, ABatchGivesEachRequestItsOwnGeneration) {
+  LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);
+  model.InitRandom(4);
+  absl::StatusOr<LlamaDecoder> alone = LlamaDecoder::Create(model, 24);
+  absl::StatusOr<LlamaDecoder> batched = LlamaDecoder::Create(model, 24, 4);
+  ASSERT_TRUE(alone.ok() && batched.ok());
+  // Prompts of different lengths, greedy and seeded draws, budgets and an eos that ends one early.
+  std::vector<GenerationRequest> requests(3);
+  requests[0].prompt = {1, 2, 3, 4, 5, 6};
+  requests[0].max_new_tokens = 9;
+  requests[1].prompt = {7};
+  requests[1].max_new_tokens = 4;
+  requests[1].sampling = {.temperature = 0.9, .top_k = 5, .top_p = 0.95, .seed = 17};
+  requests[2].prompt = {3, 3};
+  requests[2].max_new_tokens = 12;
+  absl::StatusOr<GenerationResult> free_run = Generate(*alone, requests[2]);
+  ASSERT_TRUE(free_run.ok());
+  requests[2].stop_ids = {free_run->tokens[5]};
+  absl::StatusOr<std::vector<GenerationResult>> together = GenerateBatch(*batched, requests);
+  ASSERT_TRUE(together.ok()) << together.status();
+  ASSERT_EQ(together->size(), 3u);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    absl::StatusOr<GenerationResult> single = Generate(*alone, requests[r]);
+    ASSERT_TRUE(single.ok());
+    EXPECT_EQ((*together)[r].tokens, single->tokens) << r;
+    EXPECT_EQ((*together)[r].finish_reason, single->finish_reason) << r;
+    for (size_t t = 0; t < single->logprobs.size(); ++t) {
+      EXPECT_NEAR((*together)[r].logprobs[t], single->logprobs[t], 1e-12) << r << " " << t;
+    }
+  }
+  EXPECT_LE((*together)[2].tokens.size(), 6u);
+  EXPECT_EQ((*together)[2].finish_reason, "eos");
+  EXPECT_THAT(std::string(GenerateBatch(*alone, requests).status().message()),
+              HasSubstr("3 requests for a decoder of 1 sequences"));
+}
+
 }  // namespace
 }  // namespace kelvin::models
