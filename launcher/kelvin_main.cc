@@ -182,6 +182,16 @@ absl::Status MakeJsonDirectory(const std::string& path) {
       absl::StrCat("--json ", path, ": cannot create its directory (", error.message(), ")"));
 }
 
+// eval --json's file, when one is asked for (`path` not empty): `json` written atomically, then
+// "wrote the <what> to <path>"; 0, or 1 after printing why it could not be written.
+int WriteJsonResult(const std::string& path, const std::string& json, const char* what) {
+  if (path.empty()) return 0;
+  const absl::Status written = kelvin::io::WriteFileAtomically(path, {json});
+  if (!written.ok()) return Fail(written);
+  KLOG(INFO) << "wrote the " << what << " to " << path;
+  return 0;
+}
+
 int Eval(const kelvin::config::JobConfig& job, const Arguments& a, int world_rank) {
   if (!a.eval_json.empty() && world_rank == 0) {
     if (const absl::Status made = MakeJsonDirectory(a.eval_json); !made.ok()) return Fail(made);
@@ -199,13 +209,9 @@ int Eval(const kelvin::config::JobConfig& job, const Arguments& a, int world_ran
     evaluations.push_back(*std::move(eval));
   }
   for (const kelvin::launcher::JobEvaluation& eval : evaluations) LogEvaluation(job, eval);
-  if (!a.eval_json.empty() && world_rank == 0) {
-    const std::string json = kelvin::launcher::EvaluationsJson(job, evaluations);
-    const absl::Status written = kelvin::io::WriteFileAtomically(a.eval_json, {json});
-    if (!written.ok()) return Fail(written);
-    KLOG(INFO) << "wrote the evaluation to " << a.eval_json;
-  }
-  return 0;
+  if (world_rank != 0) return 0;
+  return WriteJsonResult(a.eval_json, kelvin::launcher::EvaluationsJson(job, evaluations),
+                         "evaluation");
 }
 
 // generate: the prompts (with --prompt-file's lines), then one JSON line per prompt on stdout.
@@ -235,13 +241,7 @@ int Needle(const kelvin::config::JobConfig& job, Arguments a) {
     return Fail(WithWorkingDirectory(report.status(), kelvin::launcher::RelativePathsOf(job)));
   }
   KLOG(INFO) << kelvin::launcher::FormatNeedle(job, *report);
-  if (!a.eval_json.empty()) {
-    const absl::Status written =
-        kelvin::io::WriteFileAtomically(a.eval_json, {kelvin::launcher::NeedleJson(job, *report)});
-    if (!written.ok()) return Fail(written);
-    KLOG(INFO) << "wrote the needle grid to " << a.eval_json;
-  }
-  return 0;
+  return WriteJsonResult(a.eval_json, kelvin::launcher::NeedleJson(job, *report), "needle grid");
 }
 
 // eval --data / --text / --needle: the model alone, one process.
@@ -259,13 +259,7 @@ int Score(const kelvin::config::JobConfig& job, Arguments a) {
     return Fail(WithWorkingDirectory(report.status(), paths));
   }
   KLOG(INFO) << kelvin::launcher::FormatScore(job, *report);
-  if (!a.eval_json.empty()) {
-    const absl::Status written =
-        kelvin::io::WriteFileAtomically(a.eval_json, {kelvin::launcher::ScoreJson(job, *report)});
-    if (!written.ok()) return Fail(written);
-    KLOG(INFO) << "wrote the score to " << a.eval_json;
-  }
-  return 0;
+  return WriteJsonResult(a.eval_json, kelvin::launcher::ScoreJson(job, *report), "score");
 }
 
 int Convert(const kelvin::config::JobConfig& job, const std::string& out,

@@ -135,41 +135,46 @@ def temperature_lines(task, by_variant):
     return lines
 
 
-def plot_steps(task, by_variant, out):
-    fig, ax = plt.subplots(figsize=(6, 4))
+def variant_curves(by_variant, xs_of, ys_of):
+    """(label, xs, mean, std or None) per variant: ys_of(run) over the x values of its first run."""
     for variant in [v for v in VARIANTS if v in by_variant]:
         runs = list(by_variant[variant].values())
-        steps = [m["step"] for m in evaluations(runs[0])]
-        values = np.array([[m["eval/passkey_retrieval"] for m in evaluations(r)] for r in runs])
-        mean = values.mean(axis=0)
-        ax.plot(steps, 100 * mean, label=f"{variant} ({len(runs)})")
-        if len(runs) > 1:
-            std = values.std(axis=0, ddof=1)
-            ax.fill_between(steps, 100 * (mean - std), 100 * (mean + std), alpha=0.15)
-    ax.set(xlabel="step", ylabel="held-out retrieval % (teacher-forced)",
-           title=f"{task}: retrieval vs steps (mean +- std over seeds)")
+        xs = xs_of(runs[0])
+        values = 100 * np.array([ys_of(r, xs) for r in runs])
+        std = values.std(axis=0, ddof=1) if len(runs) > 1 else None
+        yield f"{variant} ({len(runs)})", xs, values.mean(axis=0), std
+
+
+def save(fig, ax, path):
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, f"retrieval_vs_steps_{task}.png"), dpi=80)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def plot_steps(task, by_variant, out):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, steps, mean, std in variant_curves(
+            by_variant, lambda r: [m["step"] for m in evaluations(r)],
+            lambda r, _: [m["eval/passkey_retrieval"] for m in evaluations(r)]):
+        ax.plot(steps, mean, label=label)
+        if std is not None:
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
+    ax.set(xlabel="step", ylabel="held-out retrieval % (teacher-forced)",
+           title=f"{task}: retrieval vs steps (mean +- std over seeds)")
+    save(fig, ax, os.path.join(out, f"retrieval_vs_steps_{task}.png"))
 
 
 def plot_lengths(task, by_variant, out):
     fig, ax = plt.subplots(figsize=(6, 4))
-    for variant in [v for v in VARIANTS if v in by_variant]:
-        runs = list(by_variant[variant].values())
-        lengths = sorted(needle_by_length(runs[0]))
-        values = np.array([[needle_by_length(r)[n] for n in lengths] for r in runs])
-        ax.errorbar(lengths, 100 * values.mean(axis=0),
-                    yerr=100 * values.std(axis=0, ddof=1) if len(runs) > 1 else None,
-                    marker="o", capsize=3, label=f"{variant} ({len(runs)})")
+    for label, lengths, mean, std in variant_curves(
+            by_variant, lambda r: sorted(needle_by_length(r)),
+            lambda r, lengths: [needle_by_length(r)[n] for n in lengths]):
+        ax.errorbar(lengths, mean, yerr=std, marker="o", capsize=3, label=label)
     ax.set_xscale("log", base=2)
     ax.set(xlabel="evaluation length (tokens)", ylabel="needle retrieval % (generated)",
            title=f"{task}: retrieval vs evaluation length")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, f"retrieval_vs_length_{task}.png"), dpi=80)
-    plt.close(fig)
+    save(fig, ax, os.path.join(out, f"retrieval_vs_length_{task}.png"))
 
 
 def plot_temperatures(task, by_variant, out):
