@@ -4,6 +4,7 @@
 # whose line is there is skipped, a trained run is not trained again. Usage:
 #   bash experiments/ssa/run_study.sh [--kelvin BIN] [--out DIR] [--results FILE] [--jobs N]
 #        [--tasks a,b] [--variants a,b] [--seeds 1,2] [--steps N] [--needle-samples N]
+#        [--threads N]  (OpenMP threads per run; default: the cores shared out over the --jobs)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -11,16 +12,19 @@ kelvin="$root/build/release/launcher/kelvin"
 out="$root/experiments/ssa/runs"
 results=""
 jobs=2
-tasks="passkey_256,passkey_512,distractor_256"
+tasks="passkey_192,passkey_256,passkey_512,distractor_256"
 variants="vanilla,ssa,query_only,value_only,position_only,clamp"
 seeds="1,2,3,4,5"
 steps=""           # "": each task's own budget
 needle_samples=10  # per cell of the needle grid
+threads=""
 
 # Each task: its --set flags, its step budget, and the needle grid it is scored on (lengths;
-# the depths are 0, 0.25, .., 1). passkey_256's grid runs to 8x the trained length.
+# the depths are 0, 0.25, .., 1). The passkey_192 and passkey_256 grids run to 8x the trained
+# length.
 task_flags() {
   case "$1" in
+    passkey_192) echo "--set training.seq_length=192" ;;
     passkey_256) echo "--set training.seq_length=256" ;;
     passkey_512) echo "--set training.seq_length=512" ;;
     distractor_256) echo "--set training.seq_length=256 --set data.passkey.distractors=3" ;;
@@ -30,13 +34,14 @@ task_flags() {
 }
 task_steps() {
   case "$1" in
-    passkey_256 | distractor_256) echo 250 ;;
+    passkey_192 | passkey_256 | distractor_256) echo 250 ;;
     passkey_512) echo 250 ;;
     smoke) echo 2 ;;
   esac
 }
 task_lengths() {
   case "$1" in
+    passkey_192) echo "192,384,768,1536" ;;
     passkey_256) echo "256,512,1024,2048" ;;
     passkey_512) echo "512,1024" ;;
     distractor_256) echo "256,512" ;;
@@ -72,6 +77,12 @@ run_cell() {
     --set checkpoint.dir=\"$dir/checkpoints\" --set checkpoint.interval_steps=$budget \
     --set checkpoint.keep_last=1 --set logging.metrics_file=\"$dir/metrics.jsonl\""
   mkdir -p "$dir"
+  # Another driver on the same --out may be running this cell: it is left to that one.
+  exec 8>"$dir/cell.lock"
+  if ! flock -n 8; then
+    echo "run_study: $task/$variant/seed$seed is being run by another driver; skipped"
+    return 0
+  fi
   if [[ ! -f "$dir/FINISHED" ]]; then
     local start=$SECONDS
     if ! "$kelvin" train "$here/passkey_study.textproto" "${flags[@]}" >"$dir/train.log" 2>&1; then
@@ -118,6 +129,7 @@ while [[ $# -gt 0 ]]; do
     --seeds) seeds="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --needle-samples) needle_samples="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
     --cell) shift; run_cell "$@"; exit $? ;;  # internal: one run, from the pool below
     *) echo "run_study: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -132,8 +144,10 @@ for variant in ${variants//,/ }; do
   variant_flags "$variant" >/dev/null || { echo "run_study: unknown variant $variant" >&2; exit 2; }
 done
 # The cores are shared out: each of the --jobs runs gets its part as OpenMP threads.
-threads=$(($(nproc) / jobs))
-threads=$((threads > 0 ? threads : 1))
+if [[ -z "$threads" ]]; then
+  threads=$(($(nproc) / jobs))
+  threads=$((threads > 0 ? threads : 1))
+fi
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 export kelvin out results steps needle_samples
 cells=()
