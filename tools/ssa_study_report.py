@@ -167,9 +167,9 @@ def plot_steps(task, by_variant, out):
             lambda r, _: [m["eval/passkey_retrieval"] for m in evaluations(r)]):
         ax.plot(steps, mean, label=label)
         if std is not None:
-            ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
+            ax.fill_between(steps, np.maximum(mean - std, 0), np.minimum(mean + std, 100), alpha=0.15)
     ax.set(xlabel="step", ylabel="held-out retrieval % (teacher-forced)",
-           title=f"{task}: retrieval vs steps (mean +- std over seeds)")
+           title=f"{task}: retrieval vs steps (mean +- std over seeds, within [0, 100])")
     save(fig, ax, os.path.join(out, f"retrieval_vs_steps_{task}.png"))
 
 

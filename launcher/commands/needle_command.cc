@@ -34,8 +34,8 @@ std::vector<double> DefaultDepths() {
 }
 
 // Fills report.temperatures from every layer's temperatures of each call on `decoder`.
-void ObserveTemperatures(const models::LlamaModel& model, NeedleReport& report,
-                         models::LlamaDecoder& decoder) {
+void CollectTemperatureHistograms(const models::LlamaModel& model, NeedleReport& report,
+                                  models::LlamaDecoder& decoder) {
   const models::LlamaConfig& arch = model.config();
   report.temperatures.resize(arch.num_layers);
   for (int64_t l = 0; l < arch.num_layers; ++l) {
@@ -116,7 +116,7 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
       return absl::FailedPreconditionError(
           "--temperatures: the model has no SSA temperatures (model.ssa.enabled is false)");
     }
-    ObserveTemperatures(*model, report, decoder);
+    CollectTemperatureHistograms(*model, report, decoder);
   }
   KELVIN_ASSIGN_OR_RETURN(
       report.cells,
