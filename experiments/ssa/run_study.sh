@@ -104,12 +104,14 @@ run_cell() {
     fi
     echo $((SECONDS - start)) >"$dir/needle_seconds"
   fi
-  # The line: the run's identity, its wall times, every metrics record (the progress and the
-  # evaluations, with the temperatures) and the needle grid, composed without parsing them.
+  # The line: the run's identity, its wall times, the metrics records of the evaluations, of every
+  # 25th step and of the last (the progress, with the temperatures) and the needle grid, composed
+  # without parsing them.
   local line
   line="{$id, \"steps\": $budget, \"train_seconds\": $(cat "$dir/train_seconds"),"
   line+=" \"needle_seconds\": $(cat "$dir/needle_seconds"),"
-  line+=" \"metrics\": [$(paste -sd, "$dir/metrics.jsonl")],"
+  line+=" \"metrics\": [$(grep -E "\"eval/|^\\{\"step\":($budget|[0-9]*(00|25|50|75))," \
+    "$dir/metrics.jsonl" | paste -sd,)],"
   line+=" \"needle\": $(tr -d '\n' <"$dir/needle.json" | tr -s ' ')}"
   (
     flock 9

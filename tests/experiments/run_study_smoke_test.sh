@@ -11,7 +11,7 @@ failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 study() {
   bash "$source_dir/experiments/ssa/run_study.sh" --kelvin "$kelvin" --out "$dir/runs" \
-    --results "$dir/study.jsonl" --tasks smoke --variants vanilla,ssa --seeds 3 --jobs 1
+    --results "$dir/study.jsonl" --tasks smoke --variants vanilla,ssa --seeds 3 --jobs 1 --threads 1
 }
 study > "$dir/first.log" 2>&1 || fail "the study failed: $(cat "$dir/first.log")"
 [[ $(wc -l < "$dir/study.jsonl") -eq 2 ]] || fail "expected 2 lines: $(cat "$dir/study.jsonl")"
