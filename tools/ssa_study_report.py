@@ -211,7 +211,7 @@ def plot_steps(task, by_variant, out):
         if std is not None:
             ax.fill_between(steps, np.maximum(mean - std, 0), np.minimum(mean + std, 100), alpha=0.15)
     ax.set(xlabel="step", ylabel="held-out retrieval % (teacher-forced)",
-           title=f"{task}: retrieval vs steps (mean +- std over seeds, within [0, 100])")
+           title=f"{task}: retrieval vs steps (mean, band +- std)")
     save(fig, ax, os.path.join(out, f"retrieval_vs_steps_{task}.png"))
 
 
