@@ -137,14 +137,22 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -x "$kelvin" ]] || { echo "run_study: no kelvin binary at $kelvin (give --kelvin)" >&2; exit 2; }
-results="${results:-$out/study.jsonl}"
-mkdir -p "$out" "$(dirname "$results")"
 for task in ${tasks//,/ }; do
-  task_flags "$task" >/dev/null || { echo "run_study: unknown task $task" >&2; exit 2; }
+  task_flags "$task" >/dev/null || {
+    echo "run_study: unknown task $task (tasks: passkey_192, passkey_256, passkey_512," \
+      "distractor_256, smoke)" >&2
+    exit 2
+  }
 done
 for variant in ${variants//,/ }; do
-  variant_flags "$variant" >/dev/null || { echo "run_study: unknown variant $variant" >&2; exit 2; }
+  variant_flags "$variant" >/dev/null || {
+    echo "run_study: unknown variant $variant (variants: vanilla, ssa, query_only, value_only," \
+      "position_only, clamp)" >&2
+    exit 2
+  }
 done
+results="${results:-$out/study.jsonl}"
+mkdir -p "$out" "$(dirname "$results")"  # after the checks: a refused call leaves nothing
 # The cores are shared out: each of the --jobs runs gets its part as OpenMP threads.
 if [[ -z "$threads" ]]; then
   threads=$(($(nproc) / jobs))
