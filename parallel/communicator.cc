@@ -1,4 +1,4 @@
-// Communicator naming.
+// Communicator naming, the scalar all-reduce and the agreement on a status.
 #include "parallel/communicator.h"
 
 #include <utility>
@@ -35,20 +35,26 @@ std::string GroupName(std::string_view role, const std::vector<int>& world_ranks
                       world_ranks.size(), " ranks)]");
 }
 
-absl::Status AgreeOnStatus(Communicator* group, const absl::Status& status, std::string_view what) {
-  if (group == nullptr) return status;
+double Communicator::AllReduceScalar(double value, ReduceOp op) {
+  Tensor scalar = Tensor::Empty({1}, DType::kF64);
+  scalar.data<double>()[0] = value;
+  AllReduce(scalar, op);
+  return scalar.data<double>()[0];
+}
+
+absl::Status AgreeOnStatus(Communicator& group, const absl::Status& status, std::string_view what) {
   Tensor mine = Tensor::Empty({1}, DType::kI32);
   mine.data<int32_t>()[0] = status.ok() ? 0 : 1;
-  Tensor all = Tensor::Empty({group->size()}, DType::kI32);  // [size] 1 where it failed
-  group->AllGather(mine, all);
+  Tensor all = Tensor::Empty({group.size()}, DType::kI32);  // [size] 1 where it failed
+  group.AllGather(mine, all);
   std::vector<int> failed;
-  for (int r = 0; r < group->size(); ++r) {
+  for (int r = 0; r < group.size(); ++r) {
     if (all.data<int32_t>()[r] != 0) failed.push_back(r);
   }
   if (!status.ok() || failed.empty()) return status;
   return absl::AbortedError(absl::StrCat(
       std::string(what), " failed on rank", failed.size() > 1 ? "s " : " ",
-      absl::StrJoin(failed, ", "), " of ", group->name(), " (its own message says why)"));
+      absl::StrJoin(failed, ", "), " of ", group.name(), " (its own message says why)"));
 }
 
 }  // namespace kelvin::parallel

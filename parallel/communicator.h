@@ -61,6 +61,9 @@ class Communicator {
   virtual void AllToAll(const Tensor& input, Tensor& output) = 0;
   virtual void Barrier() = 0;
 
+  // `value` reduced over the group (in f64, through AllReduce of a host tensor).
+  double AllReduceScalar(double value, ReduceOp op);
+
  protected:
   Communicator(std::string role, int rank, std::vector<int> world_ranks);
 
@@ -73,10 +76,10 @@ class Communicator {
 // "tp[0,1]", "dp[0,2,4,6,8,10,12,14,...(64 ranks)]".
 std::string GroupName(std::string_view role, const std::vector<int>& world_ranks);
 
-// One outcome for a step every rank of `group` takes (nullptr: one process): `status` where it is
+// One outcome for a step every rank of `group` takes: `status` where it is
 // an error, and on the ranks where it is OK an error naming the ranks (of the group) where `what`
 // failed, so that no rank goes on to wait for the failed ones; OK when it is OK everywhere.
 // Collective over `group`.
-absl::Status AgreeOnStatus(Communicator* group, const absl::Status& status, std::string_view what);
+absl::Status AgreeOnStatus(Communicator& group, const absl::Status& status, std::string_view what);
 
 }  // namespace kelvin::parallel

@@ -81,7 +81,7 @@ int64_t DistributedAdamW::MasterShardBytes() const {
   return bytes;
 }
 
-void DistributedAdamW::ReduceScatterGradients() {
+void DistributedAdamW::ReduceGradients() {
   for (int g = 0; g < kNumParamGroups; ++g) {
     GroupShard& s = groups_[g];
     if (s.elements == 0) continue;
@@ -90,8 +90,7 @@ void DistributedAdamW::ReduceScatterGradients() {
   }
 }
 
-double DistributedAdamW::ShardSumOfSquares(
-    const std::function<bool(const std::string&)>& counts) const {
+double DistributedAdamW::GradientSumOfSquares(const CountsTowardsNorm& counts) {
   const Context& ctx = params_.context();
   std::vector<Tensor> counted;
   for (const ParameterSet::Entry& e : params_.entries()) {
@@ -100,7 +99,10 @@ double DistributedAdamW::ShardSumOfSquares(
     const int64_t hi = std::min(e.offset + e.value.numel(), s.begin + s.count);
     if (lo < hi && counts(e.name)) counted.push_back(s.grad.Slice(lo - s.begin, hi - s.begin));
   }
-  return counted.empty() ? 0.0 : ops::SumOfSquares(ctx, counted);
+  Tensor squares = Tensor::Empty({1}, DType::kF64);  // this shard's, then the group's
+  squares.data<double>()[0] = counted.empty() ? 0.0 : ops::SumOfSquares(ctx, counted);
+  dp_.AllReduce(squares, ReduceOp::kSum);
+  return squares.data<double>()[0];
 }
 
 void DistributedAdamW::ScaleGradients(double coefficient) {
@@ -134,6 +136,11 @@ void DistributedAdamW::RefreshModelFromShards() {
   AllGatherMasters();
   params_.SyncModelCopy();
   params_.DropWholeMasters();  // the next step accumulates from zero, over a zero tail
+}
+
+void DistributedAdamW::Restored(int64_t steps_taken) {
+  RefreshModelFromShards();
+  steps_ = steps_taken;
 }
 
 void DistributedAdamW::GatherMasters() {

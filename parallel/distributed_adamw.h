@@ -20,45 +20,42 @@
 
 #include "core/context.h"
 #include "core/optim/adamw_optimizer.h"
+#include "core/optim/optimizer.h"
 #include "core/optim/parameter_set.h"
 #include "parallel/communicator.h"
 
 namespace kelvin::parallel {
 
-class DistributedAdamW {
+class DistributedAdamW final : public Optimizer {
  public:
   // Takes this rank's shard of the masters (with sharded masters, from the whole ones the model
   // initialised or loaded into the gradient buffers, which it then clears for the first step).
   DistributedAdamW(ParameterSet& params, const AdamWSettings& settings, Communicator& dp);
 
-  // Sums every rank's accumulated gradients into this rank's shards (the full gradient buffers
-  // are left as they were until Step).
-  void ReduceScatterGradients();
-  // Sum of squares of this rank's reduced shards, over the elements of the parameters for which
-  // `counts(name)` is true (see LlamaModel::IsCanonicalCopy): summed over the DP group (and
-  // the model-parallel groups) it is the squared global gradient norm.
-  double ShardSumOfSquares(const std::function<bool(const std::string&)>& counts) const;
-  // Multiplies the reduced shards by `coefficient` (gradient clipping).
-  void ScaleGradients(double coefficient);
+  // Reduce-scatters every rank's accumulated gradients into this rank's shards (the full
+  // gradient buffers are left as they were until Step).
+  void ReduceGradients() override;
+  // Over this rank's reduced shards, summed over the DP group.
+  double GradientSumOfSquares(const CountsTowardsNorm& counts) override;
+  void ScaleGradients(double coefficient) override;  // the reduced shards
   // AdamW on this rank's shards at learning rate `lr`, then RefreshModelFromShards (the gradient
   // buffers left zeroed).
-  void Step(const Context& ctx, double lr);
-  // Every rank's shard of the masters into every rank's model (values); after Step and after a
-  // checkpoint restored the shards. Collective over the group, between steps.
-  void RefreshModelFromShards();
-  // Between steps, with sharded masters: every rank's shard gathered into the gradient buffers,
-  // where ParameterSet::master() and MasterOnHost read the whole masters (for an export) until
-  // ReleaseMasters clears them. No-ops when the masters are whole anyway. Collective.
-  void GatherMasters();
-  void ReleaseMasters();
+  void Step(const Context& ctx, double lr) override;
 
-  int64_t steps_taken() const { return steps_; }
-  void set_steps_taken(int64_t steps) { steps_ = steps; }
-  // This rank's optimizer state for checkpoints, as AdamWOptimizer::StateSpans: the master
-  // weights and moments of the parameters' stretches inside its shards.
-  std::vector<OptimizerSpan> StateSpans() const;
-  int64_t StateBytes() const;        // of the moments' [S] buffers
-  int64_t MasterShardBytes() const;  // of the masters' [S] shards (0 when not sharded)
+  // RefreshModelFromShards after the shards were restored.
+  void Restored(int64_t steps_taken) override;
+  // With sharded masters: every rank's shard gathered into the gradient buffers, where
+  // ParameterSet::master() and MasterOnHost read the whole masters until ReleaseMasters clears
+  // them. No-ops when the masters are whole anyway.
+  void GatherMasters() override;
+  void ReleaseMasters() override;
+
+  int64_t steps_taken() const override { return steps_; }
+  // The master weights and moments of the parameters' stretches inside this rank's shards.
+  std::vector<OptimizerSpan> StateSpans() const override;
+  int64_t StateBytes() const override;        // of the moments' [S] buffers
+  int64_t MasterShardBytes() const override;  // of the masters' [S] shards (0 when not sharded)
+  bool ShardsState() const override { return true; }
 
  private:
   struct GroupShard {
@@ -71,6 +68,9 @@ class DistributedAdamW {
     // [S] its own with sharded masters, else a [count] view of the model's values
     Tensor master;
   };
+  // Every rank's shard of the masters into every rank's model (values); after Step and after a
+  // checkpoint restored the shards. Collective over the group, between steps.
+  void RefreshModelFromShards();
   // Every rank's master shard, through its (free) `grad`, into the group's padded gradient
   // buffer: with sharded masters there the whole masters (placed by the caller), else copied
   // into the values and the buffer zeroed.

@@ -12,6 +12,7 @@
 #include "core/mpi_check.h"
 #include "core/status.h"
 #include "parallel/communicator_factory.h"
+#include "parallel/self_communicator.h"
 
 namespace kelvin::parallel {
 namespace {
@@ -199,6 +200,28 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(const GridSpec&
     if (group != nullptr) {
       *rule.target = std::make_unique<TimedCommunicator>(rule.role, std::move(group));
     }
+  }
+  return grid;
+}
+
+absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Single(const GridSpec& spec,
+                                                                 const Context& ctx) {
+  if (spec.world_size != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("process grid: the layout is for world size ",
+                                                   spec.world_size, ", but this is one process"));
+  }
+  KELVIN_RETURN_IF_ERROR(ValidateGridSpec(spec));
+  auto grid = std::unique_ptr<ProcessGrid>(new ProcessGrid());
+  grid->spec_ = spec;
+  for (const auto& [target, role] : {std::pair{&grid->world_, "world"},
+                                     {&grid->tp_, "tp"},
+                                     {&grid->cp_, "cp"},
+                                     {&grid->dp_, "dp"},
+                                     {&grid->pp_, "pp"},
+                                     {&grid->dp_cp_, "dp_cp"},
+                                     {&grid->embedding_, "embedding"}}) {
+    *target = std::make_unique<TimedCommunicator>(
+        role, std::make_unique<SelfCommunicator>(role, /*world_rank=*/0, ctx));
   }
   return grid;
 }

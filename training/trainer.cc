@@ -18,6 +18,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/grad_norm.h"
+#include "core/optim/adamw_optimizer.h"
 #include "core/profile_range.h"
 #include "data/tasks/passkey_task.h"
 #include "models/llama/context_parallel.h"
@@ -134,18 +135,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
                           BuildProcessGrid(job, arch, world, placement.ctx, node.size));
   models::LlamaParallelism parallelism;
   parallel::ProcessGrid* grid = trainer->grid_.get();
-  if (grid != nullptr) {
-    const parallel::GridSpec& spec = grid->spec();
-    if (spec.tensor_parallel > 1) parallelism.tp = &grid->tp();
-    if (spec.context_parallel > 1) parallelism.cp = &grid->cp();
-    parallelism.sequence_parallel = spec.sequence_parallel;
-    if (spec.pipeline_parallel > 1) {
-      parallelism.pp = &grid->pp();
-      parallelism.virtual_stages = spec.virtual_pipeline_stages;
-      parallelism.embedding = grid->embedding();
-    }
-    trainer->micro_batches_ = spec.gradient_accumulation_steps;
+  const parallel::GridSpec& spec = grid->spec();
+  if (spec.tensor_parallel > 1) parallelism.tp = &grid->tp();
+  if (spec.context_parallel > 1) parallelism.cp = &grid->cp();
+  parallelism.sequence_parallel = spec.sequence_parallel;
+  if (spec.pipeline_parallel > 1) {
+    parallelism.pp = &grid->pp();
+    parallelism.virtual_stages = spec.virtual_pipeline_stages;
+    parallelism.embedding = grid->embedding();
   }
+  trainer->micro_batches_ = spec.gradient_accumulation_steps;
   std::vector<parallel::PipelineStep> program;  // built before the model: its errors come first
   const parallel::PipelineScheduleKind schedule =
       PipelineScheduleKindOf(job.parallel().pipeline_schedule());
@@ -162,14 +161,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   KELVIN_ASSIGN_OR_RETURN(trainer->model_,
                           BuildModel(job, arch, parallelism, placement,
                                      distributed_optimizer ? trainer->GradientReplicas() : 1));
-  // The steps report the temperatures of their last micro-batch.
-  trainer->model_->RecordTemperatureStatisticsOf(static_cast<int>(trainer->micro_batches_) - 1);
   if (parallelism.pp != nullptr) {
     trainer->pipeline_ = std::make_unique<PipelineRunner>(schedule, std::move(program),
                                                           *trainer->model_, grid->pp());
   }
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
-  const bool logging_rank = grid == nullptr || grid->world_rank() == 0;
+  const bool logging_rank = grid->world_rank() == 0;
   if (!job.logging().tensorboard_dir().empty() && logging_rank) {
     KELVIN_ASSIGN_OR_RETURN(trainer->tensorboard_,
                             TensorBoardWriter::Open(job.logging().tensorboard_dir()));
@@ -177,14 +174,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   const config::OptimizerConfig& opt = job.optimizer();
   const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
                                arch.ssa.has_value() ? arch.ssa->temperature_lr_scale : 1.0};
+  parallel::Communicator& replicas = grid->dp_cp();
   if (distributed_optimizer) {
-    trainer->distributed_optimizer_ = std::make_unique<parallel::DistributedAdamW>(
-        trainer->model_->parameters(), settings, trainer->grid_->dp_cp());
+    trainer->optimizer_ = std::make_unique<parallel::DistributedAdamW>(
+        trainer->model_->parameters(), settings, replicas);
   } else {
-    trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings);
+    GradientAllReduce all_reduce;  // one replica: nothing to sum
+    if (replicas.size() > 1) {
+      all_reduce = [&replicas](Tensor& grads) {
+        replicas.AllReduce(grads, parallel::ReduceOp::kSum);
+      };
+    }
+    trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings,
+                                                           std::move(all_reduce));
   }
   KELVIN_RETURN_IF_ERROR(trainer->Resume(test.run_id));
   return trainer;
+}
+
+bool Trainer::LogsProgress(int64_t step) const {
+  return (step + 1) % job_.logging().log_interval() == 0 || step + 1 == job_.training().steps();
+}
+
+bool Trainer::ReportsTemperatures(int64_t step) const {
+  if (!arch_.ssa.has_value()) return false;
+  const config::LoggingConfig& logging = job_.logging();
+  if (!logging.metrics_file().empty() || !logging.tensorboard_dir().empty()) return true;
+  return job_.model().ssa().log_statistics() && LogsProgress(step);
 }
 
 bool Trainer::ProfilesStep(int64_t step) const {
@@ -205,13 +221,11 @@ Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
 absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   const ProfileRange range(absl::StrCat("step ", step + 1));
   const auto start = std::chrono::steady_clock::now();
-  const double communication_before = grid_ ? grid_->CommunicationSeconds() : 0;
+  const double communication_before = grid_->CommunicationSeconds();
   const double pipeline_before = pipeline_ ? grid_->PipelineCommunicationSeconds() : 0;
   KELVIN_ASSIGN_OR_RETURN(StepStats stats, TrainStepUntimed(step));
   stats.seconds = SecondsSince(start);
-  if (grid_ != nullptr) {
-    stats.communication_seconds = grid_->CommunicationSeconds() - communication_before;
-  }
+  stats.communication_seconds = grid_->CommunicationSeconds() - communication_before;
   if (pipeline_ != nullptr) {
     stats.pipeline_transfer_seconds = grid_->PipelineCommunicationSeconds() - pipeline_before;
   }
@@ -236,9 +250,8 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     batches.push_back(std::move(batch).value());
   }
   // A bad row fails the replica that reads it: every rank stops, none waits in a collective.
-  KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, read,
-                              absl::StrCat("reading the batches of step ", step + 1)));
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
+      grid_->world(), read, absl::StrCat("reading the batches of step ", step + 1)));
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   StepStats stats;
   stats.step = step;
@@ -249,6 +262,10 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     KLOG_RANK0(WARNING) << "step " << step + 1 << " has no labelled token; no update";
     return stats;
   }
+  // The steps that report temperatures record those of their last micro-batch.
+  const bool reads_temperatures = ReportsTemperatures(step);
+  model_->RecordTemperatureStatisticsOf(reads_temperatures ? static_cast<int>(micro_batches_) - 1
+                                                           : models::LlamaModel::kNoMicroBatch);
   const auto micro_batches_start = std::chrono::steady_clock::now();
   for (const double loss : RunMicroBatches(batches, 1.0 / static_cast<double>(labelled))) {
     stats.loss += loss;  // in micro-batch order on every layout
@@ -265,14 +282,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   {
     const ProfileRange reduction("gradient reduction");
     model_->FinishGradients();
-    if (distributed_optimizer_ != nullptr) {
-      distributed_optimizer_->ReduceScatterGradients();
-    } else if (GradientReplicas() > 1) {
-      for (int g = 0; g < kNumParamGroups; ++g) {
-        Tensor& grads = params.grads(static_cast<ParamGroup>(g));
-        if (grads.defined()) grid_->dp_cp().AllReduce(grads, parallel::ReduceOp::kSum);
-      }
-    }
+    optimizer_->ReduceGradients();
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
   KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step + 1, stats.loss, stats.grad_norm,
@@ -281,18 +291,13 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
   {
     const ProfileRange update("optimizer step");
-    if (distributed_optimizer_ != nullptr) {
-      distributed_optimizer_->Step(ctx_, stats.lr);
-    } else {
-      optimizer_->Step(ctx_, stats.lr);
-    }
+    optimizer_->Step(ctx_, stats.lr);
   }
+  if (!reads_temperatures) return stats;
   // Every head and token of the micro-batch (tensor and context ranks), then every layer (stages).
   std::vector<ssa::TemperatureStatistics> temperatures = model_->TemperatureStatistics();
-  if (grid_ != nullptr) {
-    temperatures = MergeOver(grid_->tp(), temperatures, /*gather_heads=*/true);
-    temperatures = MergeOver(grid_->cp(), temperatures, /*gather_heads=*/false);
-  }
+  temperatures = MergeOver(grid_->tp(), temperatures, /*gather_heads=*/true);
+  temperatures = MergeOver(grid_->cp(), temperatures, /*gather_heads=*/false);
   stats.temperatures =
       pipeline_ ? pipeline_->GatherTemperatureStatistics(temperatures) : temperatures;
   return stats;
@@ -319,12 +324,10 @@ std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& bat
 
 models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) const {
   JobLayout layout;
-  if (grid_ != nullptr) layout.spec = grid_->spec();
-  layout.spec.micro_batch_size = job_.training().micro_batch_size();
-  layout.spec.gradient_accumulation_steps = micro_batches_;
+  layout.spec = grid_->spec();
   layout.dtype = model_->dtype();
   layout.separate_master = model_->parameters().has_model_copy();
-  layout.distributed_optimizer = distributed_optimizer_ != nullptr;
+  layout.distributed_optimizer = optimizer_->ShardsState();
   const absl::StatusOr<models::MemoryPlan> plan =
       PlanRankMemory(job_, arch_, layout, tensor_rank, pipeline_rank);
   KELVIN_CHECK(plan.ok()) << plan.status();  // this rank's pipeline program was built the same way
@@ -334,9 +337,7 @@ models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) con
 absl::Status Trainer::CheckPlanFitsDevice(const TrainingPlacement& placement,
                                           bool distributed_optimizer) const {
   JobLayout layout;
-  if (grid_ != nullptr) layout.spec = grid_->spec();
-  layout.spec.micro_batch_size = job_.training().micro_batch_size();
-  layout.spec.gradient_accumulation_steps = micro_batches_;
+  layout.spec = grid_->spec();
   layout.dtype = placement.dtype;
   layout.separate_master = placement.separate_master || placement.dtype != DType::kF32;
   layout.distributed_optimizer = distributed_optimizer;
@@ -354,41 +355,22 @@ absl::Status Trainer::CheckPlanFitsDevice(const TrainingPlacement& placement,
       absl::StrJoin(remedies, ", or ")));
 }
 
-int64_t Trainer::OptimizerStateBytes() const {
-  return distributed_optimizer_ != nullptr ? distributed_optimizer_->StateBytes()
-                                           : optimizer_->StateBytes();
-}
+int64_t Trainer::OptimizerStateBytes() const { return optimizer_->StateBytes(); }
 
 int64_t Trainer::MasterWeightBytes() const {
-  return model_->parameters().WholeMasterBytes() +
-         (distributed_optimizer_ != nullptr ? distributed_optimizer_->MasterShardBytes() : 0);
+  return model_->parameters().WholeMasterBytes() + optimizer_->MasterShardBytes();
 }
-
-int Trainer::DataParallelRank() const { return grid_ ? grid_->dp_rank() : 0; }
-int Trainer::DataParallelSize() const { return grid_ ? grid_->spec().data_parallel : 1; }
 
 double Trainer::FromLastStage(double value) {
   if (pipeline_ == nullptr) return value;
-  Tensor sum = Tensor::Empty({1}, DType::kF64);  // the last stage's value, zeros elsewhere
-  sum.data<double>()[0] = grid_->is_last_stage() ? value : 0.0;
-  grid_->pp().AllReduce(sum, parallel::ReduceOp::kSum);
-  return sum.data<double>()[0];
+  // The last stage's value, zeros elsewhere.
+  return grid_->pp().AllReduceScalar(grid_->is_last_stage() ? value : 0.0,
+                                     parallel::ReduceOp::kSum);
 }
-
-namespace {
-
-// The sum of `value` over `group`'s ranks.
-double SumOver(parallel::Communicator& group, double value) {
-  Tensor sum = Tensor::Empty({1}, DType::kF64);
-  sum.data<double>()[0] = value;
-  group.AllReduce(sum, parallel::ReduceOp::kSum);
-  return sum.data<double>()[0];
-}
-
-}  // namespace
 
 double Trainer::SumOverReplicas(double value) {
-  return GradientReplicas() == 1 ? value : SumOver(grid_->dp_cp(), value);
+  return GradientReplicas() == 1 ? value
+                                 : grid_->dp_cp().AllReduceScalar(value, parallel::ReduceOp::kSum);
 }
 
 Tensor Trainer::LocalLabels(const data::Batch& batch) const {
@@ -397,49 +379,33 @@ Tensor Trainer::LocalLabels(const data::Batch& batch) const {
 }
 
 double Trainer::ClipGradients(double max_norm) {
-  ParameterSet& params = model_->parameters();
   // Each parameter of the full model once: this rank's shards, and replicated tensors only where
-  // IsCanonicalCopy says; the squares summed over the tensor-parallel group (and over the
-  // data-parallel group when each rank holds a shard of the reduced gradients).
-  const auto counts = [&](const std::string& name) { return model_->IsCanonicalCopy(name); };
-  Tensor squares = Tensor::Empty({1}, DType::kF64);
-  if (distributed_optimizer_ != nullptr) {
-    squares.data<double>()[0] = distributed_optimizer_->ShardSumOfSquares(counts);
-    grid_->dp_cp().AllReduce(squares, parallel::ReduceOp::kSum);
-  } else {
-    std::vector<Tensor> counted;
-    for (const ParameterSet::Entry& e : params.entries()) {
-      if (counts(e.name)) counted.push_back(e.grad);
-    }
-    squares.data<double>()[0] = ops::SumOfSquares(ctx_, counted);
-  }
-  if (model_->tp() != nullptr) model_->tp()->AllReduce(squares, parallel::ReduceOp::kSum);
-  if (pipeline_ != nullptr) grid_->pp().AllReduce(squares, parallel::ReduceOp::kSum);
-  const double norm = std::sqrt(squares.data<double>()[0]);
+  // IsCanonicalCopy says; the squares summed over the data-parallel replicas where they hold
+  // shards (the optimizer), the tensor-parallel group and the pipeline stages.
+  double squares = optimizer_->GradientSumOfSquares(
+      [&](const std::string& name) { return model_->IsCanonicalCopy(name); });
+  if (model_->tp() != nullptr)
+    squares = model_->tp()->AllReduceScalar(squares, parallel::ReduceOp::kSum);
+  if (pipeline_ != nullptr)
+    squares = grid_->pp().AllReduceScalar(squares, parallel::ReduceOp::kSum);
+  const double norm = std::sqrt(squares);
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
-  if (coefficient < 1 && distributed_optimizer_ != nullptr) {
-    distributed_optimizer_->ScaleGradients(coefficient);
-  } else if (coefficient < 1) {  // false for NaN; for any non-finite norm CheckGradientsFinite
-                                 // then stops the step before the update
-    for (int g = 0; g < kNumParamGroups; ++g) {
-      Tensor& grads = params.grads(static_cast<ParamGroup>(g));
-      if (grads.defined()) ops::Scale(ctx_, grads, coefficient, grads);
-    }
-  }
+  // false for NaN; for any non-finite norm CheckGradientsFinite then stops the step before the
+  // update
+  if (coefficient < 1) optimizer_->ScaleGradients(coefficient);
   return norm;
 }
 
 absl::Status Trainer::OpenMetricsFile() {
   if (job_.logging().metrics_file().empty()) return absl::OkStatus();
   absl::Status opened = absl::OkStatus();
-  if (grid_ == nullptr || grid_->world_rank() == 0) {  // from the step the run resumed at
+  if (WorldRank() == 0) {  // from the step the run resumed at
     absl::StatusOr<MetricsFile> metrics =
         MetricsFile::Open(job_.logging().metrics_file(), start_step_);
     if (metrics.ok()) metrics_ = std::make_unique<MetricsFile>(std::move(*metrics));
     opened = metrics.status();
   }
-  return parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, opened,
-                                 "opening logging.metrics_file");
+  return parallel::AgreeOnStatus(grid_->world(), opened, "opening logging.metrics_file");
 }
 
 void Trainer::RecordScalars(int64_t step,
@@ -489,7 +455,7 @@ void Trainer::RecordStepScalars(const StepStats& stats) {
   const Throughput rate = ThroughputOf(tokens_per_second);
   scalars.emplace_back("train/tflops_per_process", rate.tflops_per_process);
   if (rate.mfu > 0) scalars.emplace_back("train/mfu", rate.mfu);
-  if (grid_ != nullptr) {
+  if (WorldSize() > 1) {
     scalars.emplace_back("train/communication_share", stats.communication_seconds / stats.seconds);
   }
   for (size_t l = 0; l < stats.temperatures.size(); ++l) {
@@ -603,8 +569,8 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
     }
     if (pipeline_ == nullptr) model_->EndMicroBatch(0);  // Forward keeps it for a Backward
   }
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, read,
-                                                 "reading the held-out batches"));
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(grid_->world(), read, "reading the held-out batches"));
   labelled = static_cast<int64_t>(SumOverReplicas(static_cast<double>(labelled)));
   stats.loss = FromLastStage(SumOverReplicas(stats.loss)) /
                static_cast<double>(std::max<int64_t>(labelled, 1));
@@ -615,7 +581,8 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
                          static_cast<double>(std::max<int64_t>(labelled, 1));
   if (passkey) {  // whole rows: the context-parallel ranks count the same ones
     const auto over_data_parallel = [&](double value) {
-      return DataParallelSize() == 1 ? value : SumOver(grid_->dp(), value);
+      return DataParallelSize() == 1 ? value
+                                     : grid_->dp().AllReduceScalar(value, parallel::ReduceOp::kSum);
     };
     stats.retrieval_accuracy = FromLastStage(over_data_parallel(static_cast<double>(retrieved))) /
                                over_data_parallel(static_cast<double>(rows));
@@ -645,13 +612,13 @@ absl::Status Trainer::Run() {
                    << (model_->parameters().has_model_copy() ? " with f32 master weights" : "")
                    << ", " << ctx_.device().ToString() << ", " << omp_get_max_threads()
                    << (omp_get_max_threads() == 1 ? " CPU thread)" : " CPU threads)");
-  if (grid_ != nullptr) {
+  if (WorldSize() > 1) {
     const parallel::GridSpec& g = grid_->spec();
     KLOG_RANK0(INFO) << "layout: " << g.world_size << " processes = tensor " << g.tensor_parallel
                      << (g.sequence_parallel ? " (sequence parallel)" : "") << " x context "
                      << g.context_parallel << " x pipeline " << g.pipeline_parallel << " x data "
                      << g.data_parallel
-                     << (distributed_optimizer_ ? " (distributed optimizer)" : "");
+                     << (optimizer_->ShardsState() ? " (distributed optimizer)" : "");
     if (pipeline_ != nullptr) {
       KLOG_RANK0(INFO) << "pipeline: " << PipelineScheduleKindName(pipeline_->kind()) << ", "
                        << g.virtual_pipeline_stages << " model chunk(s) per stage of "
@@ -697,7 +664,7 @@ absl::Status Trainer::Run() {
     RecordStepScalars(stats);
     tokens += stats.tokens * DataParallelSize();
     const bool last = step + 1 == t.steps();
-    if ((step + 1) % job_.logging().log_interval() == 0 || last) {
+    if (LogsProgress(step)) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const double eta =
@@ -710,7 +677,7 @@ absl::Status Trainer::Run() {
                               tokens / elapsed, rate.tflops_per_process,
                               rate.mfu > 0 ? absl::StrFormat(" (MFU %.1f%%)", 100 * rate.mfu) : "",
                               PeakMemoryGiB(), FormatDuration(eta))
-                       << (grid_
+                       << (WorldSize() > 1
                                ? absl::StrFormat(" | comm %.0f%%",
                                                  100 * stats.communication_seconds / stats.seconds)
                                : "");
@@ -807,15 +774,15 @@ void Trainer::LogFinished(double seconds) {
 absl::Status Trainer::ExportHf(const std::string& directory) {
   // One replica writes: data-parallel rank 0 and, of its context-parallel ranks (each holding the
   // whole replica's weights), rank 0; its tensor and pipeline ranks gather.
-  const bool writes = DataParallelRank() == 0 && (grid_ == nullptr || grid_->cp_rank() == 0);
+  const bool writes = DataParallelRank() == 0 && grid_->cp_rank() == 0;
   // ZeRO-1's sharded masters, whole in the (free) gradient buffers while exported.
-  if (distributed_optimizer_ != nullptr) distributed_optimizer_->GatherMasters();
+  optimizer_->GatherMasters();
   models::HfExportProvenance provenance = ExportProvenanceOf(job_);
   provenance.steps = std::max<int64_t>(job_.training().steps(), start_step_);
   if (!history_.empty()) provenance.train_loss = history_.back().loss;
   if (!evaluations_.empty()) provenance.eval_loss = evaluations_.back().loss;
   const absl::Status exported = writes ? model_->ExportHf(directory, provenance) : absl::OkStatus();
-  if (distributed_optimizer_ != nullptr) distributed_optimizer_->ReleaseMasters();
+  optimizer_->ReleaseMasters();
   return exported;
 }
 

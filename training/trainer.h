@@ -17,8 +17,8 @@
 
 #include "configs/kelvin.pb.h"
 #include "core/optim/adamw_optimizer.h"
+#include "core/optim/optimizer.h"
 #include "models/llama/memory_plan.h"
-#include "parallel/distributed_adamw.h"
 #include "parallel/process_grid.h"
 #include "training/checkpoint/async_checkpoint_saver.h"
 #include "training/checkpoint/checkpoint.h"
@@ -43,7 +43,8 @@ struct StepStats {
   // for the neighbouring stages: the bubble).
   double seconds = 0, micro_batch_seconds = 0, communication_seconds = 0,
          pipeline_transfer_seconds = 0;
-  // Per layer, the SSA temperatures of the step's last micro-batch (empty without SSA).
+  // Per layer, the SSA temperatures of the step's last micro-batch (empty without SSA, and on
+  // the steps that do not report them: Trainer::ReportsTemperatures).
   std::vector<ssa::TemperatureStatistics> temperatures;
 };
 
@@ -121,8 +122,8 @@ class Trainer {
   // The memory plan of the rank at (tensor rank, pipeline rank) of this job's layout (rank 0 of
   // the other groups), e.g. this rank's: MemoryPlanOf(tp_rank, pp_rank).
   models::MemoryPlan MemoryPlanOf(int tensor_rank, int pipeline_rank) const;
-  int TensorParallelRank() const { return grid_ ? grid_->tp_rank() : 0; }
-  int PipelineParallelRank() const { return grid_ ? grid_->pp_rank() : 0; }
+  int TensorParallelRank() const { return grid_->tp_rank(); }
+  int PipelineParallelRank() const { return grid_->pp_rank(); }
   // Bytes of this rank's optimizer state (AdamW moments, or its ZeRO-1 shards).
   int64_t OptimizerStateBytes() const;
   // Bytes of this rank's f32 master weights kept apart from the model (whole, or its ZeRO-1
@@ -191,6 +192,12 @@ class Trainer {
   void CheckpointSaved(const SavedCheckpoint& saved);
   // checkpoint.keep_best: logs which checkpoint it keeps (world rank 0).
   void LogBestCheckpoint(const BestCheckpoint& best) const;
+  // Whether `step` (0-based) writes a progress line: every logging.log_interval-th and the last.
+  bool LogsProgress(int64_t step) const;
+  // Whether `step`'s SSA temperature statistics are reported (StepStats::temperatures, else
+  // empty): every step's with a metrics file or TensorBoard, else those of the progress lines
+  // (model.ssa.log_statistics). The same on every rank (the statistics are merged over them).
+  bool ReportsTemperatures(int64_t step) const;
   // Whether logging.profile's capture window covers `step` (0-based) on this run's CUDA device.
   bool ProfilesStep(int64_t step) const;
   std::string LayoutName() const;  // e.g. "tp2 sp pp2 vp1 dp2 zero1", for checkpoints and logs
@@ -202,10 +209,10 @@ class Trainer {
     bool background_save_written = false;
   };
   StepAgreement AgreeAfterStep();
-  int DataParallelRank() const;
-  int DataParallelSize() const;
-  int WorldSize() const { return grid_ ? grid_->spec().world_size : 1; }
-  int WorldRank() const { return grid_ ? grid_->world_rank() : 0; }
+  int DataParallelRank() const { return grid_->dp_rank(); }
+  int DataParallelSize() const { return grid_->spec().data_parallel; }
+  int WorldSize() const { return grid_->spec().world_size; }
+  int WorldRank() const { return grid_->world_rank(); }
   // World rank 0: removes the step_<N>.partial / .deleting directories that interrupted saves
   // and deletions left in checkpoint.dir, with a log line each (a failure is a warning).
   void RemoveUnfinishedCheckpoints();
@@ -216,7 +223,7 @@ class Trainer {
   static std::string ResumeAdvice();
   // The run's last line (steps, time, where its outputs are) and the run directory's marker.
   void LogFinished(double seconds);
-  int ContextParallelSize() const { return grid_ ? grid_->spec().context_parallel : 1; }
+  int ContextParallelSize() const { return grid_->spec().context_parallel; }
   // The ranks that share the model but split the data: the data-parallel replicas and, within
   // each, the context-parallel ranks (each holding its tokens of every row). Gradients, losses and
   // token counts are summed over them.
@@ -237,13 +244,12 @@ class Trainer {
   config::JobConfig job_;
   models::LlamaConfig arch_;
   Context ctx_ = Context::Cpu();                 // this rank's device
-  std::unique_ptr<parallel::ProcessGrid> grid_;  // nullptr: one process
+  std::unique_ptr<parallel::ProcessGrid> grid_;  // size 1 for one process
   std::unique_ptr<models::LlamaModel> model_;
   DataSources data_;
-  // One of the two: AdamW over the whole parameters, or ZeRO-1 over the data-parallel group
+  // AdamW over the whole parameters, or ZeRO-1 over the data-parallel group
   // (parallel.distributed_optimizer).
-  std::unique_ptr<AdamWOptimizer> optimizer_;
-  std::unique_ptr<parallel::DistributedAdamW> distributed_optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   int64_t micro_batches_ = 1;                       // per step (gradient accumulation)
   std::unique_ptr<PipelineRunner> pipeline_;        // nullptr without pipeline parallelism
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // on world rank 0 with tensorboard_dir

@@ -14,7 +14,6 @@
 #include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/profile_range.h"
-#include "parallel/distributed_adamw.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/checkpoint/preemption.h"
 #include "training/checkpoint/training_state.h"
@@ -62,7 +61,7 @@ absl::Status Trainer::ResumeFromCheckpoint() {
 absl::Status Trainer::SetAsideDamaged(const std::string& path, const absl::Status& error) {
   const std::string aside = path + ".damaged";
   absl::Status moved = absl::OkStatus();
-  if (grid_ == nullptr || grid_->world_rank() == 0) {
+  if (WorldRank() == 0) {
     std::error_code ignored;
     std::filesystem::remove_all(aside, ignored);
     moved = io::RenameDurably(path, aside);
@@ -70,13 +69,12 @@ absl::Status Trainer::SetAsideDamaged(const std::string& path, const absl::Statu
                   << ", which does not restore: " << error.message() << "; it is kept as " << aside
                   << " and the run resumes from an older checkpoint";
   }
-  return parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, moved,
+  return parallel::AgreeOnStatus(grid_->world(), moved,
                                  "setting aside the damaged checkpoint " + path);
 }
 
 std::string Trainer::AgreedNewRunId() {
   std::string id = NewRunId();
-  if (grid_ == nullptr) return id;
   Tensor bytes = Tensor::Empty({static_cast<int64_t>(id.size())}, DType::kI32);  // world rank 0's
   std::copy(id.begin(), id.end(), bytes.data<int32_t>());
   grid_->world().Broadcast(bytes, 0);
@@ -109,8 +107,8 @@ absl::StatusOr<std::optional<CheckpointDirectoryLock>> Trainer::LockCheckpointDi
       locked = acquired.status();
     }
   }
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, locked,
-                                                 "locking checkpoint.dir=" + dir));
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(grid_->world(), locked, "locking checkpoint.dir=" + dir));
   return lock;
 }
 
@@ -118,8 +116,8 @@ absl::StatusOr<std::optional<std::string>> Trainer::AgreedCheckpoint(
     const CheckpointChoice& choice) {
   const std::string& dir = job_.checkpoint().dir();
   const absl::StatusOr<std::optional<std::string>> found = ChooseCheckpoint(dir, choice);
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(grid_ ? &grid_->world() : nullptr, found.status(),
-                                                 "listing checkpoint.dir=" + dir));
+  KELVIN_RETURN_IF_ERROR(
+      parallel::AgreeOnStatus(grid_->world(), found.status(), "listing checkpoint.dir=" + dir));
   KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(*found));
   return *found;
 }
@@ -130,20 +128,20 @@ absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
     return absl::InvalidArgumentError(
         "kelvin eval --all reads the job's checkpoints: set checkpoint.dir");
   }
-  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  parallel::Communicator& world = grid_->world();
   absl::StatusOr<std::vector<int64_t>> listed = CompleteCheckpointSteps(c.dir());
   KELVIN_RETURN_IF_ERROR(
       parallel::AgreeOnStatus(world, listed.status(), "listing checkpoint.dir=" + c.dir()));
   std::vector<int64_t> steps = *std::move(listed);
-  if (world != nullptr) {  // rank 0's list everywhere: each restore then agrees on its step
+  {  // rank 0's list everywhere: each restore then agrees on its step
     Tensor count = Tensor::Empty({1}, DType::kI64);
     count.data<int64_t>()[0] = static_cast<int64_t>(steps.size());
-    world->Broadcast(count, 0);
+    world.Broadcast(count, 0);
     steps.resize(static_cast<size_t>(count.data<int64_t>()[0]));
     if (!steps.empty()) {
       Tensor values = Tensor::Empty({static_cast<int64_t>(steps.size())}, DType::kI64);
       std::copy(steps.begin(), steps.end(), values.data<int64_t>());
-      world->Broadcast(values, 0);
+      world.Broadcast(values, 0);
       std::copy_n(values.data<int64_t>(), steps.size(), steps.begin());
     }
   }
@@ -152,7 +150,7 @@ absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
 }
 
 absl::Status Trainer::RestoreFrom(const std::string& path) {
-  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  parallel::Communicator& world = grid_->world();
   const TrainingState state = CurrentTrainingState();
   absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(path, job_.name(), state, ctx_);
   // A damaged part may fail some ranks only: none goes on to train without the others.
@@ -160,13 +158,7 @@ absl::Status Trainer::RestoreFrom(const std::string& path) {
   const RestoredSteps& restored = *loaded;
   start_step_ = restored.steps_completed;
   run_id_ = restored.run_id;  // "" for a kelvin-checkpoint-3: Resume draws a new one
-  if (distributed_optimizer_ != nullptr) {
-    distributed_optimizer_->RefreshModelFromShards();
-    distributed_optimizer_->set_steps_taken(restored.optimizer_steps);
-  } else {
-    model_->parameters().SyncModelCopy();
-    optimizer_->set_steps_taken(restored.optimizer_steps);
-  }
+  optimizer_->Restored(restored.optimizer_steps);
   KLOG_RANK0(INFO) << "resumed from " << path << " (" << start_step_ << " steps done)";
   if (!restored.saved_by.empty() && restored.saved_by != KelvinVersion()) {
     KLOG_RANK0(INFO) << "the checkpoint was written by kelvin " << restored.saved_by
@@ -190,7 +182,6 @@ absl::Status Trainer::RestoreFrom(const std::string& path) {
 }
 
 absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::string>& found) {
-  if (grid_ == nullptr) return absl::OkStatus();
   const int64_t step = found.has_value() ? CheckpointStepOf(*found).value_or(-1) : -1;
   Tensor range = Tensor::Empty({2}, DType::kI64);  // [max step, -min step] over the ranks
   range.data<int64_t>()[0] = step;
@@ -205,19 +196,15 @@ absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::str
 }
 
 std::string Trainer::LayoutName() const {
-  if (grid_ == nullptr) return "one process";
-  return training::LayoutName(grid_->spec(), distributed_optimizer_ != nullptr);
+  if (WorldSize() == 1) return "one process";  // what checkpoints have always called it
+  return training::LayoutName(grid_->spec(), optimizer_->ShardsState());
 }
 
 TrainingState Trainer::CurrentTrainingState() const {
   // The ranks of a (cp, dp) group hold the same model slice; ZeRO-1 shards over all of them.
-  const ReplicaPlace place{grid_ ? grid_->dp_cp().rank() : 0, distributed_optimizer_ != nullptr};
-  TrainingState state =
-      distributed_optimizer_ != nullptr
-          ? TrainingStateOf(*model_, distributed_optimizer_->StateSpans(),
-                            distributed_optimizer_->steps_taken(), place, LayoutName())
-          : TrainingStateOf(*model_, optimizer_->StateSpans(), optimizer_->steps_taken(), place,
-                            LayoutName());
+  const ReplicaPlace place{grid_->dp_cp().rank(), optimizer_->ShardsState()};
+  TrainingState state = TrainingStateOf(*model_, optimizer_->StateSpans(),
+                                        optimizer_->steps_taken(), place, LayoutName());
   const config::TrainingConfig& t = job_.training();
   state.run_id = run_id_;
   state.data_order = {{"data", job_.data().ShortDebugString()},
@@ -236,7 +223,7 @@ TrainingState Trainer::CurrentTrainingState() const {
 absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
   const ProfileRange range(absl::StrCat("checkpoint save of step ", steps_completed));
   const config::CheckpointConfig& c = job_.checkpoint();
-  parallel::Communicator* world = grid_ ? &grid_->world() : nullptr;
+  parallel::Communicator& world = grid_->world();
   if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
   TrainingState state = CurrentTrainingState();
   if (!evaluations_.empty() && evaluations_.back().step == steps_completed) {
@@ -258,8 +245,7 @@ absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
 }
 
 absl::Status Trainer::FinishBackgroundSave() {
-  KELVIN_ASSIGN_OR_RETURN(const std::string path,
-                          background_save_.Finish(grid_ ? &grid_->world() : nullptr));
+  KELVIN_ASSIGN_OR_RETURN(const std::string path, background_save_.Finish(grid_->world()));
   CheckpointSaved({path, true});
   return absl::OkStatus();
 }
@@ -276,7 +262,7 @@ void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
   saved_checkpoints_.push_back(saved);
   KLOG_RANK0(INFO) << "saved checkpoint " << saved.path
                    << (saved.written_in_background ? " (written in the background)" : "");
-  if (grid_ == nullptr || grid_->world_rank() == 0) {
+  if (WorldRank() == 0) {
     // Rank 0's alone: a failure is a warning (the others would wait for it in the next step).
     const config::CheckpointConfig& c = job_.checkpoint();
     const absl::StatusOr<std::optional<BestCheckpoint>> pruned =
@@ -302,7 +288,6 @@ Trainer::StepAgreement Trainer::AgreeAfterStep() {
   // commits the background save at the same step.
   const bool saving = background_save_.in_flight();
   const int32_t writing = saving && !background_save_.PartFinished() ? 1 : 0;
-  if (grid_ == nullptr) return {PreemptionSignal(), saving && writing == 0};
   Tensor flags = Tensor::Empty({2}, DType::kI32);  // [signal, a rank still writing]
   flags.data<int32_t>()[0] = PreemptionSignal();
   flags.data<int32_t>()[1] = writing;

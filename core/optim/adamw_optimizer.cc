@@ -2,8 +2,11 @@
 #include "core/optim/adamw_optimizer.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/copy.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/grad_norm.h"
 
 namespace kelvin {
 
@@ -14,8 +17,9 @@ ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup
   return hp;
 }
 
-AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings)
-    : params_(params), settings_(settings) {
+AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings,
+                               GradientAllReduce sum_over_replicas)
+    : params_(params), settings_(settings), sum_over_replicas_(std::move(sum_over_replicas)) {
   KELVIN_CHECK(params.allocated()) << "AdamWOptimizer needs allocated parameters";
   KELVIN_CHECK(!params.masters_sharded())
       << "AdamWOptimizer needs whole master weights: allocate with gradient_shards 1, or step "
@@ -26,6 +30,34 @@ AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settin
     m_[g] = Zeros(params.context(), masters.shape(), masters.dtype());
     v_[g] = Zeros(params.context(), masters.shape(), masters.dtype());
   }
+}
+
+void AdamWOptimizer::ReduceGradients() {
+  if (!sum_over_replicas_) return;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    Tensor& grads = params_.grads(static_cast<ParamGroup>(g));
+    if (grads.defined()) sum_over_replicas_(grads);
+  }
+}
+
+double AdamWOptimizer::GradientSumOfSquares(const CountsTowardsNorm& counts) {
+  std::vector<Tensor> counted;  // every replica holds the whole reduced gradients
+  for (const ParameterSet::Entry& e : params_.entries()) {
+    if (counts(e.name)) counted.push_back(e.grad);
+  }
+  return ops::SumOfSquares(params_.context(), counted);
+}
+
+void AdamWOptimizer::ScaleGradients(double coefficient) {
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    Tensor& grads = params_.grads(static_cast<ParamGroup>(g));
+    if (grads.defined()) ops::Scale(params_.context(), grads, coefficient, grads);
+  }
+}
+
+void AdamWOptimizer::Restored(int64_t steps_taken) {
+  params_.SyncModelCopy();
+  steps_ = steps_taken;
 }
 
 void AdamWOptimizer::Step(const Context& ctx, double lr) {

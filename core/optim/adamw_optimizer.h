@@ -1,15 +1,18 @@
-// AdamWOptimizer: AdamW over a ParameterSet's flat groups, with the moments it owns. Weight decay
+// AdamWOptimizer: AdamW over a ParameterSet's flat groups, with the moments it owns, the same on
+// every data-parallel replica (ZeRO-1's sharded one is parallel/distributed_adamw.h). Weight decay
 // applies to the kDecay group only (norms and SSA temperature parameters get none); the
 // kTemperature group's learning rate is scaled by temperature_lr_scale. The moments live with the
 // master weights (their dtype and device); a model copy is refreshed by every step.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/context.h"
 #include "core/ops/adamw.h"
+#include "core/optim/optimizer.h"
 #include "core/optim/parameter_set.h"
 
 namespace kelvin {
@@ -23,38 +26,42 @@ struct AdamWSettings {
 // kDecay only, the learning rate scaled by temperature_lr_scale for kTemperature.
 ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup group, double lr);
 
-// A stretch of one parameter's optimizer state, as checkpoints keep it: the elements
-// [begin, begin + count) of the parameter's (this rank's) tensor in row-major order, of its master
-// weights and Adam moments.
-struct OptimizerSpan {
-  std::string parameter;
-  int64_t begin = 0, count = 0;
-  // [count] views of the optimizer's storage: copying into them restores the state.
-  Tensor master, m, v;
-};
-
 // The spans of `group`'s parameters that master, m, v [n] hold, when they are the elements
 // [begin, begin + n) of the group's flat buffers (the whole buffers, or ZeRO-1's shard of them).
 std::vector<OptimizerSpan> OptimizerSpansOf(const ParameterSet& params, ParamGroup group,
                                             int64_t begin, const Tensor& master, const Tensor& m,
                                             const Tensor& v);
 
-class AdamWOptimizer {
- public:
-  AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings);
-  // One step at learning rate `lr` from the accumulated gradients (the caller zeroes them after).
-  void Step(const Context& ctx, double lr);
-  int64_t steps_taken() const { return steps_; }
+// Sums a flat gradient buffer over the data-parallel replicas, in place (a collective).
+using GradientAllReduce = std::function<void(Tensor& gradients)>;
 
-  // The optimizer state for checkpoints: every parameter's master weights and moments (the master
-  // weights' dtype and device).
-  std::vector<OptimizerSpan> StateSpans() const;
-  int64_t StateBytes() const;  // of the moments' buffers
-  void set_steps_taken(int64_t steps) { steps_ = steps; }
+class AdamWOptimizer final : public Optimizer {
+ public:
+  // `sum_over_replicas` reduces the gradients (nothing to do for one replica: leave it empty).
+  AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings,
+                 GradientAllReduce sum_over_replicas = {});
+
+  void ReduceGradients() override;
+  double GradientSumOfSquares(const CountsTowardsNorm& counts) override;
+  void ScaleGradients(double coefficient) override;
+  // One step at learning rate `lr` from the accumulated gradients (the caller zeroes them after).
+  void Step(const Context& ctx, double lr) override;
+
+  void Restored(int64_t steps_taken) override;
+  void GatherMasters() override {}  // the masters are whole on every replica
+  void ReleaseMasters() override {}
+
+  int64_t steps_taken() const override { return steps_; }
+  // Every parameter's master weights and moments (the master weights' dtype and device).
+  std::vector<OptimizerSpan> StateSpans() const override;
+  int64_t StateBytes() const override;
+  int64_t MasterShardBytes() const override { return 0; }
+  bool ShardsState() const override { return false; }
 
  private:
   ParameterSet& params_;
   AdamWSettings settings_;
+  GradientAllReduce sum_over_replicas_;
   Tensor m_[kNumParamGroups], v_[kNumParamGroups];  // [group elements] moments
   int64_t steps_ = 0;
 };

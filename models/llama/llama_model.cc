@@ -555,7 +555,8 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
   const int64_t n = a.h_attn.dim(0);
   NormForward(ctx, a.x, w("input_layernorm.weight"), a.h_attn, a.rstd_attn);
   AttentionForward(ctx, slot, layer, a);
-  const bool record = statistics_micro_batch_ < 0 || slot.micro_batch == statistics_micro_batch_;
+  const bool record =
+      statistics_micro_batch_ == kEveryMicroBatch || slot.micro_batch == statistics_micro_batch_;
   if (config_.ssa.has_value() && record) {  // kept per layer: recompute may drop the temperatures
     temperature_statistics_.resize(static_cast<size_t>(stage_.num_local_layers()));
     const std::string alpha = LayerParameterName(layer, "self_attn.ssa.alpha");

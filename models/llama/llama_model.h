@@ -204,9 +204,11 @@ class LlamaModel {
   // Per layer of this rank (stage().chunks order), the temperatures of the layer's last recorded
   // forward (SSA.md section 7); empty without SSA and before the first.
   std::vector<ssa::TemperatureStatistics> TemperatureStatistics() const;
-  // Records the statistics in the forwards of micro-batch `micro_batch` only (-1, the default:
-  // every forward). Each recording reduces the layer's temperatures on the host (on CUDA a copy
-  // that waits for the stream), so the trainer records its steps' last micro-batch alone.
+  // Records the statistics in the forwards of micro-batch `micro_batch` only, of every one
+  // (kEveryMicroBatch, the default) or of none (kNoMicroBatch). Each recording reduces the layer's
+  // temperatures on the host (on CUDA a copy that waits for the stream), so the trainer records
+  // the last micro-batch of the steps whose statistics it reports, and nothing on the others.
+  static constexpr int kEveryMicroBatch = -1, kNoMicroBatch = -2;
   void RecordTemperatureStatisticsOf(int micro_batch) { statistics_micro_batch_ = micro_batch; }
 
  private:
@@ -281,7 +283,7 @@ class LlamaModel {
   // The recomputed fields' buffers, shared by every layer and slot (the others undefined).
   LlamaLayerActivations recomputed_;
   std::vector<ssa::TemperatureStatistics> temperature_statistics_;  // [local layers] with SSA
-  int statistics_micro_batch_ = -1;                                 // RecordTemperatureStatisticsOf
+  int statistics_micro_batch_ = kEveryMicroBatch;                   // RecordTemperatureStatisticsOf
   // Scratch sized for the current micro-batch shape (reallocated when it changes).
   int64_t scratch_tokens_ = 0;
   Tensor proj_;  // [N, D] row-parallel GEMM outputs (partial sums)

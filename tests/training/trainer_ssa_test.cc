@@ -66,5 +66,32 @@ TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
   EXPECT_GT(readout_norm, 0.0);
 }
 
+// Without a metrics file or TensorBoard only the steps with a progress line (every
+// logging.log_interval-th and the last) read their temperatures; the others skip the host copies.
+TEST(TrainerSsa, OnlyTheStepsThatReportTemperaturesRecordThem) {
+  const absl::StatusOr<config::JobConfig> job = launcher::LoadJobConfig(
+      testing::DemoJobPath(),
+      {"model.ssa.enabled=true", "training.steps=5", "lr_schedule.warmup_steps=1",
+       "training.seq_length=110", "training.micro_batch_size=2", "training.global_batch_size=4",
+       "training.eval_interval=0", "training.export_hf_dir=\"\"", "logging.log_interval=2"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  const std::vector<StepStats>& history = (*trainer)->history();
+  ASSERT_EQ(history.size(), 5u);
+  const int64_t layers = (*trainer)->model().config().num_layers;
+  const int64_t heads = (*trainer)->model().config().num_attention_heads;
+  for (size_t step = 1; step <= history.size(); ++step) {
+    const bool reports = step % 2 == 0 || step == 5;
+    const std::vector<ssa::TemperatureStatistics>& t = history[step - 1].temperatures;
+    ASSERT_EQ(static_cast<int64_t>(t.size()), reports ? layers : 0) << "step " << step;
+    // The last micro-batch's (of 2): its 2 rows of 110 tokens, every head.
+    if (reports) {
+      EXPECT_EQ(t.front().query.count, 2 * 110 * heads) << "step " << step;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kelvin::training

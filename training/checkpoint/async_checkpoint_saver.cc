@@ -37,7 +37,7 @@ void AsyncCheckpointSaver::Start(PendingCheckpoint checkpoint) {
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
-absl::StatusOr<std::string> AsyncCheckpointSaver::Finish(parallel::Communicator* world) {
+absl::StatusOr<std::string> AsyncCheckpointSaver::Finish(parallel::Communicator& world) {
   KELVIN_CHECK(in_flight()) << "no checkpoint save in flight";
   writer_.join();
   const PendingCheckpoint checkpoint = std::move(*pending_);

@@ -31,7 +31,7 @@ class AsyncCheckpointSaver {
   bool PartFinished() const { return finished_.load(std::memory_order_acquire); }
   // Waits for this rank's part, then commits the checkpoint (collective over `world`, which every
   // rank calls at the same point); returns its path. Errors name the part and the rank that failed.
-  absl::StatusOr<std::string> Finish(parallel::Communicator* world);
+  absl::StatusOr<std::string> Finish(parallel::Communicator& world);
 
  private:
   std::optional<PendingCheckpoint> pending_;

@@ -75,13 +75,13 @@ absl::Status CreatePartialDirectory(const fs::path& partial, const CheckpointInd
 
 absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
     const std::string& dir, int64_t steps_completed, const std::string& job_name,
-    const TrainingState& state, const Context& ctx, parallel::Communicator* world,
+    const TrainingState& state, const Context& ctx, parallel::Communicator& world,
     bool snapshot_host_tensors) {
   PendingCheckpoint checkpoint;
   checkpoint.final_path_ = fs::path(dir) / StepDirectoryName(steps_completed);
   checkpoint.partial_ = fs::path(dir) / (StepDirectoryName(steps_completed) + kPartialSuffix);
-  const int rank = world == nullptr ? 0 : world->rank();
-  const int parts = world == nullptr ? 1 : world->size();
+  const int rank = world.rank();
+  const int parts = world.size();
   checkpoint.rank_ = rank;
   checkpoint.part_file_ = (checkpoint.partial_ / PartFileName(rank, parts)).string();
   // Each stage agrees on its outcome before the next, so a rank that fails does not leave the
@@ -118,7 +118,7 @@ absl::Status PendingCheckpoint::WritePart() const {
 }
 
 absl::StatusOr<std::string> PendingCheckpoint::Commit(const absl::Status& part_written,
-                                                      parallel::Communicator* world) const {
+                                                      parallel::Communicator& world) const {
   const absl::Status written = parallel::AgreeOnStatus(
       world, part_written, "writing a part of checkpoint " + partial_.string());
   if (!written.ok()) {  // e.g. a full disk: the unfinished directory goes (the next run's would)
@@ -145,7 +145,7 @@ absl::StatusOr<std::string> PendingCheckpoint::Commit(const absl::Status& part_w
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
                                            const std::string& job_name, const TrainingState& state,
-                                           const Context& ctx, parallel::Communicator* world) {
+                                           const Context& ctx, parallel::Communicator& world) {
   KELVIN_ASSIGN_OR_RETURN(const PendingCheckpoint checkpoint,
                           PendingCheckpoint::Begin(dir, steps_completed, job_name, state, ctx,
                                                    world, /*snapshot_host_tensors=*/false));

@@ -80,12 +80,12 @@ class PendingCheckpoint {
   static absl::StatusOr<PendingCheckpoint> Begin(const std::string& dir, int64_t steps_completed,
                                                  const std::string& job_name,
                                                  const TrainingState& state, const Context& ctx,
-                                                 parallel::Communicator* world,
+                                                 parallel::Communicator& world,
                                                  bool snapshot_host_tensors);
   absl::Status WritePart() const;  // with each piece's checksum
   // `part_written`: this rank's WritePart outcome. Returns the checkpoint's path.
   absl::StatusOr<std::string> Commit(const absl::Status& part_written,
-                                     parallel::Communicator* world) const;
+                                     parallel::Communicator& world) const;
   const std::string& part_file() const { return part_file_; }
 
  private:
@@ -97,11 +97,10 @@ class PendingCheckpoint {
 };
 
 // Writes the checkpoint of `steps_completed` steps under `dir` (created if missing) and returns
-// its path: the three stages of PendingCheckpoint in turn. Collective over `world` (nullptr: one
-// process).
+// its path: the three stages of PendingCheckpoint in turn. Collective over `world`.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& dir, int64_t steps_completed,
                                            const std::string& job_name, const TrainingState& state,
-                                           const Context& ctx, parallel::Communicator* world);
+                                           const Context& ctx, parallel::Communicator& world);
 
 // The newest complete checkpoint under `dir`, or nullopt when there is none (or no `dir`).
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(const std::string& dir);

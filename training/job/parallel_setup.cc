@@ -57,7 +57,10 @@ absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
   if (mpi_initialized) MPI_Comm_size(world, &world_size);
   const int processes = p.tensor_parallel() * p.pipeline_parallel() * p.context_parallel() *
                         DataParallelOf(p, world_size);
-  if (processes == 1 && world_size == 1) return nullptr;
+  if (processes == 1 && world_size == 1) {
+    KELVIN_ASSIGN_OR_RETURN(const parallel::GridSpec spec, GridSpecOf(job, arch, 1));
+    return parallel::ProcessGrid::Single(spec, ctx);
+  }
   if (!mpi_initialized) {
     return absl::FailedPreconditionError(
         absl::StrCat("parallel: the layout needs ", processes,

@@ -26,10 +26,10 @@ NodePlace NodePlaceOf(MPI_Comm world);
 absl::StatusOr<parallel::CommBackend> ResolveBackend(const config::ParallelConfig& parallel,
                                                      const Context& ctx, int node_processes);
 
-// nullptr when the layout is one process and `world` (when MPI is initialised) has one; else the
-// grid over `world` (MPI must be initialised: kelvin_main does it under mpirun/srun). Errors name
-// the parallel.* fields, the world size and the launch command to use. The communicators work on
-// ctx's device with ResolveBackend's library.
+// The size-1 grid when the layout is one process and `world` (when MPI is initialised) has one;
+// else the grid over `world` (MPI must be initialised: kelvin_main does it under mpirun/srun).
+// Errors name the parallel.* fields, the world size and the launch command to use. The
+// communicators work on ctx's device with ResolveBackend's library.
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
     const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
     const Context& ctx, int node_processes);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops/elementwise.h"
 #include "launcher/config/job_config.h"
+#include "parallel/self_communicator.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/files.h"
 #include "tests/testing/tensors.h"
@@ -26,6 +27,12 @@ namespace kelvin::training {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The world of one process, over which the saves are collective.
+parallel::Communicator& OneProcessWorld() {
+  static parallel::SelfCommunicator world("world", 0, Context::Cpu());
+  return world;
+}
 using ::testing::HasSubstr;
 
 std::string FreshDir(const std::string& name) {
@@ -145,14 +152,14 @@ TEST(AsyncCheckpoint, ThePartHoldsTheStateAsItWasWhenTheSaveBegan) {
   const std::string dir = FreshDir("snapshot");
   Tensor live = testing::Random({5, 3}, DType::kF32, 4);
   const Tensor saved = testing::Cast(live, DType::kF32);  // a copy
-  absl::StatusOr<PendingCheckpoint> pending =
-      PendingCheckpoint::Begin(dir, 7, "job", OneTensorState(live), Context::Cpu(), nullptr, true);
+  absl::StatusOr<PendingCheckpoint> pending = PendingCheckpoint::Begin(
+      dir, 7, "job", OneTensorState(live), Context::Cpu(), OneProcessWorld(), true);
   ASSERT_TRUE(pending.ok()) << pending.status();
   ops::Fill(Context::Cpu(), live, 5.0);  // training goes on
   AsyncCheckpointSaver saver;
   saver.Start(std::move(*pending));
   EXPECT_TRUE(saver.in_flight());
-  const absl::StatusOr<std::string> path = saver.Finish(nullptr);
+  const absl::StatusOr<std::string> path = saver.Finish(OneProcessWorld());
   ASSERT_TRUE(path.ok()) << path.status();
   EXPECT_FALSE(saver.in_flight());
   Tensor restored = Tensor::ZerosCpu({5, 3}, DType::kF32);
@@ -167,14 +174,14 @@ TEST(AsyncCheckpoint, ThePartHoldsTheStateAsItWasWhenTheSaveBegan) {
 TEST(AsyncCheckpoint, AFailedBackgroundWriteIsAnErrorAtTheCommit) {
   const std::string dir = FreshDir("failed");
   const Tensor data = testing::Random({4}, DType::kF32, 5);
-  absl::StatusOr<PendingCheckpoint> pending =
-      PendingCheckpoint::Begin(dir, 3, "job", OneTensorState(data), Context::Cpu(), nullptr, true);
+  absl::StatusOr<PendingCheckpoint> pending = PendingCheckpoint::Begin(
+      dir, 3, "job", OneTensorState(data), Context::Cpu(), OneProcessWorld(), true);
   ASSERT_TRUE(pending.ok()) << pending.status();
   const std::string part = pending->part_file();
   fs::remove_all(dir);  // the directory vanishes under the writer
   AsyncCheckpointSaver saver;
   saver.Start(std::move(*pending));
-  const absl::StatusOr<std::string> path = saver.Finish(nullptr);
+  const absl::StatusOr<std::string> path = saver.Finish(OneProcessWorld());
   ASSERT_FALSE(path.ok());
   EXPECT_THAT(std::string(path.status().message()), HasSubstr(part));
   EXPECT_FALSE(fs::exists(fs::path(dir) / "step_00000003"));

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "parallel/self_communicator.h"
 #include "tests/testing/files.h"
 #include "training/checkpoint/checkpoint.h"
 
@@ -67,8 +68,9 @@ TEST(CheckpointFuzz, DamagedCheckpointsFailCleanly) {
   TrainingState state;
   state.tensors = {{"w", io::TensorRegion::Whole({4, 6}), weight},
                    {"adamw.m:w", io::TensorRegion::Slice({4, 6}, 1, 1, 3).Elements(2, 7), moment}};
+  parallel::SelfCommunicator world("world", 0, Context::Cpu());
   absl::StatusOr<std::string> saved =
-      SaveCheckpoint(dir.string(), 5, "fuzz", state, Context::Cpu(), nullptr);
+      SaveCheckpoint(dir.string(), 5, "fuzz", state, Context::Cpu(), world);
   ASSERT_TRUE(saved.ok()) << saved.status();
   const fs::path checkpoint = *saved;
   const fs::path index = checkpoint / "checkpoint.json",

@@ -109,7 +109,7 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
       "training.eval_interval=3",
       "training.eval_steps=3",  // split over the data-parallel replicas, unevenly
       "training.export_hf_dir=\"\"",
-      "logging.log_interval=100",
+      "logging.log_interval=1",  // every step reports its temperatures
       "optimizer.lr=1e-4",
       absl::StrCat("parallel.tensor_parallel=", layout.tp),
       absl::StrCat("parallel.data_parallel=", layout.dp),
@@ -206,6 +206,7 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
       return std::abs(a - b) <= 1e-4 * std::abs(b) + 1e-6;
     };
     for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_FALSE(expected[i].temperatures.empty()) << "step " << i + 1;
       ASSERT_EQ(got[i].temperatures.size(), expected[i].temperatures.size()) << "step " << i + 1;
       for (size_t l = 0; l < got[i].temperatures.size(); ++l) {
         const ssa::TemperatureStatistics& g = got[i].temperatures[l];

@@ -1,0 +1,95 @@
+// The Optimizer interface: AdamW on whole replicas and ZeRO-1 over a group of one rank (a
+// self-communicator) take the same steps bit for bit, norms and clipping included, and AdamW
+// sums each gradient group once over its replicas.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/copy.h"
+#include "core/ops/elementwise.h"
+#include "core/optim/adamw_optimizer.h"
+#include "parallel/distributed_adamw.h"
+#include "parallel/self_communicator.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/tensors.h"
+
+namespace kelvin::parallel {
+namespace {
+
+// One parameter of each group, with the same values in every set this makes.
+std::unique_ptr<ParameterSet> ThreeGroups() {
+  auto params = std::make_unique<ParameterSet>();
+  params->Declare("w", {4, 5}, ParamGroup::kDecay);
+  params->Declare("norm", {5}, ParamGroup::kNoDecay);
+  params->Declare("temperature", {3}, ParamGroup::kTemperature);
+  params->Allocate(DType::kF32);
+  uint64_t seed = 1;
+  for (const ParameterSet::Entry& e : params->entries()) {
+    params->Assign(e.name, testing::Random(e.shape, DType::kF32, seed++));
+  }
+  return params;
+}
+
+// Gradients of step `step`, the same in every set.
+void FillGradients(ParameterSet& params, int step) {
+  uint64_t seed = 100 * static_cast<uint64_t>(step + 1);
+  for (const ParameterSet::Entry& e : params.entries()) {
+    Tensor grad = params.grad(e.name);
+    CopyTensor(Context::Cpu(), testing::Random(e.shape, DType::kF32, seed++), grad);
+  }
+}
+
+TEST(OptimizerTest, ZeroOneOverOneRankStepsAsAdamW) {
+  const AdamWSettings settings{0.9, 0.95, 1e-8, 0.1, 0.5};
+  std::unique_ptr<ParameterSet> whole = ThreeGroups(), sharded = ThreeGroups();
+  SelfCommunicator self("dp_cp", 0, Context::Cpu());
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  optimizers.push_back(std::make_unique<AdamWOptimizer>(*whole, settings));
+  optimizers.push_back(std::make_unique<DistributedAdamW>(*sharded, settings, self));
+  EXPECT_FALSE(optimizers[0]->ShardsState());
+  EXPECT_TRUE(optimizers[1]->ShardsState());
+  const CountsTowardsNorm not_temperature = [](const std::string& name) {
+    return name != "temperature";
+  };
+  for (int step = 0; step < 3; ++step) {
+    double squares[2] = {};
+    for (int o = 0; o < 2; ++o) {
+      ParameterSet& params = o == 0 ? *whole : *sharded;
+      FillGradients(params, step);
+      optimizers[o]->ReduceGradients();
+      squares[o] = optimizers[o]->GradientSumOfSquares(not_temperature);
+      optimizers[o]->ScaleGradients(0.5);
+      optimizers[o]->Step(Context::Cpu(), 1e-2);
+      params.ZeroGrads();
+    }
+    EXPECT_GT(squares[0], 0.0);
+    EXPECT_EQ(squares[0], squares[1]) << "step " << step;
+    for (const ParameterSet::Entry& e : whole->entries()) {
+      EXPECT_TRUE(testing::BitIdentical(sharded->value(e.name), e.value, e.name));
+    }
+  }
+  for (const auto& optimizer : optimizers) {
+    EXPECT_EQ(optimizer->steps_taken(), 3);
+    EXPECT_EQ(optimizer->StateSpans().size(), 3u);  // one span per parameter
+    EXPECT_EQ(optimizer->StateBytes(), 2 * (20 + 5 + 3) * 4);
+  }
+}
+
+TEST(OptimizerTest, AdamWSumsEachGradientGroupOverItsReplicasOnce) {
+  std::unique_ptr<ParameterSet> params = ThreeGroups();
+  std::vector<int64_t> reduced;  // the element counts of the buffers it was given
+  AdamWOptimizer adam(*params, {}, [&](Tensor& grads) {
+    reduced.push_back(grads.numel());
+    ops::Fill(Context::Cpu(), grads, 2.0);  // as if the replicas' gradients summed to 2
+  });
+  FillGradients(*params, 0);
+  adam.ReduceGradients();
+  EXPECT_EQ(reduced, (std::vector<int64_t>{20, 5, 3}));  // kDecay, kNoDecay, kTemperature
+  EXPECT_EQ(adam.GradientSumOfSquares([](const std::string& name) { return name == "norm"; }),
+            5 * 4.0);
+}
+
+}  // namespace
+}  // namespace kelvin::parallel
