@@ -47,36 +47,19 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t 
     : model_(&model), max_tokens_(max_tokens), lengths_(sequences, 0) {
   const LlamaConfig& c = model.config();
   const Context& ctx = model.context();
-  const DType dtype = model.parameters().Get(kEmbeddingName).value.dtype();
+  const DType dtype = model.dtype();
   Tensor positions = Tensor::Empty({max_tokens}, DType::kI32);
   for (int64_t t = 0; t < max_tokens; ++t) positions.data<int32_t>()[t] = static_cast<int32_t>(t);
   positions_ = CopyToDevice(ctx, positions, ctx.device());
   inv_freq_ = CopyToDevice(ctx, ops::RopeInverseFrequencies(c.rope, c.head_dim, AccumDType(dtype)),
                            ctx.device());
-  const ParameterSet& params = model.parameters();
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const auto weight = [&](std::string_view suffix) {
-      const std::string name = LayerParameterName(l, suffix);
-      return params.Contains(name) ? params.Get(name).value : Tensor();
-    };
-    weights_.push_back({weight("input_layernorm.weight"),
-                        weight("self_attn.q_proj.weight"),
-                        weight("self_attn.k_proj.weight"),
-                        weight("self_attn.v_proj.weight"),
-                        weight("self_attn.o_proj.weight"),
-                        weight("post_attention_layernorm.weight"),
-                        weight("mlp.gate_proj.weight"),
-                        weight("mlp.up_proj.weight"),
-                        weight("mlp.down_proj.weight"),
-                        weight("self_attn.ssa.query_temperature_proj.weight"),
-                        weight("self_attn.ssa.value_temperature_proj.weight"),
-                        {weight("self_attn.ssa.query_readout"),
-                         weight("self_attn.ssa.value_readout"), weight("self_attn.ssa.alpha")}});
     const Shape shape = {sequences * max_tokens, c.num_key_value_heads, c.head_dim};
-    cache_.push_back(
-        {Tensor::Empty(shape, dtype, ctx.device()), Tensor::Empty(shape, dtype, ctx.device()),
-         weights_.back().value_projection.defined() ? Tensor::Empty(shape, dtype, ctx.device())
-                                                    : Tensor()});
+    cache_.push_back({Tensor::Empty(shape, dtype, ctx.device()),
+                      Tensor::Empty(shape, dtype, ctx.device()),
+                      model.layer_weights(l).value_projection.defined()
+                          ? Tensor::Empty(shape, dtype, ctx.device())
+                          : Tensor()});
   }
 }
 
@@ -116,19 +99,16 @@ absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<i
   Tensor ids = Tensor::Empty({rows}, DType::kI32);
   std::copy(all.begin(), all.end(), ids.data<int32_t>());
   const Context& ctx = model_->context();
-  const Tensor& embedding = model_->parameters().Get(kEmbeddingName).value;
+  const Tensor& embedding = model_->end_weights().embedding;
   const DType dtype = embedding.dtype();
   Tensor x = Tensor::Empty({rows, c.hidden_size}, dtype, ctx.device());  // [N, D]
   ops::EmbeddingForward(ctx, CopyToDevice(ctx, ids, ctx.device()), embedding, 0, x);
   for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, segments, x);
   Tensor h = Tensor::Empty(x.shape(), dtype, ctx.device());
   Tensor rstd = Tensor::Empty({rows}, AccumDType(dtype), ctx.device());
-  ops::RmsNormForward(ctx, x, model_->parameters().Get(kFinalNormName).value, c.rms_norm_eps, h,
-                      rstd);
+  ops::RmsNormForward(ctx, x, model_->end_weights().final_norm, c.rms_norm_eps, h, rstd);
   logits_ = Tensor::Empty({rows, c.vocab_size}, dtype, ctx.device());
-  Linear(ctx, h,
-         model_->parameters().Get(c.tie_word_embeddings ? kEmbeddingName : kLmHeadName).value,
-         logits_);
+  Linear(ctx, h, model_->end_weights().lm_head, logits_);
   for (const Segment& segment : segments) lengths_[segment.sequence] += segment.n;
   return logits_;
 }
@@ -141,7 +121,7 @@ void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Te
   const int64_t rows = x.dim(0), h_count = c.num_attention_heads, g = c.num_key_value_heads,
                 d = c.head_dim;
   const ssa::SsaOptions options = c.AttentionOptions();
-  const LayerWeights& w = weights_[layer];
+  const LlamaLayerWeights& w = model_->layer_weights(layer);
   LayerCache& cache = cache_[layer];
   const auto cached = [&](const Tensor& t, const Segment& s, int64_t begin, int64_t end) {
     return t.Slice(s.sequence * max_tokens_ + begin, s.sequence * max_tokens_ + end);

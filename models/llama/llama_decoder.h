@@ -50,11 +50,6 @@ class LlamaDecoder {
  private:
   // A layer's weights, found by name once (the model's tensors, not copies); the SSA ones are
   // undefined where the flags give the layer none.
-  struct LayerWeights {
-    Tensor input_norm, q, k, v, o, post_norm, gate, up, down;  // [out, in] as Hugging Face's
-    Tensor query_projection, value_projection;                 // W_tmp without weight sharing
-    ssa::SsaParameters ssa;                                    // a^q, a^v, alpha
-  };
   // A layer's cache, [sequences * max_tokens, G, d] each (sequence b's positions from row
   // b * max_tokens); value_source only without weight sharing.
   struct LayerCache {
@@ -71,12 +66,11 @@ class LlamaDecoder {
 
   const LlamaModel* model_;
   int64_t max_tokens_;
-  std::vector<int64_t> lengths_;       // [sequences]
-  Tensor positions_;                   // [max_tokens] i32: 0, 1, 2, ...
-  Tensor inv_freq_;                    // [d/2] RoPE inverse frequencies
-  std::vector<LayerWeights> weights_;  // [L]
-  std::vector<LayerCache> cache_;      // [L]
-  Tensor logits_;                      // [N, V] of the last call
+  std::vector<int64_t> lengths_;   // [sequences]
+  Tensor positions_;               // [max_tokens] i32: 0, 1, 2, ...
+  Tensor inv_freq_;                // [d/2] RoPE inverse frequencies
+  std::vector<LayerCache> cache_;  // [L]
+  Tensor logits_;                  // [N, V] of the last call
   TemperatureObserver observer_;
 };
 

@@ -70,6 +70,14 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
     Declare(spec.name, spec.full_shape, spec.group);
   }
   params_.Allocate(ctx_, dtype, placement.separate_master, placement.gradient_shards);
+  for (const LlamaStageLayout::Chunk& c : stage_.chunks) {
+    for (int64_t layer = c.layer_begin; layer < c.layer_end; ++layer) {  // local layer order
+      layer_values_.push_back(LayerWeightsOf(params_, layer, /*gradients=*/false));
+      layer_grads_.push_back(LayerWeightsOf(params_, layer, /*gradients=*/true));
+    }
+  }
+  end_values_ = EndWeightsOf(params_, config.tie_word_embeddings, /*gradients=*/false);
+  end_grads_ = EndWeightsOf(params_, config.tie_word_embeddings, /*gradients=*/true);
   inv_freq_ = CopyToDevice(
       ctx_, ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype)),
       ctx_.device());
@@ -102,10 +110,10 @@ io::TensorRegion LlamaModel::RegionOf(const std::string& name) const {
 }
 
 void LlamaModel::FinishGradients() {
-  if (stage_.stages > 1 && config_.tie_word_embeddings && params_.Contains(kEmbeddingName)) {
+  if (stage_.stages > 1 && config_.tie_word_embeddings && end_grads_.embedding.defined()) {
     KELVIN_CHECK(parallelism_.embedding != nullptr)
         << "tied embeddings over pipeline stages need the embedding group";
-    parallelism_.embedding->AllReduce(params_.grad(kEmbeddingName), parallel::ReduceOp::kSum);
+    parallelism_.embedding->AllReduce(end_grads_.embedding, parallel::ReduceOp::kSum);
   }
   parallel::Communicator* tp = parallelism_.tp;
   if (tp == nullptr) return;
@@ -330,14 +338,6 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   return b;
 }
 
-const Tensor& LlamaModel::LmHead() {
-  return params_.value(config_.tie_word_embeddings ? kEmbeddingName : kLmHeadName);
-}
-
-Tensor& LlamaModel::LmHeadGrad() {
-  return params_.grad(config_.tie_word_embeddings ? kEmbeddingName : kLmHeadName);
-}
-
 ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivations& slot,
                                                     const LlamaLayerActivations& a) const {
   if (parallelism_.cp == nullptr) {
@@ -355,16 +355,6 @@ ssa::SsaBlockShape LlamaModel::AttentionShape(const LlamaMicroBatchActivations& 
   const int ranks = ContextParallelSize();
   const int64_t tc = slot.seq / (2 * ranks);
   return {slot.batch, ContextChunk(parallelism_.cp->rank(), block, ranks) * tc, tc, 0, slot.seq};
-}
-
-ssa::SsaParameters LlamaModel::AttentionParameters(int64_t layer, bool gradients) {
-  auto get = [&](std::string_view suffix) {
-    const std::string name = LayerParameterName(layer, suffix);
-    if (!params_.Contains(name)) return Tensor();
-    return gradients ? params_.grad(name) : params_.value(name);
-  };
-  return {get("self_attn.ssa.query_readout"), get("self_attn.ssa.value_readout"),
-          get("self_attn.ssa.alpha")};
 }
 
 std::vector<ssa::TemperatureStatistics> LlamaModel::TemperatureStatistics() const {
@@ -446,8 +436,7 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
   if (stage_.starts_model(chunk)) {
     // Vocab-parallel embedding: each rank's rows, zero elsewhere, summed over the group.
     Tensor& embedded = parallelism_.tp ? proj_ : input;
-    ops::EmbeddingForward(ctx, slot.tokens, params_.value(kEmbeddingName), layout_.vocab_begin,
-                          embedded);
+    ops::EmbeddingForward(ctx, slot.tokens, end_values_.embedding, layout_.vocab_begin, embedded);
     if (parallelism_.tp) CopyTensor(ctx, ReduceTokens(proj_), input);
   }
   Tensor& output = slot.outputs[chunk];
@@ -456,8 +445,8 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
     LayerForward(ctx, slot, l, l + 1 < c.layer_end ? slot.layers[LocalLayer(l + 1)].x : output);
   }
   if (!stage_.ends_model(chunk)) return output;
-  NormForward(ctx, output, params_.value(kFinalNormName), slot.h_final, slot.rstd_final);
-  Linear(ctx, slot.h_final, LmHead(), slot.logits);
+  NormForward(ctx, output, end_values_.final_norm, slot.h_final, slot.rstd_final);
+  Linear(ctx, slot.h_final, end_values_.lm_head, slot.logits);
   return slot.logits;
 }
 
@@ -504,21 +493,19 @@ LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot,
 
 void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActivations& slot,
                                   int64_t layer, LlamaLayerActivations& a) {
-  auto w = [&](std::string_view suffix) -> const Tensor& {
-    return params_.value(LayerParameterName(layer, suffix));
-  };
+  const LlamaLayerWeights& w = layer_weights(layer);
   const int64_t n = a.h_attn.dim(0);
   Tensor u = a.u.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
-  Linear(ctx, a.h_attn, w("self_attn.q_proj.weight"), u);
-  Linear(ctx, a.h_attn, w("self_attn.k_proj.weight"), k);
-  Linear(ctx, a.h_attn, w("self_attn.v_proj.weight"), v);
+  Linear(ctx, a.h_attn, w.q, u);
+  Linear(ctx, a.h_attn, w.k, k);
+  Linear(ctx, a.h_attn, w.v, v);
   if (a.query_source.defined()) {
     Tensor source = a.query_source.View({n, -1});
-    Linear(ctx, a.h_attn, w("self_attn.ssa.query_temperature_proj.weight"), source);
+    Linear(ctx, a.h_attn, w.query_projection, source);
   }
   if (a.value_source.defined()) {
     Tensor source = a.value_source.View({n, -1});
-    Linear(ctx, a.h_attn, w("self_attn.ssa.value_temperature_proj.weight"), source);
+    Linear(ctx, a.h_attn, w.value_projection, source);
   }
   if (parallelism_.cp != nullptr) {  // the whole sequence's keys, values and value source
     GatherSequence(ctx, *parallelism_.cp, slot.batch, a.k, cp_scratch_, a.k_all);
@@ -529,49 +516,46 @@ void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActiv
     }
   }
   const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
-  const ssa::SsaParameters params = AttentionParameters(layer, false);
   const int blocks = AttentionBlocks();
   for (int block = 0; block < blocks; ++block) {
     ssa::SsaAttentionOutputs outputs{QueryRows(a.attn, block, blocks),
                                      QueryRows(a.lse, block, blocks),
                                      QueryRows(a.tau_q, block, blocks), a.tau_v};
     ssa::SsaAttentionForward(ctx, attention_options_, AttentionShape(slot, block),
-                             QueryBlockInputs(inputs, block, blocks), params, outputs);
+                             QueryBlockInputs(inputs, block, blocks), w.ssa, outputs);
   }
 }
 
 void LlamaModel::MlpForward(const Context& ctx, int64_t layer, LlamaLayerActivations& a) {
-  Linear(ctx, a.h_mlp, params_.value(LayerParameterName(layer, "mlp.gate_proj.weight")), a.gate);
-  Linear(ctx, a.h_mlp, params_.value(LayerParameterName(layer, "mlp.up_proj.weight")), a.up);
+  const LlamaLayerWeights& w = layer_weights(layer);
+  Linear(ctx, a.h_mlp, w.gate, a.gate);
+  Linear(ctx, a.h_mlp, w.up, a.up);
   ops::SwiGluForward(ctx, a.gate, a.up, a.act);
 }
 
 void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                               Tensor& x_out) {
   LlamaLayerActivations a = LayerBuffers(slot, layer);
-  auto w = [&](std::string_view suffix) -> const Tensor& {
-    return params_.value(LayerParameterName(layer, suffix));
-  };
+  const LlamaLayerWeights& w = layer_weights(layer);
   const int64_t n = a.h_attn.dim(0);
-  NormForward(ctx, a.x, w("input_layernorm.weight"), a.h_attn, a.rstd_attn);
+  NormForward(ctx, a.x, w.input_norm, a.h_attn, a.rstd_attn);
   AttentionForward(ctx, slot, layer, a);
   const bool record =
       statistics_micro_batch_ == kEveryMicroBatch || slot.micro_batch == statistics_micro_batch_;
   if (config_.ssa.has_value() && record) {  // kept per layer: recompute may drop the temperatures
     temperature_statistics_.resize(static_cast<size_t>(stage_.num_local_layers()));
-    const std::string alpha = LayerParameterName(layer, "self_attn.ssa.alpha");
     auto on_host = [&](const Tensor& t) {  // (a device copy waits for the stream)
       return t.defined() && !t.is_cpu() ? CopyToDevice(ctx, t, Device::Cpu()) : t;
     };
     temperature_statistics_[LocalLayer(layer)] = ssa::ComputeTemperatureStatistics(
         on_host(a.tau_q), on_host(a.tau_v),
-        params_.Contains(alpha) ? on_host(params_.value(alpha)) : Tensor());  // as used here
+        on_host(w.ssa.alpha));  // as used here (undefined with the position term off)
   }
-  Linear(ctx, a.attn.View({n, -1}), w("self_attn.o_proj.weight"), proj_);
+  Linear(ctx, a.attn.View({n, -1}), w.o, proj_);
   ops::Add(ctx, a.x, ReduceTokens(proj_), a.x_mid);
-  NormForward(ctx, a.x_mid, w("post_attention_layernorm.weight"), a.h_mlp, a.rstd_mlp);
+  NormForward(ctx, a.x_mid, w.post_norm, a.h_mlp, a.rstd_mlp);
   MlpForward(ctx, layer, a);
-  Linear(ctx, a.act, w("mlp.down_proj.weight"), proj_);
+  Linear(ctx, a.act, w.down, proj_);
   ops::Add(ctx, a.x_mid, ReduceTokens(proj_), x_out);
 }
 
@@ -591,10 +575,11 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
   Tensor& dx = slot.output_grads[chunk];  // [Nl, D]
   if (stage_.ends_model(chunk)) {
-    LinearBackward(ctx, slot.logits, slot.h_final, LmHead(), dh_, false, LmHeadGrad());
+    LinearBackward(ctx, slot.logits, slot.h_final, end_values_.lm_head, dh_, false,
+                   end_grads_.lm_head);
     ops::Fill(ctx, dx, 0.0);
-    NormBackward(ctx, dh_, slot.outputs[chunk], params_.value(kFinalNormName), slot.rstd_final,
-                 params_.grad(kFinalNormName), dx);
+    NormBackward(ctx, dh_, slot.outputs[chunk], end_values_.final_norm, slot.rstd_final,
+                 end_grads_.final_norm, dx);
   }
   for (int64_t l = c.layer_end - 1; l >= c.layer_begin; --l) {
     const ProfileRange layer(absl::StrCat("layer ", l, " backward"));
@@ -602,45 +587,36 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
   }
   if (stage_.starts_model(chunk)) {
     ops::EmbeddingBackward(ctx, slot.tokens, FullTokenGradient(dx), layout_.vocab_begin,
-                           params_.grad(kEmbeddingName));
+                           end_grads_.embedding);
   }
 }
 
 void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                                Tensor& dx) {
   LlamaLayerActivations a = LayerBuffers(slot, layer);
-  auto w = [&](std::string_view suffix) -> const Tensor& {
-    return params_.value(LayerParameterName(layer, suffix));
-  };
-  auto dw = [&](std::string_view suffix) -> Tensor& {
-    return params_.grad(LayerParameterName(layer, suffix));
-  };
+  const LlamaLayerWeights& w = layer_weights(layer);
+  LlamaLayerWeights& dw = layer_grads_[LocalLayer(layer)];
   const int64_t n = a.h_attn.dim(0);
   // Recompute runs the same forward again (deterministic: the same bits as when kept).
   if (recompute_.mlp) MlpForward(ctx, layer, a);
   // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
-  LinearBackward(ctx, FullTokenGradient(dx), a.act, w("mlp.down_proj.weight"), dact_, false,
-                 dw("mlp.down_proj.weight"));
+  LinearBackward(ctx, FullTokenGradient(dx), a.act, w.down, dact_, false, dw.down);
   ops::SwiGluBackward(ctx, dact_, a.gate, a.up, dgate_, dup_);
-  LinearBackward(ctx, dgate_, a.h_mlp, w("mlp.gate_proj.weight"), dh_, false,
-                 dw("mlp.gate_proj.weight"));
-  LinearBackward(ctx, dup_, a.h_mlp, w("mlp.up_proj.weight"), dh_, true, dw("mlp.up_proj.weight"));
-  NormBackward(ctx, dh_, a.x_mid, w("post_attention_layernorm.weight"), a.rstd_mlp,
-               dw("post_attention_layernorm.weight"), dx);  // dx now holds d x_mid
+  LinearBackward(ctx, dgate_, a.h_mlp, w.gate, dh_, false, dw.gate);
+  LinearBackward(ctx, dup_, a.h_mlp, w.up, dh_, true, dw.up);
+  NormBackward(ctx, dh_, a.x_mid, w.post_norm, a.rstd_mlp, dw.post_norm,
+               dx);  // dx now holds d x_mid
   // Attention: x_mid = x + o_proj(SsaAttention(q(h), k(h), v(h))), h = RMSNorm(x); the operator
   // applies RoPE and the temperatures.
   if (recompute_.attention) AttentionForward(ctx, slot, layer, a);
   Tensor dattn = dattn_.View({n, -1});
-  LinearBackward(ctx, FullTokenGradient(dx), a.attn.View({n, -1}), w("self_attn.o_proj.weight"),
-                 dattn, false, dw("self_attn.o_proj.weight"));
+  LinearBackward(ctx, FullTokenGradient(dx), a.attn.View({n, -1}), w.o, dattn, false, dw.o);
   // The operator accumulates into its gradients.
   for (Tensor* t : {&du_, &dk_, &dv_, &dquery_source_, &dvalue_source_}) {
     if (t->defined()) ops::Fill(ctx, *t, 0.0);
   }
-  ssa::SsaAttentionGrads grads{
-      du_, dk_, dv_, dquery_source_, dvalue_source_, AttentionParameters(layer, true)};
+  ssa::SsaAttentionGrads grads{du_, dk_, dv_, dquery_source_, dvalue_source_, dw.ssa};
   const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
-  const ssa::SsaParameters params = AttentionParameters(layer, false);
   const int blocks = AttentionBlocks();
   for (int block = 0; block < blocks; ++block) {  // the key-side gradients accumulate
     const ssa::SsaAttentionOutputs saved{QueryRows(a.attn, block, blocks),
@@ -651,7 +627,7 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
     block_grads.dquery_source = QueryRows(grads.dquery_source, block, blocks);
     ssa::SsaAttentionBackward(ctx, attention_options_, AttentionShape(slot, block),
                               QueryRows(dattn_, block, blocks),
-                              QueryBlockInputs(inputs, block, blocks), params, saved, block_grads);
+                              QueryBlockInputs(inputs, block, blocks), w.ssa, saved, block_grads);
   }
   // With context parallelism the key-side gradients cover the whole sequence, partial over this
   // rank's queries: summed over the group, each rank keeps its tokens'.
@@ -667,24 +643,19 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
       dvalue_source = dvalue_source_local_;
     }
   }
-  LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w("self_attn.q_proj.weight"), dh_, false,
-                 dw("self_attn.q_proj.weight"));
-  LinearBackward(ctx, dk.View({n, -1}), a.h_attn, w("self_attn.k_proj.weight"), dh_, true,
-                 dw("self_attn.k_proj.weight"));
-  LinearBackward(ctx, dv.View({n, -1}), a.h_attn, w("self_attn.v_proj.weight"), dh_, true,
-                 dw("self_attn.v_proj.weight"));
+  LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w.q, dh_, false, dw.q);
+  LinearBackward(ctx, dk.View({n, -1}), a.h_attn, w.k, dh_, true, dw.k);
+  LinearBackward(ctx, dv.View({n, -1}), a.h_attn, w.v, dh_, true, dw.v);
   if (dquery_source_.defined()) {
-    LinearBackward(ctx, dquery_source_.View({n, -1}), a.h_attn,
-                   w("self_attn.ssa.query_temperature_proj.weight"), dh_, true,
-                   dw("self_attn.ssa.query_temperature_proj.weight"));
+    LinearBackward(ctx, dquery_source_.View({n, -1}), a.h_attn, w.query_projection, dh_, true,
+                   dw.query_projection);
   }
   if (dvalue_source.defined()) {
-    LinearBackward(ctx, dvalue_source.View({n, -1}), a.h_attn,
-                   w("self_attn.ssa.value_temperature_proj.weight"), dh_, true,
-                   dw("self_attn.ssa.value_temperature_proj.weight"));
+    LinearBackward(ctx, dvalue_source.View({n, -1}), a.h_attn, w.value_projection, dh_, true,
+                   dw.value_projection);
   }
-  NormBackward(ctx, dh_, a.x, w("input_layernorm.weight"), a.rstd_attn,
-               dw("input_layernorm.weight"), dx);  // dx now holds d x (the layer input)
+  NormBackward(ctx, dh_, a.x, w.input_norm, a.rstd_attn, dw.input_norm,
+               dx);  // dx now holds d x (the layer input)
 }
 
 }  // namespace kelvin::models

@@ -34,6 +34,7 @@
 #include "core/tensor.h"
 #include "models/llama/hf_model_directory.h"
 #include "models/llama/llama_config.h"
+#include "models/llama/llama_layer_weights.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
 #include "parallel/communicator.h"
@@ -126,6 +127,11 @@ class LlamaModel {
   DType dtype() const { return dtype_; }
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
+  // The values of layer `layer`'s parameters (a layer of this rank).
+  const LlamaLayerWeights& layer_weights(int64_t layer) const {
+    return layer_values_[LocalLayer(layer)];
+  }
+  const LlamaEndWeights& end_weights() const { return end_values_; }
   const LlamaShardLayout& layout() const { return layout_; }
   parallel::Communicator* tp() const { return parallelism_.tp; }
   const Context& context() const { return ctx_; }
@@ -257,13 +263,9 @@ class LlamaModel {
   // dx [N, D]: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
   void LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                      Tensor& dx);
-  // The SSA operator's view of a layer: inputs over its activation buffers `a`, its parameters,
-  // and their gradients over the backward scratch / parameter gradients.
+  // The SSA operator's view of a layer's inputs over its activation buffers `a`.
   ssa::SsaAttentionInputs AttentionInputs(const LlamaMicroBatchActivations& slot,
                                           const LlamaLayerActivations& a) const;
-  ssa::SsaParameters AttentionParameters(int64_t layer, bool gradients);
-  const Tensor& LmHead();
-  Tensor& LmHeadGrad();
 
   LlamaConfig config_;
   ssa::SsaOptions attention_options_;  // config_.AttentionOptions()
@@ -275,6 +277,9 @@ class LlamaModel {
   std::map<std::string, Shape> full_shapes_;      // by parameter name
   std::map<std::string, ParameterShard> shards_;  // by parameter name
   ParameterSet params_;
+  // [local layers] views of each layer's parameter values and gradients in params_.
+  std::vector<LlamaLayerWeights> layer_values_, layer_grads_;
+  LlamaEndWeights end_values_, end_grads_;  // this stage's embedding, final norm and LM head
   Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType, on the model's device)
 
   // Activation slots, one per micro-batch in flight (kept allocated for reuse).
