@@ -175,10 +175,7 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
   const bool cp = parallelism_.cp != nullptr;
   const int64_t nk = batch * seq, n = nk / ContextParallelSize(), nl = LocalTokens(n);
   const int64_t d_model = config_.hidden_size;
-  const int64_t f = layout_.ffn, h = layout_.heads, g = layout_.kv_heads, d = config_.head_dim;
   const DType acc = AccumDType(dtype_);
-  const ssa::SsaOptions& o = attention_options_;
-  const bool own_sources = !o.weight_sharing && o.token_aware;
   const Device device = ctx_.device();
   auto act = [&](const Shape& shape, DType dtype) { return Tensor::Empty(shape, dtype, device); };
   auto maybe = [&](bool needed, const Shape& shape, DType dtype) {
@@ -187,30 +184,9 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
   slot.tokens = act({n}, DType::kI32);
   slot.positions = act({n}, DType::kI32);
   slot.key_positions = maybe(cp, {nk}, DType::kI32);
-  const bool keep_attention = !recompute_.attention, keep_mlp = !recompute_.mlp;
   slot.layers.assign(static_cast<size_t>(stage_.num_local_layers()), {});
   for (LlamaLayerActivations& a : slot.layers) {
-    a = {act({nl, d_model}, dtype_),
-         act({n, d_model}, dtype_),
-         act({nl}, acc),
-         maybe(keep_attention, {n, h, d}, dtype_),
-         maybe(keep_attention, {n, g, d}, dtype_),
-         maybe(keep_attention, {n, g, d}, dtype_),
-         maybe(keep_attention, {n, h, d}, dtype_),
-         maybe(keep_attention, {n, h}, acc),
-         maybe(keep_attention && o.query_temperature, {n, h}, acc),
-         maybe(keep_attention && o.value_temperature, {nk, g}, acc),
-         maybe(keep_attention && own_sources && o.query_temperature, {n, h, d}, dtype_),
-         maybe(keep_attention && own_sources && o.value_temperature, {n, g, d}, dtype_),
-         maybe(keep_attention && cp, {nk, g, d}, dtype_),
-         maybe(keep_attention && cp, {nk, g, d}, dtype_),
-         maybe(keep_attention && cp && own_sources && o.value_temperature, {nk, g, d}, dtype_),
-         act({nl, d_model}, dtype_),
-         act({n, d_model}, dtype_),
-         act({nl}, acc),
-         maybe(keep_mlp, {n, f}, dtype_),
-         maybe(keep_mlp, {n, f}, dtype_),
-         maybe(keep_mlp, {n, f}, dtype_)};
+    AllocateLayerActivations(batch, seq, /*recomputed=*/false, a);
   }
   slot.outputs.clear();
   slot.output_grads.clear();
@@ -263,26 +239,29 @@ void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
   dgate_ = act({n, f});
   dup_ = act({n, f});
   dact_ = act({n, f});
-  const DType acc = AccumDType(dtype_);
-  auto stat = [&](bool needed, const Shape& shape) {
-    return needed ? Tensor::Empty(shape, acc, device) : Tensor();
-  };
-  const bool ra = recompute_.attention, rm = recompute_.mlp;
-  recomputed_.u = maybe(ra, {n, h, d});
-  recomputed_.k = maybe(ra, {n, g, d});
-  recomputed_.v = maybe(ra, {n, g, d});
-  recomputed_.attn = maybe(ra, {n, h, d});
-  recomputed_.lse = stat(ra, {n, h});
-  recomputed_.tau_q = stat(ra && o.query_temperature, {n, h});
-  recomputed_.tau_v = stat(ra && o.value_temperature, {nk, g});
-  recomputed_.query_source = maybe(ra && own_sources && o.query_temperature, {n, h, d});
-  recomputed_.value_source = maybe(ra && own_sources && o.value_temperature, {n, g, d});
-  recomputed_.k_all = maybe(ra && cp, {nk, g, d});
-  recomputed_.v_all = maybe(ra && cp, {nk, g, d});
-  recomputed_.value_source_all = maybe(ra && cp && own_sources && o.value_temperature, {nk, g, d});
-  recomputed_.gate = maybe(rm, {n, f});
-  recomputed_.up = maybe(rm, {n, f});
-  recomputed_.act = maybe(rm, {n, f});
+  AllocateLayerActivations(batch, seq, /*recomputed=*/true, recomputed_);
+}
+
+bool LlamaModel::Recomputes(const LlamaActivationField& field) const {
+  return (field.recomputed_by == RecomputedBy::kAttention && recompute_.attention) ||
+         (field.recomputed_by == RecomputedBy::kMlp && recompute_.mlp);
+}
+
+void LlamaModel::AllocateLayerActivations(int64_t batch, int64_t seq, bool recomputed,
+                                          LlamaLayerActivations& a) const {
+  const int64_t nk = batch * seq, n = nk / ContextParallelSize();
+  const std::array<int64_t, kNumActivationDims> sizes = {
+      LocalTokens(n),   n,          nk, config_.hidden_size, layout_.heads, layout_.kv_heads,
+      config_.head_dim, layout_.ffn};
+  for (const LlamaActivationField& field : LlamaActivationFields()) {
+    const bool here = ActivationNeeded(field, attention_options_, parallelism_.cp != nullptr) &&
+                      Recomputes(field) == recomputed;
+    Shape shape;
+    for (const ActivationDim dim : field.dims) shape.push_back(sizes[static_cast<int>(dim)]);
+    a.*field.member =
+        here ? Tensor::Empty(shape, field.statistics ? AccumDType(dtype_) : dtype_, ctx_.device())
+             : Tensor();
+  }
 }
 
 LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
@@ -297,30 +276,15 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
     return sum;
   };
   BufferBytes b;
-  for (const LlamaMicroBatchActivations& slot : slots_) {
-    for (const LlamaLayerActivations& a : slot.layers) {
-      b.activations += bytes({&a.x,
-                              &a.h_attn,
-                              &a.rstd_attn,
-                              &a.u,
-                              &a.k,
-                              &a.v,
-                              &a.attn,
-                              &a.lse,
-                              &a.tau_q,
-                              &a.tau_v,
-                              &a.query_source,
-                              &a.value_source,
-                              &a.k_all,
-                              &a.v_all,
-                              &a.value_source_all,
-                              &a.x_mid,
-                              &a.h_mlp,
-                              &a.rstd_mlp,
-                              &a.gate,
-                              &a.up,
-                              &a.act});
+  const auto fields_bytes = [&](const LlamaLayerActivations& a) {
+    int64_t sum = 0;
+    for (const LlamaActivationField& field : LlamaActivationFields()) {
+      sum += bytes({&(a.*field.member)});
     }
+    return sum;
+  };
+  for (const LlamaMicroBatchActivations& slot : slots_) {
+    for (const LlamaLayerActivations& a : slot.layers) b.activations += fields_bytes(a);
     for (const Tensor& t : slot.outputs) b.activations += bytes({&t});
     b.activations += bytes(
         {&slot.h_final, &slot.rstd_final, &slot.tokens, &slot.positions, &slot.key_positions});
@@ -331,10 +295,7 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
       bytes({&dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_, &dvalue_source_,
              &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_, &dk_local_, &dv_local_,
              &dvalue_source_local_, &cp_scratch_});
-  const LlamaLayerActivations& r = recomputed_;  // the recompute buffers count as scratch
-  b.backward_scratch +=
-      bytes({&r.u, &r.k, &r.v, &r.attn, &r.lse, &r.tau_q, &r.tau_v, &r.query_source,
-             &r.value_source, &r.k_all, &r.v_all, &r.value_source_all, &r.gate, &r.up, &r.act});
+  b.backward_scratch += fields_bytes(recomputed_);  // the recompute buffers count as scratch
   return b;
 }
 
@@ -469,24 +430,8 @@ void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, c
 
 LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer) {
   LlamaLayerActivations a = slot.layers[LocalLayer(layer)];  // handles: writes reach the slot
-  if (recompute_.attention) {
-    a.u = recomputed_.u;
-    a.k = recomputed_.k;
-    a.v = recomputed_.v;
-    a.attn = recomputed_.attn;
-    a.lse = recomputed_.lse;
-    a.tau_q = recomputed_.tau_q;
-    a.tau_v = recomputed_.tau_v;
-    a.query_source = recomputed_.query_source;
-    a.value_source = recomputed_.value_source;
-    a.k_all = recomputed_.k_all;
-    a.v_all = recomputed_.v_all;
-    a.value_source_all = recomputed_.value_source_all;
-  }
-  if (recompute_.mlp) {
-    a.gate = recomputed_.gate;
-    a.up = recomputed_.up;
-    a.act = recomputed_.act;
+  for (const LlamaActivationField& field : LlamaActivationFields()) {
+    if (Recomputes(field)) a.*field.member = recomputed_.*field.member;
   }
   return a;
 }

@@ -33,6 +33,7 @@
 #include "core/optim/parameter_set.h"
 #include "core/tensor.h"
 #include "models/llama/hf_model_directory.h"
+#include "models/llama/llama_activations.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_layer_weights.h"
 #include "models/llama/llama_pipeline_stage.h"
@@ -74,30 +75,6 @@ struct LlamaPlacement {
   // ZeRO-1's shard count (DP x CP with the distributed optimizer, else 1): the gradient buffers
   // are padded to a multiple of it (ParameterSet::Allocate).
   int64_t gradient_shards = 1;
-};
-
-// What one decoder layer keeps from forward for backward (a recomputed field is undefined in the
-// slots and lives once in the model's recompute buffers).
-
-struct LlamaLayerActivations {
-  Tensor x;          // [Nl, D] layer input (residual stream)
-  Tensor h_attn;     // [N, D] RMSNorm(x) (all-gathered with sequence parallelism)
-  Tensor rstd_attn;  // [Nl]
-  Tensor u, k, v;    // [N, H, d], [N, G, d], [N, G, d] before RoPE (the operator applies it)
-  Tensor attn;       // [N, H, d] attention output
-  Tensor lse;        // [N, H] attention log-sum-exp
-  Tensor tau_q;      // [N, H] SSA query temperature (undefined when off)
-  Tensor tau_v;      // [Nk, G] SSA value temperature (undefined when off)
-  // Without weight sharing: W_tmp x, what the temperatures read (undefined otherwise).
-  Tensor query_source;  // [N, H, d]
-  Tensor value_source;  // [N, G, d]
-  // Context parallelism only (undefined otherwise): the whole sequence's k, v and value source.
-  Tensor k_all, v_all, value_source_all;  // [Nk, G, d]
-  Tensor x_mid;                           // [Nl, D] x + attention projection
-  Tensor h_mlp;     // [N, D] RMSNorm(x_mid) (all-gathered with sequence parallelism)
-  Tensor rstd_mlp;  // [Nl]
-  Tensor gate, up;  // [N, F]
-  Tensor act;       // [N, F] SiLU(gate) * up
 };
 
 // One micro-batch's activations on this rank: every layer of its chunks and the stage buffers.
@@ -245,6 +222,12 @@ class LlamaModel {
   const Tensor& FullTokenGradient(const Tensor& local);
   void LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                     Tensor& x_out);
+  // Whether LlamaRecompute drops `field` from the slots for the recompute buffers.
+  bool Recomputes(const LlamaActivationField& field) const;
+  // A layer's activation fields for a micro-batch of B x T = `batch` x `seq`: those kept in the
+  // slots, or (`recomputed`) the recompute buffers; the others undefined.
+  void AllocateLayerActivations(int64_t batch, int64_t seq, bool recomputed,
+                                LlamaLayerActivations& a) const;
   // Layer `layer`'s activation buffers: the slot's, with the recomputed ones from recomputed_.
   LlamaLayerActivations LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer);
   // From a.h_attn: the q, k, v (and temperature source) projections and the SSA operator's

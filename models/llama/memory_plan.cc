@@ -3,9 +3,12 @@
 // shards (llama_pipeline_stage.h, llama_sharding.h) and the optimizers' state.
 #include "models/llama/memory_plan.h"
 
+#include <array>
+
 #include "absl/strings/str_format.h"
 #include "core/context.h"
 #include "core/saturating_size.h"
+#include "models/llama/llama_activations.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
 
@@ -48,12 +51,9 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const Size d_model = c.hidden_size, d = c.head_dim, f = shard.ffn;
   const Size heads = shard.heads, kv_heads = shard.kv_heads;
   const Size q = heads * d, kv = kv_heads * d;
-  // SSA (llama_model.cc): tau^q [N, H] and tau^v [Nk, G] in the statistics dtype; without weight
-  // sharing also the temperature sources [N, H*d], [N, G*d] and their gradients.
+  // SSA without weight sharing: the temperature sources' gradients [N, H*d], [Nk, G*d].
   const ssa::SsaOptions ssa = c.AttentionOptions();
   const bool own_sources = !ssa.weight_sharing && ssa.token_aware;
-  const Size query_temperatures = ssa.query_temperature ? heads : 0;
-  const Size value_temperatures = ssa.value_temperature ? kv_heads : 0;
   const Size query_source = own_sources && ssa.query_temperature ? q : 0;
   const Size value_source = own_sources && ssa.value_temperature ? kv : 0;
 
@@ -95,19 +95,18 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
     plan.gradients = gradients.value();
   }
 
-  // LlamaLayerActivations: x, x_mid [Nl, D]; h_attn, h_mlp [N, D]; rstd_attn, rstd_mlp [Nl] in
-  // the statistics dtype; the attention's u, attn [N, H*d], k, v [N, G*d], sources, and lse
-  // [N, H], tau^q [N, H], tau^v [Nk, G] in the statistics dtype; with context parallelism the
-  // gathered k, v and value source [Nk, G*d]; the MLP's gate, up, act [N, F] (H, G, F this
-  // rank's). Recomputed parts live once, in the backward scratch.
-  const Size attention_bytes = n * act * (q * 2 + kv * 2 + query_source + value_source) +
-                               n * stat * (heads + query_temperatures) +
-                               nk * stat * value_temperatures +
-                               (cp ? nk * act * (kv * 2 + value_source) : Size(0));
-  const Size mlp_bytes = n * act * 3 * f;
-  const Size per_layer = act * (nl * d_model * 2 + n * d_model * 2) + stat * 2 * nl +
-                         (o.recompute_attention ? Size(0) : attention_bytes) +
-                         (o.recompute_mlp ? Size(0) : mlp_bytes);
+  // LlamaLayerActivations (llama_activations.h): each field the layout needs, kept per layer, or
+  // when recomputed once in the backward scratch.
+  const std::array<Size, kNumActivationDims> sizes = {nl, n, nk, d_model, heads, kv_heads, d, f};
+  Size per_layer = 0, recompute_buffers = 0;
+  for (const LlamaActivationField& field : LlamaActivationFields()) {
+    if (!ActivationNeeded(field, ssa, cp)) continue;
+    const Size bytes = ActivationElements(field, sizes) * (field.statistics ? stat : act);
+    const bool recomputed =
+        (field.recomputed_by == RecomputedBy::kAttention && o.recompute_attention) ||
+        (field.recomputed_by == RecomputedBy::kMlp && o.recompute_mlp);
+    (recomputed ? recompute_buffers : per_layer) += bytes;
+  }
   plan.activations_per_layer = per_layer.value();
   // A slot: the layers, the token and position ids, each chunk's output [Nl, D]; on the last
   // stage the final norm's output [N, D] and rstd [Nl], and the logits [N, V/TP].
@@ -127,8 +126,7 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
       slots * chunks * nl * d_model * act + n * act * (d_model * 2 + q * 2 + f * 3 + query_source) +
       nk * act * (kv * 2 + value_source) +
       (cp ? act * (n * (kv * 2 + value_source) + nk * kv) : Size(0)) +
-      (o.sequence_parallel ? act * (nl * d_model * 2 + n * d_model) : Size(0)) +
-      (o.recompute_attention ? attention_bytes : Size(0)) + (o.recompute_mlp ? mlp_bytes : Size(0));
+      (o.sequence_parallel ? act * (nl * d_model * 2 + n * d_model) : Size(0)) + recompute_buffers;
   plan.backward_scratch = backward_scratch.value();
   if (o.activation_dtype == DType::kBF16) {
     // ssa/ssa_attention.cu, one backward call over nq queries (half the rank's with context
