@@ -1,4 +1,5 @@
-// PipelineRunner: one pipeline rank's part of a training step and of an evaluation forward. It
+// PipelineRunner: one pipeline rank's part of a training step and of an evaluation forward, for
+// every layout (one stage's program is each micro-batch's forward, then its backward). It
 // runs the rank's program (parallel/pipeline_schedule.h: compute actions of its model chunks and
 // the blocking Send/Recv between them) on the model's chunk steps, gives each micro-batch an
 // activation slot from its first use to its last, and gathers per-layer temperature statistics

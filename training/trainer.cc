@@ -145,15 +145,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
     parallelism.embedding = grid->embedding();
   }
   trainer->micro_batches_ = spec.gradient_accumulation_steps;
-  std::vector<parallel::PipelineStep> program;  // built before the model: its errors come first
+  // Every layout runs a pipeline program, one stage's each micro-batch's forward then its
+  // backward. Built before the model: its errors come first.
+  const bool pipelined = spec.pipeline_parallel > 1;
   const parallel::PipelineScheduleKind schedule =
-      PipelineScheduleKindOf(job.parallel().pipeline_schedule());
-  if (parallelism.pp != nullptr) {
-    KELVIN_ASSIGN_OR_RETURN(program, parallel::BuildPipelineProgram(
-                                         schedule, grid->spec().pipeline_parallel, grid->pp_rank(),
-                                         static_cast<int>(trainer->micro_batches_),
-                                         grid->spec().virtual_pipeline_stages));
-  }
+      pipelined ? PipelineScheduleKindOf(job.parallel().pipeline_schedule())
+                : parallel::PipelineScheduleKind::kOneForwardOneBackward;
+  KELVIN_ASSIGN_OR_RETURN(
+      std::vector<parallel::PipelineStep> program,
+      parallel::BuildPipelineProgram(schedule, spec.pipeline_parallel, grid->pp_rank(),
+                                     static_cast<int>(trainer->micro_batches_),
+                                     pipelined ? spec.virtual_pipeline_stages : 1));
   const bool distributed_optimizer =
       job.parallel().distributed_optimizer() && trainer->GradientReplicas() > 1;
   // Before anything is allocated: a plan beyond the device is a message, not bad_alloc.
@@ -161,10 +163,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   KELVIN_ASSIGN_OR_RETURN(trainer->model_,
                           BuildModel(job, arch, parallelism, placement,
                                      distributed_optimizer ? trainer->GradientReplicas() : 1));
-  if (parallelism.pp != nullptr) {
-    trainer->pipeline_ = std::make_unique<PipelineRunner>(schedule, std::move(program),
-                                                          *trainer->model_, grid->pp());
-  }
+  trainer->pipeline_ =
+      std::make_unique<PipelineRunner>(schedule, std::move(program), *trainer->model_, grid->pp());
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
   const bool logging_rank = grid->world_rank() == 0;
   if (!job.logging().tensorboard_dir().empty() && logging_rank) {
@@ -222,13 +222,11 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   const ProfileRange range(absl::StrCat("step ", step + 1));
   const auto start = std::chrono::steady_clock::now();
   const double communication_before = grid_->CommunicationSeconds();
-  const double pipeline_before = pipeline_ ? grid_->PipelineCommunicationSeconds() : 0;
+  const double pipeline_before = grid_->PipelineCommunicationSeconds();
   KELVIN_ASSIGN_OR_RETURN(StepStats stats, TrainStepUntimed(step));
   stats.seconds = SecondsSince(start);
   stats.communication_seconds = grid_->CommunicationSeconds() - communication_before;
-  if (pipeline_ != nullptr) {
-    stats.pipeline_transfer_seconds = grid_->PipelineCommunicationSeconds() - pipeline_before;
-  }
+  stats.pipeline_transfer_seconds = grid_->PipelineCommunicationSeconds() - pipeline_before;
   return stats;
 }
 
@@ -299,7 +297,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   temperatures = MergeOver(grid_->tp(), temperatures, /*gather_heads=*/true);
   temperatures = MergeOver(grid_->cp(), temperatures, /*gather_heads=*/false);
   stats.temperatures =
-      pipeline_ ? pipeline_->GatherTemperatureStatistics(temperatures) : temperatures;
+      PipelineStages() > 1 ? pipeline_->GatherTemperatureStatistics(temperatures) : temperatures;
   return stats;
 }
 
@@ -310,16 +308,7 @@ std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& bat
     return parallel::SoftmaxCrossEntropySum(ctx_, model_->tp(), logits, LocalLabels(batches[m]),
                                             model_->layout().vocab_begin, loss_scale);
   };
-  if (pipeline_ != nullptr) return pipeline_->RunStep(ctx_, batches, loss);
-  std::vector<double> losses;  // one stage: micro-batch m through the whole model (chunk 0)
-  for (int m = 0; m < static_cast<int>(batches.size()); ++m) {
-    model_->BeginMicroBatch(m, batches[m].tokens, batches[m].positions);
-    Tensor& logits = model_->ForwardChunk(ctx_, m, 0);
-    losses.push_back(loss(logits, m));
-    model_->BackwardChunk(ctx_, m, 0);
-    model_->EndMicroBatch(m);
-  }
-  return losses;
+  return pipeline_->RunStep(ctx_, batches, loss);
 }
 
 models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) const {
@@ -362,7 +351,7 @@ int64_t Trainer::MasterWeightBytes() const {
 }
 
 double Trainer::FromLastStage(double value) {
-  if (pipeline_ == nullptr) return value;
+  if (PipelineStages() == 1) return value;
   // The last stage's value, zeros elsewhere.
   return grid_->pp().AllReduceScalar(grid_->is_last_stage() ? value : 0.0,
                                      parallel::ReduceOp::kSum);
@@ -386,7 +375,7 @@ double Trainer::ClipGradients(double max_norm) {
       [&](const std::string& name) { return model_->IsCanonicalCopy(name); });
   if (model_->tp() != nullptr)
     squares = model_->tp()->AllReduceScalar(squares, parallel::ReduceOp::kSum);
-  if (pipeline_ != nullptr)
+  if (PipelineStages() > 1)
     squares = grid_->pp().AllReduceScalar(squares, parallel::ReduceOp::kSum);
   const double norm = std::sqrt(squares);
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
@@ -550,8 +539,7 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
     const Tensor labels = LocalLabels(batch);  // [N] this rank's tokens
     labelled += ops::CountNonIgnored(Context::Cpu(), labels);
     rows += batch.rows();
-    const Tensor* logits = pipeline_ ? pipeline_->Forward(ctx_, batch)
-                                     : &model_->Forward(ctx_, batch.tokens, batch.positions);
+    const Tensor* logits = pipeline_->Forward(ctx_, batch);
     if (logits == nullptr) continue;  // a pipeline stage before the last
     Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
     stats.loss += parallel::CrossEntropySum(ctx_, model_->tp(), *logits, labels,
@@ -567,7 +555,6 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
       }
       retrieved += data::CountRetrieved(batch, all.View(batch.tokens.shape()));
     }
-    if (pipeline_ == nullptr) model_->EndMicroBatch(0);  // Forward keeps it for a Backward
   }
   KELVIN_RETURN_IF_ERROR(
       parallel::AgreeOnStatus(grid_->world(), read, "reading the held-out batches"));
@@ -619,7 +606,7 @@ absl::Status Trainer::Run() {
                      << g.context_parallel << " x pipeline " << g.pipeline_parallel << " x data "
                      << g.data_parallel
                      << (optimizer_->ShardsState() ? " (distributed optimizer)" : "");
-    if (pipeline_ != nullptr) {
+    if (PipelineStages() > 1) {
       KLOG_RANK0(INFO) << "pipeline: " << PipelineScheduleKindName(pipeline_->kind()) << ", "
                        << g.virtual_pipeline_stages << " model chunk(s) per stage of "
                        << arch_.num_layers / (g.pipeline_parallel * g.virtual_pipeline_stages)
@@ -628,7 +615,7 @@ absl::Status Trainer::Run() {
   }
   KLOG_RANK0(INFO) << "batch: " << micro_batches_ << " micro-batches of " << t.micro_batch_size()
                    << " x " << t.seq_length() << " tokens per step";
-  if (pipeline_ == nullptr) {
+  if (PipelineStages() == 1) {
     KLOG_RANK0(INFO) << "memory plan per rank: " << MemoryPlanOf(0, 0).ToString();
   } else {
     const int last = grid_->spec().pipeline_parallel - 1;

@@ -224,6 +224,7 @@ class Trainer {
   // The run's last line (steps, time, where its outputs are) and the run directory's marker.
   void LogFinished(double seconds);
   int ContextParallelSize() const { return grid_->spec().context_parallel; }
+  int PipelineStages() const { return grid_->spec().pipeline_parallel; }
   // The ranks that share the model but split the data: the data-parallel replicas and, within
   // each, the context-parallel ranks (each holding its tokens of every row). Gradients, losses and
   // token counts are summed over them.
@@ -233,8 +234,8 @@ class Trainer {
   Tensor LocalLabels(const data::Batch& batch) const;
   // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).
   double FromLastStage(double value);
-  // The forward and backward of every micro-batch of the step: one process runs them in turn, a
-  // pipeline rank its program. Returns each micro-batch's summed token losses x `loss_scale` (1 /
+  // The forward and backward of every micro-batch of the step: this rank's pipeline program (one
+  // stage's runs them in turn). Returns each micro-batch's summed token losses x `loss_scale` (1 /
   // the global batch's labelled tokens), 0 off the last pipeline stage.
   std::vector<double> RunMicroBatches(const std::vector<data::Batch>& batches, double loss_scale);
   // The global gradient norm over the full model (before clipping); scales the gradients by
@@ -251,7 +252,7 @@ class Trainer {
   // (parallel.distributed_optimizer).
   std::unique_ptr<Optimizer> optimizer_;
   int64_t micro_batches_ = 1;                       // per step (gradient accumulation)
-  std::unique_ptr<PipelineRunner> pipeline_;        // nullptr without pipeline parallelism
+  std::unique_ptr<PipelineRunner> pipeline_;        // this rank's program (one stage's too)
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // on world rank 0 with tensorboard_dir
   std::unique_ptr<MetricsFile> metrics_;            // on world rank 0 with metrics_file
   AsyncCheckpointSaver background_save_;            // checkpoint.async_save
