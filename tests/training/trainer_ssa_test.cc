@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "launcher/config/job_config.h"
 #include "tests/testing/files.h"
@@ -16,22 +19,32 @@
 namespace kelvin::training {
 namespace {
 
-TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
-  const absl::StatusOr<config::JobConfig> job = launcher::LoadJobConfig(
-      testing::DemoJobPath(),
-      {"model.ssa.enabled=true", "training.steps=3", "lr_schedule.warmup_steps=1",
-       "training.seq_length=110", "training.micro_batch_size=2", "training.global_batch_size=2",
-       "training.eval_interval=3", "training.eval_steps=1", "training.export_hf_dir=\"\"",
-       "logging.log_interval=1"});
-  ASSERT_TRUE(job.ok()) << job.status();
+// The demo job with SSA and rows of 110 tokens, after `overrides`, trained to its end.
+std::unique_ptr<Trainer> TrainedSsaDemo(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), {"model.ssa.enabled=true", "lr_schedule.warmup_steps=1",
+                                       "training.seq_length=110", "training.export_hf_dir=\"\""});
+  const absl::StatusOr<config::JobConfig> job =
+      launcher::LoadJobConfig(testing::DemoJobPath(), overrides);
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return nullptr;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  ASSERT_TRUE((*trainer)->Run().ok());
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return nullptr;
+  const absl::Status ran = (*trainer)->Run();
+  EXPECT_TRUE(ran.ok()) << ran;
+  return ran.ok() ? *std::move(trainer) : nullptr;
+}
 
-  const std::vector<StepStats>& history = (*trainer)->history();
+TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
+  const std::unique_ptr<Trainer> trainer = TrainedSsaDemo(
+      {"training.steps=3", "training.micro_batch_size=2", "training.global_batch_size=2",
+       "training.eval_interval=3", "training.eval_steps=1", "logging.log_interval=1"});
+  ASSERT_NE(trainer, nullptr);
+
+  const std::vector<StepStats>& history = trainer->history();
   ASSERT_EQ(history.size(), 3u);
-  const int64_t layers = (*trainer)->model().config().num_layers;
-  const int64_t heads = (*trainer)->model().config().num_attention_heads;
+  const int64_t layers = trainer->model().config().num_layers;
+  const int64_t heads = trainer->model().config().num_attention_heads;
   for (const StepStats& step : history) {
     EXPECT_TRUE(std::isfinite(step.loss));
     ASSERT_EQ(static_cast<int64_t>(step.temperatures.size()), layers);
@@ -57,7 +70,7 @@ TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
   EXPECT_GT(history.back().temperatures.front().query.std, 0.0);
   EXPECT_GT(history.back().temperatures.front().value.std, 0.0);
   double readout_norm = 0;
-  for (const ParameterSet::Entry& e : (*trainer)->model().parameters().entries()) {
+  for (const ParameterSet::Entry& e : trainer->model().parameters().entries()) {
     if (e.name.ends_with("ssa.query_readout")) {
       for (int64_t i = 0; i < e.value.numel(); ++i)
         readout_norm += std::abs(e.value.data<float>()[i]);
@@ -69,19 +82,14 @@ TEST(TrainerSsa, DemoWithSsaTrainsAndRecordsTemperatureStatistics) {
 // Without a metrics file or TensorBoard only the steps with a progress line (every
 // logging.log_interval-th and the last) read their temperatures; the others skip the host copies.
 TEST(TrainerSsa, OnlyTheStepsThatReportTemperaturesRecordThem) {
-  const absl::StatusOr<config::JobConfig> job = launcher::LoadJobConfig(
-      testing::DemoJobPath(),
-      {"model.ssa.enabled=true", "training.steps=5", "lr_schedule.warmup_steps=1",
-       "training.seq_length=110", "training.micro_batch_size=2", "training.global_batch_size=4",
-       "training.eval_interval=0", "training.export_hf_dir=\"\"", "logging.log_interval=2"});
-  ASSERT_TRUE(job.ok()) << job.status();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  ASSERT_TRUE((*trainer)->Run().ok());
-  const std::vector<StepStats>& history = (*trainer)->history();
+  const std::unique_ptr<Trainer> trainer = TrainedSsaDemo(
+      {"training.steps=5", "training.micro_batch_size=2", "training.global_batch_size=4",
+       "training.eval_interval=0", "logging.log_interval=2"});
+  ASSERT_NE(trainer, nullptr);
+  const std::vector<StepStats>& history = trainer->history();
   ASSERT_EQ(history.size(), 5u);
-  const int64_t layers = (*trainer)->model().config().num_layers;
-  const int64_t heads = (*trainer)->model().config().num_attention_heads;
+  const int64_t layers = trainer->model().config().num_layers;
+  const int64_t heads = trainer->model().config().num_attention_heads;
   for (size_t step = 1; step <= history.size(); ++step) {
     const bool reports = step % 2 == 0 || step == 5;
     const std::vector<ssa::TemperatureStatistics>& t = history[step - 1].temperatures;
