@@ -12,7 +12,7 @@ kelvin="$root/build/release/launcher/kelvin"
 out="$root/experiments/ssa/runs"
 results=""
 jobs=2
-tasks="passkey_192,passkey_256,passkey_512,distractor_256"
+tasks="passkey_192,passkey_256,passkey_512,distractor_192"
 variants="vanilla,ssa,query_only,value_only,position_only,clamp"
 seeds="1,2,3,4,5"
 steps=""           # "": each task's own budget
@@ -27,14 +27,14 @@ task_flags() {
     passkey_192) echo "--set training.seq_length=192" ;;
     passkey_256) echo "--set training.seq_length=256" ;;
     passkey_512) echo "--set training.seq_length=512" ;;
-    distractor_256) echo "--set training.seq_length=256 --set data.passkey.distractors=3" ;;
+    distractor_192) echo "--set training.seq_length=192 --set data.passkey.distractors=1" ;;
     smoke) echo "--set training.seq_length=128 --set training.eval_steps=1 --set lr_schedule.warmup_steps=1" ;;
     *) return 1 ;;
   esac
 }
 task_steps() {
   case "$1" in
-    passkey_192 | passkey_256 | distractor_256) echo 250 ;;
+    passkey_192 | passkey_256 | distractor_192) echo 250 ;;
     passkey_512) echo 250 ;;
     smoke) echo 2 ;;
   esac
@@ -44,7 +44,7 @@ task_lengths() {
     passkey_192) echo "192,384,768,1536" ;;
     passkey_256) echo "256,512,1024,2048" ;;
     passkey_512) echo "512,1024" ;;
-    distractor_256) echo "256,512" ;;
+    distractor_192) echo "192,384,768" ;;
     smoke) echo "128" ;;
   esac
 }
@@ -140,7 +140,7 @@ done
 for task in ${tasks//,/ }; do
   task_flags "$task" >/dev/null || {
     echo "run_study: unknown task $task (tasks: passkey_192, passkey_256, passkey_512," \
-      "distractor_256, smoke)" >&2
+      "distractor_192, smoke)" >&2
     exit 2
   }
 done
