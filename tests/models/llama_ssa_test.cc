@@ -23,6 +23,7 @@
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin {
 namespace {
@@ -100,11 +101,11 @@ void RandomizeForGradientCheck(models::LlamaModel& model, uint64_t seed) {
   }
 }
 
-// Central differences (step 1e-5, f64) of `loss` at 8 spread elements of `value` (all when
-// fewer) against `analytic`: each within 1e-7 + 1e-5 |numerical|.
+// Central differences (f64, testing::kF64ModelFiniteDifferenceStep) of `loss` at 8 spread
+// elements of `value` (all when fewer) against `analytic`, each within the model tolerance.
 ::testing::AssertionResult SampledGradientMatches(const std::function<double()>& loss, Tensor value,
                                                   const Tensor& analytic, const std::string& name) {
-  constexpr double kStep = 1e-5;
+  constexpr double kStep = testing::kF64ModelFiniteDifferenceStep;
   const int64_t n = value.numel(), samples = std::min<int64_t>(n, 8);
   for (int64_t s = 0; s < samples; ++s) {
     const int64_t i = (s * n / samples + s * 7) % n;
@@ -116,7 +117,9 @@ void RandomizeForGradientCheck(models::LlamaModel& model, uint64_t seed) {
     const double down = loss();
     x = saved;
     const double numerical = (up - down) / (2 * kStep), got = analytic.data<double>()[i];
-    if (std::abs(got - numerical) > 1e-7 + 1e-5 * std::abs(numerical)) {
+    if (std::abs(got - numerical) >
+        testing::kF64ModelFiniteDifferenceAbsTol +
+            testing::kF64ModelFiniteDifferenceRelTol * std::abs(numerical)) {
       return ::testing::AssertionFailure()
              << name << "[" << i << "]: analytic " << got << ", finite differences " << numerical;
     }

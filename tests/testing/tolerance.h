@@ -19,6 +19,17 @@ inline constexpr double kLowPrecisionErrorRatio = 2.0;
 inline constexpr double kClosedFormAbsTol = 1e-12;
 
 // Whole models, where one op's error compounds over the layers and the long reductions.
+// Central finite differences of a whole f64 model's loss (a sum over every token, through every
+// layer) at sampled parameter elements: a larger step than one op's, for a loss whose rounding
+// (about 1e-16 of its sum, divided by the step) is larger; within abs + rel |numerical|.
+inline constexpr double kF64ModelFiniteDifferenceStep = 1e-5;
+inline constexpr double kF64ModelFiniteDifferenceAbsTol = 1e-7;
+inline constexpr double kF64ModelFiniteDifferenceRelTol = 1e-5;
+// A layout's per-layer temperature statistics (mean, std, min, max of tau) against one process's:
+// each rank's summaries merged, the counts, means and second moments combined in another order;
+// within rel |expected| + abs.
+inline constexpr double kMergedTemperatureRelTol = 1e-4;
+inline constexpr double kMergedTemperatureAbsTol = 1e-6;
 // f64 results reduced over ranks (gradients summed, reduce-scattered) against one process: the
 // same terms added in another order, over more terms than one op.
 inline constexpr double kF64ReducedRelTol = 1e-10;

@@ -203,7 +203,8 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
   // in one process. With data parallelism the last micro-batch holds other rows.
   if (layout.dp == 1) {
     const auto near = [](double a, double b) {
-      return std::abs(a - b) <= 1e-4 * std::abs(b) + 1e-6;
+      return std::abs(a - b) <=
+             testing::kMergedTemperatureRelTol * std::abs(b) + testing::kMergedTemperatureAbsTol;
     };
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_FALSE(expected[i].temperatures.empty()) << "step " << i + 1;
