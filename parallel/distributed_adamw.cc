@@ -99,10 +99,8 @@ double DistributedAdamW::GradientSumOfSquares(const CountsTowardsNorm& counts) {
     const int64_t hi = std::min(e.offset + e.value.numel(), s.begin + s.count);
     if (lo < hi && counts(e.name)) counted.push_back(s.grad.Slice(lo - s.begin, hi - s.begin));
   }
-  Tensor squares = Tensor::Empty({1}, DType::kF64);  // this shard's, then the group's
-  squares.data<double>()[0] = counted.empty() ? 0.0 : ops::SumOfSquares(ctx, counted);
-  dp_.AllReduce(squares, ReduceOp::kSum);
-  return squares.data<double>()[0];
+  return dp_.AllReduceScalar(counted.empty() ? 0.0 : ops::SumOfSquares(ctx, counted),
+                             ReduceOp::kSum);
 }
 
 void DistributedAdamW::ScaleGradients(double coefficient) {

@@ -141,7 +141,7 @@ Tensor* PipelineRunner::Forward(const Context& ctx, const data::Batch& batch) {
 
 std::vector<ssa::TemperatureStatistics> PipelineRunner::GatherTemperatureStatistics(
     const std::vector<ssa::TemperatureStatistics>& local) {
-  if (local.empty()) return {};
+  if (local.empty() || pp_.size() == 1) return local;  // one stage holds every layer in order
   const models::LlamaStageLayout& stage = model_.stage();
   const int64_t layers = model_.config().num_layers;
   const int64_t heads = static_cast<int64_t>(local.front().sigma_alpha.size());

@@ -296,8 +296,7 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   std::vector<ssa::TemperatureStatistics> temperatures = model_->TemperatureStatistics();
   temperatures = MergeOver(grid_->tp(), temperatures, /*gather_heads=*/true);
   temperatures = MergeOver(grid_->cp(), temperatures, /*gather_heads=*/false);
-  stats.temperatures =
-      PipelineStages() > 1 ? pipeline_->GatherTemperatureStatistics(temperatures) : temperatures;
+  stats.temperatures = pipeline_->GatherTemperatureStatistics(temperatures);
   return stats;
 }
 
@@ -373,14 +372,16 @@ double Trainer::ClipGradients(double max_norm) {
   // shards (the optimizer), the tensor-parallel group and the pipeline stages.
   double squares = optimizer_->GradientSumOfSquares(
       [&](const std::string& name) { return model_->IsCanonicalCopy(name); });
-  if (model_->tp() != nullptr)
+  if (model_->tp() != nullptr) {
     squares = model_->tp()->AllReduceScalar(squares, parallel::ReduceOp::kSum);
-  if (PipelineStages() > 1)
+  }
+  if (PipelineStages() > 1) {
     squares = grid_->pp().AllReduceScalar(squares, parallel::ReduceOp::kSum);
+  }
   const double norm = std::sqrt(squares);
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
-  // false for NaN; for any non-finite norm CheckGradientsFinite then stops the step before the
-  // update
+  // `coefficient < 1` is false for NaN; a non-finite norm stops the step before the update
+  // (CheckGradientsFinite).
   if (coefficient < 1) optimizer_->ScaleGradients(coefficient);
   return norm;
 }

@@ -133,17 +133,16 @@ absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
   KELVIN_RETURN_IF_ERROR(
       parallel::AgreeOnStatus(world, listed.status(), "listing checkpoint.dir=" + c.dir()));
   std::vector<int64_t> steps = *std::move(listed);
-  {  // rank 0's list everywhere: each restore then agrees on its step
-    Tensor count = Tensor::Empty({1}, DType::kI64);
-    count.data<int64_t>()[0] = static_cast<int64_t>(steps.size());
-    world.Broadcast(count, 0);
-    steps.resize(static_cast<size_t>(count.data<int64_t>()[0]));
-    if (!steps.empty()) {
-      Tensor values = Tensor::Empty({static_cast<int64_t>(steps.size())}, DType::kI64);
-      std::copy(steps.begin(), steps.end(), values.data<int64_t>());
-      world.Broadcast(values, 0);
-      std::copy_n(values.data<int64_t>(), steps.size(), steps.begin());
-    }
+  // Rank 0's list everywhere: each restore then agrees on its step.
+  Tensor count = Tensor::Empty({1}, DType::kI64);
+  count.data<int64_t>()[0] = static_cast<int64_t>(steps.size());
+  world.Broadcast(count, 0);
+  steps.resize(static_cast<size_t>(count.data<int64_t>()[0]));
+  if (!steps.empty()) {
+    Tensor values = Tensor::Empty({static_cast<int64_t>(steps.size())}, DType::kI64);
+    std::copy(steps.begin(), steps.end(), values.data<int64_t>());
+    world.Broadcast(values, 0);
+    std::copy_n(values.data<int64_t>(), steps.size(), steps.begin());
   }
   if (steps.empty()) return NoCompleteCheckpointError(c.dir(), ": nothing to evaluate");
   return steps;

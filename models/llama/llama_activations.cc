@@ -77,4 +77,9 @@ bool ActivationNeeded(const LlamaActivationField& field, const ssa::SsaOptions& 
   return false;
 }
 
+bool Recomputed(const LlamaActivationField& field, const LlamaRecompute& recompute) {
+  return (field.recomputed_by == RecomputedBy::kAttention && recompute.attention) ||
+         (field.recomputed_by == RecomputedBy::kMlp && recompute.mlp);
+}
+
 }  // namespace kelvin::models

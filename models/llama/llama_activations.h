@@ -1,9 +1,9 @@
-// What one decoder layer keeps from its forward for its backward, and the one table of those
-// fields (shape, dtype, whether recompute drops it, when SSA or context parallelism needs it) that
-// the model's allocation, its recompute buffers, its byte counts and the memory plan all read.
+// What one decoder layer keeps from its forward for its backward, what recompute drops, and the
+// one table of those fields (shape, dtype, which recompute drops it, when SSA or context
+// parallelism needs it) that the model's allocation, its recompute buffers, its byte counts and
+// the memory plan all read.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -37,16 +37,54 @@ struct LlamaLayerActivations {
 
 // The sizes a field's shape is made of.
 enum class ActivationDim {
-  kLocalTokens,
-  kTokens,
-  kKeyTokens,
-  kModel,
-  kHeads,
-  kKvHeads,
-  kHeadDim,
-  kFfn
+  kLocalTokens,  // Nl
+  kTokens,       // N
+  kKeyTokens,    // Nk
+  kModel,        // D
+  kHeads,        // H
+  kKvHeads,      // G
+  kHeadDim,      // d
+  kFfn           // F
 };
-inline constexpr int kNumActivationDims = 8;
+
+// Their values for one micro-batch on one rank, in any integer-like type (the memory plan's
+// saturates).
+template <typename Size>
+struct ActivationSizes {
+  Size local_tokens, tokens, key_tokens, model, heads, kv_heads, head_dim, ffn;
+
+  Size Of(ActivationDim dim) const {
+    switch (dim) {
+      case ActivationDim::kLocalTokens:
+        return local_tokens;
+      case ActivationDim::kTokens:
+        return tokens;
+      case ActivationDim::kKeyTokens:
+        return key_tokens;
+      case ActivationDim::kModel:
+        return model;
+      case ActivationDim::kHeads:
+        return heads;
+      case ActivationDim::kKvHeads:
+        return kv_heads;
+      case ActivationDim::kHeadDim:
+        return head_dim;
+      case ActivationDim::kFfn:
+        return ffn;
+    }
+    return ffn;
+  }
+};
+
+// Activations recomputed in backward instead of kept per micro-batch (model.recompute_attention,
+// model.recompute_mlp): the attention's projections, outputs, log-sum-exp and temperatures (kept:
+// the normed input h_attn), and the MLP's gate, up and SwiGLU output (kept: h_mlp). Recompute runs
+// the same deterministic forward again, so gradients are bit-identical to keeping them; it costs
+// the QKV projections and the attention forward, or the gate/up GEMMs and SwiGLU, once more.
+struct LlamaRecompute {
+  bool attention = false;
+  bool mlp = false;
+};
 
 // Which forward recomputes a field in the backward when LlamaRecompute asks (kKept: never).
 enum class RecomputedBy { kKept, kAttention, kMlp };
@@ -77,15 +115,14 @@ const std::vector<LlamaActivationField>& LlamaActivationFields();
 bool ActivationNeeded(const LlamaActivationField& field, const ssa::SsaOptions& attention,
                       bool context_parallel);
 
-// The element count of `field` from the sizes by ActivationDim (any integer-like type: the memory
-// plan saturates).
+// Whether `recompute` drops `field` from the slots (it then lives once, in the recompute buffers).
+bool Recomputed(const LlamaActivationField& field, const LlamaRecompute& recompute);
+
+// The element count of `field`.
 template <typename Size>
-Size ActivationElements(const LlamaActivationField& field,
-                        const std::array<Size, kNumActivationDims>& sizes) {
-  Size elements = sizes[static_cast<int>(field.dims.front())];
-  for (size_t i = 1; i < field.dims.size(); ++i) {
-    elements = elements * sizes[static_cast<int>(field.dims[i])];
-  }
+Size ActivationElements(const LlamaActivationField& field, const ActivationSizes<Size>& sizes) {
+  Size elements = sizes.Of(field.dims.front());
+  for (size_t i = 1; i < field.dims.size(); ++i) elements = elements * sizes.Of(field.dims[i]);
   return elements;
 }
 

@@ -242,22 +242,22 @@ void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
   AllocateLayerActivations(batch, seq, /*recomputed=*/true, recomputed_);
 }
 
-bool LlamaModel::Recomputes(const LlamaActivationField& field) const {
-  return (field.recomputed_by == RecomputedBy::kAttention && recompute_.attention) ||
-         (field.recomputed_by == RecomputedBy::kMlp && recompute_.mlp);
-}
-
 void LlamaModel::AllocateLayerActivations(int64_t batch, int64_t seq, bool recomputed,
                                           LlamaLayerActivations& a) const {
   const int64_t nk = batch * seq, n = nk / ContextParallelSize();
-  const std::array<int64_t, kNumActivationDims> sizes = {
-      LocalTokens(n),   n,          nk, config_.hidden_size, layout_.heads, layout_.kv_heads,
-      config_.head_dim, layout_.ffn};
+  const ActivationSizes<int64_t> sizes{.local_tokens = LocalTokens(n),
+                                       .tokens = n,
+                                       .key_tokens = nk,
+                                       .model = config_.hidden_size,
+                                       .heads = layout_.heads,
+                                       .kv_heads = layout_.kv_heads,
+                                       .head_dim = config_.head_dim,
+                                       .ffn = layout_.ffn};
   for (const LlamaActivationField& field : LlamaActivationFields()) {
     const bool here = ActivationNeeded(field, attention_options_, parallelism_.cp != nullptr) &&
-                      Recomputes(field) == recomputed;
+                      Recomputed(field, recompute_) == recomputed;
     Shape shape;
-    for (const ActivationDim dim : field.dims) shape.push_back(sizes[static_cast<int>(dim)]);
+    for (const ActivationDim dim : field.dims) shape.push_back(sizes.Of(dim));
     a.*field.member =
         here ? Tensor::Empty(shape, field.statistics ? AccumDType(dtype_) : dtype_, ctx_.device())
              : Tensor();
@@ -431,7 +431,7 @@ void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, c
 LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer) {
   LlamaLayerActivations a = slot.layers[LocalLayer(layer)];  // handles: writes reach the slot
   for (const LlamaActivationField& field : LlamaActivationFields()) {
-    if (Recomputes(field)) a.*field.member = recomputed_.*field.member;
+    if (Recomputed(field, recompute_)) a.*field.member = recomputed_.*field.member;
   }
   return a;
 }

@@ -56,16 +56,6 @@ struct LlamaParallelism {
   parallel::Communicator* embedding = nullptr;
 };
 
-// Activations recomputed in backward instead of kept per micro-batch (model.recompute_attention,
-// model.recompute_mlp): the attention's projections, outputs, log-sum-exp and temperatures (kept:
-// the normed input h_attn), and the MLP's gate, up and SwiGLU output (kept: h_mlp). Recompute runs
-// the same deterministic forward again, so gradients are bit-identical to keeping them; it costs
-// the QKV projections and the attention forward, or the gate/up GEMMs and SwiGLU, once more.
-struct LlamaRecompute {
-  bool attention = false;
-  bool mlp = false;
-};
-
 // Where the model's buffers live and how its weights are kept.
 struct LlamaPlacement {
   Context ctx = Context::Cpu();  // every parameter, gradient and activation on ctx's device
@@ -222,8 +212,6 @@ class LlamaModel {
   const Tensor& FullTokenGradient(const Tensor& local);
   void LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                     Tensor& x_out);
-  // Whether LlamaRecompute drops `field` from the slots for the recompute buffers.
-  bool Recomputes(const LlamaActivationField& field) const;
   // A layer's activation fields for a micro-batch of B x T = `batch` x `seq`: those kept in the
   // slots, or (`recomputed`) the recompute buffers; the others undefined.
   void AllocateLayerActivations(int64_t batch, int64_t seq, bool recomputed,

@@ -3,8 +3,6 @@
 // shards (llama_pipeline_stage.h, llama_sharding.h) and the optimizers' state.
 #include "models/llama/memory_plan.h"
 
-#include <array>
-
 #include "absl/strings/str_format.h"
 #include "core/context.h"
 #include "core/saturating_size.h"
@@ -97,15 +95,20 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
 
   // LlamaLayerActivations (llama_activations.h): each field the layout needs, kept per layer, or
   // when recomputed once in the backward scratch.
-  const std::array<Size, kNumActivationDims> sizes = {nl, n, nk, d_model, heads, kv_heads, d, f};
+  const ActivationSizes<Size> sizes{.local_tokens = nl,
+                                    .tokens = n,
+                                    .key_tokens = nk,
+                                    .model = d_model,
+                                    .heads = heads,
+                                    .kv_heads = kv_heads,
+                                    .head_dim = d,
+                                    .ffn = f};
+  const LlamaRecompute recompute{o.recompute_attention, o.recompute_mlp};
   Size per_layer = 0, recompute_buffers = 0;
   for (const LlamaActivationField& field : LlamaActivationFields()) {
     if (!ActivationNeeded(field, ssa, cp)) continue;
     const Size bytes = ActivationElements(field, sizes) * (field.statistics ? stat : act);
-    const bool recomputed =
-        (field.recomputed_by == RecomputedBy::kAttention && o.recompute_attention) ||
-        (field.recomputed_by == RecomputedBy::kMlp && o.recompute_mlp);
-    (recomputed ? recompute_buffers : per_layer) += bytes;
+    (Recomputed(field, recompute) ? recompute_buffers : per_layer) += bytes;
   }
   plan.activations_per_layer = per_layer.value();
   // A slot: the layers, the token and position ids, each chunk's output [Nl, D]; on the last

@@ -89,9 +89,7 @@ TEST(SingleProcessGridTest, EveryGroupIsTheProcessAlone) {
   }
   EXPECT_EQ(g.tp().name(), "tp[0]");
   ASSERT_NE(g.embedding(), nullptr);  // the first stage is the last
-  Tensor t = Tensor::ZerosCpu({2}, DType::kF64);
-  g.dp_cp().AllReduce(t, ReduceOp::kSum);
-  EXPECT_GE(g.CommunicationSeconds(), 0.0);
+  EXPECT_EQ(g.embedding()->size(), 1);
 }
 
 TEST(SingleProcessGridTest, RefusesALayoutForMoreProcesses) {
