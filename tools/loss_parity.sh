@@ -11,8 +11,18 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The step records' losses and norms, in step order, at full precision.
 losses_of() { grep -o '"step":[0-9]*\|"train/loss":[^,}]*\|"train/grad_norm":[^,}]*\|"eval/loss":[^,}]*' "$1"; }
 
+usage() { sed -n 2,7p "$0" >&2; exit 2; }
+fail() { echo "loss_parity: $*" >&2; exit 1; }
+
 if [[ "${1:-}" == compare ]]; then
+  [[ $# -eq 3 ]] || usage
   a="$2" b="$3" status=0
+  for dir in "$a" "$b"; do
+    compgen -G "$dir/*.jsonl" >/dev/null || fail "no records (*.jsonl) in $dir: give two directories of tools/loss_parity.sh record"
+  done
+  for file in "$b"/*.jsonl; do
+    [[ -f "$a/$(basename "$file")" ]] || { echo "loss_parity: $(basename "$file") is missing from $a"; status=1; }
+  done
   for file in "$a"/*.jsonl; do
     name=$(basename "$file")
     if [[ ! -f "$b/$name" ]]; then echo "loss_parity: $name is missing from $b"; status=1; continue; fi
@@ -25,11 +35,14 @@ if [[ "${1:-}" == compare ]]; then
   done
   exit $status
 fi
-[[ "${1:-}" == record && $# -eq 3 ]] || { sed -n 2,7p "$0"; exit 2; }
+[[ "${1:-}" == record && $# -eq 3 ]] || usage
+[[ -x "$2" && -f "$2" ]] || fail "no kelvin binary at $2 (give the path of a built launcher/kelvin)"
+[[ ! -e "$3" ]] || fail "$3 exists: record into a new directory, so that no old record is compared"
 kelvin="$(realpath "$2")" out="$(realpath -m "$3")"
-mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+records="$work/records"  # moved to OUT_DIR once every job has run
+mkdir -p "$records"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 demo="$root/configs/passkey_tiny_cpu.textproto"
 common=(--set training.steps=40 --set lr_schedule.warmup_steps=10 --set training.eval_interval=20
@@ -43,8 +56,8 @@ run() {
   local launch=()
   ((ranks > 1)) && launch=(mpirun --oversubscribe -np "$ranks")
   (cd "$work" && "${launch[@]}" "$kelvin" train "$config" "${common[@]}" \
-     --set launch.run_dir=\"$work/$name\" --set logging.metrics_file=\"$out/$name.jsonl\" "$@" \
-     >"$work/$name.log" 2>&1) || { echo "loss_parity: $name failed:"; tail -5 "$work/$name.log"; exit 1; }
+     --set launch.run_dir=\"$work/$name\" --set logging.metrics_file=\"$records/$name.jsonl\" "$@" \
+     >"$work/$name.log" 2>&1) || { tail -5 "$work/$name.log" >&2; fail "$name failed (its log's end above); nothing recorded"; }
   echo "loss_parity: recorded $name"
 }
 
@@ -67,7 +80,10 @@ run resume_one_continued 1 "$demo" --set checkpoint.dir=\"$work/ckpt1\"
 # The README's SFT example: samples prepared with the tokenizer fixture, then trained.
 (cd "$work" && "$kelvin" prepare-data "$root/tests/fixtures/sft/copy_digits_chat.jsonl" \
    --out "$work/sft/copy_digits_chat" --tokenizer "$root/tests/fixtures/tokenizer/llama3_style" \
-   >"$work/prepare.log" 2>&1) || { echo "loss_parity: prepare-data failed"; exit 1; }
+   >"$work/prepare.log" 2>&1) || { tail -5 "$work/prepare.log" >&2; fail "prepare-data failed"; }
 run sft 1 "$root/configs/sft_chat_tiny_cpu.textproto" \
   --set data.megatron.path_prefix=\"$work/sft/copy_digits_chat\" \
   --set data.megatron.loss_mask_path_prefix=\"$work/sft/copy_digits_chat_loss_mask\"
+mkdir -p "$(dirname "$out")"
+mv "$records" "$out"
+echo "loss_parity: $(compgen -G "$out/*.jsonl" | wc -l) jobs recorded in $out"
