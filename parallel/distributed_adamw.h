@@ -22,7 +22,7 @@
 #include "core/optim/adamw_optimizer.h"
 #include "core/optim/optimizer.h"
 #include "core/optim/parameter_set.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::parallel {
 

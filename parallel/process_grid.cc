@@ -11,8 +11,8 @@
 #include "core/logging.h"
 #include "core/mpi_check.h"
 #include "core/status.h"
-#include "parallel/communicator_factory.h"
-#include "parallel/self_communicator.h"
+#include "parallel/comm/communicator_factory.h"
+#include "parallel/comm/self_communicator.h"
 
 namespace kelvin::parallel {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "parallel/communicator.h"
-#include "parallel/timed_communicator.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/timed_communicator.h"
 
 namespace kelvin::parallel {
 

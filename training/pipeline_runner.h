@@ -12,7 +12,7 @@
 #include "configs/kelvin.pb.h"
 #include "data/sampling/batch.h"
 #include "models/llama/llama_model.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 
 namespace kelvin::training {
 

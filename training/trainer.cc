@@ -26,7 +26,7 @@
 #include "models/llama/model_flops.h"
 #include "parallel/distributed_adamw.h"
 #include "parallel/loss/lm_loss.h"
-#include "parallel/stop_deadline.h"
+#include "parallel/comm/stop_deadline.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/checkpoint/preemption.h"
 #include "training/gradient_check.h"

@@ -11,7 +11,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::models {
 

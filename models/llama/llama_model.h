@@ -38,7 +38,7 @@
 #include "models/llama/llama_layer_weights.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "ssa/ssa_attention_args.h"
 #include "ssa/temperature.h"
 

@@ -5,7 +5,7 @@
 #include "core/copy.h"
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
-#include "parallel/vocab_parallel_cross_entropy.h"
+#include "parallel/loss/vocab_parallel_cross_entropy.h"
 
 namespace kelvin::parallel {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::parallel {
 

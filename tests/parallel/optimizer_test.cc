@@ -11,7 +11,7 @@
 #include "core/ops/elementwise.h"
 #include "core/optim/adamw_optimizer.h"
 #include "parallel/distributed_adamw.h"
-#include "parallel/self_communicator.h"
+#include "parallel/comm/self_communicator.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 

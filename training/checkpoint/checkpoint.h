@@ -38,7 +38,7 @@
 #include "core/context.h"
 #include "core/io/tensor_region.h"
 #include "core/status.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "training/checkpoint/checkpoint_reader.h"
 
 namespace kelvin::training {

@@ -8,7 +8,7 @@
 #include <csignal>
 #include <string>
 
-#include "parallel/stop_deadline.h"
+#include "parallel/comm/stop_deadline.h"
 
 namespace kelvin::training {
 namespace {

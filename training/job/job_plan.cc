@@ -11,7 +11,7 @@
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
 #include "models/llama/model_flops.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 #include "training/job/job_setup.h"
 #include "training/pipeline_runner.h"
 

@@ -14,7 +14,7 @@
 #include "core/copy.h"
 #include "models/llama/context_parallel.h"
 #include "models/llama/llama_model.h"
-#include "parallel/communicator_factory.h"
+#include "parallel/comm/communicator_factory.h"
 #include "tests/models/memory_plan_check.h"
 #include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"

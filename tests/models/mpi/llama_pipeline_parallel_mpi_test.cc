@@ -16,7 +16,7 @@
 #include "core/io/hf_checkpoint.h"
 #include "core/ops/cross_entropy.h"
 #include "models/llama/llama_model.h"
-#include "parallel/communicator_factory.h"
+#include "parallel/comm/communicator_factory.h"
 #include "tests/models/memory_plan_check.h"
 #include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"

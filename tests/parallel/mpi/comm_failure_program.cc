@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "core/logging.h"
-#include "parallel/communicator_factory.h"
-#include "parallel/stop_deadline.h"
+#include "parallel/comm/communicator_factory.h"
+#include "parallel/comm/stop_deadline.h"
 
 namespace {
 

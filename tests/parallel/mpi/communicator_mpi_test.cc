@@ -16,7 +16,7 @@
 #include "core/bf16.h"
 #include "core/copy.h"
 #include "core/device.h"
-#include "parallel/communicator_factory.h"
+#include "parallel/comm/communicator_factory.h"
 #include "parallel/rank_discovery.h"
 #include "tests/parallel/mpi/mpi_test_values.h"
 #include "tests/testing/backends.h"

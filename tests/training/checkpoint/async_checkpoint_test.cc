@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops/elementwise.h"
 #include "launcher/config/job_config.h"
-#include "parallel/self_communicator.h"
+#include "parallel/comm/self_communicator.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/files.h"
 #include "tests/testing/tensors.h"

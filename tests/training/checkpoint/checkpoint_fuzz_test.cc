@@ -10,7 +10,7 @@
 #include <random>
 #include <string>
 
-#include "parallel/self_communicator.h"
+#include "parallel/comm/self_communicator.h"
 #include "tests/testing/files.h"
 #include "training/checkpoint/checkpoint.h"
 

@@ -1,5 +1,5 @@
 // The stop deadline's state: lock-free atomics the signal handler can write.
-#include "parallel/stop_deadline.h"
+#include "parallel/comm/stop_deadline.h"
 
 #include <time.h>
 

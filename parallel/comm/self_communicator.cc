@@ -1,5 +1,5 @@
 // The one-process group: collectives as identities and copies.
-#include "parallel/self_communicator.h"
+#include "parallel/comm/self_communicator.h"
 
 #include <utility>
 

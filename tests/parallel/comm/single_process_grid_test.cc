@@ -7,7 +7,7 @@
 #include <string>
 
 #include "parallel/process_grid.h"
-#include "parallel/self_communicator.h"
+#include "parallel/comm/self_communicator.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 

@@ -1,12 +1,12 @@
 // Member lookup and the backend factory.
-#include "parallel/communicator_factory.h"
+#include "parallel/comm/communicator_factory.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/mpi_check.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
 #if KELVIN_WITH_CUDA
-#include "parallel/nccl_communicator.h"
+#include "parallel/comm/nccl_communicator.h"
 #endif
 
 namespace kelvin::parallel {

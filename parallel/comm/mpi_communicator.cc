@@ -7,7 +7,7 @@
 // sent its notice), so none is left behind. On timeout a rank tests its posted receives: the
 // members whose notice #n has not come did not arrive; a notice of another kind or count means a
 // member is in a different call.
-#include "parallel/mpi_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
 
 #include <algorithm>
 #include <climits>
@@ -21,9 +21,9 @@
 #include "core/copy.h"
 #include "core/logging.h"
 #include "core/mpi_check.h"
-#include "parallel/communicator_factory.h"
-#include "parallel/liveness_probe.h"
-#include "parallel/stop_deadline.h"
+#include "parallel/comm/communicator_factory.h"
+#include "parallel/comm/liveness_probe.h"
+#include "parallel/comm/stop_deadline.h"
 
 namespace kelvin::parallel {
 

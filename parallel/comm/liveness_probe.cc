@@ -1,6 +1,6 @@
 // Liveness probes over their own communicator (see liveness_probe.h): a probe is one int sent
 // with kProbeTag, answered with kAnswerTag by whichever wait loop of the peer runs next.
-#include "parallel/liveness_probe.h"
+#include "parallel/comm/liveness_probe.h"
 
 #include <algorithm>
 #include <thread>

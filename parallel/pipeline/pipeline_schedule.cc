@@ -1,6 +1,6 @@
 // The pipeline schedules (one warm-up / steady / cool-down skeleton for all three kinds), the
 // placement of their blocking transfers by an ideal timed run, and the rendezvous simulator.
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 
 #include <algorithm>
 #include <tuple>

@@ -1,6 +1,6 @@
 // The NCCL backend: bootstrap over MPI, stream ordering by events, and the watchdog thread that
 // turns a hang or an asynchronous NCCL error into a clear message and a job abort.
-#include "parallel/nccl_communicator.h"
+#include "parallel/comm/nccl_communicator.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -19,7 +19,7 @@
 #include "core/cuda/cuda_context.h"
 #include "core/logging.h"
 #include "core/ops/elementwise.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
 
 namespace kelvin::parallel {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::parallel {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::parallel {
 

@@ -1,5 +1,5 @@
 // Every call forwarded and timed.
-#include "parallel/timed_communicator.h"
+#include "parallel/comm/timed_communicator.h"
 
 #include <utility>
 

@@ -1,7 +1,7 @@
 // Vocab-parallel cross-entropy on the CPU: local row statistics in the accumulation dtype, three
 // all-reduces (max, sum of exp, target logit) over the tensor-parallel group. OpenMP over rows;
 // f32 rows use the vectorised ExpF32 (core/ops/cpu_vector_math.h), f64 std::exp.
-#include "parallel/vocab_parallel_cross_entropy.h"
+#include "parallel/loss/vocab_parallel_cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Pipeline schedules: exact small schedules and programs written out by hand, every schedule's
 // programs run by the rendezvous simulator over a grid of P, M and V, the simulator's own
 // deadlock and order-violation reports, in-flight bounds and the validation messages.
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::parallel {
 

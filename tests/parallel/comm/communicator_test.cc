@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "parallel/communicator_factory.h"
+#include "parallel/comm/communicator_factory.h"
 
 namespace kelvin::parallel {
 namespace {

@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "parallel/communicator.h"
-#include "parallel/liveness_probe.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/liveness_probe.h"
 
 namespace kelvin::parallel {
 

@@ -1,5 +1,5 @@
 // Communicator naming, the scalar all-reduce and the agreement on a status.
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 #include <utility>
 
