@@ -1,11 +1,7 @@
 // Memory-bound ops on the CPU in f32 against memcpy moving the same bytes: RMSNorm forward, SwiGLU
 // forward, Add, Cast f32 -> bf16 and RoPE forward, each over N x D = 8192 x 4096 f32 (128 MiB per
-// operand, far above the caches). Goal: each op at >= 0.5x memcpy's bandwidth.
-//
-// Rates are bytes read + bytes written per second. The baseline "<op>/memcpy/<case>" copies
-// S = (read + written) / 2 bytes per iteration (memcpy of S bytes reads S and writes S, so it moves
-// the op's traffic) and reports 2 S: the two GB/s figures compare like for like. memcpy runs
-// split into one contiguous chunk per OpenMP thread, as the ops use every thread.
+// operand, far above the caches). Goal: each op at >= 0.5x memcpy's bandwidth. Rates are bytes
+// read + bytes written per second.
 #include <omp.h>
 
 #include <cstdint>
@@ -101,7 +97,10 @@ void RunOp(::benchmark::State& state, const MemoryBoundOp& op) {
   state.SetBytesProcessed(state.iterations() * op.bytes_moved);
 }
 
-// memcpy of bytes_moved / 2 bytes, one contiguous chunk per OpenMP thread.
+// memcpy of bytes_moved / 2 bytes, one contiguous chunk per OpenMP thread (the ops use every
+// thread). The baseline "<op>/memcpy/<case>" copies S = (read + written) / 2 bytes per iteration
+// (memcpy of S bytes reads S and writes S, so it moves the op's traffic) and reports 2 S: the two
+// GB/s figures compare like for like.
 void RunMemcpy(::benchmark::State& state, int64_t bytes_moved) {
   const size_t size = static_cast<size_t>(bytes_moved / 2);
   std::vector<char> src(size, 1), dst(size, 0);

@@ -1,10 +1,6 @@
 // Step time of the trainer under one parallel layout (run it under mpirun; bench/
-// parallel_cpu_step.sh compares layouts): the passkey demo job on a given preset with the layout
-// and shape set by config overrides, one warm-up step, then timed steps. Prints one JSON line
-// (rank 0): the median step seconds (the slowest rank's), and over the ranks the mean share of
-// the step spent in communication calls and, under pipeline parallelism, the mean share of the
-// forward/backward phase spent in pipeline transfers (waiting for the neighbouring stages: the
-// bubble, measured).
+// parallel_cpu_step.sh compares layouts, on the passkey demo job): a job with the layout and shape
+// set by config overrides, one warm-up step, then timed steps; rank 0 prints one JSON line.
 // Usage: mpirun -np N parallel_step_time CONFIG TIMED_STEPS [--set field=value ...]
 #include <mpi.h>
 
@@ -31,6 +27,10 @@ double MaxOverRanks(double value) {
   return max;
 }
 
+// The JSON line: the median step seconds (the slowest rank's), and over the ranks the mean share of
+// the step spent in communication calls and, under pipeline parallelism, the mean share of the
+// forward/backward phase spent in pipeline transfers (waiting for the neighbouring stages: the
+// bubble, measured).
 int Run(const std::string& config_path, int timed_steps, const std::vector<std::string>& sets) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

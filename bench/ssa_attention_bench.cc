@@ -1,14 +1,7 @@
 // The tiled CPU SSA attention operator (ssa/ssa_attention.h), f32 forward + backward, against
-// baselines measured in the same run:
-//   naive_f32      the same SSA math composed of the library's unfused ops: the temperatures of
-//                  ssa/temperature.h, RoPE, elementwise multiplies and the scalar plain attention
-//                  of core/ops/attention.h (OpenMP over rows, one query at a time, no GEMM).
-//   reference_f64  the naive f64 reference of ssa/reference/ (single-threaded, f64 inputs).
-// Group "ssa" runs the default SSA options, group "vanilla" VanillaAttentionOptions() (naive_f32
-// then skips the temperatures). B = 1, d = 128; H = 8, G = 2 at T = 512, 1024, 2048 and H = 32,
-// G = 8 at T = 1024. Rate: GFLOP/s, counting 14 d FLOPs per visible (query, key) pair and query
-// head (forward S and PV, backward S, dP, dV, dK, dQ: 2 d each); causal: T (T + 1) / 2 pairs.
-// `--benchmark_filter=/kelvin/` gives the numbers bench/ssa_cpu_vs_torch.sh compares to PyTorch.
+// baselines measured in the same run: the same math composed of the library's unfused ops
+// (naive_f32) and the naive f64 reference (reference_f64). `--benchmark_filter=/kelvin/` gives the
+// numbers bench/ssa_cpu_vs_torch.sh compares to PyTorch.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +34,8 @@ const Context& Cpu() {
   return ctx;
 }
 
+// B = 1. Rate: GFLOP/s, counting 14 d FLOPs per visible (query, key) pair and query head (forward
+// S and PV, backward S, dP, dV, dK, dQ: 2 d each); causal: T (T + 1) / 2 pairs.
 struct Case {
   int64_t h, g, t;
   int64_t d = 128;
@@ -136,8 +131,9 @@ void RowDots(const Tensor& a, const Tensor& b, Tensor& dtau) {
   }
 }
 
-// The unfused composition: temperatures, RoPE and multiplies around the scalar
-// plain attention.
+// naive_f32, the unfused composition: the temperatures of ssa/temperature.h, RoPE, elementwise
+// multiplies and the scalar plain attention of core/ops/attention.h (OpenMP over rows, one query
+// at a time, no GEMM); without temperatures (group "vanilla") it skips them.
 void RunNaive(::benchmark::State& state, SsaOptions options, Case c) {
   Problem p(options, c, DType::kF32);
   const SsaOptions& o = p.options;
@@ -196,6 +192,7 @@ void RunNaive(::benchmark::State& state, SsaOptions options, Case c) {
   Report(state, c);
 }
 
+// reference_f64: the naive f64 reference of ssa/reference/ (single-threaded, f64 inputs).
 void RunReference(::benchmark::State& state, SsaOptions options, Case c) {
   Problem p(options, c, DType::kF64);
   for (auto _ : state) {
@@ -209,6 +206,8 @@ void RunReference(::benchmark::State& state, SsaOptions options, Case c) {
 // machine's cores are shared, so short runs would mostly measure the
 // neighbours. The f64 reference takes tens of seconds per step at T = 2048: one
 // iteration.
+// Group "ssa" runs the default SSA options, group "vanilla" VanillaAttentionOptions(); d = 128,
+// H = 8, G = 2 at T = 512, 1024, 2048 (reference_f64 at these only) and H = 32, G = 8 at T = 1024.
 constexpr double kMinSeconds = 2.0;
 const bool kRegistered = [] {
   const std::vector<Case> cases = {{8, 2, 512}, {8, 2, 1024}, {8, 2, 2048}, {32, 8, 1024}};

@@ -1,9 +1,5 @@
-// A fast stand-in for LlamaModel::InitRandom in the throughput benchmarks. InitRandom draws every
-// matrix from a Mersenne-Twister normal stream per tensor (layout independent, but about 40 ns a
-// value: over a minute for the 128K-vocabulary embedding and head of a Llama-3-8B-shaped model,
-// on device time). The values do not change the work timed, so here every matrix gets an LCG's
-// uniform values of the same standard deviation (0.02), the norms 1 and SSA its fine-tuning start
-// (InitSsaParameters). Not for anything whose numbers matter.
+// A fast stand-in for LlamaModel::InitRandom in the throughput benchmarks, whose values do not
+// change the work timed. Not for anything whose numbers matter.
 #pragma once
 
 #include <cmath>
@@ -14,6 +10,10 @@
 
 namespace kelvin::bench {
 
+// InitRandom draws every matrix from a Mersenne-Twister normal stream per tensor (layout
+// independent, but about 40 ns a value: over a minute for the 128K-vocabulary embedding and head of
+// a Llama-3-8B-shaped model, on device time). Here every matrix gets an LCG's uniform values of the
+// same standard deviation (0.02), the norms 1 and SSA its fine-tuning start (InitSsaParameters).
 inline void InitForThroughput(models::LlamaModel& model) {
   ParameterSet& params = model.parameters();
   const float half_width = 0.02f * std::sqrt(3.0f);  // uniform(-w, w) has std w / sqrt(3)

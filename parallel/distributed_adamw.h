@@ -1,16 +1,8 @@
-// ZeRO-1, Megatron's distributed optimizer, over a data-parallel group of D ranks: each parameter
-// group's flat gradient buffer of E elements lies in a zero-padded one of D*S (S = ceil(E / D);
-// ParameterSet::Allocate with gradient_shards D) that is reduce-scattered (summed) in place, so
-// that rank r holds the reduced gradient of its contiguous shard [r*S, min((r+1)*S, E)); AdamW
-// updates only that shard of the master weights, with Adam moments for the shard only; the updated
-// shards are all-gathered through the then free gradient buffer into every rank's model.
-// With a model copy (bf16 training, or the CPU tests' separate f32 masters) the f32 masters are
-// sharded too: this rank keeps its [S] shard and the model's whole masters exist only while
-// gathered into the gradient buffers (parameter_set.h), which saves 4 bytes per parameter x
-// (D-1)/D. Without one the masters are the model's values, whole on every rank.
-// Per rank: the optimizer state 12 S bytes (masters and moments) or 8 S (moments), the gradients
-// E + S (the padded buffer and the reduced shard). Equal to AdamWOptimizer after a gradient
-// all-reduce, up to the summation order of the reduction.
+// DistributedAdamW: ZeRO-1, Megatron's distributed optimizer, over a data-parallel group of D
+// ranks: gradients are reduce-scattered so that each rank updates only its shard of the master
+// weights (with Adam moments for the shard only), and the updated shards are all-gathered into
+// every rank's model. Equal to AdamWOptimizer after a gradient all-reduce, up to the summation
+// order of the reduction.
 #pragma once
 
 #include <functional>
@@ -26,6 +18,16 @@
 
 namespace kelvin::parallel {
 
+// Each parameter group's flat gradient buffer of E elements lies in a zero-padded one of D*S
+// (S = ceil(E / D); ParameterSet::Allocate with gradient_shards D) that is reduce-scattered
+// (summed) in place, so that rank r holds the reduced gradient of its contiguous shard
+// [r*S, min((r+1)*S, E)); the updated shards are all-gathered through the then free gradient
+// buffer. With a model copy (bf16 training, or the CPU tests' separate f32 masters) the f32 masters
+// are sharded too: this rank keeps its [S] shard and the whole masters exist only while gathered
+// into the gradient buffers (parameter_set.h), which saves 4 bytes per parameter x (D-1)/D.
+// Without one the masters are the model's values, whole on every rank. Per rank: the optimizer
+// state 12 S bytes (masters and moments) or 8 S (moments), the gradients D*S + S elements (the
+// padded buffer and the reduced shard).
 class DistributedAdamW final : public Optimizer {
  public:
   // Takes this rank's shard of the masters (with sharded masters, from the whole ones the model

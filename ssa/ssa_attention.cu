@@ -2,15 +2,6 @@
 // through mma.sync m16n8k16): FlashAttention-2 forward and backward, plus the log-sum-exp merge
 // of key blocks. B rows, Tq / Tk query / key tokens per row, H query heads, G kv heads, d head dim
 // (64 or 128). Temperatures: ssa_temperature.cu.
-// Each call first writes q~ = bf16(tau^q R(u)), k~ = bf16(R(k)) and v~ = bf16(tau^v v) into bf16
-// scratch (PrepareKernel, O(N)); the attention kernels then copy plain tiles, the forward with
-// cp.async while it computes. Choice, against the letter of SSA.md section 6 ("never writing q~
-// or v~ to memory: applied as tiles are loaded"): applying them on load repeated the rotation of
-// every key for each of the T/64 query tiles that visit it (and of every query for each key tile
-// in the backward), and a tile that must be transformed cannot be copied by cp.async. The values
-// are the same bf16; nothing more is saved for the backward (which writes them again); the cost
-// is transient scratch of Nq x H x d + 2 x Nk x G x d bf16 during each call (96 MiB for a
-// Llama-3-8B layer at 8K tokens). Measured on an H200: forward 2.1-2.6x faster (bench/RESULTS.md).
 #include <cmath>
 #include <cstdint>
 
@@ -571,6 +562,16 @@ const int32_t* KeyPositions(const SsaAttentionInputs& in) {
                                     : in.query_positions.data<int32_t>();
 }
 
+// Writes q~ = bf16(tau^q R(u)), k~ = bf16(R(k)) and v~ = bf16(tau^v v) into bf16 scratch
+// (PrepareKernel, O(N)), so the attention kernels copy plain tiles, the forward with cp.async
+// while it computes. Against the letter of SSA.md section 6 ("never writing q~ or v~ to memory:
+// applied as tiles are loaded"): applying them on load repeated the rotation of every key for each
+// of the T/64 query tiles that visit it (and of every query for each key tile in the backward),
+// and a tile that must be transformed cannot be copied by cp.async. The values are the same bf16;
+// nothing more is saved for the backward (which writes them again); the cost is transient scratch
+// of Nq x H x d + 2 x Nk x G x d bf16 during each call (96 MiB for a Llama-3-8B layer at 8K
+// tokens; v~ only with the value temperature on). Measured on an H200: forward 2.1-2.6x faster
+// (bench/RESULTS.md).
 PreparedTiles Prepare(const Context& ctx, const SsaAttentionInputs& in, const float* tau_q,
                       const float* tau_v) {
   CheckAligned(in.u, "u");

@@ -1,16 +1,6 @@
 // The SSA attention operator (shared/SSA.md section 6): checks its arguments and dispatches to the
-// tiled CPU kernel (f32, f64) or the fused CUDA kernel (bf16). One call pairs the query tokens of
-// `shape` with its key tokens: SsaBlockShape::Full for the whole operator, or a query block against
-// a key block (global indices). Context parallelism runs each local query chunk against the
-// all-gathered keys; key blocks with MergeAttentionBlock adding up their partial results are the
-// building blocks of a ring attention (tested, not yet used by the model).
-// Arguments, shapes and masking rule: ssa/ssa_attention_args.h. Dtypes: u, k, v, the sources, the
-// parameters, out, du, dk, dv and the source gradients share one dtype (f32/f64 on the CPU, bf16
-// on CUDA); lse, the temperatures and the parameter gradients are in AccumDType of it.
-// With options.query_temperature and options.value_temperature both false the operator is plain
-// causal GQA attention with RoPE (vanilla Llama): no temperature is computed, the parameters may
-// be undefined, and multiplying by a temperature of exactly 1 is skipped (so an SSA model whose
-// temperatures are exactly 1 and vanilla attention give bit-identical outputs either way).
+// tiled CPU kernel (f32, f64) or the fused CUDA kernel (bf16), forward, backward and the merge of
+// key blocks. Arguments, shapes and masking rule: ssa/ssa_attention_args.h.
 #pragma once
 
 #include <string>
@@ -20,6 +10,16 @@
 #include "ssa/ssa_options.h"
 
 namespace kelvin::ssa {
+
+// Dtypes: u, k, v, the sources, the parameters, out, du, dk, dv and the source gradients share one
+// dtype (f32/f64 on the CPU, bf16 on CUDA); lse, the temperatures and the parameter gradients are
+// in AccumDType of it. One call pairs the query tokens of `shape` with its key tokens:
+// SsaBlockShape::Full for the whole operator, or a query block against a key block (global
+// indices); context parallelism runs each local query chunk against the all-gathered keys.
+// With options.query_temperature and options.value_temperature both false the operator is plain
+// causal GQA attention with RoPE (vanilla Llama): no temperature is computed, the parameters may
+// be undefined, and multiplying by a temperature of exactly 1 is skipped (so an SSA model whose
+// temperatures are exactly 1 and vanilla attention give bit-identical outputs either way).
 
 // Forward -> every field of `outputs` written: out (normalised over the call's keys), lse, and
 // tau^q [Nq, H], tau^v [Nk, G] (left undefined-or-untouched when that temperature is off).
@@ -31,10 +31,9 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
 // Backward from dout [Nq, H, d], given the forward's saved outputs (`saved.out` and `saved.lse`
 // are the MERGED results over all key blocks when the keys were split, FlashAttention-2 style;
 // `saved.query_temperature` / `saved.value_temperature` are this call's). Every gradient
-// ACCUMULATES
-// (+=): du (with weight sharing also the temperature path into u), dk, dv (likewise into v), the
-// source gradients without weight sharing, and grads.params (a^q, a^v, alpha). Summed over all
-// key blocks it is the full operator's gradient; zero the gradients before the first call.
+// ACCUMULATES (+=): du (with weight sharing also the temperature path into u), dk, dv (likewise
+// into v), the source gradients without weight sharing, and grads.params (a^q, a^v, alpha). Summed
+// over all key blocks it is the full operator's gradient; zero the gradients before the first call.
 void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
@@ -42,7 +41,8 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
 
 // out [Nq, H, d], lse [Nq, H] += one key block's partial results (same shapes): the log-sum-exp
 // merge lse' = log(e^lse + e^block_lse), out' = e^(lse - lse') out + e^(block_lse - lse')
-// block_out. Start from out = 0, lse = -inf (or the first block's results).
+// block_out. Start from out = 0, lse = -inf (or the first block's results). Key blocks merged this
+// way are the building blocks of a ring attention (tested, not yet used by the model).
 void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse);
 

@@ -1,9 +1,7 @@
 // The arguments of the SSA attention operator (shared/SSA.md section 6), shared by its naive
 // reference (ssa/reference/), the tiled CPU kernel and the CUDA kernel. B rows; H query heads, G
-// key/value heads (H divisible by G), d head dim. One call pairs a range of query tokens with a
-// range of key tokens in every row: the whole rows for the full operator, a local query chunk
-// against all keys (context parallelism), or one key block (a ring's step). Token indices and
-// position ids are always global: query i (index within its row) sees key j iff i - p_i <= j <= i.
+// key/value heads (H divisible by G), d head dim. Token indices and position ids are always
+// global: query i (index within its row) sees key j iff i - p_i <= j <= i.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +10,9 @@
 
 namespace kelvin::ssa {
 
-// The token ranges of one call, the same in every row. Query-side tensors hold Nq = B*Tq tokens
-// (row by row), key-side tensors Nk = B*Tk tokens.
+// The token ranges of one call, the same in every row: the whole rows for the full operator, a
+// local query chunk against all keys (context parallelism), or one key block (a ring's step).
+// Query-side tensors hold Nq = B*Tq tokens (row by row), key-side tensors Nk = B*Tk tokens.
 struct SsaBlockShape {
   int64_t batch = 0;        // B
   int64_t query_begin = 0;  // global index, within its row, of each row's first query token

@@ -1,26 +1,7 @@
 // Tiled SSA attention on the CPU (f32, f64), FlashAttention-2 style: query tiles x key tiles with
-// an online softmax; no T x T matrix is ever formed. Backward recomputes P per tile from the saved
-// log-sum-exp. Tile products go through cblas_?gemm (OpenBLAS's OpenMP build runs single-threaded
-// inside our parallel regions and picks AVX2/FMA kernels at run time, while this file is compiled
-// for baseline x86-64: hand loops cannot match it); the softmax exponentials are
-// cpu_vector_math.h's.
-//
-// Scratch: each call first writes, once, O(N H d) operands in tile order:
-//   q^ [B, G, Tq, H/G, d] = tau^q RoPE(u) / sqrt(d)  (a group's query heads stacked per token)
-//   k~ [B, G, Tk, d] = RoPE(k),   v~ [B, G, Tk, d] = tau^v v
-// The GPU kernel's "never write q~ or v~" contract is a bandwidth rule; on the CPU one rotated copy
-// is cheaper than rotating every tile again, and it makes every GEMM operand contiguous. A
-// temperature that is off is never multiplied, and with temperatures of exactly 1 every other
-// operation is the same: the results are then bit-identical to VanillaAttentionOptions().
-//
-// Forward: OpenMP over (row, kv head, query tile); the H/G query heads of a group share each K/V
-// tile. Key tiles with no key in [i - p_i, i] for any query i of the tile are skipped (causal and
-// document masking); only the tiles the mask cuts are masked.
-// Backward: OpenMP over (row, kv head, key tile) tasks, dealt to the threads by a fixed balanced
-// plan: each task owns its keys' dk~ and dv~ and adds dq^ into its thread's partial
-// [B, G, Tq, H/G, d] (one q^-sized buffer per thread); the partials are summed in thread order
-// (deterministic for a given thread count). Then RoPE^T, the temperature gradients
-// dtau^q = RoPE(u) . dq^ / sqrt(d) and dtau^v = v . dv~, and ssa/temperature.h's backward.
+// an online softmax, so no T x T matrix is ever formed; the backward recomputes P per tile from
+// the saved log-sum-exp. With temperatures of exactly 1 the results are bit-identical to
+// VanillaAttentionOptions() (an off temperature is never multiplied; all else is the same).
 #include <cblas.h>
 #include <omp.h>
 
@@ -55,7 +36,10 @@ const Context& Cpu() {
   return ctx;
 }
 
-// c [m, n] = op(a) op(b) + beta c, row-major with leading dimensions lda, ldb, ldc.
+// c [m, n] = op(a) op(b) + beta c, row-major with leading dimensions lda, ldb, ldc. Tile products
+// go through cblas_?gemm: OpenBLAS's OpenMP build runs single-threaded inside our parallel regions
+// and picks AVX2/FMA kernels at run time, which hand loops in this file (compiled for baseline
+// x86-64) cannot match. The softmax exponentials are cpu_vector_math.h's.
 void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
@@ -148,7 +132,10 @@ void MaskInvisible(const Geometry& geo, int64_t row, int64_t a0, int64_t a1, int
   }
 }
 
-// The operands every tile reads, in tile order (see the file comment).
+// The operands every tile reads, written once per call in tile order (O(N H d) scratch; a group's
+// query heads stacked per token). The GPU kernel's "never write q~ or v~" contract is a bandwidth
+// rule; on the CPU one rotated copy is cheaper than rotating every tile again, and it makes every
+// GEMM operand contiguous.
 template <typename T>
 struct Operands {
   std::vector<T> q;  // [B, G, Tq, H/G, d] q^ = tau^q RoPE(u) / sqrt(d)
@@ -297,6 +284,9 @@ void OnlineSoftmax(int64_t rows, int64_t nk, int64_t d, T* s, T* row_max, T* row
   }
 }
 
+// OpenMP over (row, kv head, query tile); the H/G query heads of a group share each K/V tile. Key
+// tiles with no key in [i - p_i, i] for any query i of the tile are skipped (causal and document
+// masking); only the tiles the mask cuts are masked.
 template <typename T>
 void ForwardTiles(const Geometry& geo, const Operands<T>& x, T* out, T* lse) {
   constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
@@ -492,6 +482,8 @@ void BackwardTask(const Geometry& geo, const Operands<T>& x, const QuerySide<T>&
   }
 }
 
+// OpenMP over (row, kv head, key tile) tasks, dealt to the threads by BalancedPlan: each task owns
+// its keys' dk~ and dv~ and adds dq^ into its thread's partial (one q^-sized buffer per thread).
 template <typename T>
 OperandGrads<T> BackwardTiles(const Geometry& geo, const Operands<T>& x, const QuerySide<T>& side) {
   const size_t max_rows = static_cast<size_t>(geo.max_tile_rows());
@@ -526,6 +518,9 @@ void AddInto(Tensor& total, const Tensor& part) {
   for (int64_t i = 0; i < n; ++i) t[i] += p[i];
 }
 
+// The tiles' backward, the dq^ partials summed in thread order (deterministic for a given thread
+// count), then RoPE^T, the temperature gradients dtau^q = RoPE(u) . dq^ / sqrt(d) and
+// dtau^v = v . dv~, and ssa/temperature.h's backward.
 template <typename T>
 void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tensor& dout,
               const SsaAttentionInputs& in, const SsaParameters& params,

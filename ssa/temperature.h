@@ -1,11 +1,6 @@
 // The SSA temperatures (shared/SSA.md sections 2, 5, 7) on the CPU, f32 and f64: the query
 // temperature tau^q [N, H] and the value temperature tau^v [N, G], their backward, and their
 // statistics. N tokens, H query heads, G key/value heads, d head dim.
-//   z     = a . GeLU(source)        (exact erf GeLU; source = the head's d-vector of the token)
-//   tau^q = tanh(z) + 1 + sigma(alpha_h) ln(p_t + 1),    tau^v = tanh(z) + 1
-// Flags (SsaOptions): a temperature that is off is exactly 1 and gets no gradient; token_aware off
-// drops tanh(z) (and a, source get no gradient); position_aware off drops the sigma(alpha) term;
-// the optional clamp applies to each active temperature after it is computed.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +11,12 @@
 #include "ssa/ssa_options.h"
 
 namespace kelvin::ssa {
+
+//   z     = a . GeLU(source)        (exact erf GeLU; source = the head's d-vector of the token)
+//   tau^q = tanh(z) + 1 + sigma(alpha_h) ln(p_t + 1),    tau^v = tanh(z) + 1
+// Flags (SsaOptions): a temperature that is off is exactly 1 and gets no gradient; token_aware off
+// drops tanh(z) (and a, source get no gradient); position_aware off drops the sigma(alpha) term;
+// the optional clamp applies to each active temperature after it is computed.
 
 // Forward. source [N, H, d] (the pre-RoPE query u with weight sharing, else the output of the
 // separate temperature projection), readout a^q [H, d], alpha [H] (both the dtype of source),

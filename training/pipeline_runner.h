@@ -1,9 +1,6 @@
 // PipelineRunner: one pipeline rank's part of a training step and of an evaluation forward, for
-// every layout (one stage's program is each micro-batch's forward, then its backward). It
-// runs the rank's program (parallel/pipeline_schedule.h: compute actions of its model chunks and
-// the blocking Send/Recv between them) on the model's chunk steps, gives each micro-batch an
-// activation slot from its first use to its last, and gathers per-layer temperature statistics
-// from every stage.
+// every layout (one stage's program is each micro-batch's forward, then its backward), and the
+// per-layer temperature statistics gathered from every stage.
 #pragma once
 
 #include <functional>
@@ -21,8 +18,10 @@ parallel::PipelineScheduleKind PipelineScheduleKindOf(
 
 class PipelineRunner {
  public:
-  // Runs `program` (parallel::BuildPipelineProgram's for this rank) of `kind` on `model` over the
-  // pipeline group `pp`.
+  // Runs `program` (parallel::BuildPipelineProgram's for this rank: compute actions of its model
+  // chunks and the blocking Send/Recv between them; parallel/pipeline/pipeline_schedule.h) of
+  // `kind` on the model's chunk steps over the pipeline group `pp`, giving each micro-batch an
+  // activation slot from its first use to its last.
   PipelineRunner(parallel::PipelineScheduleKind kind, std::vector<parallel::PipelineStep> program,
                  models::LlamaModel& model, parallel::Communicator& pp);
 

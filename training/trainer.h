@@ -1,12 +1,7 @@
 // Trainer: the training loop of `kelvin train` on the CPU (f32) or a CUDA device (bf16 with f32
 // master weights), one process or a tensor/sequence/context/pipeline/data parallel grid under
-// mpirun (MPI or NCCL communicators, parallel.communication_backend). Read top to bottom in
-// trainer.cc: per step, each data-parallel rank's micro-batches run forward and backward with the
-// loss normalised by the global batch's labelled tokens, gradients are summed over the data- and
-// context-parallel ranks and clipped by the norm of the full model, the learning rate comes from
-// the schedule, AdamW steps; progress lines, periodic evaluation, checkpoints (resume, every
-// checkpoint.interval_steps, at the end and on a preemption signal; with checkpoint.async_save
-// written in the background: trainer_checkpoints.cc), export at the end.
+// mpirun (MPI or NCCL communicators, parallel.communication_backend). Read trainer.cc top to
+// bottom; checkpoints (and background saves) are in trainer_checkpoints.cc.
 #pragma once
 
 #include <map>
@@ -76,6 +71,12 @@ struct TrainerTestOptions {
   std::string run_id;
 };
 
+// Per step, each data-parallel rank's micro-batches run forward and backward with the loss
+// normalised by the global batch's labelled tokens, gradients are summed over the data- and
+// context-parallel ranks and clipped by the norm of the full model, the learning rate comes from
+// the schedule, and AdamW steps; then progress lines, periodic evaluation and checkpoints (resume,
+// every checkpoint.interval_steps, at the end and on a preemption signal; with
+// checkpoint.async_save written in the background), and the export at the end.
 class Trainer {
  public:
   // Resolves the layout, model and data; fails with a clear message on anything this build cannot

@@ -1,12 +1,6 @@
 // Training-step throughput of Kelvin's Llama on one GPU: a Llama-3-8B-shaped model cut to a few
-// decoder layers (default 2; embedding, final norm and the 128K-vocabulary LM head included), bf16
-// with f32 master weights, B x T tokens; one step = forward, fused cross-entropy, backward and the
-// AdamW update. SSA on (the default temperatures, weight-shared) and off, in the same run.
-// Weights: bench::InitForThroughput (uniform, std 0.02; the values do not change the work).
-// Prints one JSON line per variant with the step time, tokens/s, achieved TFLOP/s and MFU.
-// FLOPs: models::TrainingFlopsPerToken (the Megatron/PaLM model-FLOPs count, "model_flops" in the
-// output) x B*T tokens. MFU = achieved / 989.4e12 (H100/H200 SXM dense bf16 peak); the SSA
-// temperatures' extra work is not counted, so SSA's MFU is comparable with vanilla's.
+// decoder layers, bf16 with f32 master weights, SSA on and off in the same run. Prints one JSON
+// line per variant with the step time, tokens/s, achieved TFLOP/s and MFU.
 // Usage: llama_layers_gpu [layers] [batch] [seq] [timed_steps]
 #include <cstdio>
 #include <cstdlib>
@@ -24,8 +18,15 @@
 namespace kelvin {
 namespace {
 
+// MFU = achieved / this (H100/H200 SXM dense bf16 peak). FLOPs: models::TrainingFlopsPerToken (the
+// Megatron/PaLM model-FLOPs count, "model_flops" in the output) x B*T tokens; the SSA
+// temperatures' extra work is not counted, so SSA's MFU is comparable with vanilla's.
 constexpr double kPeakBf16Flops = 989.4e12;
 
+// `layers` decoder layers (embedding, final norm and the 128K-vocabulary LM head included), B x T
+// tokens; one step = forward, fused cross-entropy, backward and the AdamW update. SSA runs the
+// default temperatures (weight-shared). Weights: bench::InitForThroughput (uniform, std 0.02; the
+// values do not change the work).
 int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {
   if (!CudaAvailable()) {
     std::fprintf(stderr, "no CUDA device: %s\n", CudaUnavailableReason().c_str());
@@ -71,6 +72,7 @@ int Run(int64_t layers, int64_t batch, int64_t seq, int timed_steps) {
 }  // namespace
 }  // namespace kelvin
 
+// Defaults: 2 layers, batch 1, 8192 tokens, 5 timed steps.
 int main(int argc, char** argv) {
   const int64_t layers = argc > 1 ? std::atoll(argv[1]) : 2;
   const int64_t batch = argc > 2 ? std::atoll(argv[2]) : 1;

@@ -1,11 +1,6 @@
 // TensorRegion: which elements of a full (unsharded) tensor one process holds, so that a tensor
-// written in pieces by one parallel layout can be read back by another. A region is the slice
-// [begin, begin + count) along `axis` of the full tensor (tensor parallelism's shard; axis -1: the
-// whole tensor), and inside that slice, in its row-major order, the elements
-// [flat_begin, flat_begin + flat_count) (ZeRO-1's shard of a flat buffer; the whole slice
-// otherwise). The region's data is those elements in that order.
-// In the full tensor's row-major element order a region is a list of contiguous runs, increasing;
-// copying between two regions intersects their runs.
+// written in pieces by one parallel layout can be read back by another; and the overlaps through
+// which data is copied between two regions.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +13,10 @@
 
 namespace kelvin::io {
 
+// A region is the slice [begin, begin + count) along `axis` of the full tensor (tensor
+// parallelism's shard; axis -1: the whole tensor), and inside that slice, in its row-major order,
+// the elements [flat_begin, flat_begin + flat_count) (ZeRO-1's shard of a flat buffer; the whole
+// slice otherwise). The region's data is those elements in that order.
 struct TensorRegion {
   Shape full_shape;
   int axis = -1;                           // -1: no slice
@@ -47,6 +46,8 @@ struct RegionOverlap {
   int64_t from = 0, to = 0, length = 0;
 };
 
+// In the full tensor's row-major element order a region is a list of contiguous runs, increasing;
+// copying between two regions intersects their runs.
 // Every stretch of elements that `from` and `to` share (both of the same full shape), in order.
 std::vector<RegionOverlap> OverlapOf(const TensorRegion& from, const TensorRegion& to);
 

@@ -1,9 +1,6 @@
 // Causal grouped-query attention with document masking, unfused and scalar: the plain attention
 // that the SSA operator (ssa/ssa_attention.h, which the model runs) generalises, kept as the
-// "naive f32" baseline of bench/ssa_attention_bench.cc and as a second plain-attention check. B
-// rows of T tokens flattened to N = B*T, H query heads, G key/value heads (H divisible by G), d
-// head dim. Token t of a row attends to s in [t - p_t, t], where p_t is its position id: ordinary
-// causal attention when positions run 0..T-1, per-document attention when they restart (packing).
+// "naive f32" baseline of bench/ssa_attention_bench.cc and as a second plain-attention check.
 // CPU only (f32, f64); on a CUDA context it aborts saying to use the SSA operator.
 #pragma once
 
@@ -12,6 +9,9 @@
 
 namespace kelvin::ops {
 
+// B rows of T tokens flattened to N = B*T, H query heads, G key/value heads (H divisible by G), d
+// head dim. Token t of a row attends to s in [t - p_t, t], where p_t is its position id: ordinary
+// causal attention when positions run 0..T-1, per-document attention when they restart (packing).
 struct AttentionShape {
   int64_t batch = 0;  // B
   int64_t seq = 0;    // T

@@ -1,14 +1,14 @@
 // Vectorisable f32 math for the CPU kernels: an exp that GCC vectorises inside `omp simd` loops
 // (libm's expf is a scalar call), and the attribute that compiles a kernel for baseline x86-64
 // and for x86-64-v3 (AVX2), picked at load time. Used by the softmax cross-entropy, SwiGLU and
-// the SSA kernels (ssa/cpu_vector_math.h); f64 kernels keep libm (f64 is the test dtype). The
-// project compiles with -fno-trapping-math and -fno-math-errno (cmake/KelvinWarnings.cmake),
-// without which GCC keeps these selects and libm calls scalar; FP contraction stays off
-// (-std=c++20), so both clones give the same bits.
+// the SSA kernels (ssa/cpu_vector_math.h); f64 kernels keep libm (f64 is the test dtype).
 #pragma once
 
 #include <cstdint>
 
+// The project compiles with -fno-trapping-math and -fno-math-errno (cmake/KelvinWarnings.cmake),
+// without which GCC keeps these selects and libm calls scalar; FP contraction stays off
+// (-std=c++20), so both clones give the same bits.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define KELVIN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else

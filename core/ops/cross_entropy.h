@@ -1,9 +1,6 @@
 // Fused softmax cross-entropy over the vocabulary (the LM loss): per-token loss, its gradient with
 // respect to the logits written in place, and the Hugging Face mean over non-ignored tokens.
-// N tokens, V vocabulary. Rows stream through cache with an online max / sum-exp (the CPU in chunks
-// of kVocabChunk, each CUDA thread over its strided share), so probabilities are never stored.
-// Statistics are f32 (f64 for f64 logits) whatever the logits dtype, as Hugging Face upcasts logits
-// to f32. CPU: f32, f64. CUDA: f32, bf16.
+// N tokens, V vocabulary. CPU: f32, f64. CUDA: f32, bf16.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +14,9 @@ namespace kelvin::ops {
 inline constexpr int32_t kIgnoreIndex = -100;
 // Logits per row that the CPU kernel keeps hot in L1 for its max and sum-exp passes.
 inline constexpr int64_t kVocabChunk = 2048;
+// Rows stream through cache with an online max / sum-exp (the CPU in chunks of kVocabChunk, each
+// CUDA thread over its strided share), so probabilities are never stored. Statistics are f32 (f64
+// for f64 logits) whatever the logits dtype, as Hugging Face upcasts logits to f32.
 
 // logits [N, V], targets [N] i32 -> loss [N] (AccumDType: -log softmax(logits)[target], 0 where
 // the target is kIgnoreIndex), lse [N] (AccumDType: log-sum-exp of each row, saved for backward).

@@ -2,14 +2,6 @@
 // their gradients in a matching flat buffer, so the optimizer and gradient reductions work on a
 // few large contiguous tensors while layers see named views. The buffers live on one device (the
 // Context given to Allocate).
-// Mixed precision (bf16 models): the layers read a bf16 model copy (`value`), the optimizer
-// updates f32 master weights (`master`) and the gradients are f32 (`grad`), as Megatron's and
-// PyTorch AMP's bf16 training keep them. For f32 and f64 models master and value are one tensor.
-// Under ZeRO-1 with a model copy (Allocate with gradient_shards > 1), the masters are sharded too,
-// as Megatron's distributed optimizer keeps them: each data-parallel rank's optimizer holds its
-// shard, and the whole masters exist only while placed in the gradient buffers (free between
-// steps): from Allocate until the optimizer takes its shard (so the model can initialise or load
-// them), and while the optimizer gathers them for an export or to refresh the model copy.
 #pragma once
 
 #include <map>
@@ -25,6 +17,9 @@ namespace kelvin {
 enum class ParamGroup { kDecay = 0, kNoDecay = 1, kTemperature = 2 };
 inline constexpr int kNumParamGroups = 3;
 
+// Mixed precision (bf16 models): the layers read a bf16 model copy (`value`), the optimizer
+// updates f32 master weights (`master`) and the gradients are f32 (`grad`), as Megatron's and
+// PyTorch AMP's bf16 training keep them. For f32 and f64 models master and value are one tensor.
 class ParameterSet {
  public:
   struct Entry {
@@ -45,8 +40,8 @@ class ParameterSet {
   // CPU tests run the mixed-precision bookkeeping with an f32 model this way). `gradient_shards`
   // (ZeRO-1's shard count): each gradient buffer lies in a zero-padded one of a multiple of it,
   // which the distributed optimizer reduce-scatters and all-gathers in place; with a model copy
-  // the masters are then sharded (see the top of this file), placed whole in the gradient buffers
-  // until the optimizer takes its shard.
+  // the masters are then sharded (masters_sharded), placed whole in the gradient buffers until the
+  // optimizer takes its shard.
   void Allocate(const Context& ctx, DType dtype, bool separate_master = false,
                 int64_t gradient_shards = 1);
   void Allocate(DType dtype) { Allocate(Context::Cpu(), dtype); }
@@ -54,7 +49,12 @@ class ParameterSet {
   const Context& context() const { return ctx_; }
   // Whether the values are a model copy of separate master weights.
   bool has_model_copy() const { return separate_master_; }
-  // Whether a distributed optimizer keeps the master weights in shards (ZeRO-1 with a model copy).
+  // Whether a distributed optimizer keeps the master weights in shards (ZeRO-1 with a model copy,
+  // Allocate with gradient_shards > 1), as Megatron's distributed optimizer keeps them: each
+  // data-parallel rank's optimizer holds its shard, and the whole masters exist only while placed
+  // in the gradient buffers (free between steps): from Allocate until the optimizer takes its shard
+  // (so the model can initialise or load them), and while the optimizer gathers them for an export
+  // or to refresh the model copy.
   bool masters_sharded() const { return masters_sharded_; }
   // Whether the whole master weights are readable: always, unless sharded and not placed in the
   // gradient buffers. master(), masters(), MasterOnHost, Assign and SyncModelCopy need them.

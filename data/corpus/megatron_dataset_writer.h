@@ -1,9 +1,6 @@
 // MegatronDatasetWriter: writes a Megatron-LM indexed dataset (the MMIDIDX .idx/.bin pair of
 // mmap_indexed_dataset.h) byte for byte as Megatron-Core's IndexedDatasetBuilder does, so that
-// Kelvin's and Megatron's tools read each other's corpora. Sequences stream into the .bin; the
-// .idx is written by Finish. Both are io::AtomicFiles (temporaries until Commit renames them), so
-// an interrupted or failed write never leaves a dataset that looks complete; datasets that belong
-// together (tokens and loss mask) are committed all or none by CommitTogether.
+// Kelvin's and Megatron's tools read each other's corpora.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +16,10 @@
 
 namespace kelvin::data {
 
+// Sequences stream into the .bin; the .idx is written by Finish. Both are io::AtomicFiles
+// (temporaries until Commit renames them), so an interrupted or failed write never leaves a
+// dataset that looks complete; datasets that belong together (tokens and loss mask) are committed
+// all or none by CommitTogether.
 class MegatronDatasetWriter {
  public:
   // Starts `path_prefix`.bin (a temporary until committed) for tokens stored as `type`.

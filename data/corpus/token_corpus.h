@@ -1,9 +1,7 @@
-// TokenCorpus: a stream of integer token ids in one mapped file, cut into documents. The Megatron
-// indexed dataset and the flat token file both load into one; samplers read rows of it.
-// D documents, N tokens; document d covers stream tokens [start(d), start(d + 1)). A corpus may
-// carry a loss mask (fine-tuning data): a second corpus of the same documents whose token i is 1
-// when stream token i is a training target (its prediction counts in the loss) and 0 when it is
-// not (a prompt, a system message).
+// TokenCorpus: a stream of integer token ids in one mapped file, cut into documents, with an
+// optional loss mask. The Megatron indexed dataset and the flat token file both load into one;
+// samplers read rows of it. D documents, N tokens; document d covers stream tokens
+// [start(d), start(d + 1)).
 #pragma once
 
 #include <cstddef>
@@ -49,8 +47,10 @@ class TokenCorpus {
   // The same over the whole corpus (a full scan: for validating a corpus before a job).
   absl::Status CheckVocab(int64_t vocab_size) const;
 
-  // Attaches `mask` as this corpus's loss mask; its documents must have the same lengths, else the
-  // error names both files and the first document that differs.
+  // Attaches `mask` as this corpus's loss mask (fine-tuning data): a second corpus of the same
+  // documents whose token i is 1 when stream token i is a training target (its prediction counts
+  // in the loss) and 0 when it is not (a prompt, a system message). Its documents must have the
+  // same lengths, else the error names both files and the first document that differs.
   absl::Status AttachLossMask(TokenCorpus mask);
   bool has_loss_mask() const { return loss_mask_ != nullptr; }
   // Whether (1) or not (0) each of stream tokens [begin, begin + out.size()) is a training target;

@@ -1,10 +1,6 @@
 // BlendedSampler: a weighted mix of corpus samplers, in the order of Megatron-LM's BlendedDataset
-// (its build_blending_indices). Global sample g goes to the corpus j that maximises
-// w_j max(g, 1) - n_j(g), n_j(g) being the samples corpus j got before g (weights normalised to
-// sum 1, ties to the lower j): deterministic, and every corpus stays within one sample of its share
-// at every g. Within corpus j the sample is
-// its n_j(g)-th (each corpus shuffles its own rows per epoch). Random access: the counts are kept
-// every kBlock samples and the assignments of one block at a time are recomputed from them.
+// (its build_blending_indices): deterministic, and every corpus stays within one sample of its
+// share at every global sample.
 #pragma once
 
 #include <array>
@@ -40,7 +36,11 @@ class BlendedSampler : public BatchSource {
     int corpus = 0;
     int64_t sample = 0;  // the corpus's own sample index
   };
-  // Where global sample g comes from. Not thread-safe (the current block is cached).
+  // Where global sample g comes from: the corpus j that maximises w_j max(g, 1) - n_j(g), n_j(g)
+  // being the samples corpus j got before g (weights normalised to sum 1, ties to the lower j), and
+  // within corpus j its n_j(g)-th sample (each corpus shuffles its own rows per epoch). Random
+  // access: the counts are kept every kBlock samples and the assignments of one block at a time are
+  // recomputed from them. Not thread-safe (the current block is cached).
   Assignment AssignmentOf(int64_t global_sample);
 
  private:

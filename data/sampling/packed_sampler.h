@@ -1,16 +1,7 @@
 // PackedSampler: rows of whole documents, for fine-tuning on samples (SFT: one document per
-// prompt + answer). Unlike CorpusSampler's stream rows, a document is never split across rows:
-// the documents of the sampled stretch are packed into rows of T tokens by best-fit decreasing
-// (longest first, each into the fullest row it fits; a function of the corpus and T alone, so
-// every rank and every resume packs the same rows), each row's documents in stream order, and the
-// rest of a row is padding (token 0, no loss; with document masking its positions restart at 0
-// like a document's). A document longer than T keeps its first T tokens, the last of them labelled
-// with the document's next token (counted in truncated_documents(), and in
-// truncated_without_targets() when the kept part has no training target left: an answer cut
-// away); one shorter than 2 tokens has no label and is left out. Labels never cross documents (a
-// whole document's last token has none); with the corpus's loss mask only training targets carry
-// labels. Positions restart at each document when documents mask (attention then stays inside
-// each), else run 0..T-1 over the row. Epoch e visits every row once in RowSampler's seeded order.
+// prompt + answer). Unlike CorpusSampler's stream rows, a document is never split across rows: the
+// documents of the sampled stretch are packed into rows of T tokens by best-fit decreasing, the
+// rest of a row padding. Epoch e visits every row once in RowSampler's seeded order.
 #pragma once
 
 #include <cstdint>
@@ -24,16 +15,26 @@
 
 namespace kelvin::data {
 
+// Best-fit decreasing: longest first, each into the fullest row it fits (a function of the corpus
+// and T alone, so every rank and every resume packs the same rows), each row's documents in stream
+// order. A document shorter than 2 tokens has no label and is left out.
 class PackedSampler : public RowSampler {
  public:
   static absl::StatusOr<std::unique_ptr<PackedSampler>> Create(
       std::shared_ptr<const TokenCorpus> corpus, const SamplerOptions& options);
 
   int64_t num_documents() const { return static_cast<int64_t>(pieces_.size()); }  // packed ones
+  // A document longer than T keeps its first T tokens, the last of them labelled with the
+  // document's next token; truncated_without_targets counts those whose kept part has no training
+  // target left (an answer cut away).
   int64_t truncated_documents() const { return truncated_documents_; }
   int64_t truncated_without_targets() const { return truncated_without_targets_; }
   int64_t packed_tokens() const { return packed_tokens_; }  // document tokens over all rows
 
+  // Labels never cross documents (a whole document's last token has none); with the corpus's loss
+  // mask only training targets carry labels. Padding is token 0 without loss. Positions restart at
+  // each document (and at the padding) when documents mask, so attention stays inside each; else
+  // they run 0..T-1 over the row.
   absl::Status ReadRow(int64_t row, Batch& batch, int64_t b) const override;
 
  private:

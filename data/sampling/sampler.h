@@ -1,10 +1,6 @@
 // CorpusSampler: GPT-style rows from a TokenCorpus, shuffled per epoch, as deterministic
-// micro-batches. The documents' tokens, concatenated in file order, are cut into rows of T + 1
-// tokens at stride T (row r holds stream tokens [s + r T, s + r T + T] of the sampled stretch
-// [s, e) of the stream; consecutive rows share one token, so every token but the last is an input
-// once). Epoch e visits all R rows in a Fisher-Yates
-// order of mt19937_64(MixSeed(seed, e)); global sample g is row perm_{g / R}[g % R]. With the
-// corpus's loss mask, a label whose target is not a training target is ignored.
+// micro-batches (epoch e visits all R rows in RowSampler's seeded Fisher-Yates order); and where a
+// corpus's held-out part begins.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +21,15 @@ namespace kelvin::data {
 // prompt and an answer) moved back to the document's start.
 int64_t HeldOutStart(const TokenCorpus& corpus, double eval_fraction, bool whole_documents = false);
 
+// The documents' tokens, concatenated in file order, are cut into rows of T + 1 tokens at stride T:
+// row r holds stream tokens [s + r T, s + r T + T] of the sampled stretch [s, e) of the stream
+// (consecutive rows share one token, so every token but the last is an input once).
 class CorpusSampler : public RowSampler {
  public:
   static absl::StatusOr<std::unique_ptr<CorpusSampler>> Create(
       std::shared_ptr<const TokenCorpus> corpus, const SamplerOptions& options);
 
+  // With the corpus's loss mask, a label whose target is not a training target is ignored.
   absl::Status ReadRow(int64_t row, Batch& batch, int64_t b) const override;
 
  private:

@@ -1,19 +1,5 @@
-// Fine-tuning samples from JSON Lines into a Megatron indexed dataset and its loss mask (what
-// `kelvin prepare-data` runs). Each non-blank line is one sample, a JSON object with
-//   "input_ids": [token ids]                 (required, non-empty, ids >= 0)
-//   "labels":    [id or -100 per token]      (optional: Hugging Face's unshifted convention, the
-//                                             token itself where it is a training target, -100
-//                                             where it is not, e.g. the prompt)
-//   "loss_mask": [1 or 0 per token]          (optional, instead of labels: 1 = training target)
-// Other keys (e.g. "text", "attention_mask") are ignored and counted. Each sample becomes one
-// document of PREFIX.bin/.idx (uint16 tokens when every id is below 65500, as Megatron-LM chooses,
-// else int32); when any sample has labels or loss_mask, PREFIX_loss_mask.bin/.idx holds its
-// targets (uint8 0/1; a sample with neither trains on all its tokens; without any mask, an
-// earlier run's PREFIX_loss_mask is removed). The input is read once, in batches of lines parsed
-// in parallel (OpenMP) and written in file order, each line validated, into .partial files: a bad
-// line is an error naming the file, line and field, after which nothing is left (a directory
-// created for the output is removed again); both datasets are written whole before either is
-// renamed into place.
+// Fine-tuning samples from a JSON Lines file into a Megatron indexed dataset PREFIX and its loss
+// mask PREFIX_loss_mask: what `kelvin prepare-data` runs (formats: README, Formats).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +26,13 @@ struct PreparedSamples {
   bool removed_stale_mask = false;  // PREFIX_loss_mask of an earlier run, with no mask now
 };
 
+// Each non-blank line becomes one document of PREFIX.bin/.idx (uint16 tokens when every id is below
+// 65500, as Megatron-LM chooses, else int32), and its training targets one of
+// PREFIX_loss_mask.bin/.idx when any sample has labels or a loss mask; without any mask an earlier
+// run's PREFIX_loss_mask is removed. The input is read once, in batches of lines parsed in parallel
+// (OpenMP) and written in file order, into temporary files: a bad line is an error naming the
+// file, line and field, after which nothing is left (a directory created for the output is removed
+// again), and both datasets are written whole before either is renamed into place.
 // With `text_encoder`, lines may also be text samples (text_sample_encoder.h), tokenized in the
 // same parallel pass.
 absl::StatusOr<PreparedSamples> PrepareJsonlSamples(

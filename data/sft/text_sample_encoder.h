@@ -1,16 +1,6 @@
-// Samples given as text, tokenized with the model's tokenizer (`kelvin prepare-data --tokenizer
-// DIR`), one JSON object per line:
-//   {"text": "..."}                          a document (continued pre-training, long-context
-//                                            extension): the tokenizer's template (Llama-3: BOS),
-//                                            the text, the eos token as end of document (as
-//                                            Megatron's --append-eod); loss on every token
-//   {"prompt": "...", "completion": "..."}   BOS + prompt without loss, then completion + eos with
-//                                            loss; the two are encoded apart, so the prompt's ids
-//                                            are those a generation from it starts with
-//   {"messages": [{"role": "system" | "user" | "assistant", "content": "..."}, ...]}
-//                                            chat SFT in the model's chat format (chat_format.h):
-//                                            loss on the assistant turns only
-// Other keys are ignored (and counted); a line of another kind (input_ids) is not this encoder's.
+// TextSampleEncoder: fine-tuning samples given as text ("text", "prompt"/"completion" or chat
+// "messages" lines), tokenized with the model's tokenizer for `kelvin prepare-data --tokenizer DIR`
+// (formats: README, Formats).
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -24,6 +14,12 @@
 
 namespace kelvin::data {
 
+// A "text" line is a document: the tokenizer's template (Llama-3: BOS), the text and the eos token,
+// the loss on every token. A prompt line is the template + prompt without loss, then the completion
+// + eos with loss, the two encoded apart (so the prompt's ids are those a generation from it starts
+// with). A "messages" line is in the model's chat format (chat_format.h), the loss on the
+// assistant's turns only. Other keys are ignored (and counted); an input_ids line is not this
+// encoder's.
 class TextSampleEncoder {
  public:
   // The tokenizer of model directory `directory` (tokenizer.json, tokenizer_config.json with its

@@ -1,11 +1,6 @@
 // The passkey-retrieval task: filler text hiding a 5-digit key at a random depth, then the
 // question; the loss is on the 5 answer digits only. Byte vocabulary: token = byte value, plus BOS.
-// Sample i of seed s is drawn from mt19937_64(MixSeed(s, i)), so any rank makes any sample. Layout
-// of the T + 1 tokens: BOS, filler[0:p], key sentence, filler[p:W], spaces, question, 5 digits,
-// where the filler is whole sentences (W bytes) and p a sentence boundary drawn uniformly among
-// those at depths p / W in [min_depth, max_depth] (the one nearest the range when none is). With
-// distractors, that many decoy sentences (another name, another 5-digit number) sit at uniformly
-// drawn filler boundaries too: the answer is the one the question names.
+// Sample i of seed s is drawn from mt19937_64(MixSeed(s, i)), so any rank makes any sample.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +46,12 @@ struct DepthRange {
 };
 
 // Sample `index` of `seed`; T >= MinPasskeySequenceLength(distractors). Without distractors the
-// samples are those of every earlier version.
+// samples are those of every earlier version. Layout of the T + 1 tokens: BOS, filler[0:p], key
+// sentence, filler[p:W], spaces, question, 5 digits, where the filler is whole sentences (W bytes)
+// and p a sentence boundary drawn uniformly among those at depths p / W in [min, max] (the one
+// nearest the range when none is). With distractors, that many decoy sentences (another name,
+// another 5-digit number) sit at uniformly drawn filler boundaries too: the answer is the one the
+// question names.
 PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_length,
                                 const DepthRange& depths = {}, int64_t distractors = 0);
 

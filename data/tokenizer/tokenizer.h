@@ -1,10 +1,7 @@
 // A Hugging Face tokenizer.json of the byte-level BPE family (Llama-3/3.1/3.2, GPT-2, Qwen2) in
-// C++: added and special tokens matched first (longest at the leftmost place), the NFC normalizer
-// (Qwen2's; unicode_nfc.h) on the text between them, the pre-tokenizer's splits (Split regexes,
-// ByteLevel's GPT-2 pattern) run by PCRE2, the byte-level BPE model, the post-processor's template
-// (Llama-3's BOS) and decode. What tokenizer.json holds beyond that family (another normalizer,
-// another model type, prefix spaces, a WordPiece decoder, ...) is an error naming the unsupported
-// part when it is loaded, never an approximation.
+// C++: encode and decode with the ids tokenizers gives. What tokenizer.json holds beyond that
+// family (another normalizer, another model type, prefix spaces, a WordPiece decoder, ...) is an
+// error naming the unsupported part when it is loaded, never an approximation.
 #pragma once
 
 #include <array>
@@ -29,6 +26,9 @@ class Tokenizer {
   // tokens its tokenizer_config.json names when it has one.
   static absl::StatusOr<Tokenizer> FromDirectory(const std::string& directory);
 
+  // Added and special tokens are matched first (longest at the leftmost place), the NFC normalizer
+  // (Qwen2's; unicode_nfc.h) runs on the text between them, then the pre-tokenizer's splits (Split
+  // regexes, ByteLevel's GPT-2 pattern) run by PCRE2 and the byte-level BPE model.
   // Appends the ids of `text` to `ids`; with `add_special_tokens`, inside the post-processor's
   // template (Llama-3: <|begin_of_text|> first), as tokenizers' encode(text). Text that is not
   // valid UTF-8 is an error naming the byte offset.

@@ -1,12 +1,7 @@
-// Context parallelism's token layout (Llama 3's all-gather variant with Megatron's load balance):
-// every row of T tokens is cut into 2 CP chunks of Tc = T / (2 CP) tokens, and rank r holds
-// chunks r and 2 CP - 1 - r of every row (an early and a late chunk, so that each rank's queries
-// see as many keys under the causal mask). A rank runs the token-local layers on its tokens
+// Context parallelism's token layout (Llama 3's all-gather variant with Megatron's load balance)
+// and the sequence collectives around attention: a rank runs the token-local layers on its tokens
 // alone; attention all-gathers the keys and values of the whole sequence, and their gradients
 // (partial sums over each rank's queries) return to their owners by reduce-scatter.
-// Layouts (W values per token): a rank's tokens [2 blocks][B][Tc] (block 0 its early chunk,
-// block 1 its late one: each block's tokens contiguous, one attention query block); the full
-// sequence [B][T]; the collectives' [CP][2][B][Tc].
 #pragma once
 
 #include "core/context.h"
@@ -14,6 +9,12 @@
 #include "parallel/comm/communicator.h"
 
 namespace kelvin::models {
+
+// Every row of T tokens is cut into 2 CP chunks of Tc = T / (2 CP) tokens, and rank r holds chunks
+// r and 2 CP - 1 - r of every row (an early and a late chunk, so that each rank's queries see as
+// many keys under the causal mask). Layouts (W values per token): a rank's tokens [2 blocks][B][Tc]
+// (block 0 its early chunk, block 1 its late one: each block's tokens contiguous, one attention
+// query block); the full sequence [B][T]; the collectives' [CP][2][B][Tc].
 
 // The chunk of every row that block `block` (0 or 1) of rank `rank` holds: its tokens are
 // [chunk * Tc, (chunk + 1) * Tc).

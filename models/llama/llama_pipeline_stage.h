@@ -1,11 +1,6 @@
-// How one pipeline rank holds Llama: Megatron's interleaved placement of consecutive layers.
-// With P pipeline ranks and V model chunks per rank, chunk c of rank r is virtual stage
-// s = c * P + r and holds layers [s * L / (P V), (s + 1) * L / (P V)); virtual stage 0 starts with
-// the embedding, the last one (P V - 1) ends with the final norm and the LM head. With tied
-// embeddings the last stage holds its own copy of the embedding (its LM head), kept equal to the
-// first stage's by summing their gradients. This file also lists every stage's parameters in
-// declaration order (Hugging Face names, full shapes, optimizer groups), the one place that says
-// which rank holds what.
+// How one pipeline rank holds Llama: Megatron's interleaved placement of consecutive layers into
+// model chunks, and every stage's parameters in declaration order (Hugging Face names, full
+// shapes, optimizer groups), the one place that says which rank holds what.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +13,11 @@
 
 namespace kelvin::models {
 
+// With P pipeline ranks and V model chunks per rank, chunk c of rank r is virtual stage
+// s = c * P + r and holds layers [s * L / (P V), (s + 1) * L / (P V)); virtual stage 0 starts with
+// the embedding, the last one (P V - 1) ends with the final norm and the LM head. With tied
+// embeddings the last stage holds its own copy of the embedding (its LM head), kept equal to the
+// first stage's by summing their gradients.
 struct LlamaStageLayout {
   struct Chunk {
     int virtual_stage = 0;

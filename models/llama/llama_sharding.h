@@ -1,9 +1,6 @@
-// How one tensor-parallel rank holds Llama (Megatron-style): query heads, FFN columns and the
-// vocabulary are split evenly over the TP ranks; KV heads are split when TP divides G and
-// replicated (each rank keeping the one its query heads use) when G divides TP; the SSA read-outs,
-// alphas and temperature projections follow their heads (shared/SSA.md section 2: no extra
-// communication); norms are replicated. Every parameter keeps its Hugging Face name; its local
-// tensor is the slice [begin, begin + count) of the full tensor along `axis`.
+// How one tensor-parallel rank holds Llama (Megatron-style): which query heads, KV heads, FFN
+// columns and vocabulary rows it holds, and where each parameter's local tensor sits in the full
+// one. Every parameter keeps its Hugging Face name.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +11,10 @@
 
 namespace kelvin::models {
 
+// Query heads, FFN columns and the vocabulary are split evenly over the TP ranks; KV heads are
+// split when TP divides G and replicated (each rank keeping the one its query heads use) when G
+// divides TP; the SSA read-outs, alphas and temperature projections follow their heads
+// (shared/SSA.md section 2: no extra communication); norms are replicated.
 struct LlamaShardLayout {
   int tp_rank = 0, tp_size = 1;
   int64_t head_begin = 0, heads = 0;   // query heads [head_begin, head_begin + heads)
@@ -26,7 +27,8 @@ struct LlamaShardLayout {
 // The layout of rank `tp_rank` of `tp_size` (the grid validated the divisibility; checked here).
 LlamaShardLayout ShardLayoutOf(const LlamaConfig& config, int tp_rank, int tp_size);
 
-// Where a parameter's local tensor sits in the full one.
+// Where a parameter's local tensor sits in the full one: the slice [begin, begin + count) of the
+// full tensor along `axis`.
 struct ParameterShard {
   int axis = -1;  // -1: replicated (the whole tensor on every rank)
   int64_t begin = 0, count = 0;

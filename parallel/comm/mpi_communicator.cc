@@ -1,12 +1,5 @@
 // The MPI backend: non-blocking MPI calls polled against a deadline, arrival notices for naming
 // the ranks that did not arrive, bf16 reductions widened to f32, and host staging of CUDA tensors.
-//
-// Arrival notices: before collective call #n each rank posts a receive for, and sends, a small
-// {n, kind, elements} notice to every other member on a duplicate of the group's communicator.
-// Notices are always matched and completed (a collective that completes implies that every member
-// sent its notice), so none is left behind. On timeout a rank tests its posted receives: the
-// members whose notice #n has not come did not arrive; a notice of another kind or count means a
-// member is in a different call.
 #include "parallel/comm/mpi_communicator.h"
 
 #include <algorithm>
@@ -220,6 +213,12 @@ void MpiCommunicator::FromHost(const Tensor& host, Tensor& tensor) const {
   if (!host.SameStorage(tensor)) CopyTensor(ctx_, host, tensor);
 }
 
+// Arrival notices: before collective call #n each rank posts a receive for, and sends, a small
+// {n, kind, elements} notice to every other member on a duplicate of the group's communicator.
+// Notices are always matched and completed (a collective that completes implies that every member
+// sent its notice), so none is left behind. On timeout a rank tests its posted receives
+// (DescribeArrivals): the members whose notice #n has not come did not arrive; a notice of another
+// kind or count means a member is in a different call.
 void MpiCommunicator::RunCollective(Call call,
                                     const std::function<void(std::vector<MPI_Request>&)>& post) {
   call.sequence = ++sequence_;

@@ -2,9 +2,6 @@
 // run on the communicator's own stream, ordered after the context's compute stream by an event,
 // and the compute stream waits for them in turn; a watchdog thread aborts the job when one does not
 // complete within the timeout or NCCL reports an asynchronous error. bf16 reduces natively.
-// Host tensors (the trainer's scalars, the vocab-parallel loss's per-token statistics) are staged
-// through a device copy, so every caller of a Communicator works over either backend; calls on
-// host tensors return with their results on the host.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,7 +50,10 @@ class NcclCommunicator final : public Communicator {
   // "AllReduce(sum) #3 of 1001 bf16 elements"; counts the call.
   std::string Describe(std::string_view call, std::string_view detail, const Tensor& tensor);
   // The tensor itself when on the communicator's device; for a host tensor a device copy (holding
-  // its values when `read`). Any other device is an error naming `call`.
+  // its values when `read`). Any other device is an error naming `call`. Host tensors (the
+  // trainer's scalars, the vocab-parallel loss's per-token statistics) are staged so that every
+  // caller of a Communicator works over either backend; calls on host tensors return with their
+  // results on the host.
   Tensor Stage(const Tensor& tensor, bool read, std::string_view call) const;
   // Copies a staged host tensor's result back (nothing for a device tensor).
   void Unstage(const Tensor& staged, Tensor& tensor) const;

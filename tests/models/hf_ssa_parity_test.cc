@@ -1,9 +1,7 @@
-// Kelvin against its own SSA modeling code in transformers (tools/check_hf_export.py): the
-// fixture's SSA exports of two trained tiny models (full SSA; weight sharing off with a clamp),
-// read back with the settings of their config.json, give the logits transformers computed on a
-// packed batch (position ids restart) within 1e-5, and Kelvin's KV-cache decoder generates the 32
-// greedy tokens transformers' generate() did; and the modeling code this binary ships is the one
-// the fixture was made with, so the two cannot drift apart unnoticed.
+// Kelvin against its own SSA modeling code in transformers (tools/check_hf_export.py), on the
+// fixture's SSA exports of two trained tiny models (full SSA; weight sharing off with a clamp):
+// the same logits and greedy tokens as transformers, and the modeling code this binary ships is
+// the one the fixture was made with, so the two cannot drift apart unnoticed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +22,8 @@ const std::string kFixtures = std::string(KELVIN_FIXTURES_DIR) + "/hf_ssa/";
 
 class HfSsaParity : public ::testing::TestWithParam<std::string> {};
 
+// Read back with the settings of its config.json, the model gives the logits transformers computed
+// on a packed batch (position ids restart) within 1e-5.
 TEST_P(HfSsaParity, KelvinGivesTheLogitsTransformersComputed) {
   const std::string model_dir = kFixtures + GetParam() + "/model";
   absl::StatusOr<models::LlamaConfig> config = models::LlamaConfigFromHfDirectory(model_dir);
@@ -45,6 +45,7 @@ TEST_P(HfSsaParity, KelvinGivesTheLogitsTransformersComputed) {
       testing::AllClose(logits, expected.View(logits.shape()), testing::kF32RelTol, "logits"));
 }
 
+// Kelvin's KV-cache decoder generates the 32 greedy tokens transformers' generate() did.
 TEST_P(HfSsaParity, GreedyDecodingWithTheCacheGivesTransformersTokens) {
   const std::string model_dir = kFixtures + GetParam() + "/model";
   absl::StatusOr<models::LlamaConfig> config = models::LlamaConfigFromHfDirectory(model_dir);

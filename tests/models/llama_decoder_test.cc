@@ -1,9 +1,7 @@
-// The KV-cache decoder against the training forward: a prefilled prompt and the same tokens
-// appended one at a time give, at every position, the logits Forward computes on the whole
-// sequence (f64: the same sums in another order), for vanilla Llama and for SSA with non-zero
-// read-outs and alphas, with and without weight sharing and with a clamp; a sharded model, an id
-// outside the vocabulary and a full cache are errors; a batch of sequences of different lengths
-// gives each sequence's logits as if it were decoded alone.
+// The KV-cache decoder against the training forward, for vanilla Llama and for SSA with non-zero
+// read-outs and alphas, with and without weight sharing and with a clamp: prefill and one token at
+// a time give the whole forward's logits, a batch of sequences of different lengths gives each
+// sequence's logits as if it were decoded alone, and bad inputs are errors.
 #include "models/llama/llama_decoder.h"
 
 #include <gmock/gmock.h>
@@ -54,6 +52,8 @@ LlamaModel RandomModel(const LlamaConfig& config) {
 
 class LlamaDecoderTest : public ::testing::TestWithParam<DecoderCase> {};
 
+// A prefilled prompt and the same tokens appended one at a time give, at every position, the
+// logits Forward computes on the whole sequence (f64: the same sums in another order).
 TEST_P(LlamaDecoderTest, PrefillAndOneTokenAtATimeEqualTheWholeForward) {
   const LlamaConfig config = ConfigOf(GetParam());
   LlamaModel model = RandomModel(config);
@@ -139,6 +139,8 @@ TEST_P(LlamaDecoderTest, ABatchOfSequencesOfDifferentLengthsEqualsEachAlone) {
 INSTANTIATE_TEST_SUITE_P(Variants, LlamaDecoderTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
+// An id outside the vocabulary, an empty append, a full cache and a cache longer than the model's
+// positions are errors.
 TEST(LlamaDecoder, BadTokensAFullCacheAndBadSizesAreErrors) {
   LlamaModel model = RandomModel(ConfigOf(Cases()[1]));
   absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 4);

@@ -1,12 +1,8 @@
 // The fused SSA attention CUDA kernel (bf16) against the naive f64 reference on fresh random
 // inputs (every float input rounded to bf16 first, so both see the same values): out, lse, the
-// temperatures and every gradient (du, dk, dv, the source gradients, d a^q, d a^v, d alpha) for
-// head dims 64 and 128, GQA, lengths 1 to 257, batch 2, packed documents, each flag variant, and
-// query chunks x key blocks merged by log-sum-exp. Acceptance (DESIGN.md "Tests"): the kernel's max
-// error against f64 <= 2 x the max error of NaiveBf16 (below) against f64, + 1e-3 x max(1, the
-// tensor's largest magnitude) (f32 cancellation noise where the exact value is 0, e.g. T = 1);
-// d alpha, a few sums of many signed terms, on the mean over seeds (AlphaGradientOverSeeds).
-// Every case starts with KELVIN_SKIP_WITHOUT_CUDA.
+// temperatures and every gradient for head dims 64 and 128, GQA, lengths 1 to 257, batch 2,
+// packed documents, each flag variant, and query chunks x key blocks merged by log-sum-exp, within
+// the acceptance rule of WithinNaiveBf16. Every case starts with KELVIN_SKIP_WITHOUT_CUDA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -246,7 +242,11 @@ Result NaiveBf16(const SsaProblem& pr) {
   return r;
 }
 
-// The acceptance rule of the file comment for one tensor.
+// The acceptance rule (DESIGN.md "Tests") for one tensor (out, lse, the temperatures, du, dk, dv,
+// the source gradients, d a^q, d a^v): the kernel's max error against f64 <= 2 x the max error of
+// NaiveBf16 against f64, + 1e-3 x max(1, the tensor's largest magnitude) (f32 cancellation noise
+// where the exact value is 0, e.g. T = 1). d alpha is held to it on the mean over seeds
+// (AlphaGradientOverSeeds).
 ::testing::AssertionResult WithinNaiveBf16(const Tensor& actual, const Tensor& naive,
                                            const Tensor& expected, const std::string& what) {
   const testing::ErrorReport kernel = testing::CompareTensors(actual, expected);
@@ -473,8 +473,8 @@ TEST(SsaAttentionCudaBlocks, MergedKeyBlocksEqualTheFullOperator) {
 // d alpha has one value per head, each a sum over every token of terms of both signs, so its
 // largest error on one problem is a draw from a wide distribution, for the naive bf16 computation
 // as for the kernel: on an H200 (2026-11-30), over 10 seeds of the problems below, their ratio
-// ranged 0.24-5.6 while the means agreed within 15%. So d alpha is held to the rule of the file
-// comment on the mean over seeds, for the full operator (each temperature variant with the
+// ranged 0.24-5.6 while the means agreed within 15%. So d alpha is held to the rule of
+// WithinNaiveBf16 on the mean over seeds, for the full operator (each temperature variant with the
 // position term) and for query chunks x key blocks merged.
 TEST(SsaAttentionCudaAlpha, AlphaGradientOverSeeds) {
   KELVIN_SKIP_WITHOUT_CUDA(kGpu.device);

@@ -1,9 +1,8 @@
 // The tiled CPU SSA attention operator (ssa/ssa_attention.h) in f32 and f64: equal to the naive f64
-// reference on odd shapes (T = 1, 37, 70, 130 against tiles of 64 or 128 query tokens and 128 keys;
-// GQA, MQA, MHA; d 16 to 128; packed documents) and under every flag; equal to the PyTorch fixtures
-// in f32; key blocks with query chunks merged by log-sum-exp equal the full operator, forward and
-// backward; f64 finite differences of every input and parameter; bit-identical to vanilla attention
-// when every temperature is exactly 1; gradients accumulate; bad arguments are refused by name.
+// reference on odd shapes and under every flag, and to the PyTorch fixtures in f32; merged key
+// blocks equal the full operator; f64 finite differences of every input and parameter;
+// bit-identical to vanilla attention when every temperature is exactly 1; gradients accumulate;
+// bad arguments are refused by name.
 #include "ssa/ssa_attention.h"
 
 #include <gmock/gmock.h>
@@ -159,6 +158,8 @@ std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) {
 
 // ---- Against the naive reference ----
 
+// T = 1, 37, 70, 130 against tiles of 64 or 128 query tokens and 128 keys; GQA, MQA, MHA; d 16 to
+// 128; packed documents.
 TEST_P(SsaAttentionCpu, MatchesTheReferenceOnOddShapes) {
   struct Case {
     int64_t b, t, h, g, d;
@@ -242,6 +243,8 @@ TEST_P(SsaAttentionCpu, GradientsAccumulate) {
 
 // ---- Key blocks and query chunks (ring attention) ----
 
+// Key blocks with query chunks, merged by log-sum-exp, equal the full operator, forward and
+// backward.
 TEST_P(SsaAttentionCpu, MergedKeyBlocksEqualTheFullOperator) {
   const DType dtype = GetParam(), accum = AccumDType(dtype);
   const double forward_tol = dtype == DType::kF64 ? testing::kF64RelTol : 1e-6;

@@ -1,10 +1,7 @@
 // Runs the cases of a fuzz test in child processes, so that one run reports every kind of
-// failure: a child runs the cases in order, announcing each; when it dies (a failed check, an
-// ASan or UBSan report, a signal) or a case outlives `hang_seconds`, that case is recorded with
-// the end of the child's stderr, and a new child goes on from the next case. A case reports what
-// it finds wrong itself through Report (an empty kind: a note of where it is, added to a crash's
-// description; a kind "#name": a count of events, not a failure). Call it from a single-threaded
-// test (it forks).
+// failure: a case that kills its child (a failed check, an ASan or UBSan report, a signal) or
+// outlives `hang_seconds` is recorded with the end of the child's stderr, and a new child goes on
+// from the next case. Call it from a single-threaded test (it forks).
 #pragma once
 
 #include <poll.h>
@@ -37,7 +34,8 @@ struct IsolatedRun {
   int slowest_case = -1;
 };
 
-// report(kind, detail) from inside a case.
+// report(kind, detail) from inside a case: what it finds wrong itself. An empty kind is a note of
+// where it is, added to a crash's description; a kind "#name" is a count of events, not a failure.
 using Report = std::function<void(const std::string& kind, const std::string& detail)>;
 
 namespace isolated_internal {
@@ -103,6 +101,7 @@ inline std::string DeathKind(const std::string& stderr_tail, int status) {
 
 }  // namespace isolated_internal
 
+// Runs cases 0 .. count - 1; each child runs them in order, announcing each to the parent.
 inline IsolatedRun RunIsolated(int count, const std::function<std::string(int)>& describe,
                                const std::function<void(int, const Report&)>& run,
                                double slow_seconds, double hang_seconds) {

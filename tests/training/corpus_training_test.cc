@@ -1,11 +1,8 @@
-// The trainer on a token corpus with a held-out part: a flat token file of documents ended by a
-// separator, document masking, data.eval_fraction; it trains, evaluates at the interval on the
-// same held-out batches every time (the same weights score the same loss), kelvin eval agrees,
-// and a fraction that leaves a part shorter than a row is a clear error. A blend of two corpora
-// trains and evaluates too, its resolved config printing and parsing back; its errors name the
-// corpus. Fine-tuning samples prepared from JSON Lines train on their answers only, packed whole,
-// and learn them (held-out loss and token accuracy);
-// a loss mask of other samples is an error naming the field.
+// The trainer on token corpora: a flat token file with a held-out part (data.eval_fraction) trains
+// and evaluates the same held-out batches every time, kelvin eval agrees, and a fraction that
+// leaves less than a row is a clear error; a blend of two corpora trains and evaluates; fine-tuning
+// samples prepared from JSON Lines train on their answers only, and a loss mask of other samples
+// is an error naming the field.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -68,6 +65,9 @@ absl::StatusOr<config::JobConfig> CorpusJob(const std::vector<std::string>& extr
   return launcher::LoadJobConfig(testing::DemoJobPath(), overrides);
 }
 
+// A flat token file of documents ended by a separator, with document masking: it trains, and
+// evaluates at the interval on the same held-out batches every time (the same weights score the
+// same loss).
 TEST(CorpusTraining, HeldOutPartIsEvaluatedTheSameWayEveryTime) {
   const absl::StatusOr<config::JobConfig> job = CorpusJob({});
   ASSERT_TRUE(job.ok()) << job.status();
@@ -199,6 +199,7 @@ std::string BlendOf(const std::string& a, const std::string& b, double weight_b)
       " }\n  }\n  document_masking: true\n  eval_fraction: 0.05\n}");
 }
 
+// Its resolved config prints and parses back; its errors name the corpus (next test).
 TEST(CorpusTraining, ABlendOfTwoCorporaTrainsAndEvaluates) {
   const std::string data =
       BlendOf(WriteCountingCorpus("blend_a", 5), WriteCountingCorpus("blend_b", 6), 3);
@@ -279,6 +280,7 @@ std::vector<int64_t> WriteCopySamples(const std::string& path, int samples) {
   return targets;
 }
 
+// Packed whole, they learn their answers (held-out loss and token accuracy).
 TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
   const std::string dir = ::testing::TempDir() + "/corpus_training_sft";
   std::filesystem::create_directories(dir);

@@ -1,9 +1,7 @@
-// The needle grid by generation against teacher forcing: a tiny model trained briefly on the
-// passkey task generates, for every prompt, exactly the leading digits that a full forward's
-// argmax gets right (greedy decoding equals teacher forcing up to the first wrong digit), so
-// retrieval by generation equals teacher-forced retrieval sample by sample, at the trained
-// length and at twice it; the grid's cells count its attempts; a short length or a bad depth is
-// an error; with a tokenizer, prompts take the asked number of tokens.
+// The needle grid by generation against teacher forcing, on a tiny model trained briefly on the
+// passkey task: retrieval by generation equals teacher-forced retrieval sample by sample; the
+// grid's cells count their attempts; a short length or a bad depth is an error; with a tokenizer,
+// prompts take the asked number of tokens.
 #include "training/needle_grid.h"
 
 #include <gmock/gmock.h>
@@ -63,6 +61,9 @@ int64_t TeacherForcedLeadingDigits(models::LlamaModel& model, const data::Passke
   return right;
 }
 
+// For every prompt the model generates exactly the leading digits that a full forward's argmax
+// gets right (greedy decoding equals teacher forcing up to the first wrong digit), at the trained
+// length and at twice it.
 TEST_F(NeedleGridTest, GenerationRetrievesExactlyWhatTeacherForcingGetsRight) {
   const NeedleText text = ByteNeedleText();
   NeedleGridSpec spec;

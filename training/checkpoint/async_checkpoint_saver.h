@@ -1,10 +1,6 @@
 // AsyncCheckpointSaver: checkpoint.async_save. A save takes the rank's training state to host
 // memory (PendingCheckpoint::Begin, collective) and writes its part file on a thread of its own
-// while training goes on; the checkpoint is committed (every part agreed written, the directory
-// renamed: collective) once every rank's write has finished, which the trainer learns with the
-// per-step agreement it already makes, or when the next save, the end of the run or a preemption
-// needs it. Until then the checkpoint is a .partial directory that resume ignores, so a crash
-// mid-write loses only that save. The cost: a host copy of the rank's state while it is written.
+// while training goes on; the cost is a host copy of the rank's state while it is written.
 #pragma once
 
 #include <atomic>
@@ -16,6 +12,10 @@
 
 namespace kelvin::training {
 
+// The checkpoint is committed (every part agreed written, the directory renamed: collective) once
+// every rank's write has finished, which the trainer learns with the per-step agreement it already
+// makes, or when the next save, the end of the run or a preemption needs it. Until then it is a
+// .partial directory that resume ignores, so a crash mid-write loses only that save.
 class AsyncCheckpointSaver {
  public:
   AsyncCheckpointSaver() = default;

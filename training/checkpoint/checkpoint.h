@@ -1,29 +1,6 @@
-// Training checkpoints for exact resume, under the layout that wrote them or any other. A
-// checkpoint is the directory <dir>/step_<8 digits>/ with
-//   checkpoint.json                  {"format": "kelvin-checkpoint-4", "job", "step" (steps
-//                                    completed), "optimizer_steps", "layout" (that wrote it),
-//                                    "parts": N, "data_order": {setting: value} (what the data
-//                                    order depends on), "kelvin" (the version that wrote it),
-//                                    "eval_loss" (when the run evaluated at this step), "run"
-//                                    (the run's identity)};
-//   part_<r>_of_<N>.safetensors      one per process r: the pieces of the training state it
-//                                    writes, each a 1-d tensor named by its logical tensor, with
-//                                    its region (core/io/tensor_region.h) in the metadata entry
-//                                    "region:<name>" and its CRC-32C in "crc32c:<name>"; the
-//                                    metadata's "run" and "step" name the save it belongs to.
-// The logical tensors are the whole model's, unsharded: every parameter's master weights under its
-// Hugging Face name (f32 for a bf16 model: bit-exact) and its AdamW moments "adamw.m:<name>" and
-// "adamw.v:<name>". Each element is written once (the copies of replicas are not), so every
-// layout reads back exactly the values that were saved: a job resumes on another number of
-// processes or another TP/PP/DP/CP split, with or without ZeRO-1, as long as the global batch is
-// the same (the data order and the learning rate are functions of the step, so parameters +
-// moments + step are the whole training state). After a change of layout, sums are taken in
-// another order: the run continues within rounding of the one it would have been.
-// A checkpoint is written as step_<N>.partial/ and renamed when complete (after every rank
-// wrote; files and renames fsynced), so a directory named step_<N> is always whole; a crash
-// mid-write leaves only a .partial directory, which resume ignores and the next run removes.
-// Deleting one renames it to step_<N>.deleting first. Every part carries the run's identity and
-// the step, which the reader checks against checkpoint.json and the directory's name.
+// Training checkpoints for exact resume, under the layout that wrote them or any other: saving (in
+// stages, so a part can be written in the background), finding, choosing, restoring and pruning
+// the step_<N> directories of checkpoint.dir (format: README, Formats).
 #pragma once
 
 #include <filesystem>

@@ -1,5 +1,5 @@
-// The files of one training checkpoint directory (see training/checkpoint/checkpoint.h for what
-// they hold): checkpoint.json, the index written by rank 0, and part_<r>_of_<N>.safetensors, one
+// The files of one training checkpoint directory (what they hold: README, Formats):
+// checkpoint.json, the index written by rank 0, and part_<r>_of_<N>.safetensors, one
 // per process, whose metadata entry "region:<name>" places each of its tensors in its logical
 // tensor and "crc32c:<name>" holds the CRC-32C of its bytes (8 hex digits), checked before any is
 // used.

@@ -1,10 +1,7 @@
-// The training state one rank of a layout holds, as checkpoints name it
-// (training/checkpoint/checkpoint.h): every parameter's master weights under its Hugging Face name
-// and its AdamW moments "adamw.m:<name>" and "adamw.v:<name>", each a region of the full model's
-// tensor, as the optimizer's state spans hold them. The one canonical copy of each element is
-// written: by the first replica (data- and context-parallel rank 0), or by every replica for its
-// ZeRO-1 shard; among the tensor and pipeline ranks by LlamaModel::IsCanonicalCopy. Every rank
-// restores all it holds (with ZeRO-1 its shard, which the optimizer then shares with the model).
+// The training state one rank of a layout holds, as checkpoints name it (format: README, Formats):
+// every parameter's master weights under its Hugging Face name and its AdamW moments
+// "adamw.m:<name>" and "adamw.v:<name>", each a region of the full model's tensor, as the
+// optimizer's state spans hold them.
 #pragma once
 
 #include <set>
@@ -28,7 +25,10 @@ struct ReplicaPlace {
 std::set<std::string> CheckpointTensorNames(const models::LlamaConfig& config);
 
 // This rank's training state, its tensors sharing the optimizer's storage (`spans`: its
-// StateSpans).
+// StateSpans). The one canonical copy of each element is written: by the first replica (data- and
+// context-parallel rank 0), or by every replica for its ZeRO-1 shard; among the tensor and pipeline
+// ranks by LlamaModel::IsCanonicalCopy. Every rank restores all it holds (with ZeRO-1 its shard,
+// which the optimizer then shares with the model).
 TrainingState TrainingStateOf(const models::LlamaModel& model,
                               const std::vector<OptimizerSpan>& spans, int64_t optimizer_steps,
                               const ReplicaPlace& place, const std::string& layout);

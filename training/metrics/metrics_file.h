@@ -1,9 +1,7 @@
 // MetricsFile: a run's scalars as JSON Lines (logging.metrics_file), one object per step and per
-// evaluation, keyed by TensorBoard's tags: {"step": 12, "train/loss": 2.31, "train/lr": ...}, so
-// that `pandas.read_json(path, lines=True)` reads a run's curves without TensorBoard. A resumed
-// run first drops the records of the steps after the checkpoint it resumed from (the stopped run
-// had gone past it) and a line a crash cut short, so the file holds one history with each step
-// once. Each record is flushed as it is written. Not thread-safe; world rank 0 writes it.
+// evaluation keyed by TensorBoard's tags, so that `pandas.read_json(path, lines=True)` reads a
+// run's curves without TensorBoard (format: README, Formats). Not thread-safe; world rank 0 writes
+// it.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +18,13 @@ namespace kelvin::training {
 class MetricsFile {
  public:
   // Opens `path` for appending (its directory is created), keeping the records of steps up to
-  // `resumed_steps` (0: a fresh run, an existing file is emptied).
+  // `resumed_steps` (0: a fresh run, an existing file is emptied). A resumed run thus drops the
+  // records of the steps after its checkpoint (the stopped run had gone past it) and a line a
+  // crash cut short, so the file holds one history, no step recorded twice.
   static absl::StatusOr<MetricsFile> Open(const std::string& path, int64_t resumed_steps);
 
-  // One record: {"step": step, tag: value, ...}; a non-finite value is written as null.
+  // One record: {"step": step, tag: value, ...}; a non-finite value is written as null. Each
+  // record is flushed as it is written.
   absl::Status Append(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
 
  private:

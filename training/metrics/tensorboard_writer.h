@@ -1,10 +1,7 @@
 // TensorBoardWriter: scalar summaries in TensorBoard's event-file format, so `tensorboard
 // --logdir` shows a run's loss, learning rate, gradient norm, throughput, communication share,
 // evaluation and SSA temperature curves. One file per run (events.out.tfevents.<time>.<host>.<pid>
-// in the directory), TFRecord framing (length, masked CRC32C of the length, the serialized Event,
-// masked CRC32C of it); the first record names the format version. The file is created with the
-// first scalar (a run that logs none leaves none, and a first write that fails removes it), and
-// every write is flushed, so a run that dies keeps what it logged.
+// in the directory); every write is flushed, so a run that dies keeps what it logged.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +17,8 @@ namespace kelvin::training {
 // TFRecord's masking of the CRC-32C (core/io/crc32c.h) of `bytes`.
 uint32_t MaskedCrc32c(std::string_view bytes);
 
+// The file is created with the first scalar: a run that logs none leaves none, and a first write
+// that fails removes it.
 class TensorBoardWriter {
  public:
   // Creates `directory` if needed and names the run's event file in it; errors name the path.
@@ -34,9 +33,11 @@ class TensorBoardWriter {
 
  private:
   explicit TensorBoardWriter(std::string path) : path_(std::move(path)) {}
-  // Creates the file with its version record (before the first scalar).
+  // Creates the file with its version record, the first record, naming the format version (before
+  // the first scalar).
   absl::Status Create();
-  // Appends one TFRecord holding `event` (a serialized Event) and flushes.
+  // Appends one TFRecord holding `event` (a serialized Event) and flushes. TFRecord framing: the
+  // length, the masked CRC32C of the length, the serialized Event, the masked CRC32C of it.
   absl::Status WriteRecord(const std::string& event);
 
   std::string path_;

@@ -1,8 +1,6 @@
 // Kelvin's tokenizer against Hugging Face tokenizers (tools/make_tokenizer_fixture.py): three
-// byte-level BPE tokenizers trained with Llama-3's, GPT-2's and Qwen2's (NFC) pre-tokenizers give
-// tokenizers' ids on 610 recorded lines (prose in nine scripts, code, emoji and ZWJ sequences,
-// whitespace runs, digits, contractions, special-token strings), and decode(encode(x)) == x; a
-// megabyte-long pre-token encodes in linear-logarithmic time; every unsupported part of a
+// byte-level BPE tokenizers give tokenizers' ids on the recorded lines and decode(encode(x)) == x;
+// a megabyte-long pre-token encodes in linear-logarithmic time; every unsupported part of a
 // tokenizer.json and text that is not UTF-8 is an error naming it.
 #include "data/tokenizer/tokenizer.h"
 
@@ -38,6 +36,9 @@ std::vector<int32_t> Encode(const Tokenizer& tokenizer, const std::string& text,
   return ids;
 }
 
+// Tokenizers trained with Llama-3's, GPT-2's and Qwen2's (NFC) pre-tokenizers, on 610 recorded
+// lines (prose in nine scripts, code, emoji and ZWJ sequences, whitespace runs, digits,
+// contractions, special-token strings).
 class TokenizerParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TokenizerParity, IdsEqualHuggingFaceTokenizersAndDecodeInvertsEncode) {

@@ -1,11 +1,6 @@
 // Context-parallel Llama+SSA equals its unsharded self (run under mpirun; every rank of the world
 // is one CP group, each rank holding an early and a late chunk of T/(2 CP) tokens of each row):
-// the same weights (non-zero temperatures),
-// packed documents that cross the ranks' chunk boundaries, two rows (so the sequence collectives
-// reorder); each rank's logits are the whole model's rows of its tokens, and after the backward of
-// the same upstream gradient the ranks' parameter gradients sum to the whole model's, in f64, with
-// and without weight sharing (the value-temperature source gathered too), and each rank allocates
-// what its memory plan says.
+// logits and parameter gradients in f64, with and without weight sharing.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -41,6 +36,11 @@ Tensor LocalRows(const Tensor& t, int64_t batch, int rank, int ranks) {
   return rows;
 }
 
+// The same weights (non-zero temperatures), packed documents that cross the ranks' chunk
+// boundaries, two rows (so the sequence collectives reorder): each rank's logits are the whole
+// model's rows of its tokens, and after the backward of the same upstream gradient the ranks'
+// parameter gradients sum to the whole model's, with and without weight sharing (the
+// value-temperature source gathered too); each rank allocates what its memory plan says.
 class LlamaContextParallel : public ::testing::TestWithParam<bool> {};
 
 TEST_P(LlamaContextParallel, EqualsTheUnshardedModel) {

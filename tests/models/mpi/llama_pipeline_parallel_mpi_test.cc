@@ -1,10 +1,6 @@
 // Pipeline-parallel Llama+SSA equals its unsplit self (run under mpirun; the world is one pipeline
-// of P stages, V model chunks each): tied embeddings, non-zero temperatures, two micro-batches
-// pushed through the stages forward then backward by hand (the order all-forward-all-backward
-// uses). The last stage's logits, every stage's parameter gradients (the tied embedding's summed
-// between the first and last stage) match the whole model in f64; the gradient-norm weights count
-// every parameter once; the export gathered from the stages equals the whole model's; the
-// stage's memory plan is what it allocated.
+// of P stages, V model chunks each): logits, parameter gradients and the gathered export match the
+// whole model in f64.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -62,6 +58,11 @@ MicroBatch MakeMicroBatch(uint64_t seed) {
   return b;
 }
 
+// Tied embeddings, non-zero temperatures, two micro-batches pushed through the stages forward then
+// backward by hand (the order all-forward-all-backward uses). The last stage's logits and every
+// stage's parameter gradients (the tied embedding's summed between the first and last stage) match
+// the whole model; the gradient-norm weights count every parameter once; the export gathered from
+// the stages equals the whole model's; the stage's memory plan is what it allocated.
 class LlamaPipelineParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(LlamaPipelineParallel, EqualsTheUnsplitModel) {

@@ -1,9 +1,7 @@
 // Tensor-parallel Llama+SSA equals its unsharded self (run under mpirun; every rank of the world is
-// one TP group): the same weights (one HF checkpoint, loaded sharded), non-zero temperatures,
-// packed documents; the logits of each rank's vocabulary slice, the vocab-parallel loss and every
-// parameter gradient's slice match the whole model in f64, with and without sequence parallelism
-// and weight sharing, and each rank allocates what its memory plan says. With 4 ranks and 2 KV
-// heads the KV heads are replicated (TP > G).
+// one TP group): logits, the vocab-parallel loss and parameter gradients in f64, with and without
+// sequence parallelism and weight sharing. With 4 ranks and 2 KV heads the KV heads are replicated
+// (TP > G).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -38,6 +36,9 @@ struct Layout {
   bool weight_sharing;
 };
 
+// The same weights (one HF checkpoint, loaded sharded), non-zero temperatures, packed documents:
+// the logits of each rank's vocabulary slice, the vocab-parallel loss and every parameter
+// gradient's slice match the whole model, and each rank allocates what its memory plan says.
 class LlamaTensorParallel : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {

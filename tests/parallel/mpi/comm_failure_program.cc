@@ -1,14 +1,6 @@
 // A job in which one rank fails, for comm_failure_test.sh: the others must abort with a clear
 // message within the timeout (2 s) instead of hanging. Usage: comm_failure_program MODE, run under
-// mpirun; the last rank is the one that fails:
-//   skip      it sleeps 30 s instead of joining an AllReduce
-//   kill      it dies (SIGKILL) instead of joining an AllReduce, after a first one succeeded
-//   recv      rank 0 waits for a Send from it that never comes
-//   mismatch  it calls Broadcast where the others call AllReduce
-//   stop      it stops itself (SIGSTOP) while the ranks run large AllReduces: it arrived, but does
-//             not finish and does not answer; the others name it
-//   stop_signal  it dies (SIGKILL), the others receive SIGTERM as srun --kill-on-bad-exit sends
-//             it, and end within the stop grace (1 s) although the collective timeout is 60 s
+// mpirun; the last rank is the one that fails (the modes are listed above main).
 #include <mpi.h>
 
 #include <chrono>
@@ -27,6 +19,15 @@ extern "C" void ArmOnSignal(int) { kelvin::parallel::ArmStopDeadline(); }
 
 }  // namespace
 
+// MODE, what the failing rank does:
+//   skip      it sleeps 30 s instead of joining an AllReduce
+//   kill      it dies (SIGKILL) instead of joining an AllReduce, after a first one succeeded
+//   recv      rank 0 waits for a Send from it that never comes
+//   mismatch  it calls Broadcast where the others call AllReduce
+//   stop      it stops itself (SIGSTOP) while the ranks run large AllReduces: it arrived, but does
+//             not finish and does not answer; the others name it
+//   stop_signal  it dies (SIGKILL), the others receive SIGTERM as srun --kill-on-bad-exit sends
+//             it, and end within the stop grace (1 s) although the collective timeout is 60 s
 int main(int argc, char** argv) {
   using kelvin::parallel::ReduceOp;
   MPI_Init(&argc, &argv);

@@ -1,9 +1,7 @@
 // Background checkpoint saves (checkpoint.async_save): a run saving in the background writes the
 // same files as one saving in turn and trains identically; a preempted run waits for its save and
-// resumes bit for bit; the part is written from the state as it was when the save began, not as
-// training changed it since; an error every rank stops on commits the save in flight first; a
-// failed background write is an error at the commit, which leaves no complete checkpoint;
-// async_save without a directory is a config error.
+// resumes bit for bit; the part holds the state as it was when the save began; an error every rank
+// stops on commits the save in flight first; failures and a missing directory are clear errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -171,6 +169,7 @@ TEST(AsyncCheckpoint, ThePartHoldsTheStateAsItWasWhenTheSaveBegan) {
   fs::remove_all(dir);
 }
 
+// A failed background write is an error at the commit, which leaves no complete checkpoint.
 TEST(AsyncCheckpoint, AFailedBackgroundWriteIsAnErrorAtTheCommit) {
   const std::string dir = FreshDir("failed");
   const Tensor data = testing::Random({4}, DType::kF32, 5);
@@ -187,6 +186,7 @@ TEST(AsyncCheckpoint, AFailedBackgroundWriteIsAnErrorAtTheCommit) {
   EXPECT_FALSE(fs::exists(fs::path(dir) / "step_00000003"));
 }
 
+// async_save without a checkpoint directory is a config error.
 TEST(AsyncCheckpoint, NeedsACheckpointDirectory) {
   const absl::StatusOr<config::JobConfig> job =
       launcher::LoadJobConfig(testing::DemoJobPath(), {"checkpoint.async_save=true"});

@@ -1,13 +1,7 @@
-// Checkpoints and exact resume: a run stopped by a preemption signal and resumed gives the
-// uninterrupted run's losses and final parameters bit for bit; interval saves are pruned to
-// keep_last; REQUIRED without a checkpoint, a damaged file, another job's checkpoint and another
-// model's checkpoint, a part holding half a tensor (or one half twice, or the whole and a half
-// again), a truncated or missing part and a missing index are clear errors; a half-written
-// (.partial) checkpoint is ignored; a resume with another global batch warns that the data order
-// changed; a bit flipped in a part after the save fails its checksum; another version's format is
-// named; keep_best keeps the checkpoint of the lowest evaluation loss. kelvin convert writes a
-// checkpoint's weights as Hugging Face files (the newest, a step's or the best), kelvin eval scores
-// them.
+// Checkpoints and exact resume: a run stopped by a preemption signal and resumed equals the
+// uninterrupted run bit for bit; keep_last and keep_best pruning; missing, damaged, foreign and
+// mismatched checkpoints are clear errors and a .partial one is ignored; another global batch
+// warns that the data order changed; kelvin convert and kelvin eval read a checkpoint's weights.
 #include "training/checkpoint/checkpoint.h"
 
 #include <gmock/gmock.h>
@@ -284,6 +278,8 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
   fs::remove_all(hf);
 }
 
+// kelvin convert writes a checkpoint's weights as Hugging Face files (the newest, a step's or the
+// best), kelvin eval scores them.
 TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
   const std::string dir = CheckpointDir("convert");
   std::unique_ptr<Trainer> trained = CreateOrDie(SmallJob(dir, {"training.eval_interval=6"}));
@@ -425,6 +421,9 @@ void FlipBitFromEnd(const fs::path& path, std::streamoff offset) {
   file.write(&byte, 1);
 }
 
+// Another job's or another model's checkpoint, a part holding half a tensor (or one half twice, or
+// the whole and a half again), a truncated or missing part, a missing index, a bit flipped in a
+// part after the save (its checksum) and another version's format are errors naming the problem.
 TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   const std::string dir = CheckpointDir("damaged");
   {

@@ -1,10 +1,7 @@
-// Fuzzing the planner: 1000 jobs of random --set overrides (numbers to 0, -1, 2^31, 2^40, 2^62 and
-// to each limit) and number edits of configs/passkey_tiny_cpu.textproto and llama3_8b_ssa_finetune
-// (model.preset=llama3.1-8b). Each job that parses goes through ResolveModelArchitecture, then
-// PlanJobLayout, PlanPeakMemory, FormatJobPlan, PlanCheckpointBytes on 1 to 64 processes: an error
-// or byte counts >= 0, with no plan running away (30 s). In child processes, so one run reports
-// every kind, with a repro. KELVIN_PLAN_FUZZ_JOBS runs the first N jobs of the same sequence
-// instead (test.sh's sanitizer stage: 250, each job's 64 plans taking ~0.1 s under ASan).
+// Fuzzing the planner: 1000 jobs of random --set overrides and number edits of two ready configs,
+// each planned on 1 to 64 processes: an error or byte counts >= 0, with no plan running away
+// (30 s). In child processes (tests/testing/isolated_cases.h), so one run reports every kind of
+// failure, with a repro.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -288,6 +285,11 @@ void PlanOnEveryCount(const BaseJob& base, const JobCase& c, bool cuda_if_auto,
   }
 }
 
+// The overrides set numbers to 0, -1, 2^31, 2^40, 2^62 and to each limit; the bases are
+// configs/passkey_tiny_cpu.textproto and llama3_8b_ssa_finetune (model.preset=llama3.1-8b). Each
+// job that parses goes through ResolveModelArchitecture, then PlanJobLayout, PlanPeakMemory,
+// FormatJobPlan and PlanCheckpointBytes. KELVIN_PLAN_FUZZ_JOBS runs the first N jobs of the same
+// sequence instead (test.sh's sanitizer stage: 250, each job's 64 plans taking ~0.1 s under ASan).
 TEST(JobPlanFuzz, AcceptedJobsPlanCleanlyOnOneTo64Processes) {
   const fs::path configs = fs::path(testing::DemoJobPath()).parent_path();
   std::vector<BaseJob> bases = {

@@ -1,12 +1,7 @@
-// Parallel training equals one process (run under mpirun -np 2, 4 and 8): the demo model with SSA,
-// started from a checkpoint with non-zero temperatures (random read-outs and alphas), trained 3
-// steps under each layout that fits the world, gives the one-process run's losses and final
-// parameters (each rank's slices) within the f32 tolerance on the same global batch. The
-// one-process reference runs on every rank over MPI_COMM_SELF. The pipeline schedules give
-// bit-identical runs. A parallel run stopped by a preemption signal that reaches one rank only,
-// and resumed from its checkpoint, equals the uninterrupted run bit for bit; resumed under another
-// layout, or in one process, it follows it within the f32 tolerance; kelvin convert and kelvin
-// eval under the layout give back its weights and its evaluation.
+// Parallel training equals one process (run under mpirun -np 2, 4 and 8): under each layout that
+// fits the world, the demo model with SSA gives the one-process run's losses and final parameters
+// within the f32 tolerance; the pipeline schedules give bit-identical runs; a preempted parallel
+// run resumes bit for bit, and under another layout or in one process within the f32 tolerance.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -262,6 +257,9 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
   ExpectSlicesOf((*reference)->model(), model, tol.parameters);
 }
 
+// The demo model with SSA, started from a checkpoint with non-zero temperatures (random read-outs
+// and alphas), trained 3 steps on the same global batch; the one-process reference runs on every
+// rank over MPI_COMM_SELF, and each rank compares its slices of the final parameters.
 class ParallelTraining : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ParallelTraining, EqualsOneProcess) {
@@ -409,6 +407,10 @@ Layout ReshardedLayout() {
   return Layout{"TP4xDP2", 4, 2, false};
 }
 
+// A parallel run stopped by a preemption signal that reaches one rank only, and resumed from its
+// checkpoint, equals the uninterrupted run bit for bit; resumed under another layout, or in one
+// process, it follows it within the f32 tolerance; kelvin convert and kelvin eval under the layout
+// give back its weights and its evaluation.
 TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
