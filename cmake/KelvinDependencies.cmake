@@ -43,4 +43,5 @@ if(NOT KELVIN_CORE_ONLY)
   # MPI (OpenMPI): KELVIN_MPI_CHECK decodes MPI errors; parallel/ builds its backend on it.
   find_package(MPI REQUIRED COMPONENTS C)
   find_package(Protobuf REQUIRED)  # job configs (configs/kelvin.proto)
+  find_package(CLI11 REQUIRED)     # the kelvin command line (launcher/)
 endif()

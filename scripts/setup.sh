@@ -30,7 +30,7 @@ done
 packages=(build-essential ccache cmake git libopenmpi-dev openmpi-bin libprotobuf-dev protobuf-compiler
           libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
           libopenblas-openmp-dev
-          libpcre2-dev nlohmann-json3-dev)
+          libpcre2-dev nlohmann-json3-dev libcli11-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

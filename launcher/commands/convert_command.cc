@@ -1,10 +1,15 @@
 // Convert streams a checkpoint's logical tensors into the Hugging Face directory.
 #include "launcher/commands/convert_command.h"
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/ops/elementwise.h"
+#include "core/logging.h"
 #include "core/status.h"
+#include "launcher/commands/process_launch.h"
+#include "launcher/config/job_config.h"
 #include "training/checkpoint/training_state.h"
 #include "training/job/job_setup.h"
 
@@ -52,6 +57,50 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
   provenance.eval_loss = reader.index().eval_loss;  // the training loss is not in checkpoints
   KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors, provenance));
   return reader.index().steps_completed;
+}
+
+namespace {
+
+struct ConvertArguments {
+  JobArguments job;
+  std::string out;
+  ConvertOptions options;
+};
+
+int Convert(const ConvertArguments& a) {
+  if (const std::optional<int> error = CheckCheckpointChoice("convert", a.options.checkpoint)) {
+    return *error;
+  }
+  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
+  if (!job.ok()) return Fail(job.status());
+  const absl::StatusOr<int64_t> step = ConvertCheckpointToHf(*job, a.out, a.options);
+  if (!step.ok()) return Fail(WithWorkingDirectory(step.status(), *job));
+  KLOG(INFO) << "converted the checkpoint of step " << *step << " in " << job->checkpoint().dir()
+             << " to " << a.out << " (Hugging Face format)";
+  return 0;
+}
+
+}  // namespace
+
+void AddConvertCommand(CommandLine& line) {
+  auto a = std::make_shared<ConvertArguments>();
+  CLI::App* command = line.AddCommand(
+      "convert", "a checkpoint as a Hugging Face model directory",
+      "The latest checkpoint of checkpoint.dir (or --step N, --best): one process, no GPU,\n"
+      "whatever layout wrote it.",
+      [a] { return RunOnRankZero([a] { return Convert(*a); }); });
+  AddJobArguments(line, command, a->job);
+  line.AddText(command, "--out", "DIR", "the directory to write the Hugging Face model to",
+               "the Hugging Face directory to write", a->out)
+      ->required();
+  AddCheckpointChoice(line, command, a->options.checkpoint);
+  line.AddValue(command, "--dtype", "f32|bf16", "f32 or bf16",
+                "of the written weights (default f32: the exact masters)",
+                [a](const std::string& text) {
+                  if (text != "f32" && text != "bf16") return std::string("use f32 or bf16");
+                  a->options.dtype = text == "bf16" ? DType::kBF16 : DType::kF32;
+                  return std::string();
+                });
 }
 
 }  // namespace kelvin::launcher

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
 #include "core/dtype.h"
+#include "launcher/commands/command_line.h"
 #include "training/checkpoint/checkpoint.h"
 
 namespace kelvin::launcher {
@@ -24,5 +25,7 @@ struct ConvertOptions {
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
                                               const std::string& directory,
                                               const ConvertOptions& options = {});
+
+void AddConvertCommand(CommandLine& line);
 
 }  // namespace kelvin::launcher

@@ -3,11 +3,19 @@
 #include "launcher/commands/eval_command.h"
 
 #include <cmath>
+#include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "launcher/commands/needle_command.h"
+#include "launcher/commands/process_launch.h"
+#include "launcher/commands/score_command.h"
+#include "launcher/config/job_config.h"
 
 namespace kelvin::launcher {
 
@@ -102,6 +110,232 @@ std::string EvaluationsJson(const config::JobConfig& job,
     root["evaluations"].push_back({{"step", evaluation.main.step}, {"sets", sets}});
   }
   return root.dump(2) + "\n";
+}
+
+namespace {
+
+struct EvalArguments {
+  JobArguments job;
+  training::CheckpointChoice checkpoint;  // --step N, --best
+  bool every_checkpoint = false;          // --all
+  std::string json;                       // --json FILE
+  ScoreOptions score;                     // --data / --text: scoring a corpus
+  bool needle = false;                    // --needle
+  NeedleOptions needle_grid;              // its grid
+  bool grid_options = false;              // whether a valued option of the grid was given
+  // The model alone (one process; JOB may be a model directory), not the job's held-out sets.
+  bool scores() const { return !score.data.empty() || !score.text.empty() || needle; }
+};
+
+// The option mistakes no parse can see; the usage error's exit code.
+std::optional<int> CheckEvalArguments(const EvalArguments& a) {
+  if (const std::optional<int> error = CheckCheckpointChoice("eval", a.checkpoint)) return error;
+  if (a.scores() && a.every_checkpoint) {
+    return UsageError(
+        "eval --all scores the job's held-out sets at every checkpoint; --data, --text and "
+        "--needle evaluate one model");
+  }
+  if (a.needle && (!a.score.data.empty() || !a.score.text.empty())) {
+    return UsageError("eval takes --needle or --data/--text, not both");
+  }
+  if ((a.grid_options || a.needle_grid.temperatures) && !a.needle) {
+    return UsageError(
+        "--lengths, --depths, --samples, --seed and --temperatures shape the needle grid: add "
+        "--needle");
+  }
+  if (a.every_checkpoint && !a.checkpoint.newest()) {
+    return UsageError("eval takes one of --step N, --best and --all");
+  }
+  return std::nullopt;
+}
+
+// --json's file: its directory made before the (long) evaluation, not after it.
+absl::Status MakeJsonDirectory(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (!error) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("--json ", path, ": cannot create its directory (", error.message(), ")"));
+}
+
+// --json's file, when one is asked for (`path` not empty): `json` written atomically, then
+// "wrote the <what> to <path>"; 0, or 1 after printing why it could not be written.
+int WriteJsonResult(const std::string& path, const std::string& json, const char* what) {
+  if (path.empty()) return 0;
+  const absl::Status written = io::WriteFileAtomically(path, {json});
+  if (!written.ok()) return Fail(written);
+  KLOG(INFO) << "wrote the " << what << " to " << path;
+  return 0;
+}
+
+void LogEvaluation(const config::JobConfig& job, const JobEvaluation& eval) {
+  KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval.main.step << " | "
+                   << FormatEvaluation(eval.main);
+  for (const auto& [name, stats] : eval.also) {
+    KLOG_RANK0(INFO) << "eval of " << job.name() << " on " << name << " at step " << stats.step
+                     << " | " << FormatEvaluation(stats);
+  }
+}
+
+// The job's held-out sets, every rank.
+int EvaluateHeldOut(const EvalArguments& a, const config::JobConfig& job, int world_rank) {
+  if (!a.json.empty() && world_rank == 0) {
+    if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
+  }
+  std::vector<JobEvaluation> evaluations;
+  if (a.every_checkpoint) {
+    absl::StatusOr<std::vector<JobEvaluation>> evals = EvaluateEveryCheckpoint(job);
+    if (!evals.ok()) return Fail(WithWorkingDirectory(evals.status(), job));
+    evaluations = *std::move(evals);
+  } else {
+    absl::StatusOr<JobEvaluation> eval = EvaluateJobOnEverySet(job, a.checkpoint);
+    if (!eval.ok()) return Fail(WithWorkingDirectory(eval.status(), job));
+    evaluations.push_back(*std::move(eval));
+  }
+  for (const JobEvaluation& eval : evaluations) LogEvaluation(job, eval);
+  if (world_rank != 0) return 0;
+  return WriteJsonResult(a.json, EvaluationsJson(job, evaluations), "evaluation");
+}
+
+// --data / --text / --needle on the model alone, one process.
+int EvaluateModelAlone(EvalArguments a, const config::JobConfig& job) {
+  a.score.checkpoint = a.needle_grid.checkpoint = a.checkpoint;
+  if (!a.json.empty()) {
+    if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
+  }
+  if (a.needle) {
+    const absl::StatusOr<NeedleReport> report = RunNeedle(job, a.needle_grid);
+    if (!report.ok()) return Fail(WithWorkingDirectory(report.status(), RelativePathsOf(job)));
+    KLOG(INFO) << FormatNeedle(job, *report);
+    return WriteJsonResult(a.json, NeedleJson(job, *report), "needle grid");
+  }
+  const absl::StatusOr<ScoreReport> report = ScoreData(job, a.score);
+  if (!report.ok()) {
+    std::vector<std::string> paths = RelativePathsOf(job);
+    paths.insert(paths.end(), {a.score.data, a.score.text});
+    return Fail(WithWorkingDirectory(report.status(), paths));
+  }
+  KLOG(INFO) << FormatScore(job, *report);
+  return WriteJsonResult(a.json, ScoreJson(job, *report), "score");
+}
+
+// The model alone: JOB is a job file or a Hugging Face model directory.
+int EvaluateModelAloneOnRankZero(const EvalArguments& a) {
+  std::error_code error;
+  if (!std::filesystem::exists(a.job.path, error)) {
+    return Fail(WithWorkingDirectory(
+        absl::NotFoundError(absl::StrCat(a.job.path,
+                                         " does not exist: eval --data, --text and --needle take "
+                                         "a job file or a Hugging Face model directory")),
+        {a.job.path}));
+  }
+  if (std::filesystem::is_directory(a.job.path, error)) {
+    if (!a.job.overrides.empty()) {
+      return UsageError("--set changes a job file, not a model directory");
+    }
+    return EvaluateModelAlone(a, JobOfModelDirectory(a.job.path));
+  }
+  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
+  if (!job.ok()) return Fail(job.status());
+  return EvaluateModelAlone(a, *job);
+}
+
+int Eval(const EvalArguments& a) {
+  if (const std::optional<int> error = CheckEvalArguments(a)) return *error;
+  if (a.scores()) return RunOnRankZero([&a] { return EvaluateModelAloneOnRankZero(a); });
+  return RunOnEveryRank(a.job, [&a](const config::JobConfig& job, int world_rank) {
+    return EvaluateHeldOut(a, job, world_rank);
+  });
+}
+
+// The options of the needle grid (--needle).
+void AddNeedleOptions(CommandLine& line, CLI::App* command, EvalArguments& a) {
+  NeedleOptions& grid = a.needle_grid;
+  line.AddFlag(command, "--needle",
+               "instead: the needle grid by generation (lengths x depths)",
+               a.needle);
+  line.AddValue(command, "--lengths", "1024,2048", "context lengths in tokens separated by commas",
+                "the grid's lengths (default 1024, 2048, ... up to the model's)",
+                [&a, &grid](const std::string& text) {
+                  a.grid_options = true;
+                  for (const absl::string_view part : absl::StrSplit(text, ',')) {
+                    int64_t length = 0;
+                    if (!absl::SimpleAtoi(part, &length) || length < 1) {
+                      return std::string("give token counts >= 1 separated by commas");
+                    }
+                    grid.lengths.push_back(length);
+                  }
+                  return std::string();
+                });
+  line.AddValue(command, "--depths", "0,0.5,1", "fractions in [0, 1] separated by commas",
+                "the grid's key depths (default 0, 0.1, ..., 1)",
+                [&a, &grid](const std::string& text) {
+                  a.grid_options = true;
+                  for (const absl::string_view part : absl::StrSplit(text, ',')) {
+                    double depth = 0;
+                    if (!absl::SimpleAtod(part, &depth) || !(depth >= 0 && depth <= 1)) {
+                      return std::string("give fractions in [0, 1] separated by commas");
+                    }
+                    grid.depths.push_back(depth);
+                  }
+                  return std::string();
+                });
+  line.AddValue(command, "--samples", "N", "a count >= 1", "samples per cell (default 10)",
+                [&a, &grid](const std::string& text) {
+                  a.grid_options = true;
+                  return ParseInteger(text, 1, "a count >= 1", grid.samples);
+                });
+  line.AddValue(command, "--seed", "S", "an integer >= 0", "the samples' seed (default 0)",
+                [&a, &grid](const std::string& text) {
+                  a.grid_options = true;
+                  int64_t seed = 0;
+                  const std::string problem = ParseInteger(text, 0, "an integer >= 0", seed);
+                  grid.seed = static_cast<uint64_t>(seed);
+                  return problem;
+                });
+  line.AddFlag(command, "--temperatures",
+               "histograms of an SSA model's temperatures on the prompts",
+               grid.temperatures);
+}
+
+}  // namespace
+
+void AddEvalCommand(CommandLine& line) {
+  auto a = std::make_shared<EvalArguments>();
+  CLI::App* command = line.AddCommand(
+      "eval",
+      "the held-out loss of the job's model, or any model's on a corpus",
+      "The model: the latest checkpoint in checkpoint.dir, else model.hf_dir or the seed's\n"
+      "initialisation. Losses in full precision with perplexity (and passkey retrieval). With\n"
+      "--data, --text or --needle: one process, and JOB may be a Hugging Face model directory;\n"
+      "every token of the corpus is scored once, in windows of --seq-length or sliding at\n"
+      "--stride.",
+      [a] { return Eval(*a); });
+  AddJobArguments(line, command, a->job);
+  AddCheckpointChoice(line, command, a->checkpoint);
+  line.AddFlag(command, "--all",
+               "each complete checkpoint of checkpoint.dir in turn, oldest first",
+               a->every_checkpoint);
+  line.AddText(command, "--json", "FILE", "the file to write the result to",
+               "the results as JSON too", a->json);
+  line.AddText(command, "--data", "PATH", "the file to score",
+               "instead: that corpus (Megatron prefix, .int32/.uint16 file)",
+               a->score.data);
+  line.AddText(command, "--text", "FILE", "the file to score",
+               "instead: that text (with model.hf_dir's tokenizer.json)",
+               a->score.text);
+  line.AddValue(command, "--seq-length", "N", "a window in tokens >= 1",
+                "the scoring window (default training.seq_length)",
+                [a](const std::string& text) {
+                  return ParseInteger(text, 1, "a token count >= 1", a->score.seq_length);
+                });
+  line.AddValue(command, "--stride", "S", "a stride in tokens >= 1",
+                "score a sliding window at this stride (default: the window)",
+                [a](const std::string& text) {
+                  return ParseInteger(text, 1, "a token count >= 1", a->score.stride);
+                });
+  AddNeedleOptions(line, command, *a);
 }
 
 }  // namespace kelvin::launcher

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
+#include "launcher/commands/command_line.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/trainer.h"
 
@@ -44,5 +45,7 @@ std::string FormatEvaluation(const training::EvalStats& stats);
 // in full double precision.
 std::string EvaluationsJson(const config::JobConfig& job,
                             const std::vector<JobEvaluation>& evaluations);
+
+void AddEvalCommand(CommandLine& line);
 
 }  // namespace kelvin::launcher

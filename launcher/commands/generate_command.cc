@@ -2,10 +2,16 @@
 #include "launcher/commands/generate_command.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/io/regular_file.h"
 #include "launcher/commands/inference_model.h"
+#include "launcher/commands/process_launch.h"
+#include "launcher/config/job_config.h"
 #include "models/generation/generate.h"
 
 namespace kelvin::launcher {
@@ -85,6 +91,109 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
     }
   }
   return lines;
+}
+
+namespace {
+
+struct GenerateArguments {
+  JobArguments job;
+  GenerateOptions options;
+  std::string prompt_file;
+};
+
+// The prompts (with --prompt-file's lines), then one JSON line per prompt on stdout.
+int Generate(GenerateArguments a) {
+  if (const std::optional<int> error = CheckCheckpointChoice("generate", a.options.checkpoint)) {
+    return *error;
+  }
+  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
+  if (!job.ok()) return Fail(job.status());
+  if (!a.prompt_file.empty()) {
+    const absl::StatusOr<std::string> text =
+        io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
+    if (!text.ok()) return Fail(WithWorkingDirectory(text.status(), {a.prompt_file}));
+    for (const absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+      a.options.prompts.emplace_back(line);
+    }
+  }
+  const absl::StatusOr<std::vector<std::string>> lines = GenerateFromJob(*job, a.options);
+  if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), *job));
+  for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddGenerateCommand(CommandLine& line) {
+  auto a = std::make_shared<GenerateArguments>();
+  GenerateOptions& o = a->options;
+  CLI::App* command = line.AddCommand(
+      "generate",
+      "text from the job's model, one JSON line per prompt",
+      "The weights: the job's checkpoint, else model.hf_dir's; one process on the CPU with a KV\n"
+      "cache. Text prompts and --stop need model.hf_dir's tokenizer.json.",
+      [a] { return RunOnRankZero([a] { return Generate(*a); }); });
+  AddJobArguments(line, command, a->job);
+  line.AddValue(
+      command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
+      [&o](const std::string& text) {
+        o.prompts.push_back(text);
+        return std::string();
+      },
+      {.repeatable = true, .allow_empty = true});
+  line.AddText(command, "--prompt-file", "FILE", "a file of one prompt per line",
+               "a file of prompts, one per line", a->prompt_file);
+  line.AddValue(
+      command, "--tokens", "1,2,3", "token ids separated by commas",
+      "a prompt of token ids (repeatable)",
+      [&o](const std::string& text) {
+        std::vector<int32_t> ids;
+        for (const absl::string_view part : absl::StrSplit(text, ',')) {
+          int32_t id = 0;
+          if (!absl::SimpleAtoi(part, &id) || id < 0) {
+            return std::string("give token ids >= 0 separated by commas");
+          }
+          ids.push_back(id);
+        }
+        o.token_prompts.push_back(std::move(ids));
+        return std::string();
+      },
+      {.repeatable = true});
+  line.AddValue(command, "--max-new-tokens", "N", "a token count >= 1",
+                "the most tokens generated per prompt (default 64)",
+                [&o](const std::string& text) {
+                  return ParseInteger(text, 1, "a token count >= 1", o.max_new_tokens);
+                });
+  line.AddValue(command, "--temperature", "T", "a number >= 0",
+                "the sampling temperature (default 0: greedy)", [&o](const std::string& text) {
+                  return ParseNumber(text, "a number", o.sampling.temperature);
+                });
+  line.AddValue(command, "--top-k", "K", "a count >= 0",
+                "sample among the K likeliest tokens (default 0: every token)",
+                [&o](const std::string& text) {
+                  return ParseInteger(text, 0, "a count >= 0 (0: every token)", o.sampling.top_k);
+                });
+  line.AddValue(command, "--top-p", "P", "a number in (0, 1]",
+                "sample among the likeliest tokens of this probability mass (default 1)",
+                [&o](const std::string& text) {
+                  return ParseNumber(text, "a number", o.sampling.top_p);
+                });
+  line.AddValue(command, "--seed", "S", "an integer >= 0", "the sampling seed (default 0)",
+                [&o](const std::string& text) {
+                  int64_t seed = 0;
+                  const std::string problem = ParseInteger(text, 0, "an integer >= 0", seed);
+                  o.sampling.seed = static_cast<uint64_t>(seed);
+                  return problem;
+                });
+  line.AddText(command, "--stop", "TEXT", "a text",
+               "stop a prompt once its generated text ends with TEXT", o.stop,
+               {.allow_empty = true});
+  line.AddFlag(command, "--logprobs", "each token's log-probability in the output", o.logprobs);
+  line.AddValue(command, "--batch-size", "N", "a prompt count >= 1",
+                "prompts decoded together (default 8)", [&o](const std::string& text) {
+                  return ParseInteger(text, 1, "a prompt count >= 1", o.batch_size);
+                });
+  AddCheckpointChoice(line, command, o.checkpoint);
 }
 
 }  // namespace kelvin::launcher

@@ -11,6 +11,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
+#include "launcher/commands/command_line.h"
 #include "models/generation/token_sampler.h"
 #include "training/checkpoint/checkpoint.h"
 
@@ -32,5 +33,7 @@ struct GenerateOptions {
 // The model stops at its eos ids (config.json's eos_token_id and the tokenizer's eos_token).
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
                                                          const GenerateOptions& options);
+
+void AddGenerateCommand(CommandLine& line);
 
 }  // namespace kelvin::launcher

@@ -2,7 +2,8 @@
 # What guards a run from its surroundings: a first Ctrl-C (SIGINT) stops `kelvin train` after its
 # step with a checkpoint (exit 3), a second ends it at once; a closed stdout pipe does not kill it;
 # a second training into a checkpoint.dir in use is refused, naming the holder; prepare-data never
-# writes over its own samples file. Usage: run_guards_test.sh KELVIN SOURCE_DIR
+# writes over its own samples file; a job refused at its start leaves no run directory.
+# Usage: run_guards_test.sh KELVIN SOURCE_DIR
 set -u
 kelvin=$1 source_dir=$2
 dir=$(mktemp -d)
@@ -74,6 +75,15 @@ grep -q "which is the samples file 'samples.bin' itself" prepare.log ||
   fail "prepare-data onto its input: no message"
 cmp -s samples.bin "$source_dir/tests/fixtures/sft/copy_digits.jsonl" ||
   fail "prepare-data onto its input: the samples file changed"
+
+# A layout one process cannot run: refused before the run directory (and its resolved config)
+# is written.
+"$kelvin" train "$job" --set parallel.tensor_parallel=2 \
+  --set launch.run_dir=\""$dir/refused/run"\" > refused.log 2>&1
+status=$?
+[ "$status" -eq 1 ] || fail "refused layout: exit status $status, expected 1"
+grep -q "kelvin: .*tensor" refused.log || fail "refused layout: no message naming the layout"
+[ ! -e "$dir/refused" ] || fail "refused layout: left $(find "$dir/refused" | tr '\n' ' ')"
 
 [ "$failed" -eq 0 ] && echo "PASS"
 [ "$failed" -eq 0 ] || for log in *.log; do echo "== $log"; tail -n 5 "$log"; done

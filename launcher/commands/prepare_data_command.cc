@@ -1,0 +1,56 @@
+// prepare-data: the samples encoded (text with the model's tokenizer), written, and the job's data
+// section for them printed.
+#include "launcher/commands/prepare_data_command.h"
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "data/sft/jsonl_samples.h"
+#include "launcher/config/job_config.h"
+
+namespace kelvin::launcher {
+namespace {
+
+struct PrepareDataArguments {
+  std::string samples, out, tokenizer;
+};
+
+int PrepareData(const PrepareDataArguments& a) {
+  std::optional<data::TextSampleEncoder> encoder;
+  if (!a.tokenizer.empty()) {
+    absl::StatusOr<data::TextSampleEncoder> loaded =
+        data::TextSampleEncoder::FromDirectory(a.tokenizer);
+    if (!loaded.ok()) return Fail(WithWorkingDirectory(loaded.status(), {a.tokenizer}));
+    encoder = *std::move(loaded);
+  }
+  const absl::StatusOr<data::PreparedSamples> prepared =
+      data::PrepareJsonlSamples(a.samples, a.out, encoder ? &*encoder : nullptr);
+  if (!prepared.ok()) return Fail(WithWorkingDirectory(prepared.status(), {a.samples, a.out}));
+  std::printf("%s", data::DescribePreparedSamples(*prepared).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddPrepareDataCommand(CommandLine& line) {
+  auto a = std::make_shared<PrepareDataArguments>();
+  CLI::App* command = line.AddCommand(
+      "prepare-data",
+      "fine-tuning samples into a Megatron dataset and its loss mask",
+      "SAMPLES.jsonl holds one JSON object per line: \"input_ids\", optional \"labels\" with -100\n"
+      "where there is no loss, or \"loss_mask\". With --tokenizer, lines may also be\n"
+      "{\"text\": ...} (BOS + text + eos, loss on all), {\"prompt\": ..., \"completion\": ...}\n"
+      "(loss on the completion) or {\"messages\": [{\"role\", \"content\"}, ...]} (the model's\n"
+      "chat format, llama3 or chatml; loss on assistant turns). Prints the job's data section\n"
+      "for the written dataset.",
+      [a] { return PrepareData(*a); });
+  line.AddInput(command, a->samples, "SAMPLES.jsonl", "samples file");
+  line.AddText(command, "--out", "PREFIX", "a path prefix",
+               "writes PREFIX.bin/.idx and PREFIX_loss_mask.bin/.idx", a->out)
+      ->required();
+  line.AddText(command, "--tokenizer", "DIR", "the model directory",
+               "the model directory whose tokenizer.json encodes text", a->tokenizer);
+}
+
+}  // namespace kelvin::launcher

@@ -1,0 +1,21 @@
+// How the commands run under a launcher: on every rank with MPI (train, eval), or as one process
+// that only rank 0 of an mpirun / srun job carries out (convert, generate, eval of a model alone).
+#pragma once
+
+#include <functional>
+
+#include "configs/kelvin.pb.h"
+#include "launcher/commands/command_line.h"
+
+namespace kelvin::launcher {
+
+// Initialises MPI (whether or not a launcher started several processes), checks the launcher's
+// variables against MPI's world, loads the job and runs `run` on it with this process's world
+// rank; a failure on one rank aborts the others (a preemption stop is every rank's and does not).
+int RunOnEveryRank(const JobArguments& job,
+                   const std::function<int(const config::JobConfig& job, int world_rank)>& run);
+
+// `run` on the launcher's rank 0; the other ranks exit at once with 0.
+int RunOnRankZero(const std::function<int()>& run);
+
+}  // namespace kelvin::launcher
