@@ -21,12 +21,12 @@
 #include "core/optim/adamw_optimizer.h"
 #include "core/profile_range.h"
 #include "data/tasks/passkey_task.h"
-#include "models/llama/context_parallel.h"
 #include "models/llama/memory_plan.h"
 #include "models/llama/model_flops.h"
+#include "parallel/comm/stop_deadline.h"
+#include "parallel/context_parallel.h"
 #include "parallel/distributed_adamw.h"
 #include "parallel/loss/lm_loss.h"
-#include "parallel/comm/stop_deadline.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/checkpoint/preemption.h"
 #include "training/gradient_check.h"
@@ -136,14 +136,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   models::LlamaParallelism parallelism;
   parallel::ProcessGrid* grid = trainer->grid_.get();
   const parallel::GridSpec& spec = grid->spec();
-  if (spec.tensor_parallel > 1) parallelism.tp = &grid->tp();
-  if (spec.context_parallel > 1) parallelism.cp = &grid->cp();
+  parallelism.tp = &grid->tp();
+  parallelism.cp = &grid->cp();
+  parallelism.pp = &grid->pp();
   parallelism.sequence_parallel = spec.sequence_parallel;
-  if (spec.pipeline_parallel > 1) {
-    parallelism.pp = &grid->pp();
-    parallelism.virtual_stages = spec.virtual_pipeline_stages;
-    parallelism.embedding = grid->embedding();
-  }
+  parallelism.virtual_stages = spec.pipeline_parallel > 1 ? spec.virtual_pipeline_stages : 1;
+  parallelism.embedding = grid->embedding();
   trainer->micro_batches_ = spec.gradient_accumulation_steps;
   // Every layout runs a pipeline program, one stage's each micro-batch's forward then its
   // backward. Built before the model: its errors come first.
@@ -363,7 +361,8 @@ double Trainer::SumOverReplicas(double value) {
 
 Tensor Trainer::LocalLabels(const data::Batch& batch) const {
   if (ContextParallelSize() == 1) return batch.labels.View({-1});
-  return models::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(), ContextParallelSize());
+  return parallel::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(),
+                                 ContextParallelSize());
 }
 
 double Trainer::ClipGradients(double max_norm) {
@@ -372,12 +371,8 @@ double Trainer::ClipGradients(double max_norm) {
   // shards (the optimizer), the tensor-parallel group and the pipeline stages.
   double squares = optimizer_->GradientSumOfSquares(
       [&](const std::string& name) { return model_->IsCanonicalCopy(name); });
-  if (model_->tp() != nullptr) {
-    squares = model_->tp()->AllReduceScalar(squares, parallel::ReduceOp::kSum);
-  }
-  if (PipelineStages() > 1) {
-    squares = grid_->pp().AllReduceScalar(squares, parallel::ReduceOp::kSum);
-  }
+  squares = model_->tp().AllReduceScalar(squares, parallel::ReduceOp::kSum);
+  squares = grid_->pp().AllReduceScalar(squares, parallel::ReduceOp::kSum);
   const double norm = std::sqrt(squares);
   const double coefficient = max_norm > 0 ? ops::ClipCoefficient(norm, max_norm) : 1.0;
   // `coefficient < 1` is false for NaN; a non-finite norm stops the step before the update
@@ -551,8 +546,8 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
       if (ContextParallelSize() > 1) {
         all = Tensor::Empty(batch.tokens.shape(), DType::kI32);
         Tensor scratch = Tensor::Empty({all.numel()}, DType::kI32);
-        models::GatherSequence(Context::Cpu(), grid_->cp(), batch.rows(), predictions, scratch,
-                               all);
+        parallel::GatherSequence(Context::Cpu(), grid_->cp(), batch.rows(), predictions, scratch,
+                                 all);
       }
       retrieved += data::CountRetrieved(batch, all.View(batch.tokens.shape()));
     }

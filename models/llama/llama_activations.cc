@@ -1,4 +1,4 @@
-// The decoder layer's activation fields.
+// The decoder layer's activation fields and the shared scratch's.
 #include "models/llama/llama_activations.h"
 
 namespace kelvin::models {
@@ -54,11 +54,46 @@ const std::vector<LlamaActivationField>& LlamaActivationFields() {
   return fields;
 }
 
-bool ActivationNeeded(const LlamaActivationField& field, const ssa::SsaOptions& attention,
-                      bool context_parallel) {
+const std::vector<LlamaScratchField>& LlamaScratchFields() {
+  using S = LlamaScratch;
+  using D = ActivationDim;
+  using Need = ActivationNeed;
+  const std::vector<D> tokens_by_model = {D::kTokens, D::kModel};
+  const std::vector<D> local_by_model = {D::kLocalTokens, D::kModel};
+  const std::vector<D> query_heads = {D::kTokens, D::kHeads, D::kHeadDim};
+  const std::vector<D> key_heads = {D::kKeyTokens, D::kKvHeads, D::kHeadDim};
+  const std::vector<D> local_key_heads = {D::kTokens, D::kKvHeads, D::kHeadDim};
+  const std::vector<D> tokens_by_ffn = {D::kTokens, D::kFfn};
+  static const std::vector<LlamaScratchField> fields = {
+      {.member = &S::proj, .dims = tokens_by_model},
+      {.member = &S::local_tokens, .dims = local_by_model, .need = Need::kSequenceParallel},
+      {.member = &S::gathered_grad, .dims = tokens_by_model, .need = Need::kSequenceParallel},
+      {.member = &S::d_proj, .dims = local_by_model, .need = Need::kSequenceParallel},
+      {.member = &S::dh, .dims = tokens_by_model},
+      {.member = &S::du, .dims = query_heads},
+      {.member = &S::dattn, .dims = query_heads},
+      {.member = &S::dk, .dims = key_heads},
+      {.member = &S::dv, .dims = key_heads},
+      {.member = &S::dquery_source, .dims = query_heads, .need = Need::kQuerySource},
+      {.member = &S::dvalue_source, .dims = key_heads, .need = Need::kValueSource},
+      {.member = &S::dk_local, .dims = local_key_heads, .need = Need::kContextParallel},
+      {.member = &S::dv_local, .dims = local_key_heads, .need = Need::kContextParallel},
+      {.member = &S::dvalue_source_local,
+       .dims = local_key_heads,
+       .need = Need::kContextValueSource},
+      {.member = &S::cp_reorder, .dims = key_heads, .need = Need::kContextParallel, .flat = true},
+      {.member = &S::dgate, .dims = tokens_by_ffn},
+      {.member = &S::dup, .dims = tokens_by_ffn},
+      {.member = &S::dact, .dims = tokens_by_ffn},
+  };
+  return fields;
+}
+
+bool ActivationNeeded(ActivationNeed need, const ssa::SsaOptions& attention,
+                      const TokenSplits& splits) {
   // The temperatures read W_tmp x of their own only without weight sharing (and token-aware).
   const bool own_sources = !attention.weight_sharing && attention.token_aware;
-  switch (field.need) {
+  switch (need) {
     case ActivationNeed::kAlways:
       return true;
     case ActivationNeed::kQueryTemperature:
@@ -70,9 +105,11 @@ bool ActivationNeeded(const LlamaActivationField& field, const ssa::SsaOptions& 
     case ActivationNeed::kValueSource:
       return own_sources && attention.value_temperature;
     case ActivationNeed::kContextParallel:
-      return context_parallel;
+      return splits.context_parallel;
     case ActivationNeed::kContextValueSource:
-      return context_parallel && own_sources && attention.value_temperature;
+      return splits.context_parallel && own_sources && attention.value_temperature;
+    case ActivationNeed::kSequenceParallel:
+      return splits.sequence_parallel;
   }
   return false;
 }

@@ -1,7 +1,7 @@
-// What one decoder layer keeps from its forward for its backward, what recompute drops, and the
-// one table of those fields (shape, dtype, which recompute drops it, when SSA or context
-// parallelism needs it) that the model's allocation, its recompute buffers, its byte counts and
-// the memory plan all read.
+// What one decoder layer keeps from its forward for its backward, what recompute drops, the
+// scratch every layer shares, and the two tables of those fields (shape, dtype, which recompute
+// drops it, when SSA or the layout needs it) that the model's allocation, its recompute buffers,
+// its byte counts and the memory plan all read.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,25 @@ struct LlamaLayerActivations {
   Tensor rstd_mlp;  // [Nl]
   Tensor gate, up;  // [N, F]
   Tensor act;       // [N, F] SiLU(gate) * up
+};
+
+// The buffers every layer and micro-batch share, sized for the current micro-batch shape: the
+// forward's partial sums and region buffers and the backward's gradients. All in the activation
+// dtype.
+struct LlamaScratch {
+  Tensor proj;           // [N, D] row-parallel GEMM outputs (partial sums), the embedding's too
+  Tensor local_tokens;   // [Nl, D] sequence parallel: a norm's local output / a reduced projection
+  Tensor gathered_grad;  // [N, D] sequence parallel: an all-gathered gradient
+  Tensor d_proj;         // [Nl, D] sequence parallel: a norm's input gradient (else it is proj)
+  Tensor dh;             // [N, D]
+  Tensor du, dattn;      // [N, H, d]
+  Tensor dk, dv;         // [Nk, G, d]
+  Tensor dquery_source;  // [N, H, d] without weight sharing
+  Tensor dvalue_source;  // [Nk, G, d] without weight sharing
+  // Context parallelism: this rank's share of dk, dv, dvalue_source [N, G, d], and the sequence
+  // collectives' reordering buffer [Nk * G * d].
+  Tensor dk_local, dv_local, dvalue_source_local, cp_reorder;
+  Tensor dgate, dup, dact;  // [N, F]
 };
 
 // The sizes a field's shape is made of.
@@ -98,29 +117,43 @@ enum class ActivationNeed {
   kValueSource,         // W_tmp x for tau^v without weight sharing
   kContextParallel,     // the gathered keys and values
   kContextValueSource,  // the gathered value source
+  kSequenceParallel,    // the norm regions' split buffers
 };
 
-struct LlamaActivationField {
-  Tensor LlamaLayerActivations::*member;
-  std::vector<ActivationDim> dims;
-  bool statistics;  // in the statistics dtype (AccumDType), else the activation dtype
-  RecomputedBy recomputed_by;
-  ActivationNeed need;
+// How the layout splits the tokens, which decides the fields that exist.
+struct TokenSplits {
+  bool context_parallel = false;   // rows over the CP ranks
+  bool sequence_parallel = false;  // norm regions over the TP ranks
 };
+
+// One row of a table of `Owner`'s tensors.
+template <typename Owner>
+struct ActivationField {
+  Tensor Owner::*member;
+  std::vector<ActivationDim> dims;
+  bool statistics = false;  // in the statistics dtype (AccumDType), else the activation dtype
+  RecomputedBy recomputed_by = RecomputedBy::kKept;
+  ActivationNeed need = ActivationNeed::kAlways;
+  bool flat = false;  // allocated 1-d, of the shape's element count
+};
+using LlamaActivationField = ActivationField<LlamaLayerActivations>;
+using LlamaScratchField = ActivationField<LlamaScratch>;
 
 // Every field of LlamaLayerActivations, in its declaration order.
 const std::vector<LlamaActivationField>& LlamaActivationFields();
+// Every field of LlamaScratch, in its declaration order.
+const std::vector<LlamaScratchField>& LlamaScratchFields();
 
-// Whether `field` exists under the attention options and context parallelism.
-bool ActivationNeeded(const LlamaActivationField& field, const ssa::SsaOptions& attention,
-                      bool context_parallel);
+// Whether a field needed `need` exists under the attention options and the token splits.
+bool ActivationNeeded(ActivationNeed need, const ssa::SsaOptions& attention,
+                      const TokenSplits& splits);
 
 // Whether `recompute` drops `field` from the slots (it then lives once, in the recompute buffers).
 bool Recomputed(const LlamaActivationField& field, const LlamaRecompute& recompute);
 
 // The element count of `field`.
-template <typename Size>
-Size ActivationElements(const LlamaActivationField& field, const ActivationSizes<Size>& sizes) {
+template <typename Owner, typename Size>
+Size ActivationElements(const ActivationField<Owner>& field, const ActivationSizes<Size>& sizes) {
   Size elements = sizes.Of(field.dims.front());
   for (size_t i = 1; i < field.dims.size(); ++i) elements = elements * sizes.Of(field.dims[i]);
   return elements;

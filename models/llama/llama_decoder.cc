@@ -25,7 +25,7 @@ void Linear(const Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
 
 absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64_t max_tokens,
                                                   int64_t sequences) {
-  if (model.tp() != nullptr || model.stage().stages > 1) {
+  if (model.tp().size() > 1 || model.stage().stages > 1) {
     return absl::UnimplementedError(
         "decoding runs a whole model on one rank: this model is sharded by tensor or pipeline "
         "parallelism (run generation with one process)");

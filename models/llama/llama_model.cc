@@ -15,7 +15,9 @@
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
 #include "core/profile_range.h"
-#include "models/llama/context_parallel.h"
+#include "parallel/comm/self_communicator.h"
+#include "parallel/context_parallel.h"
+#include "parallel/tensor_parallel.h"
 #include "ssa/ssa_attention.h"
 
 namespace kelvin::models {
@@ -58,14 +60,15 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
       dtype_(dtype),
       ctx_(placement.ctx),
       parallelism_(parallelism),
-      layout_(ShardLayoutOf(config, parallelism.tp ? parallelism.tp->rank() : 0,
-                            parallelism.tp ? parallelism.tp->size() : 1)),
-      stage_(StageLayoutOf(config, parallelism.pp ? parallelism.pp->rank() : 0,
-                           parallelism.pp ? parallelism.pp->size() : 1,
-                           parallelism.virtual_stages)),
+      alone_(std::make_unique<parallel::SelfCommunicator>("one rank", 0, placement.ctx)),
+      tp_(parallelism.tp != nullptr ? parallelism.tp : alone_.get()),
+      cp_(parallelism.cp != nullptr ? parallelism.cp : alone_.get()),
+      pp_(parallelism.pp != nullptr ? parallelism.pp : alone_.get()),
+      layout_(ShardLayoutOf(config, tp_->rank(), tp_->size())),
+      stage_(StageLayoutOf(config, pp_->rank(), pp_->size(), parallelism.virtual_stages)),
       recompute_(recompute) {
-  KELVIN_CHECK(!parallelism.sequence_parallel || parallelism.tp != nullptr)
-      << "sequence parallelism needs a tensor-parallel group";
+  KELVIN_CHECK(!parallelism.sequence_parallel || tp_->size() > 1)
+      << "sequence parallelism needs a tensor-parallel group of two ranks or more";
   for (const LlamaParameterSpec& spec : StageParameterSpecs(config, stage_)) {
     Declare(spec.name, spec.full_shape, spec.group);
   }
@@ -96,12 +99,10 @@ void LlamaModel::Declare(const std::string& name, const Shape& full_shape, Param
 bool LlamaModel::IsCanonicalCopy(const std::string& name) const {
   // The last stage's tied embedding is a copy of the first stage's.
   if (name == kEmbeddingName && !stage_.holds_embedding_input()) return false;
-  const parallel::Communicator* tp = parallelism_.tp;
-  if (tp == nullptr) return true;
   const ParameterShard& shard = shards_.at(name);
-  if (shard.axis < 0) return tp->rank() == 0;  // replicated: count rank 0's copy
+  if (shard.axis < 0) return tp_->rank() == 0;  // replicated: count rank 0's copy
   // Replicated KV heads: the first rank holding each head counts it.
-  if (shard.replicated_kv) return tp->rank() % (tp->size() / config_.num_key_value_heads) == 0;
+  if (shard.replicated_kv) return tp_->rank() % (tp_->size() / config_.num_key_value_heads) == 0;
   return true;
 }
 
@@ -115,8 +116,7 @@ void LlamaModel::FinishGradients() {
         << "tied embeddings over pipeline stages need the embedding group";
     parallelism_.embedding->AllReduce(end_grads_.embedding, parallel::ReduceOp::kSum);
   }
-  parallel::Communicator* tp = parallelism_.tp;
-  if (tp == nullptr) return;
+  parallel::Communicator* tp = tp_;
   for (const ParameterSet::Entry& e : params_.entries()) {
     const ParameterShard& shard = shards_.at(e.name);
     Tensor grad = e.grad;
@@ -149,22 +149,18 @@ int64_t LlamaModel::LocalLayer(int64_t layer) const {
 }
 
 Tensor& LlamaModel::ReduceTokens(Tensor& partial) {
-  parallel::Communicator* tp = parallelism_.tp;
-  if (tp == nullptr) return partial;
   if (!parallelism_.sequence_parallel) {
-    tp->AllReduce(partial, parallel::ReduceOp::kSum);
+    parallel::ReduceFromTensorParallelRegion(*tp_, partial);
     return partial;
   }
-  Tensor local = local_tokens_.View({-1});
-  tp->ReduceScatter(partial.View({-1}), local, parallel::ReduceOp::kSum);
-  return local_tokens_;
+  parallel::ReduceScatterToSequenceParallelRegion(*tp_, partial, scratch_.local_tokens);
+  return scratch_.local_tokens;
 }
 
 const Tensor& LlamaModel::FullTokenGradient(const Tensor& local) {
   if (!parallelism_.sequence_parallel) return local;
-  Tensor full = gathered_grad_.View({-1});
-  parallelism_.tp->AllGather(local.View({-1}), full);
-  return gathered_grad_;
+  parallel::GatherFromSequenceParallelRegion(*tp_, local, scratch_.gathered_grad);
+  return scratch_.gathered_grad;
 }
 
 void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq) {
@@ -172,7 +168,7 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
   if (batch == slot.batch && seq == slot.seq) return;
   slot.batch = batch;
   slot.seq = seq;
-  const bool cp = parallelism_.cp != nullptr;
+  const bool cp = SplitsRows();
   const int64_t nk = batch * seq, n = nk / ContextParallelSize(), nl = LocalTokens(n);
   const int64_t d_model = config_.hidden_size;
   const DType acc = AccumDType(dtype_);
@@ -201,66 +197,57 @@ void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, i
 }
 
 void LlamaModel::AllocateScratch(int64_t batch, int64_t seq) {
-  KELVIN_CHECK(parallelism_.cp == nullptr || seq % (2 * ContextParallelSize()) == 0)
+  KELVIN_CHECK(!SplitsRows() || seq % (2 * ContextParallelSize()) == 0)
       << "context parallelism: T=" << seq << " tokens per row do not split into 2 x "
       << ContextParallelSize() << " chunks";
   const int64_t nk = batch * seq, n = nk / ContextParallelSize();
   if (nk == scratch_tokens_) return;
   scratch_tokens_ = nk;
-  const bool cp = parallelism_.cp != nullptr;
-  const int64_t nl = LocalTokens(n), d_model = config_.hidden_size;
-  const int64_t f = layout_.ffn, h = layout_.heads, g = layout_.kv_heads, d = config_.head_dim;
-  KELVIN_CHECK(nl * layout_.tp_size == n || !parallelism_.sequence_parallel)
+  KELVIN_CHECK(LocalTokens(n) * layout_.tp_size == n || !parallelism_.sequence_parallel)
       << "sequence parallelism: B*T=" << n << " tokens do not split over " << layout_.tp_size
       << " tensor-parallel ranks";
-  const ssa::SsaOptions& o = attention_options_;
-  const bool own_sources = !o.weight_sharing && o.token_aware;
-  const bool sp = parallelism_.sequence_parallel;
-  const Device device = ctx_.device();
-  auto act = [&](const Shape& shape) { return Tensor::Empty(shape, dtype_, device); };
-  auto maybe = [&](bool needed, const Shape& shape) {
-    return needed ? Tensor::Empty(shape, dtype_, device) : Tensor();
-  };
-  proj_ = act({n, d_model});
-  local_tokens_ = maybe(sp, {nl, d_model});
-  gathered_grad_ = maybe(sp, {n, d_model});
-  dh_ = act({n, d_model});
-  d_proj_ = sp ? act({nl, d_model}) : proj_;
-  du_ = act({n, h, d});
-  dattn_ = act({n, h, d});
-  dk_ = act({nk, g, d});
-  dv_ = act({nk, g, d});
-  dquery_source_ = maybe(own_sources && o.query_temperature, {n, h, d});
-  dvalue_source_ = maybe(own_sources && o.value_temperature, {nk, g, d});
-  dk_local_ = maybe(cp, {n, g, d});
-  dv_local_ = maybe(cp, {n, g, d});
-  dvalue_source_local_ = maybe(cp && own_sources && o.value_temperature, {n, g, d});
-  cp_scratch_ = maybe(cp, {nk * g * d});
-  dgate_ = act({n, f});
-  dup_ = act({n, f});
-  dact_ = act({n, f});
+  const ActivationSizes<int64_t> sizes = SizesOf(batch, seq);
+  for (const LlamaScratchField& field : LlamaScratchFields()) {
+    const bool here = ActivationNeeded(field.need, attention_options_, Splits());
+    scratch_.*field.member = here ? AllocateField(field, sizes) : Tensor();
+  }
+  // Without sequence parallelism a norm's input gradient [N, D] takes the partial sums' buffer.
+  if (!scratch_.d_proj.defined()) scratch_.d_proj = scratch_.proj;
   AllocateLayerActivations(batch, seq, /*recomputed=*/true, recomputed_);
+}
+
+ActivationSizes<int64_t> LlamaModel::SizesOf(int64_t batch, int64_t seq) const {
+  const int64_t nk = batch * seq, n = nk / ContextParallelSize();
+  return {.local_tokens = LocalTokens(n),
+          .tokens = n,
+          .key_tokens = nk,
+          .model = config_.hidden_size,
+          .heads = layout_.heads,
+          .kv_heads = layout_.kv_heads,
+          .head_dim = config_.head_dim,
+          .ffn = layout_.ffn};
+}
+
+TokenSplits LlamaModel::Splits() const {
+  return {.context_parallel = SplitsRows(), .sequence_parallel = parallelism_.sequence_parallel};
+}
+
+template <typename Owner>
+Tensor LlamaModel::AllocateField(const ActivationField<Owner>& field,
+                                 const ActivationSizes<int64_t>& sizes) const {
+  Shape shape;
+  for (const ActivationDim dim : field.dims) shape.push_back(sizes.Of(dim));
+  if (field.flat) shape = {ActivationElements(field, sizes)};
+  return Tensor::Empty(shape, field.statistics ? AccumDType(dtype_) : dtype_, ctx_.device());
 }
 
 void LlamaModel::AllocateLayerActivations(int64_t batch, int64_t seq, bool recomputed,
                                           LlamaLayerActivations& a) const {
-  const int64_t nk = batch * seq, n = nk / ContextParallelSize();
-  const ActivationSizes<int64_t> sizes{.local_tokens = LocalTokens(n),
-                                       .tokens = n,
-                                       .key_tokens = nk,
-                                       .model = config_.hidden_size,
-                                       .heads = layout_.heads,
-                                       .kv_heads = layout_.kv_heads,
-                                       .head_dim = config_.head_dim,
-                                       .ffn = layout_.ffn};
+  const ActivationSizes<int64_t> sizes = SizesOf(batch, seq);
   for (const LlamaActivationField& field : LlamaActivationFields()) {
-    const bool here = ActivationNeeded(field, attention_options_, parallelism_.cp != nullptr) &&
+    const bool here = ActivationNeeded(field.need, attention_options_, Splits()) &&
                       Recomputed(field, recompute_) == recomputed;
-    Shape shape;
-    for (const ActivationDim dim : field.dims) shape.push_back(sizes.Of(dim));
-    a.*field.member =
-        here ? Tensor::Empty(shape, field.statistics ? AccumDType(dtype_) : dtype_, ctx_.device())
-             : Tensor();
+    a.*field.member = here ? AllocateField(field, sizes) : Tensor();
   }
 }
 
@@ -291,31 +278,30 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
     b.logits += bytes({&slot.logits});
     for (const Tensor& t : slot.output_grads) b.backward_scratch += bytes({&t});
   }
-  b.backward_scratch +=
-      bytes({&dh_, &proj_, &d_proj_, &du_, &dattn_, &dk_, &dv_, &dquery_source_, &dvalue_source_,
-             &dgate_, &dup_, &dact_, &local_tokens_, &gathered_grad_, &dk_local_, &dv_local_,
-             &dvalue_source_local_, &cp_scratch_});
+  for (const LlamaScratchField& field : LlamaScratchFields()) {
+    b.backward_scratch += bytes({&(scratch_.*field.member)});
+  }
   b.backward_scratch += fields_bytes(recomputed_);  // the recompute buffers count as scratch
   return b;
 }
 
 ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivations& slot,
                                                     const LlamaLayerActivations& a) const {
-  if (parallelism_.cp == nullptr) {
+  if (!SplitsRows()) {
     return {a.u, slot.positions, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
   }
   return {a.u,     slot.positions,     a.query_source,     a.k_all,
           a.v_all, slot.key_positions, a.value_source_all, inv_freq_};
 }
 
-int LlamaModel::AttentionBlocks() const { return parallelism_.cp == nullptr ? 1 : 2; }
+int LlamaModel::AttentionBlocks() const { return SplitsRows() ? 2 : 1; }
 
 ssa::SsaBlockShape LlamaModel::AttentionShape(const LlamaMicroBatchActivations& slot,
                                               int block) const {
-  if (parallelism_.cp == nullptr) return ssa::SsaBlockShape::Full(slot.batch, slot.seq);
+  if (!SplitsRows()) return ssa::SsaBlockShape::Full(slot.batch, slot.seq);
   const int ranks = ContextParallelSize();
   const int64_t tc = slot.seq / (2 * ranks);
-  return {slot.batch, ContextChunk(parallelism_.cp->rank(), block, ranks) * tc, tc, 0, slot.seq};
+  return {slot.batch, parallel::ContextChunk(cp_->rank(), block, ranks) * tc, tc, 0, slot.seq};
 }
 
 std::vector<ssa::TemperatureStatistics> LlamaModel::TemperatureStatistics() const {
@@ -347,16 +333,16 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
     ssa::CheckPositionIds(positions.View({-1}), tokens.dim(0), 0, tokens.dim(1),
                           "the micro-batch's position ids");
   }
-  if (parallelism_.cp == nullptr) {
+  if (!SplitsRows()) {
     CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
     CopyTensor(ctx_, positions.View({-1}), slot.positions);
     return;
   }
   KELVIN_CHECK(tokens.is_cpu() && positions.is_cpu())
       << "context parallelism takes the micro-batch's tokens and positions on the host";
-  const int rank = parallelism_.cp->rank(), ranks = ContextParallelSize();
-  CopyTensor(ctx_, LocalSequence(tokens, tokens.dim(0), rank, ranks), slot.tokens);
-  CopyTensor(ctx_, LocalSequence(positions, tokens.dim(0), rank, ranks), slot.positions);
+  const int rank = cp_->rank(), ranks = ContextParallelSize();
+  CopyTensor(ctx_, parallel::LocalSequence(tokens, tokens.dim(0), rank, ranks), slot.tokens);
+  CopyTensor(ctx_, parallel::LocalSequence(positions, tokens.dim(0), rank, ranks), slot.positions);
   CopyTensor(ctx_, positions.View({-1}), slot.key_positions);
 }
 
@@ -396,9 +382,9 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
   Tensor& input = slot.layers[c.local_begin].x;
   if (stage_.starts_model(chunk)) {
     // Vocab-parallel embedding: each rank's rows, zero elsewhere, summed over the group.
-    Tensor& embedded = parallelism_.tp ? proj_ : input;
-    ops::EmbeddingForward(ctx, slot.tokens, end_values_.embedding, layout_.vocab_begin, embedded);
-    if (parallelism_.tp) CopyTensor(ctx, ReduceTokens(proj_), input);
+    ops::EmbeddingForward(ctx, slot.tokens, end_values_.embedding, layout_.vocab_begin,
+                          scratch_.proj);
+    CopyTensor(ctx, ReduceTokens(scratch_.proj), input);
   }
   Tensor& output = slot.outputs[chunk];
   for (int64_t l = c.layer_begin; l < c.layer_end; ++l) {
@@ -417,15 +403,15 @@ void LlamaModel::NormForward(const Context& ctx, const Tensor& x, const Tensor& 
     ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, h, rstd);
     return;
   }
-  ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, local_tokens_, rstd);
-  parallelism_.tp->AllGather(local_tokens_.View({-1}), h);
+  ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, scratch_.local_tokens, rstd);
+  parallel::GatherFromSequenceParallelRegion(*tp_, scratch_.local_tokens, h);
 }
 
 void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, const Tensor& weight,
                               const Tensor& rstd, Tensor& dweight, Tensor& dx) {
   const Tensor& dh_local = ReduceTokens(dh);  // the TP ranks' partial input gradients, summed
-  ops::RmsNormBackward(ctx, dh_local, x, weight, rstd, d_proj_, dweight);
-  ops::Add(ctx, dx, d_proj_, dx);
+  ops::RmsNormBackward(ctx, dh_local, x, weight, rstd, scratch_.d_proj, dweight);
+  ops::Add(ctx, dx, scratch_.d_proj, dx);
 }
 
 LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer) {
@@ -452,12 +438,12 @@ void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActiv
     Tensor source = a.value_source.View({n, -1});
     Linear(ctx, a.h_attn, w.value_projection, source);
   }
-  if (parallelism_.cp != nullptr) {  // the whole sequence's keys, values and value source
-    GatherSequence(ctx, *parallelism_.cp, slot.batch, a.k, cp_scratch_, a.k_all);
-    GatherSequence(ctx, *parallelism_.cp, slot.batch, a.v, cp_scratch_, a.v_all);
+  if (SplitsRows()) {  // the whole sequence's keys, values and value source
+    parallel::GatherSequence(ctx, *cp_, slot.batch, a.k, scratch_.cp_reorder, a.k_all);
+    parallel::GatherSequence(ctx, *cp_, slot.batch, a.v, scratch_.cp_reorder, a.v_all);
     if (a.value_source_all.defined()) {
-      GatherSequence(ctx, *parallelism_.cp, slot.batch, a.value_source, cp_scratch_,
-                     a.value_source_all);
+      parallel::GatherSequence(ctx, *cp_, slot.batch, a.value_source, scratch_.cp_reorder,
+                               a.value_source_all);
     }
   }
   const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
@@ -496,12 +482,12 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
         on_host(a.tau_q), on_host(a.tau_v),
         on_host(w.ssa.alpha));  // as used here (undefined with the position term off)
   }
-  Linear(ctx, a.attn.View({n, -1}), w.o, proj_);
-  ops::Add(ctx, a.x, ReduceTokens(proj_), a.x_mid);
+  Linear(ctx, a.attn.View({n, -1}), w.o, scratch_.proj);
+  ops::Add(ctx, a.x, ReduceTokens(scratch_.proj), a.x_mid);
   NormForward(ctx, a.x_mid, w.post_norm, a.h_mlp, a.rstd_mlp);
   MlpForward(ctx, layer, a);
-  Linear(ctx, a.act, w.down, proj_);
-  ops::Add(ctx, a.x_mid, ReduceTokens(proj_), x_out);
+  Linear(ctx, a.act, w.down, scratch_.proj);
+  ops::Add(ctx, a.x_mid, ReduceTokens(scratch_.proj), x_out);
 }
 
 void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
@@ -520,10 +506,10 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
   Tensor& dx = slot.output_grads[chunk];  // [Nl, D]
   if (stage_.ends_model(chunk)) {
-    LinearBackward(ctx, slot.logits, slot.h_final, end_values_.lm_head, dh_, false,
+    LinearBackward(ctx, slot.logits, slot.h_final, end_values_.lm_head, scratch_.dh, false,
                    end_grads_.lm_head);
     ops::Fill(ctx, dx, 0.0);
-    NormBackward(ctx, dh_, slot.outputs[chunk], end_values_.final_norm, slot.rstd_final,
+    NormBackward(ctx, scratch_.dh, slot.outputs[chunk], end_values_.final_norm, slot.rstd_final,
                  end_grads_.final_norm, dx);
   }
   for (int64_t l = c.layer_end - 1; l >= c.layer_begin; --l) {
@@ -545,22 +531,25 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
   // Recompute runs the same forward again (deterministic: the same bits as when kept).
   if (recompute_.mlp) MlpForward(ctx, layer, a);
   // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
-  LinearBackward(ctx, FullTokenGradient(dx), a.act, w.down, dact_, false, dw.down);
-  ops::SwiGluBackward(ctx, dact_, a.gate, a.up, dgate_, dup_);
-  LinearBackward(ctx, dgate_, a.h_mlp, w.gate, dh_, false, dw.gate);
-  LinearBackward(ctx, dup_, a.h_mlp, w.up, dh_, true, dw.up);
-  NormBackward(ctx, dh_, a.x_mid, w.post_norm, a.rstd_mlp, dw.post_norm,
+  LinearBackward(ctx, FullTokenGradient(dx), a.act, w.down, scratch_.dact, false, dw.down);
+  ops::SwiGluBackward(ctx, scratch_.dact, a.gate, a.up, scratch_.dgate, scratch_.dup);
+  LinearBackward(ctx, scratch_.dgate, a.h_mlp, w.gate, scratch_.dh, false, dw.gate);
+  LinearBackward(ctx, scratch_.dup, a.h_mlp, w.up, scratch_.dh, true, dw.up);
+  NormBackward(ctx, scratch_.dh, a.x_mid, w.post_norm, a.rstd_mlp, dw.post_norm,
                dx);  // dx now holds d x_mid
   // Attention: x_mid = x + o_proj(SsaAttention(q(h), k(h), v(h))), h = RMSNorm(x); the operator
   // applies RoPE and the temperatures.
   if (recompute_.attention) AttentionForward(ctx, slot, layer, a);
-  Tensor dattn = dattn_.View({n, -1});
+  Tensor dattn = scratch_.dattn.View({n, -1});
   LinearBackward(ctx, FullTokenGradient(dx), a.attn.View({n, -1}), w.o, dattn, false, dw.o);
   // The operator accumulates into its gradients.
-  for (Tensor* t : {&du_, &dk_, &dv_, &dquery_source_, &dvalue_source_}) {
+  for (Tensor* t : {&scratch_.du, &scratch_.dk, &scratch_.dv, &scratch_.dquery_source,
+                    &scratch_.dvalue_source}) {
     if (t->defined()) ops::Fill(ctx, *t, 0.0);
   }
-  ssa::SsaAttentionGrads grads{du_, dk_, dv_, dquery_source_, dvalue_source_, dw.ssa};
+  ssa::SsaAttentionGrads grads{
+      scratch_.du, scratch_.dk, scratch_.dv, scratch_.dquery_source, scratch_.dvalue_source,
+      dw.ssa};
   const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
   const int blocks = AttentionBlocks();
   for (int block = 0; block < blocks; ++block) {  // the key-side gradients accumulate
@@ -571,35 +560,37 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
     block_grads.du = QueryRows(grads.du, block, blocks);
     block_grads.dquery_source = QueryRows(grads.dquery_source, block, blocks);
     ssa::SsaAttentionBackward(ctx, attention_options_, AttentionShape(slot, block),
-                              QueryRows(dattn_, block, blocks),
+                              QueryRows(scratch_.dattn, block, blocks),
                               QueryBlockInputs(inputs, block, blocks), w.ssa, saved, block_grads);
   }
   // With context parallelism the key-side gradients cover the whole sequence, partial over this
   // rank's queries: summed over the group, each rank keeps its tokens'.
-  Tensor dk = dk_, dv = dv_, dvalue_source = dvalue_source_;
-  if (parallelism_.cp != nullptr) {
-    ReduceScatterSequence(ctx, *parallelism_.cp, slot.batch, dk_, cp_scratch_, dk_local_);
-    ReduceScatterSequence(ctx, *parallelism_.cp, slot.batch, dv_, cp_scratch_, dv_local_);
-    dk = dk_local_;
-    dv = dv_local_;
-    if (dvalue_source_.defined()) {
-      ReduceScatterSequence(ctx, *parallelism_.cp, slot.batch, dvalue_source_, cp_scratch_,
-                            dvalue_source_local_);
-      dvalue_source = dvalue_source_local_;
+  Tensor dk = scratch_.dk, dv = scratch_.dv, dvalue_source = scratch_.dvalue_source;
+  if (SplitsRows()) {
+    parallel::ReduceScatterSequence(ctx, *cp_, slot.batch, scratch_.dk, scratch_.cp_reorder,
+                                    scratch_.dk_local);
+    parallel::ReduceScatterSequence(ctx, *cp_, slot.batch, scratch_.dv, scratch_.cp_reorder,
+                                    scratch_.dv_local);
+    dk = scratch_.dk_local;
+    dv = scratch_.dv_local;
+    if (scratch_.dvalue_source.defined()) {
+      parallel::ReduceScatterSequence(ctx, *cp_, slot.batch, scratch_.dvalue_source,
+                                      scratch_.cp_reorder, scratch_.dvalue_source_local);
+      dvalue_source = scratch_.dvalue_source_local;
     }
   }
-  LinearBackward(ctx, du_.View({n, -1}), a.h_attn, w.q, dh_, false, dw.q);
-  LinearBackward(ctx, dk.View({n, -1}), a.h_attn, w.k, dh_, true, dw.k);
-  LinearBackward(ctx, dv.View({n, -1}), a.h_attn, w.v, dh_, true, dw.v);
-  if (dquery_source_.defined()) {
-    LinearBackward(ctx, dquery_source_.View({n, -1}), a.h_attn, w.query_projection, dh_, true,
-                   dw.query_projection);
+  LinearBackward(ctx, scratch_.du.View({n, -1}), a.h_attn, w.q, scratch_.dh, false, dw.q);
+  LinearBackward(ctx, dk.View({n, -1}), a.h_attn, w.k, scratch_.dh, true, dw.k);
+  LinearBackward(ctx, dv.View({n, -1}), a.h_attn, w.v, scratch_.dh, true, dw.v);
+  if (scratch_.dquery_source.defined()) {
+    LinearBackward(ctx, scratch_.dquery_source.View({n, -1}), a.h_attn, w.query_projection,
+                   scratch_.dh, true, dw.query_projection);
   }
   if (dvalue_source.defined()) {
-    LinearBackward(ctx, dvalue_source.View({n, -1}), a.h_attn, w.value_projection, dh_, true,
-                   dw.value_projection);
+    LinearBackward(ctx, dvalue_source.View({n, -1}), a.h_attn, w.value_projection, scratch_.dh,
+                   true, dw.value_projection);
   }
-  NormBackward(ctx, dh_, a.x, w.input_norm, a.rstd_attn, dw.input_norm,
+  NormBackward(ctx, scratch_.dh, a.x, w.input_norm, a.rstd_attn, dw.input_norm,
                dx);  // dx now holds d x (the layer input)
 }
 

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,12 +45,13 @@
 
 namespace kelvin::models {
 
-// How this rank holds the model.
+// How this rank holds the model: its groups (the trainer passes the process grid's; a group left
+// out is one rank, and the model stands in a one-rank group of its own).
 struct LlamaParallelism {
-  parallel::Communicator* tp = nullptr;  // the tensor-parallel group; nullptr: the whole model
+  parallel::Communicator* tp = nullptr;  // the tensor-parallel group; one rank: the whole model
   bool sequence_parallel = false;        // norm and residual regions split along the tokens
-  parallel::Communicator* cp = nullptr;  // the context-parallel group; nullptr: whole rows
-  parallel::Communicator* pp = nullptr;  // the pipeline group; nullptr: every layer
+  parallel::Communicator* cp = nullptr;  // the context-parallel group; one rank: whole rows
+  parallel::Communicator* pp = nullptr;  // the pipeline group; one rank: every layer
   int virtual_stages = 1;                // model chunks per pipeline rank
   // The first and last pipeline stages, which sum their tied embeddings' gradients (used when
   // pp has >= 2 ranks and the embeddings are tied; nullptr on the stages in between).
@@ -100,7 +102,7 @@ class LlamaModel {
   }
   const LlamaEndWeights& end_weights() const { return end_values_; }
   const LlamaShardLayout& layout() const { return layout_; }
-  parallel::Communicator* tp() const { return parallelism_.tp; }
+  parallel::Communicator& tp() const { return *tp_; }
   const Context& context() const { return ctx_; }
 
   // Copies this rank's slice of every parameter from a Hugging Face checkpoint (converting
@@ -194,8 +196,18 @@ class LlamaModel {
   // (Re)allocates `slot` for [batch, seq] when its shape differs, and the backward scratch.
   void AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq);
   void AllocateScratch(int64_t batch, int64_t seq);
+  // The activation sizes of a micro-batch of B x T = `batch` x `seq` on this rank.
+  ActivationSizes<int64_t> SizesOf(int64_t batch, int64_t seq) const;
+  TokenSplits Splits() const;
+  // A buffer for `field` at `sizes` on the model's device.
+  template <typename Owner>
+  Tensor AllocateField(const ActivationField<Owner>& field,
+                       const ActivationSizes<int64_t>& sizes) const;
   int64_t LocalTokens(int64_t tokens) const;  // Nl of N tokens
-  int ContextParallelSize() const { return parallelism_.cp ? parallelism_.cp->size() : 1; }
+  int ContextParallelSize() const { return cp_->size(); }
+  // Whether rows are split over context-parallel ranks (attention then runs two query blocks
+  // against the gathered keys).
+  bool SplitsRows() const { return cp_->size() > 1; }
   // The attention's query blocks against the whole rows' keys: one, the whole rows, without
   // context parallelism; with it two, this rank's early and late chunk of every row (the rows
   // [block * N/2, (block + 1) * N/2) of the query-side tensors).
@@ -243,6 +255,9 @@ class LlamaModel {
   DType dtype_;
   Context ctx_;  // the device of every buffer
   LlamaParallelism parallelism_;
+  std::unique_ptr<parallel::Communicator> alone_;  // the one-rank group for those left out
+  // This rank's groups, never null: parallelism_'s, else alone_.
+  parallel::Communicator *tp_, *cp_, *pp_;
   LlamaShardLayout layout_;
   LlamaStageLayout stage_;
   std::map<std::string, Shape> full_shapes_;      // by parameter name
@@ -262,21 +277,7 @@ class LlamaModel {
   int statistics_micro_batch_ = kEveryMicroBatch;                   // RecordTemperatureStatisticsOf
   // Scratch sized for the current micro-batch shape (reallocated when it changes).
   int64_t scratch_tokens_ = 0;
-  Tensor proj_;  // [N, D] row-parallel GEMM outputs (partial sums)
-  // Sequence parallelism only (undefined otherwise): [Nl, D] a norm's local output / a reduced
-  // projection, and [N, D] an all-gathered gradient.
-  Tensor local_tokens_, gathered_grad_;
-  // Backward scratch.
-  Tensor d_proj_;         // [Nl, D] a norm's input gradient (proj_ without sequence parallel)
-  Tensor dh_;             // [N, D]
-  Tensor du_, dattn_;     // [N, H, d]
-  Tensor dk_, dv_;        // [Nk, G, d]
-  Tensor dquery_source_;  // [N, H, d] without weight sharing (else undefined)
-  Tensor dvalue_source_;  // [Nk, G, d] without weight sharing (else undefined)
-  // Context parallelism only: this rank's share of dk_, dv_, dvalue_source_ [N, G, d], and the
-  // sequence collectives' reordering buffer [Nk * G * d].
-  Tensor dk_local_, dv_local_, dvalue_source_local_, cp_scratch_;
-  Tensor dgate_, dup_, dact_;  // [N, F]
+  LlamaScratch scratch_;
 };
 
 }  // namespace kelvin::models

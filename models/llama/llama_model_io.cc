@@ -174,7 +174,7 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
 
 absl::Status LlamaModel::ExportHf(const std::string& directory,
                                   const HfExportProvenance& provenance) {
-  parallel::Communicator* tp = parallelism_.tp;
+  parallel::Communicator& tp = *tp_;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {
     Tensor local = Tensor::Empty(e.shape, DType::kF32);
@@ -185,17 +185,17 @@ absl::Status LlamaModel::ExportHf(const std::string& directory,
       continue;
     }
     // Every rank's slice, placed where its layout says (replicated KV heads land on themselves).
-    Tensor gathered = Tensor::Empty({local.numel() * tp->size()}, DType::kF32);
-    tp->AllGather(local.View({-1}), gathered);
+    Tensor gathered = Tensor::Empty({local.numel() * tp.size()}, DType::kF32);
+    tp.AllGather(local.View({-1}), gathered);
     Tensor full = Tensor::Empty(full_shapes_.at(e.name), DType::kF32);
-    for (int r = 0; r < tp->size(); ++r) {
-      const ParameterShard theirs = ShardOf(config_, ShardLayoutOf(config_, r, tp->size()), e.name);
+    for (int r = 0; r < tp.size(); ++r) {
+      const ParameterShard theirs = ShardOf(config_, ShardLayoutOf(config_, r, tp.size()), e.name);
       const Tensor slice = gathered.Slice(r * local.numel(), (r + 1) * local.numel()).View(e.shape);
       CopyAlongAxis(slice, shard.axis, 0, full, theirs.begin, theirs.count);
     }
     tensors.emplace_back(e.name, full);
   }
-  if (tp != nullptr && tp->rank() != 0) return absl::OkStatus();
+  if (tp.rank() != 0) return absl::OkStatus();
   if (stage_.stages > 1) {
     GatherPipelineStages(tensors);
     if (stage_.rank != 0) return absl::OkStatus();
@@ -204,7 +204,7 @@ absl::Status LlamaModel::ExportHf(const std::string& directory,
 }
 
 void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors) {
-  parallel::Communicator& pp = *parallelism_.pp;
+  parallel::Communicator& pp = *pp_;
   // The last stage's tied embedding is a copy of the first stage's: it stays home.
   auto travels = [](const std::string& name) { return name != kEmbeddingName; };
   if (stage_.rank != 0) {

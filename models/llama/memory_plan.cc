@@ -49,11 +49,8 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const Size d_model = c.hidden_size, d = c.head_dim, f = shard.ffn;
   const Size heads = shard.heads, kv_heads = shard.kv_heads;
   const Size q = heads * d, kv = kv_heads * d;
-  // SSA without weight sharing: the temperature sources' gradients [N, H*d], [Nk, G*d].
   const ssa::SsaOptions ssa = c.AttentionOptions();
-  const bool own_sources = !ssa.weight_sharing && ssa.token_aware;
-  const Size query_source = own_sources && ssa.query_temperature ? q : 0;
-  const Size value_source = own_sources && ssa.value_temperature ? kv : 0;
+  const TokenSplits splits{.context_parallel = cp, .sequence_parallel = o.sequence_parallel};
 
   // The rank's parameters: its stage's tensors, sliced by its tensor-parallel shard, by group.
   Size params = 0;
@@ -106,7 +103,7 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const LlamaRecompute recompute{o.recompute_attention, o.recompute_mlp};
   Size per_layer = 0, recompute_buffers = 0;
   for (const LlamaActivationField& field : LlamaActivationFields()) {
-    if (!ActivationNeeded(field, ssa, cp)) continue;
+    if (!ActivationNeeded(field.need, ssa, splits)) continue;
     const Size bytes = ActivationElements(field, sizes) * (field.statistics ? stat : act);
     (Recomputed(field, recompute) ? recompute_buffers : per_layer) += bytes;
   }
@@ -120,17 +117,16 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const Size slots = o.micro_batches_in_flight;
   plan.activations = (slots * slot).value();
   plan.logits = stage.holds_head() ? (slots * n * shard.vocab * act).value() : 0;
-  // Per slot, each chunk's gradient [Nl, D]; shared: proj, dh [N, D]; du, dattn [N, H*d]; dk, dv
-  // [Nk, G*d]; the source gradients [N, H*d], [Nk, G*d]; dgate, dup, dact [N, F]; with sequence
-  // parallelism also a local [Nl, D] norm output, a gathered [N, D] gradient and d_proj [Nl, D]
-  // (else d_proj is proj); with context parallelism this rank's dk, dv, dvalue source [N, G*d]
-  // and the reordering buffer [Nk * G*d]; the recompute buffers.
-  const Size backward_scratch =
-      slots * chunks * nl * d_model * act + n * act * (d_model * 2 + q * 2 + f * 3 + query_source) +
-      nk * act * (kv * 2 + value_source) +
-      (cp ? act * (n * (kv * 2 + value_source) + nk * kv) : Size(0)) +
-      (o.sequence_parallel ? act * (nl * d_model * 2 + n * d_model) : Size(0)) + recompute_buffers;
-  plan.backward_scratch = backward_scratch.value();
+  // Per slot, each chunk's gradient [Nl, D]; the scratch every layer shares (LlamaScratch, in
+  // llama_activations.h); the recompute buffers.
+  Size shared_scratch = 0;
+  for (const LlamaScratchField& field : LlamaScratchFields()) {
+    if (ActivationNeeded(field.need, ssa, splits)) {
+      shared_scratch += ActivationElements(field, sizes) * act;
+    }
+  }
+  plan.backward_scratch =
+      (slots * chunks * nl * d_model * act + shared_scratch + recompute_buffers).value();
   if (o.activation_dtype == DType::kBF16) {
     // ssa/ssa_attention.cu, one backward call over nq queries (half the rank's with context
     // parallelism: two query blocks) and the nk keys: bf16 q~ [nq, H, d], k~ [nk, G, d] and, with

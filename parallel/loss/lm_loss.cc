@@ -25,7 +25,7 @@ Tensor StageToHost(const Context& ctx, const Tensor& logits) {
 
 }  // namespace
 
-double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator* tp, Tensor& logits,
+double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator& tp, Tensor& logits,
                               const Tensor& labels, int64_t vocab_begin, double grad_scale) {
   const int64_t n = logits.dim(0);
   if (logits.is_cpu()) {
@@ -33,7 +33,7 @@ double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator* tp, Te
     parallel::VocabParallelSoftmaxCrossEntropy(tp, logits, labels, vocab_begin, grad_scale, loss);
     return Sum(loss);
   }
-  if (tp == nullptr) {
+  if (tp.size() == 1) {                                              // the fused device op
     const Tensor targets = CopyToDevice(ctx, labels, ctx.device());  // [N] i32
     Tensor loss = Tensor::Empty({n}, DType::kF32, ctx.device());     // [N]
     ops::SoftmaxCrossEntropy(ctx, logits, targets, grad_scale, loss);
@@ -47,7 +47,7 @@ double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator* tp, Te
   return Sum(loss);
 }
 
-double CrossEntropySum(const Context& ctx, parallel::Communicator* tp, const Tensor& logits,
+double CrossEntropySum(const Context& ctx, parallel::Communicator& tp, const Tensor& logits,
                        const Tensor& labels, int64_t vocab_begin, Tensor* predictions) {
   const Tensor host = logits.is_cpu() ? logits : StageToHost(ctx, logits);  // [N, V]
   Tensor loss = Tensor::Empty({host.dim(0)}, DType::kF32);                  // [N]

@@ -16,13 +16,13 @@ namespace kelvin::parallel {
 // staged through host memory (f32) for the vocab-parallel kernels and the gradient copied back,
 // which costs a device round trip of the [N, V/TP] logits per micro-batch (a device vocab-parallel
 // kernel is future work).
-double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator* tp, Tensor& logits,
+double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator& tp, Tensor& logits,
                               const Tensor& labels, int64_t vocab_begin, double grad_scale);
 
 // Evaluation: the cross-entropy sum as above (logits unchanged) and, when predictions is not
 // null, the global argmax of every row into the host tensor predictions [N] i32. Device logits are
 // staged through host memory (f32).
-double CrossEntropySum(const Context& ctx, parallel::Communicator* tp, const Tensor& logits,
+double CrossEntropySum(const Context& ctx, parallel::Communicator& tp, const Tensor& logits,
                        const Tensor& labels, int64_t vocab_begin, Tensor* predictions);
 
 // labels [N] and predictions [N] i32 on the host -> how many labelled tokens (label not

@@ -21,7 +21,7 @@ inline double Exp(double x) { return std::exp(x); }
 // Per token: the global row max, log-sum-exp and target logit (0 for ignored rows), all [N] in
 // the accumulation dtype A.
 template <typename T, typename A>
-void GlobalRowStatistics(Communicator* tp, const Tensor& logits, const Tensor& targets,
+void GlobalRowStatistics(Communicator& tp, const Tensor& logits, const Tensor& targets,
                          int64_t vocab_begin, Tensor& max, Tensor& lse, Tensor& target_logit) {
   const int64_t n = logits.dim(0), v = logits.dim(1);
   const T* x = logits.data<T>();
@@ -37,7 +37,7 @@ void GlobalRowStatistics(Communicator* tp, const Tensor& logits, const Tensor& t
     }
     m[row] = best;
   }
-  if (tp != nullptr) tp->AllReduce(max, ReduceOp::kMax);
+  tp.AllReduce(max, ReduceOp::kMax);
   A* s = lse.data<A>();
   A* target = target_logit.data<A>();
 #pragma omp parallel for schedule(static)
@@ -52,10 +52,8 @@ void GlobalRowStatistics(Communicator* tp, const Tensor& logits, const Tensor& t
                       ? static_cast<A>(x[row * v + local])
                       : A(0);
   }
-  if (tp != nullptr) {
-    tp->AllReduce(lse, ReduceOp::kSum);
-    tp->AllReduce(target_logit, ReduceOp::kSum);  // exactly one rank holds each target
-  }
+  tp.AllReduce(lse, ReduceOp::kSum);
+  tp.AllReduce(target_logit, ReduceOp::kSum);  // exactly one rank holds each target
   for (int64_t row = 0; row < n; ++row) s[row] = m[row] + std::log(s[row]);
 }
 
@@ -69,7 +67,7 @@ void CheckArguments(const Tensor& logits, const Tensor& targets, const Tensor& l
 }
 
 // The shared forward; with `grad_scale` also the in-place gradient.
-void Run(Communicator* tp, Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+void Run(Communicator& tp, Tensor& logits, const Tensor& targets, int64_t vocab_begin,
          const double* grad_scale, Tensor& loss) {
   CheckArguments(logits, targets, loss);
   const int64_t n = logits.dim(0), v = logits.dim(1);
@@ -102,18 +100,18 @@ void Run(Communicator* tp, Tensor& logits, const Tensor& targets, int64_t vocab_
 
 }  // namespace
 
-void VocabParallelSoftmaxCrossEntropy(Communicator* tp, Tensor& logits, const Tensor& targets,
+void VocabParallelSoftmaxCrossEntropy(Communicator& tp, Tensor& logits, const Tensor& targets,
                                       int64_t vocab_begin, double grad_scale, Tensor& loss) {
   Run(tp, logits, targets, vocab_begin, &grad_scale, loss);
 }
 
-void VocabParallelCrossEntropyLoss(Communicator* tp, const Tensor& logits, const Tensor& targets,
+void VocabParallelCrossEntropyLoss(Communicator& tp, const Tensor& logits, const Tensor& targets,
                                    int64_t vocab_begin, Tensor& loss) {
   Tensor unchanged = logits;  // Run writes logits only when given a grad_scale
   Run(tp, unchanged, targets, vocab_begin, nullptr, loss);
 }
 
-void VocabParallelArgmax(Communicator* tp, const Tensor& logits, int64_t vocab_begin,
+void VocabParallelArgmax(Communicator& tp, const Tensor& logits, int64_t vocab_begin,
                          Tensor& predictions) {
   const int64_t n = logits.dim(0), v = logits.dim(1);
   ops::CheckShape(predictions, {n}, "vocab_parallel_argmax.predictions");
@@ -128,19 +126,17 @@ void VocabParallelArgmax(Communicator* tp, const Tensor& logits, int64_t vocab_b
       id.data<double>()[row] = -static_cast<double>(vocab_begin + arg);
     }
   });
-  if (tp != nullptr) {
-    // The best value of each row over the group; the ranks that do not hold it drop out of the
-    // second max, which then picks the lowest id among the ranks that do.
-    Tensor global_best = Tensor::Empty({n}, DType::kF64);
-    std::copy_n(best.data<double>(), n, global_best.data<double>());
-    tp->AllReduce(global_best, ReduceOp::kMax);
-    for (int64_t row = 0; row < n; ++row) {
-      if (best.data<double>()[row] < global_best.data<double>()[row]) {
-        id.data<double>()[row] = -std::numeric_limits<double>::infinity();
-      }
+  // The best value of each row over the group; the ranks that do not hold it drop out of the
+  // second max, which then picks the lowest id among the ranks that do.
+  Tensor global_best = Tensor::Empty({n}, DType::kF64);
+  std::copy_n(best.data<double>(), n, global_best.data<double>());
+  tp.AllReduce(global_best, ReduceOp::kMax);
+  for (int64_t row = 0; row < n; ++row) {
+    if (best.data<double>()[row] < global_best.data<double>()[row]) {
+      id.data<double>()[row] = -std::numeric_limits<double>::infinity();
     }
-    tp->AllReduce(id, ReduceOp::kMax);
   }
+  tp.AllReduce(id, ReduceOp::kMax);
   for (int64_t row = 0; row < n; ++row) {
     predictions.data<int32_t>()[row] = static_cast<int32_t>(-id.data<double>()[row]);
   }

@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "core/copy.h"
-#include "models/llama/context_parallel.h"
 #include "models/llama/llama_model.h"
 #include "parallel/comm/communicator_factory.h"
+#include "parallel/context_parallel.h"
 #include "tests/models/memory_plan_check.h"
 #include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"
@@ -25,7 +25,7 @@ namespace {
 Tensor LocalRows(const Tensor& t, int64_t batch, int rank, int ranks) {
   Tensor index = Tensor::Empty({t.dim(0)}, DType::kI32);
   for (int64_t i = 0; i < t.dim(0); ++i) index.data<int32_t>()[i] = static_cast<int32_t>(i);
-  const Tensor mine = models::LocalSequence(index, batch, rank, ranks);
+  const Tensor mine = parallel::LocalSequence(index, batch, rank, ranks);
   const int64_t width = t.numel() / t.dim(0);
   Tensor rows = Tensor::Empty({mine.numel(), width}, t.dtype());
   for (int64_t r = 0; r < mine.numel(); ++r) {

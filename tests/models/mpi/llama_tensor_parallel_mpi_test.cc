@@ -76,10 +76,10 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
          shard_eval = Tensor::Empty({12}, DType::kF64);
   Tensor lse = Tensor::Empty({12}, DType::kF64);
   ops::CrossEntropyForward(ctx, whole_logits, labels, whole_eval, lse);
-  parallel::VocabParallelCrossEntropyLoss(tp->get(), shard_logits, labels, vocab_begin, shard_eval);
+  parallel::VocabParallelCrossEntropyLoss(**tp, shard_logits, labels, vocab_begin, shard_eval);
   EXPECT_TRUE(testing::AllClose(shard_eval, whole_eval, testing::kF64RelTol, "eval losses"));
   Tensor predictions = Tensor::Empty({12}, DType::kI32);
-  parallel::VocabParallelArgmax(tp->get(), shard_logits, vocab_begin, predictions);
+  parallel::VocabParallelArgmax(**tp, shard_logits, vocab_begin, predictions);
   for (int64_t row = 0; row < 12; ++row) {
     const double* r = whole_logits.data<double>() + row * config.vocab_size;
     EXPECT_EQ(predictions.data<int32_t>()[row], std::max_element(r, r + config.vocab_size) - r)
@@ -90,7 +90,7 @@ TEST_P(LlamaTensorParallel, EqualsTheUnshardedModel) {
   Tensor whole_loss = Tensor::Empty({12}, DType::kF64),
          shard_loss = Tensor::Empty({12}, DType::kF64);
   ops::SoftmaxCrossEntropy(ctx, whole_logits, labels, scale, whole_loss);
-  parallel::VocabParallelSoftmaxCrossEntropy(tp->get(), shard_logits, labels, vocab_begin, scale,
+  parallel::VocabParallelSoftmaxCrossEntropy(**tp, shard_logits, labels, vocab_begin, scale,
                                              shard_loss);
   EXPECT_TRUE(testing::AllClose(shard_loss, whole_loss, testing::kF64RelTol, "token losses"));
   EXPECT_TRUE(testing::AllClose(shard_logits,

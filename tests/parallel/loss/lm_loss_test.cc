@@ -11,6 +11,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/reference/cross_entropy.h"
 #include "core/ops/reference/values.h"
+#include "parallel/comm/self_communicator.h"
 #include "tests/testing/backends.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
@@ -57,7 +58,8 @@ TEST_P(LmLossTest, SumAndInPlaceGradientMatchTheReference) {
   for (const double l : reference::ToDoubles(loss_ref)) sum_ref += l;
 
   Tensor in_place = testing::ToDevice(logits, c.device);  // [N, V], becomes the gradient
-  const double sum = SoftmaxCrossEntropySum(ctx, nullptr, in_place, labels, 0, kGradScale);
+  SelfCommunicator whole_vocabulary("tp", 0, ctx);
+  const double sum = SoftmaxCrossEntropySum(ctx, whole_vocabulary, in_place, labels, 0, kGradScale);
   EXPECT_NEAR(sum, sum_ref, testing::kF32RelTol * sum_ref);  // summed in f32 on every path
   EXPECT_TRUE(testing::AllClose(in_place, grad_ref, testing::RelTolerance(c.dtype), "gradient"));
   const Tensor gradient = testing::Cast(testing::ToHost(in_place), DType::kF64);
@@ -82,7 +84,8 @@ TEST_P(LmLossTest, EvaluationSumsWithoutChangingTheLogitsAndFindsTheArgmax) {
 
   const Tensor on_device = testing::ToDevice(logits, c.device);
   Tensor predictions = Tensor::Empty({kTokens}, DType::kI32);  // [N] host
-  const double sum = CrossEntropySum(ctx, nullptr, on_device, labels, 0, &predictions);
+  SelfCommunicator whole_vocabulary("tp", 0, ctx);
+  const double sum = CrossEntropySum(ctx, whole_vocabulary, on_device, labels, 0, &predictions);
   EXPECT_NEAR(sum, sum_ref, testing::kF32RelTol * sum_ref);
   EXPECT_TRUE(testing::BitIdentical(testing::ToHost(on_device), logits, "logits"));
   const Tensor values = testing::Cast(logits, DType::kF64);

@@ -1,10 +1,10 @@
 // Context parallelism's sequence layouts (see context_parallel.h).
-#include "models/llama/context_parallel.h"
+#include "parallel/context_parallel.h"
 
 #include "core/check.h"
 #include "core/copy.h"
 
-namespace kelvin::models {
+namespace kelvin::parallel {
 namespace {
 
 // Copies between the full layout [B][2 CP][Tc*W] and the collective's [CP][2][B][Tc*W] (both
@@ -46,20 +46,20 @@ Tensor LocalSequence(const Tensor& full, int64_t batch, int cp_rank, int cp_size
   return local;
 }
 
-void GatherSequence(const Context& ctx, parallel::Communicator& cp, int64_t batch,
-                    const Tensor& local, Tensor& scratch, Tensor& full) {
+void GatherSequence(const Context& ctx, Communicator& cp, int64_t batch, const Tensor& local,
+                    Tensor& scratch, Tensor& full) {
   Tensor out = full.View({-1});
   Tensor collective = scratch.Slice(0, out.numel());
   cp.AllGather(local.View({-1}), collective);
   Reorder(ctx, batch, cp.size(), collective, out, false);
 }
 
-void ReduceScatterSequence(const Context& ctx, parallel::Communicator& cp, int64_t batch,
-                           const Tensor& full, Tensor& scratch, Tensor& local) {
+void ReduceScatterSequence(const Context& ctx, Communicator& cp, int64_t batch, const Tensor& full,
+                           Tensor& scratch, Tensor& local) {
   Tensor out = local.View({-1});
   Tensor collective = scratch.Slice(0, full.numel());
   Reorder(ctx, batch, cp.size(), full.View({-1}), collective, true);
   cp.ReduceScatter(collective, out, parallel::ReduceOp::kSum);
 }
 
-}  // namespace kelvin::models
+}  // namespace kelvin::parallel

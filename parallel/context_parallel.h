@@ -8,7 +8,7 @@
 #include "core/tensor.h"
 #include "parallel/comm/communicator.h"
 
-namespace kelvin::models {
+namespace kelvin::parallel {
 
 // Every row of T tokens is cut into 2 CP chunks of Tc = T / (2 CP) tokens, and rank r holds chunks
 // r and 2 CP - 1 - r of every row (an early and a late chunk, so that each rank's queries see as
@@ -27,12 +27,12 @@ Tensor LocalSequence(const Tensor& full, int64_t batch, int cp_rank, int cp_size
 
 // local [2*B*Tc, ...] of every rank -> full [B*T, ...] (tensors of W values per token, on ctx's
 // device). scratch: [B*T*W] of local's dtype (the collective's layout).
-void GatherSequence(const Context& ctx, parallel::Communicator& cp, int64_t batch,
-                    const Tensor& local, Tensor& scratch, Tensor& full);
+void GatherSequence(const Context& ctx, Communicator& cp, int64_t batch, const Tensor& local,
+                    Tensor& scratch, Tensor& full);
 
 // full [B*T, ...] partial sums of every rank -> local [2*B*Tc, ...] their sum over the ranks for
 // this rank's tokens. scratch as for GatherSequence; full is left as it was.
-void ReduceScatterSequence(const Context& ctx, parallel::Communicator& cp, int64_t batch,
-                           const Tensor& full, Tensor& scratch, Tensor& local);
+void ReduceScatterSequence(const Context& ctx, Communicator& cp, int64_t batch, const Tensor& full,
+                           Tensor& scratch, Tensor& local);
 
-}  // namespace kelvin::models
+}  // namespace kelvin::parallel
