@@ -108,8 +108,7 @@ CLI::Option* CommandLine::AddFlag(CLI::App* command, const std::string& name,
   return command->add_flag(name, value, help);
 }
 
-const CLI::Option* CommandLine::FindOption(const CLI::App& command,
-                                           const std::string& name) const {
+const CLI::Option* CommandLine::FindOption(const CLI::App& command, const std::string& name) const {
   for (const CLI::Option* option : command.get_options()) {
     if (!option->get_positional() && LongName(*option) == name) return option;
   }
@@ -218,14 +217,13 @@ int CommandLine::Run(int argc, char** argv) {
 
 void AddJobArguments(CommandLine& line, CLI::App* command, JobArguments& job) {
   line.AddInput(command, job.path, "JOB.textproto", "job file");
-  line.AddValue(
-      command, "--set", "field.path=value", "field.path=value",
-      "a job field's new value, e.g. optimizer.lr=1e-3 (repeatable)",
-      [&job](const std::string& value) {
-        job.overrides.push_back(value);
-        return std::string();
-      },
-      {.repeatable = true});
+  line.AddValue(command, "--set", "field.path=value", "field.path=value",
+                "a job field's new value, e.g. optimizer.lr=1e-3 (repeatable)",
+                [&job](const std::string& value) {
+                  job.overrides.push_back(value);
+                  return std::string();
+                },
+                {.repeatable = true});
 }
 
 void AddCheckpointChoice(CommandLine& line, CLI::App* command,
@@ -238,8 +236,7 @@ void AddCheckpointChoice(CommandLine& line, CLI::App* command,
                   if (problem.empty()) checkpoint.step = step;
                   return problem;
                 });
-  line.AddFlag(command, "--best",
-               "the lowest evaluation loss's checkpoint (checkpoint.keep_best)",
+  line.AddFlag(command, "--best", "the lowest evaluation loss's checkpoint (checkpoint.keep_best)",
                checkpoint.best);
 }
 

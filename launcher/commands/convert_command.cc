@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
-#include "core/ops/elementwise.h"
 #include "core/logging.h"
+#include "core/ops/elementwise.h"
 #include "core/status.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"

@@ -252,8 +252,7 @@ int Eval(const EvalArguments& a) {
 // The options of the needle grid (--needle).
 void AddNeedleOptions(CommandLine& line, CLI::App* command, EvalArguments& a) {
   NeedleOptions& grid = a.needle_grid;
-  line.AddFlag(command, "--needle",
-               "instead: the needle grid by generation (lengths x depths)",
+  line.AddFlag(command, "--needle", "instead: the needle grid by generation (lengths x depths)",
                a.needle);
   line.AddValue(command, "--lengths", "1024,2048", "context lengths in tokens separated by commas",
                 "the grid's lengths (default 1024, 2048, ... up to the model's)",
@@ -295,8 +294,7 @@ void AddNeedleOptions(CommandLine& line, CLI::App* command, EvalArguments& a) {
                   return problem;
                 });
   line.AddFlag(command, "--temperatures",
-               "histograms of an SSA model's temperatures on the prompts",
-               grid.temperatures);
+               "histograms of an SSA model's temperatures on the prompts", grid.temperatures);
 }
 
 }  // namespace
@@ -304,8 +302,7 @@ void AddNeedleOptions(CommandLine& line, CLI::App* command, EvalArguments& a) {
 void AddEvalCommand(CommandLine& line) {
   auto a = std::make_shared<EvalArguments>();
   CLI::App* command = line.AddCommand(
-      "eval",
-      "the held-out loss of the job's model, or any model's on a corpus",
+      "eval", "the held-out loss of the job's model, or any model's on a corpus",
       "The model: the latest checkpoint in checkpoint.dir, else model.hf_dir or the seed's\n"
       "initialisation. Losses in full precision with perplexity (and passkey retrieval). With\n"
       "--data, --text or --needle: one process, and JOB may be a Hugging Face model directory;\n"
@@ -314,20 +311,16 @@ void AddEvalCommand(CommandLine& line) {
       [a] { return Eval(*a); });
   AddJobArguments(line, command, a->job);
   AddCheckpointChoice(line, command, a->checkpoint);
-  line.AddFlag(command, "--all",
-               "each complete checkpoint of checkpoint.dir in turn, oldest first",
+  line.AddFlag(command, "--all", "each complete checkpoint of checkpoint.dir in turn, oldest first",
                a->every_checkpoint);
   line.AddText(command, "--json", "FILE", "the file to write the result to",
                "the results as JSON too", a->json);
   line.AddText(command, "--data", "PATH", "the file to score",
-               "instead: that corpus (Megatron prefix, .int32/.uint16 file)",
-               a->score.data);
+               "instead: that corpus (Megatron prefix, .int32/.uint16 file)", a->score.data);
   line.AddText(command, "--text", "FILE", "the file to score",
-               "instead: that text (with model.hf_dir's tokenizer.json)",
-               a->score.text);
+               "instead: that text (with model.hf_dir's tokenizer.json)", a->score.text);
   line.AddValue(command, "--seq-length", "N", "a window in tokens >= 1",
-                "the scoring window (default training.seq_length)",
-                [a](const std::string& text) {
+                "the scoring window (default training.seq_length)", [a](const std::string& text) {
                   return ParseInteger(text, 1, "a token count >= 1", a->score.seq_length);
                 });
   line.AddValue(command, "--stride", "S", "a stride in tokens >= 1",

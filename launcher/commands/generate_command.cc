@@ -128,40 +128,36 @@ void AddGenerateCommand(CommandLine& line) {
   auto a = std::make_shared<GenerateArguments>();
   GenerateOptions& o = a->options;
   CLI::App* command = line.AddCommand(
-      "generate",
-      "text from the job's model, one JSON line per prompt",
+      "generate", "text from the job's model, one JSON line per prompt",
       "The weights: the job's checkpoint, else model.hf_dir's; one process on the CPU with a KV\n"
       "cache. Text prompts and --stop need model.hf_dir's tokenizer.json.",
       [a] { return RunOnRankZero([a] { return Generate(*a); }); });
   AddJobArguments(line, command, a->job);
-  line.AddValue(
-      command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
-      [&o](const std::string& text) {
-        o.prompts.push_back(text);
-        return std::string();
-      },
-      {.repeatable = true, .allow_empty = true});
+  line.AddValue(command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
+                [&o](const std::string& text) {
+                  o.prompts.push_back(text);
+                  return std::string();
+                },
+                {.repeatable = true, .allow_empty = true});
   line.AddText(command, "--prompt-file", "FILE", "a file of one prompt per line",
                "a file of prompts, one per line", a->prompt_file);
-  line.AddValue(
-      command, "--tokens", "1,2,3", "token ids separated by commas",
-      "a prompt of token ids (repeatable)",
-      [&o](const std::string& text) {
-        std::vector<int32_t> ids;
-        for (const absl::string_view part : absl::StrSplit(text, ',')) {
-          int32_t id = 0;
-          if (!absl::SimpleAtoi(part, &id) || id < 0) {
-            return std::string("give token ids >= 0 separated by commas");
-          }
-          ids.push_back(id);
-        }
-        o.token_prompts.push_back(std::move(ids));
-        return std::string();
-      },
-      {.repeatable = true});
-  line.AddValue(command, "--max-new-tokens", "N", "a token count >= 1",
-                "the most tokens generated per prompt (default 64)",
+  line.AddValue(command, "--tokens", "1,2,3", "token ids separated by commas",
+                "a prompt of token ids (repeatable)",
                 [&o](const std::string& text) {
+                  std::vector<int32_t> ids;
+                  for (const absl::string_view part : absl::StrSplit(text, ',')) {
+                    int32_t id = 0;
+                    if (!absl::SimpleAtoi(part, &id) || id < 0) {
+                      return std::string("give token ids >= 0 separated by commas");
+                    }
+                    ids.push_back(id);
+                  }
+                  o.token_prompts.push_back(std::move(ids));
+                  return std::string();
+                },
+                {.repeatable = true});
+  line.AddValue(command, "--max-new-tokens", "N", "a token count >= 1",
+                "the most tokens generated per prompt (default 64)", [&o](const std::string& text) {
                   return ParseInteger(text, 1, "a token count >= 1", o.max_new_tokens);
                 });
   line.AddValue(command, "--temperature", "T", "a number >= 0",
@@ -173,11 +169,10 @@ void AddGenerateCommand(CommandLine& line) {
                 [&o](const std::string& text) {
                   return ParseInteger(text, 0, "a count >= 0 (0: every token)", o.sampling.top_k);
                 });
-  line.AddValue(command, "--top-p", "P", "a number in (0, 1]",
-                "sample among the likeliest tokens of this probability mass (default 1)",
-                [&o](const std::string& text) {
-                  return ParseNumber(text, "a number", o.sampling.top_p);
-                });
+  line.AddValue(
+      command, "--top-p", "P", "a number in (0, 1]",
+      "sample among the likeliest tokens of this probability mass (default 1)",
+      [&o](const std::string& text) { return ParseNumber(text, "a number", o.sampling.top_p); });
   line.AddValue(command, "--seed", "S", "an integer >= 0", "the sampling seed (default 0)",
                 [&o](const std::string& text) {
                   int64_t seed = 0;

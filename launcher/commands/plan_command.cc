@@ -28,8 +28,8 @@ bool PlansForCuda(const config::JobConfig& job, const std::string& device_flag) 
 absl::StatusOr<PlannedJob> LoadJobToPlan(const PlanArguments& a) {
   PlannedJob planned;
   KELVIN_ASSIGN_OR_RETURN(planned.job, LoadJobConfig(a.job.path, a.job.overrides));
-  KELVIN_ASSIGN_OR_RETURN(planned.arch, training::ResolveArchitectureToPlan(
-                                            planned.job.model(), planned.stand_in_note));
+  KELVIN_ASSIGN_OR_RETURN(planned.arch, training::ResolveArchitectureToPlan(planned.job.model(),
+                                                                            planned.stand_in_note));
   if (!planned.stand_in_note.empty()) {
     std::fprintf(stderr, "kelvin: note: %s\n", planned.stand_in_note.c_str());
   }
@@ -82,9 +82,8 @@ int Plan(const PlanArguments& a) {
 
 absl::StatusOr<PlannedJob> PlanJob(const PlanArguments& arguments) {
   KELVIN_ASSIGN_OR_RETURN(PlannedJob planned, LoadJobToPlan(arguments));
-  KELVIN_ASSIGN_OR_RETURN(
-      planned.layout,
-      training::PlanJobLayout(planned.job, planned.arch, planned.processes, planned.cuda));
+  KELVIN_ASSIGN_OR_RETURN(planned.layout, training::PlanJobLayout(planned.job, planned.arch,
+                                                                  planned.processes, planned.cuda));
   return planned;
 }
 

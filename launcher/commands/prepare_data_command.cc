@@ -36,8 +36,7 @@ int PrepareData(const PrepareDataArguments& a) {
 void AddPrepareDataCommand(CommandLine& line) {
   auto a = std::make_shared<PrepareDataArguments>();
   CLI::App* command = line.AddCommand(
-      "prepare-data",
-      "fine-tuning samples into a Megatron dataset and its loss mask",
+      "prepare-data", "fine-tuning samples into a Megatron dataset and its loss mask",
       "SAMPLES.jsonl holds one JSON object per line: \"input_ids\", optional \"labels\" with -100\n"
       "where there is no loss, or \"loss_mask\". With --tokenizer, lines may also be\n"
       "{\"text\": ...} (BOS + text + eos, loss on all), {\"prompt\": ..., \"completion\": ...}\n"

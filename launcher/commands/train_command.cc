@@ -50,8 +50,7 @@ int Train(const config::JobConfig& job, int world_rank) {
 void AddTrainCommand(CommandLine& line) {
   auto job = std::make_shared<JobArguments>();
   CLI::App* command = line.AddCommand(
-      "train", "train the job: one process, or one rank under mpirun / srun", "",
-      [job] {
+      "train", "train the job: one process, or one rank under mpirun / srun", "", [job] {
         // Before anything slow: a preemption warning during start-up is kept for the loop.
         training::InstallPreemptionHandlers();
         return RunOnEveryRank(*job, Train);
