@@ -34,6 +34,7 @@
 #include "training/job/parallel_setup.h"
 #include "training/lr_schedule.h"
 #include "training/run_directory.h"
+#include "training/temperature_reduction.h"
 
 namespace kelvin::training {
 namespace {
@@ -65,49 +66,6 @@ void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& lay
     KLOG_RANK0(INFO) << absl::StrFormat("  ssa layer %d | tau^q %s | tau^v %s | sigma(alpha) %s", l,
                                         summary(t.query), summary(t.value), alpha);
   }
-}
-
-// The statistics of every member of `group` merged (their heads or tokens together), the same on
-// each member; with `gather_heads` sigma(alpha) lists the members' heads in rank order (tensor
-// parallelism shards the heads in blocks), else it is each member's own (they hold the same).
-std::vector<ssa::TemperatureStatistics> MergeOver(
-    parallel::Communicator& group, const std::vector<ssa::TemperatureStatistics>& local,
-    bool gather_heads) {
-  if (group.size() == 1 || local.empty()) return local;
-  constexpr int kFields = 10;  // count, mean, std, min, max of tau^q, then of tau^v
-  const int64_t layers = static_cast<int64_t>(local.size());
-  const int64_t heads = static_cast<int64_t>(local.front().sigma_alpha.size());
-  const int64_t size = group.size();
-  Tensor mine = Tensor::Empty({layers, kFields + heads}, DType::kF64);  // [L, 10 + H_local]
-  for (int64_t l = 0; l < layers; ++l) {
-    double* row = mine.data<double>() + l * (kFields + heads);
-    for (const auto& [summary, at] : {std::pair{&local[l].query, 0}, {&local[l].value, 5}}) {
-      const double fields[5] = {static_cast<double>(summary->count), summary->mean, summary->std,
-                                summary->min, summary->max};
-      std::copy(fields, fields + 5, row + at);
-    }
-    std::copy(local[l].sigma_alpha.begin(), local[l].sigma_alpha.end(), row + kFields);
-  }
-  Tensor all = Tensor::Empty({size, layers, kFields + heads}, DType::kF64);  // every member's
-  Tensor gathered = all.View({-1});
-  group.AllGather(mine.View({-1}), gathered);
-  std::vector<ssa::TemperatureStatistics> merged(local.size());
-  for (int64_t l = 0; l < layers; ++l) {
-    std::vector<ssa::TemperatureSummary> query, value;
-    for (int64_t r = 0; r < size; ++r) {
-      const double* row = all.data<double>() + (r * layers + l) * (kFields + heads);
-      query.push_back({static_cast<int64_t>(row[0]), row[1], row[2], row[3], row[4]});
-      value.push_back({static_cast<int64_t>(row[5]), row[6], row[7], row[8], row[9]});
-      if (gather_heads) {
-        merged[l].sigma_alpha.insert(merged[l].sigma_alpha.end(), row + kFields,
-                                     row + kFields + heads);
-      }
-    }
-    merged[l].query = ssa::MergeTemperatureSummaries(query);
-    merged[l].value = ssa::MergeTemperatureSummaries(value);
-    if (!gather_heads) merged[l].sigma_alpha = local[l].sigma_alpha;
-  }
-  return merged;
 }
 
 }  // namespace
@@ -147,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   // backward. Built before the model: its errors come first.
   const bool pipelined = spec.pipeline_parallel > 1;
   const parallel::PipelineScheduleKind schedule =
-      pipelined ? PipelineScheduleKindOf(job.parallel().pipeline_schedule())
+      pipelined ? ScheduleKindOf(job.parallel().pipeline_schedule())
                 : parallel::PipelineScheduleKind::kOneForwardOneBackward;
   KELVIN_ASSIGN_OR_RETURN(
       std::vector<parallel::PipelineStep> program,
@@ -161,8 +119,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   KELVIN_ASSIGN_OR_RETURN(trainer->model_,
                           BuildModel(job, arch, parallelism, placement,
                                      distributed_optimizer ? trainer->GradientReplicas() : 1));
-  trainer->pipeline_ =
-      std::make_unique<PipelineRunner>(schedule, std::move(program), *trainer->model_, grid->pp());
+  trainer->pipeline_ = std::make_unique<parallel::PipelineRunner>(schedule, std::move(program),
+                                                                  *trainer->model_, grid->pp());
   KELVIN_ASSIGN_OR_RETURN(trainer->data_, BuildDataSources(job, arch));
   const bool logging_rank = grid->world_rank() == 0;
   if (!job.logging().tensorboard_dir().empty() && logging_rank) {
@@ -294,7 +252,8 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   std::vector<ssa::TemperatureStatistics> temperatures = model_->TemperatureStatistics();
   temperatures = MergeOver(grid_->tp(), temperatures, /*gather_heads=*/true);
   temperatures = MergeOver(grid_->cp(), temperatures, /*gather_heads=*/false);
-  stats.temperatures = pipeline_->GatherTemperatureStatistics(temperatures);
+  stats.temperatures =
+      GatherOverStages(grid_->pp(), model_->stage(), model_->config().num_layers, temperatures);
   return stats;
 }
 
@@ -305,7 +264,9 @@ std::vector<double> Trainer::RunMicroBatches(const std::vector<data::Batch>& bat
     return parallel::SoftmaxCrossEntropySum(ctx_, model_->tp(), logits, LocalLabels(batches[m]),
                                             model_->layout().vocab_begin, loss_scale);
   };
-  return pipeline_->RunStep(ctx_, batches, loss);
+  std::vector<parallel::MicroBatchInput> inputs;
+  for (const data::Batch& batch : batches) inputs.push_back({batch.tokens, batch.positions});
+  return pipeline_->RunStep(ctx_, inputs, loss);
 }
 
 models::MemoryPlan Trainer::MemoryPlanOf(int tensor_rank, int pipeline_rank) const {
@@ -535,7 +496,7 @@ absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool pa
     const Tensor labels = LocalLabels(batch);  // [N] this rank's tokens
     labelled += ops::CountNonIgnored(Context::Cpu(), labels);
     rows += batch.rows();
-    const Tensor* logits = pipeline_->Forward(ctx_, batch);
+    const Tensor* logits = pipeline_->Forward(ctx_, {batch.tokens, batch.positions});
     if (logits == nullptr) continue;  // a pipeline stage before the last
     Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
     stats.loss += parallel::CrossEntropySum(ctx_, model_->tp(), *logits, labels,

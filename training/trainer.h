@@ -14,6 +14,7 @@
 #include "core/optim/adamw_optimizer.h"
 #include "core/optim/optimizer.h"
 #include "models/llama/memory_plan.h"
+#include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/process_grid.h"
 #include "training/checkpoint/async_checkpoint_saver.h"
 #include "training/checkpoint/checkpoint.h"
@@ -22,7 +23,6 @@
 #include "training/job/job_setup.h"
 #include "training/metrics/metrics_file.h"
 #include "training/metrics/tensorboard_writer.h"
-#include "training/pipeline_runner.h"
 
 namespace kelvin::training {
 
@@ -252,11 +252,11 @@ class Trainer {
   // AdamW over the whole parameters, or ZeRO-1 over the data-parallel group
   // (parallel.distributed_optimizer).
   std::unique_ptr<Optimizer> optimizer_;
-  int64_t micro_batches_ = 1;                       // per step (gradient accumulation)
-  std::unique_ptr<PipelineRunner> pipeline_;        // this rank's program (one stage's too)
-  std::unique_ptr<TensorBoardWriter> tensorboard_;  // on world rank 0 with tensorboard_dir
-  std::unique_ptr<MetricsFile> metrics_;            // on world rank 0 with metrics_file
-  AsyncCheckpointSaver background_save_;            // checkpoint.async_save
+  int64_t micro_batches_ = 1;                           // per step (gradient accumulation)
+  std::unique_ptr<parallel::PipelineRunner> pipeline_;  // this rank's program (one stage's too)
+  std::unique_ptr<TensorBoardWriter> tensorboard_;      // on world rank 0 with tensorboard_dir
+  std::unique_ptr<MetricsFile> metrics_;                // on world rank 0 with metrics_file
+  AsyncCheckpointSaver background_save_;                // checkpoint.async_save
   int64_t start_step_ = 0;  // steps already done by the run this one resumes
   std::string run_id_;      // the run's identity (its checkpoints carry it)
   std::vector<StepStats> history_;

@@ -1,9 +1,6 @@
-// `kelvin generate`: text or token ids from the job's model without a training job around it. The
-// weights are the chosen checkpoint of checkpoint.dir (newest, --step N, --best), else the newest
-// one there, else model.hf_dir's; the tokenizer is model.hf_dir's tokenizer.json when it has one
-// (text prompts need it). One process on the CPU in f32, whatever layout trained the model (a
-// checkpoint is read whole, as convert reads it). The prompts are generated --batch-size at a time
-// with the KV-cache decoder (models/llama/llama_decoder.h), each becoming one JSON line.
+// `kelvin generate`: text or token ids from the job's model without a training job around it, one
+// process on the CPU in f32 with the KV-cache decoder (models/llama/llama_decoder.h), whatever
+// layout trained the model.
 #pragma once
 
 #include <string>
@@ -31,6 +28,9 @@ struct GenerateOptions {
 // One JSON object per prompt, in order: {"prompt_tokens": [...], "tokens": [...], "text": ...
 // (with a tokenizer), "finish_reason": "eos" | "stop" | "length", "logprobs": [...] (asked for)}.
 // The model stops at its eos ids (config.json's eos_token_id and the tokenizer's eos_token).
+// The weights: the chosen checkpoint of checkpoint.dir (newest, --step N, --best; read whole, as
+// convert reads it), else model.hf_dir's; the tokenizer: model.hf_dir's tokenizer.json when it has
+// one (text prompts need it). The prompts are decoded options.batch_size at a time.
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
                                                          const GenerateOptions& options);
 

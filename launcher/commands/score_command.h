@@ -1,9 +1,6 @@
-// `kelvin eval MODEL_OR_JOB --data PATH | --text FILE`: the loss and perplexity of a model on a
-// corpus with nothing but the model's settings (a Hugging Face directory, or a job whose weights
-// are its checkpoint or model.hf_dir; no training data, optimizer or batch). Every token after
-// the first is scored once: windows of --seq-length tokens, non-overlapping, or at --stride as a
-// sliding window (models/generation/sequence_scorer.h); documents are scored as one stream, as
-// Megatron's and Hugging Face's perplexity runs do. One process on the CPU.
+// `kelvin eval MODEL_OR_JOB --data PATH | --text FILE`: a model's loss and perplexity on a corpus
+// with nothing but the model's settings (no training data, optimizer or batch), one process on the
+// CPU.
 #pragma once
 
 #include <string>
@@ -29,6 +26,10 @@ struct ScoreReport {
   models::ScoreResult result;
 };
 
+// The model: a Hugging Face directory, or a job's checkpoint or model.hf_dir. Every token after
+// the first is scored once, in non-overlapping windows of seq_length tokens or sliding at stride
+// (models/generation/sequence_scorer.h); documents are scored as one stream, as Megatron's and
+// Hugging Face's perplexity runs do.
 absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options);
 
 // "score of NAME on SOURCE | loss 2.254109614 | perplexity 9.52681 | 10000 tokens in 5 windows

@@ -1,12 +1,6 @@
-// The layouts `kelvin plan --layouts` compares: every split of N processes into tensor x context
-// (powers of two) x pipeline (any divisor; 1 or 2 model chunks per stage) x data parallel that the
-// job's model and batch allow (a job that sets training.gradient_accumulation_steps keeps it, which
-// fixes the data-parallel size; leave it unset to compare them all),
-// each with its largest rank's memory plan. Sequence parallelism goes with tensor parallelism and
-// the distributed optimizer with more than one gradient replica (each saves memory and moves the
-// same bytes as its absence); the job's other settings (micro-batch, sequence length, recompute)
-// are kept. The order is the usual way to size a Megatron job: fit the GPU, then the least model
-// parallelism, tensor parallelism inside a node, the smallest pipeline bubble, the most headroom.
+// The layouts `kelvin plan --layouts` compares: every tensor x context x pipeline x data split of
+// N processes that the job's model and batch allow, each with its largest rank's memory plan,
+// ranked as Megatron jobs are sized.
 #pragma once
 
 #include <string>
@@ -34,6 +28,13 @@ struct LayoutSearch {
   std::vector<std::string> invalid_reasons;  // distinct reasons, in the order met
 };
 
+// Context parallelism runs in powers of two, pipelines in any divisor with 1 or 2 model chunks
+// per stage; a job that sets training.gradient_accumulation_steps keeps it (which fixes the
+// data-parallel size; leave it unset to compare them all). Sequence parallelism goes with tensor
+// parallelism and the distributed optimizer with more than one gradient replica (each saves
+// memory and moves the same bytes); the job's micro-batch, sequence length and recompute are
+// kept. The order: fit the GPU, then the least model parallelism, tensor parallelism inside a
+// node, the smallest pipeline bubble, the most headroom.
 // Every valid layout of `job` on `world_size` processes, ordered best first; an error only when
 // the job itself cannot be planned (e.g. its sequence is longer than the model allows).
 absl::StatusOr<LayoutSearch> SearchLayouts(const config::JobConfig& job,

@@ -1,9 +1,6 @@
-// `kelvin launch`: a job as a SLURM batch job. The script allocates launch.nodes x
-// processes_per_node tasks (GPUs, time limit, partition, preemption signal, requeue from launch.*)
-// and starts one kelvin rank per task with srun on the resolved job embedded in the script itself:
-// SLURM keeps each submitted script, so the job (and every requeue of it) trains exactly what was
-// validated at its submission, whatever later launches write. A launch into the run or
-// checkpoint directory of a live job is refused.
+// `kelvin launch`: a job as a SLURM batch job, one kelvin rank per task under srun on the resolved
+// job embedded in the script (SLURM keeps each submitted script, so every requeue trains what was
+// validated at submission); a launch into the directories of a live job is refused.
 #pragma once
 
 #include <string>
@@ -22,6 +19,8 @@ struct BatchPaths {
   std::string run_dir;
   std::string working_dir;  // where `kelvin launch` ran
 };
+// The script allocates launch.nodes x processes_per_node tasks with the GPUs, time limit,
+// partition, preemption signal and requeue of launch.*.
 // The batch script of `job` (defaults resolved, validated).
 std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths);
 

@@ -1,26 +1,8 @@
-// LlamaModel: Llama-3 with explicit forward and backward over one micro-batch, its attention the
-// SSA operator (ssa/ssa_attention.h; vanilla attention when the config has no SSA). Parameters
-// carry Hugging Face's names ("model.layers.0.self_attn.q_proj.weight", ...) so checkpoints map
-// 1:1; the SSA parameters are named by SsaLayerParameters (llama_config.h).
-// Tensor parallelism (Megatron-style, models/llama/llama_sharding.h): each rank of the TP group
-// holds H/TP query heads, its KV heads, F/TP FFN columns and V/TP vocabulary rows; the row-parallel
-// outputs are all-reduced (or, with sequence parallelism, reduce-scattered along the tokens, and
-// the norm/residual regions hold N/TP tokens, all-gathered before the column-parallel GEMMs).
-// Context parallelism (models/llama/context_parallel.h): each rank of the CP group holds two
-// chunks of T/(2 CP) tokens of every row (an early and a late one, balancing the causal work);
-// attention all-gathers the whole sequence's keys and values (and
-// the value-temperature source) and reduce-scatters their gradients; everything else is
-// token-local. Parameter gradients are partial per CP rank (the trainer sums them with DP's).
-// Pipeline parallelism (models/llama/llama_pipeline_stage.h): each rank holds the layers of its
-// model chunks; a chunk's forward and backward run per micro-batch (ForwardChunk, BackwardChunk)
-// and the trainer moves the activations and gradients between ranks. Every micro-batch in flight
-// has its own activations (a slot, taken by BeginMicroBatch and given back by EndMicroBatch), so
-// memory follows the schedule's peak of micro-batches in flight.
-// B rows of T tokens, N = B*T/CP of them this rank's (B*T without context parallelism), Nk = B*T
-// the keys attention sees; Nl = N / TP with sequence parallelism, else N; D
-// hidden, H/G query/kv heads, d head dim, F ffn, V vocab, each of H, G, F, V local to the rank.
-// Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads; call
-// FinishGradients once per step before the optimizer.
+// LlamaModel: Llama-3 with explicit forward and backward per micro-batch, its attention the SSA
+// operator (vanilla without SSA), its parameters under Hugging Face's names, on one rank of any
+// TP x CP x PP layout. B rows of T tokens, N = B*T/CP of them this rank's, Nk = B*T the keys
+// attention sees, Nl = N/TP with sequence parallelism (else N); D hidden, H/G query/kv heads, d
+// head dim, F ffn, V vocab (H, G, F, V local to the rank).
 #pragma once
 
 #include <map>
@@ -40,6 +22,7 @@
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/pipeline/pipeline_stage.h"
 #include "ssa/ssa_attention_args.h"
 #include "ssa/temperature.h"
 
@@ -85,7 +68,25 @@ struct LlamaMicroBatchActivations {
   Tensor logits;               // [N, V]: last virtual stage only
 };
 
-class LlamaModel {
+// Tensor parallelism (Megatron's, llama_sharding.h): each rank of the TP group holds H/TP query
+// heads, its KV heads, F/TP FFN columns and V/TP vocabulary rows; the row-parallel outputs are
+// all-reduced, or with sequence parallelism reduce-scattered along the tokens, the norm and
+// residual regions then holding Nl tokens, all-gathered before the column-parallel GEMMs
+// (parallel/tensor_parallel.h).
+// Context parallelism (parallel/context_parallel.h): each rank of the CP group holds two chunks of
+// T/(2 CP) tokens of every row (an early and a late one, balancing the causal work); attention
+// all-gathers the whole sequence's keys, values and value-temperature source and reduce-scatters
+// their gradients; everything else is token-local. Parameter gradients are partial per CP rank
+// (the trainer sums them with DP's).
+// Pipeline parallelism (llama_pipeline_stage.h): each rank holds the layers of its model chunks;
+// a chunk's forward and backward run per micro-batch (ForwardChunk, BackwardChunk) and the
+// pipeline runner moves activations and gradients between ranks. Every micro-batch in flight has
+// its own activations (a slot, taken by BeginMicroBatch, given back by EndMicroBatch), so memory
+// follows the schedule's peak of micro-batches in flight.
+// Parameter gradients accumulate (+=) across micro-batches until ParameterSet::ZeroGrads; call
+// FinishGradients once per step before the optimizer. The SSA parameters are named by
+// SsaLayerParameters (llama_config.h).
+class LlamaModel : public parallel::PipelineStage {
  public:
   // Declares and allocates this rank's parameters (zero) in `dtype`: f32 or f64 on the CPU, bf16
   // on CUDA (f32 master weights and gradients; the SSA kernel runs in bf16).
@@ -136,26 +137,29 @@ class LlamaModel {
   // Pipeline steps, by micro-batch id (any int >= 0, unique among those in flight).
   // Takes a free activation slot for micro-batch `micro_batch` and copies its tokens and positions
   // [B, T] (host or device; every stage needs the positions, the first the tokens).
-  void BeginMicroBatch(int micro_batch, const Tensor& tokens, const Tensor& positions);
-  bool HoldsMicroBatch(int micro_batch) const;
+  int PipelineChunks() const override { return stage_.virtual_stages; }
+  bool StartsModel(int chunk) const override { return stage_.starts_model(chunk); }
+  bool EndsModel(int chunk) const override { return stage_.ends_model(chunk); }
+  void BeginMicroBatch(int micro_batch, const Tensor& tokens, const Tensor& positions) override;
+  bool HoldsMicroBatch(int micro_batch) const override;
   // Gives the slot back (after the micro-batch's last backward on this rank and its sends).
-  void EndMicroBatch(int micro_batch);
+  void EndMicroBatch(int micro_batch) override;
   // [Nl, D]: where chunk `chunk`'s input activation is received (not on virtual stage 0).
-  Tensor& ChunkInput(int micro_batch, int chunk);
+  Tensor& ChunkInput(int micro_batch, int chunk) override;
   // Runs the chunk's layers (virtual stage 0: from the embedding of the tokens) -> its output
   // [Nl, D] to send on, or on the last virtual stage the logits [N, V] (which the loss may
   // overwrite in place with dlogits for BackwardChunk).
-  Tensor& ForwardChunk(const Context& ctx, int micro_batch, int chunk);
+  Tensor& ForwardChunk(const Context& ctx, int micro_batch, int chunk) override;
   // [Nl, D]: the chunk's output of its last ForwardChunk (what is sent on).
-  Tensor& ChunkOutput(int micro_batch, int chunk);
+  Tensor& ChunkOutput(int micro_batch, int chunk) override;
   // [Nl, D]: the chunk's gradient buffer: it receives the gradient of the chunk's output before
   // BackwardChunk (not on the last virtual stage, whose comes from the logits) and holds the
   // gradient of its input after (what is sent back; virtual stage 0 has none).
-  Tensor& ChunkGradient(int micro_batch, int chunk);
+  Tensor& ChunkGradient(int micro_batch, int chunk) override;
   // Parameter gradients (+=) of the chunk, from the gradient of its output (the logits buffer's
   // dlogits on the last virtual stage, else ChunkGradient) to that of its input (ChunkGradient;
   // on virtual stage 0 into the embedding's gradient).
-  void BackwardChunk(const Context& ctx, int micro_batch, int chunk);
+  void BackwardChunk(const Context& ctx, int micro_batch, int chunk) override;
 
   // After the step's last Backward: sums over the TP group the gradients that are partial per
   // rank (norm weights under sequence parallelism; replicated KV heads when TP > G), and the tied

@@ -11,9 +11,10 @@
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
 #include "models/llama/model_flops.h"
+#include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "training/job/job_setup.h"
-#include "training/pipeline_runner.h"
+#include "training/job/parallel_setup.h"
 
 namespace kelvin::training {
 
@@ -103,11 +104,10 @@ absl::StatusOr<int> MicroBatchesInFlight(const config::JobConfig& job, const Job
   if (g.pipeline_parallel == 1) return 0;
   KELVIN_ASSIGN_OR_RETURN(
       const std::vector<parallel::PipelineStep> program,
-      parallel::BuildPipelineProgram(PipelineScheduleKindOf(job.parallel().pipeline_schedule()),
-                                     g.pipeline_parallel, pipeline_rank,
-                                     static_cast<int>(g.gradient_accumulation_steps),
-                                     g.virtual_pipeline_stages));
-  return PipelineRunner::SlotsNeeded(program, pipeline_rank);
+      parallel::BuildPipelineProgram(
+          ScheduleKindOf(job.parallel().pipeline_schedule()), g.pipeline_parallel, pipeline_rank,
+          static_cast<int>(g.gradient_accumulation_steps), g.virtual_pipeline_stages));
+  return parallel::PipelineRunner::SlotsNeeded(program, pipeline_rank);
 }
 
 // PlanRankMemory given the rank's micro-batches in flight.

@@ -80,4 +80,15 @@ absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
   return parallel::ProcessGrid::Create(spec, world, backend, options, ctx);
 }
 
+parallel::PipelineScheduleKind ScheduleKindOf(config::ParallelConfig::PipelineSchedule schedule) {
+  switch (schedule) {
+    case config::ParallelConfig::ALL_FORWARD_ALL_BACKWARD:
+      return parallel::PipelineScheduleKind::kAllForwardAllBackward;
+    case config::ParallelConfig::INTERLEAVED_1F1B:
+      return parallel::PipelineScheduleKind::kInterleaved1F1B;
+    default:
+      return parallel::PipelineScheduleKind::kOneForwardOneBackward;
+  }
+}
+
 }  // namespace kelvin::training

@@ -1,6 +1,6 @@
 // The job's process layout: the grid spec from parallel.* (data parallel derived from the world
 // size when 0), validated against the model and batch, and the process grid built over
-// MPI_COMM_WORLD. A one-process job gets no grid and makes no MPI call.
+// MPI_COMM_WORLD (the size-1 grid for one process); the pipeline schedule of parallel.*.
 #pragma once
 
 #include <mpi.h>
@@ -9,6 +9,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "models/llama/llama_config.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
 namespace kelvin::training {
@@ -33,5 +34,8 @@ absl::StatusOr<parallel::CommBackend> ResolveBackend(const config::ParallelConfi
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
     const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
     const Context& ctx, int node_processes);
+
+// parallel.pipeline_schedule as the schedule builder's kind.
+parallel::PipelineScheduleKind ScheduleKindOf(config::ParallelConfig::PipelineSchedule schedule);
 
 }  // namespace kelvin::training
