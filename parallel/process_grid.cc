@@ -105,7 +105,7 @@ absl::Status ValidateGridSpec(const GridSpec& spec) {
   if (cp > 1 && spec.seq_length % (2 * cp) != 0) {
     problems.push_back(absl::StrCat(
         "seq_length=", spec.seq_length, " is not divisible by 2 x context_parallel = ", 2 * cp,
-        " (ring attention splits each sequence into 2 x context_parallel chunks)"));
+        " (context parallelism splits each sequence into 2 x context_parallel chunks)"));
   } else if (spec.sequence_parallel && (spec.seq_length / cp) % tp != 0) {
     problems.push_back(absl::StrCat("seq_length=", spec.seq_length, " / context_parallel=", cp,
                                     " is not divisible by tensor_parallel=", tp,

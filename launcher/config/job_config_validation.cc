@@ -675,7 +675,7 @@ void CheckParallel(const config::JobConfig& job, Problems& problems) {
   if (context > 1 && seq_length % (2 * context) != 0) {
     problems.Add("training.seq_length=", seq_length,
                  " must be a multiple of 2 * parallel.context_parallel = ", 2 * context,
-                 " (ring attention splits each sequence into 2 * context_parallel chunks)");
+                 " (context parallelism splits each sequence into 2 x context_parallel chunks)");
   } else if (parallel.sequence_parallel() &&
              (seq_length / context) % parallel.tensor_parallel() != 0) {
     problems.Add("training.seq_length=", seq_length, " / context_parallel=", context,

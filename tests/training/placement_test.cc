@@ -38,11 +38,28 @@ TEST(Placement, Bf16OnTheCpuIsAnErrorNamingTheFields) {
                         "CPU kernels run in f32; use FP32 or AUTO"));
 }
 
+// AUTO precision follows the device, on either device whatever this machine has: bf16 with f32
+// masters on CUDA (the fused SSA kernel's precision), f32 on the CPU; FP32 on CUDA is refused.
+TEST(Placement, AutoPrecisionIsBf16OnCudaAndF32OnTheCpu) {
+  const absl::StatusOr<DType> on_cuda = ResolveModelDType(Job("AUTO", "AUTO"), /*cuda=*/true);
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.status();
+  EXPECT_EQ(*on_cuda, DType::kBF16);
+  const absl::StatusOr<DType> on_cpu = ResolveModelDType(Job("AUTO", "AUTO"), /*cuda=*/false);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status();
+  EXPECT_EQ(*on_cpu, DType::kF32);
+  const absl::StatusOr<DType> bf16_on_cuda = ResolveModelDType(Job("AUTO", "BF16"), true);
+  ASSERT_TRUE(bf16_on_cuda.ok()) << bf16_on_cuda.status();
+  EXPECT_EQ(*bf16_on_cuda, DType::kBF16);
+  EXPECT_FALSE(ResolveModelDType(Job("AUTO", "FP32"), true).ok());
+}
+
+// AUTO trains where a device is usable (this machine's answer, stated by the CUDA runtime's
+// probe), in AUTO precision for that device.
 TEST(Placement, AutoPicksTheGpuOnlyWhereADeviceIsUsable) {
   const absl::StatusOr<TrainingPlacement> placement = ResolvePlacement(Job("AUTO", "AUTO"), 0);
   ASSERT_TRUE(placement.ok()) << placement.status();
   EXPECT_EQ(placement->ctx.is_cuda(), CudaAvailable());
-  EXPECT_EQ(placement->dtype, CudaAvailable() ? DType::kBF16 : DType::kF32);
+  EXPECT_EQ(placement->dtype, *ResolveModelDType(Job("AUTO", "AUTO"), CudaAvailable()));
 }
 
 TEST(Placement, GpuTrainingWithoutADeviceOrInF32IsAnError) {
