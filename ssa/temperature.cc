@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/copy.h"
 #include "core/ops/dispatch.h"
 #include "ssa/cpu_vector_math.h"
 
@@ -311,16 +312,28 @@ TemperatureSummary Summarise(const Tensor& values) {
 
 }  // namespace
 
-TemperatureStatistics ComputeTemperatureStatistics(const Tensor& tau_q, const Tensor& tau_v,
-                                                   const Tensor& alpha) {
+TemperatureStatistics ComputeTemperatureStatistics(const Context& ctx, const Tensor& tau_q,
+                                                   const Tensor& tau_v, const Tensor& alpha) {
+  const auto summarise = [&ctx](const Tensor& tau) -> TemperatureSummary {
+    if (!tau.defined()) return {};  // that temperature is off
+    if (tau.is_cpu()) return Summarise(tau);
+    KELVIN_CHECK(ctx.is_cuda() && tau.dtype() == DType::kF32)
+        << "temperature statistics on a device take f32 tensors on ctx's device, got "
+        << tau.ToString();
+#if KELVIN_WITH_CUDA
+    return cuda::SummarizeTemperatures(ctx, tau);
+#else
+    return {};  // unreachable: a CPU-only build holds no device tensor
+#endif
+  };
   TemperatureStatistics stats;
-  stats.query = Summarise(tau_q);
-  stats.value = Summarise(tau_v);
+  stats.query = summarise(tau_q);
+  stats.value = summarise(tau_v);
   if (!alpha.defined()) return stats;
-  KELVIN_CHECK(alpha.is_cpu()) << "temperature statistics take host tensors, got "
-                               << alpha.ToString();
-  for (int64_t k = 0; k < alpha.numel(); ++k)
-    stats.sigma_alpha.push_back(Sigmoid(ValueAt(alpha, k)));
+  const Tensor host_alpha = alpha.is_cpu() ? alpha : CopyToDevice(ctx, alpha, Device::Cpu());
+  for (int64_t k = 0; k < host_alpha.numel(); ++k) {
+    stats.sigma_alpha.push_back(Sigmoid(ValueAt(host_alpha, k)));
+  }
   return stats;
 }
 

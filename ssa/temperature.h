@@ -64,13 +64,21 @@ struct TemperatureStatistics {
   std::vector<double> sigma_alpha;  // [H]: sigma(alpha_h), the position slope of each head
 };
 
-// tau_q [N, H], tau_v [N, G], alpha [H]: host tensors of any float dtype; an undefined tensor (a
-// temperature that is off) leaves its summary empty (count 0) or sigma_alpha empty.
-TemperatureStatistics ComputeTemperatureStatistics(const Tensor& tau_q, const Tensor& tau_v,
-                                                   const Tensor& alpha);
+// tau_q [N, H], tau_v [N, G], alpha [H] on ctx's device (any float dtype on the host, f32 on
+// CUDA, where the values are reduced on the device and only per-block partials and alpha come
+// back); an undefined tensor (a temperature that is off) leaves its summary empty (count 0) or
+// sigma_alpha empty.
+TemperatureStatistics ComputeTemperatureStatistics(const Context& ctx, const Tensor& tau_q,
+                                                   const Tensor& tau_v, const Tensor& alpha);
 
 // The summary of the union of the values `parts` summarise (the heads or tokens of several
 // ranks): counts add, the mean and std are those of all the values, min and max the extremes.
 TemperatureSummary MergeTemperatureSummaries(const std::vector<TemperatureSummary>& parts);
+
+namespace cuda {
+// The summary of tau [any shape] f32 on ctx's CUDA device: count, mean, std (two passes, as the
+// host's), min and max.
+TemperatureSummary SummarizeTemperatures(const Context& ctx, const Tensor& tau);
+}  // namespace cuda
 
 }  // namespace kelvin::ssa

@@ -42,7 +42,8 @@ void CollectTemperatureHistograms(const models::LlamaModel& model, NeedleReport&
     const std::string alpha = models::LayerParameterName(l, "self_attn.ssa.alpha");
     if (arch.ssa->position_aware && model.parameters().Contains(alpha)) {
       report.temperatures[l].sigma_alpha =
-          ssa::ComputeTemperatureStatistics(Tensor(), Tensor(), model.parameters().Get(alpha).value)
+          ssa::ComputeTemperatureStatistics(Context::Cpu(), Tensor(), Tensor(),
+                                            model.parameters().Get(alpha).value)
               .sigma_alpha;
     }
   }

@@ -475,12 +475,9 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
       statistics_micro_batch_ == kEveryMicroBatch || slot.micro_batch == statistics_micro_batch_;
   if (config_.ssa.has_value() && record) {  // kept per layer: recompute may drop the temperatures
     temperature_statistics_.resize(static_cast<size_t>(stage_.num_local_layers()));
-    auto on_host = [&](const Tensor& t) {  // (a device copy waits for the stream)
-      return t.defined() && !t.is_cpu() ? CopyToDevice(ctx, t, Device::Cpu()) : t;
-    };
-    temperature_statistics_[LocalLayer(layer)] = ssa::ComputeTemperatureStatistics(
-        on_host(a.tau_q), on_host(a.tau_v),
-        on_host(w.ssa.alpha));  // as used here (undefined with the position term off)
+    // On CUDA reduced on the device; alpha as used here (undefined with the position term off).
+    temperature_statistics_[LocalLayer(layer)] =
+        ssa::ComputeTemperatureStatistics(ctx, a.tau_q, a.tau_v, w.ssa.alpha);
   }
   Linear(ctx, a.attn.View({n, -1}), w.o, scratch_.proj);
   ops::Add(ctx, a.x, ReduceTokens(scratch_.proj), a.x_mid);

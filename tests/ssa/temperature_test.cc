@@ -290,7 +290,7 @@ TEST(SsaTemperature, StatisticsSummariseEachTemperature) {
   Tensor alpha = Tensor::Empty({2}, DType::kF64);
   alpha.data<double>()[0] = 0.0;
   alpha.data<double>()[1] = -8.0;
-  const TemperatureStatistics stats = ComputeTemperatureStatistics(tau_q, tau_v, alpha);
+  const TemperatureStatistics stats = ComputeTemperatureStatistics(Cpu(), tau_q, tau_v, alpha);
   EXPECT_EQ(stats.query.count, 4);
   EXPECT_DOUBLE_EQ(stats.query.mean, 1.25);
   EXPECT_DOUBLE_EQ(stats.query.std, std::sqrt(0.3125));  // population std
@@ -303,9 +303,33 @@ TEST(SsaTemperature, StatisticsSummariseEachTemperature) {
   EXPECT_DOUBLE_EQ(stats.sigma_alpha[0], 0.5);
   EXPECT_NEAR(stats.sigma_alpha[1], 3.3535013046647811e-4, 1e-18);
   const TemperatureStatistics empty = ComputeTemperatureStatistics(
-      Tensor::ZerosCpu({0, 2}, DType::kF32), Tensor::ZerosCpu({0, 1}, DType::kF32), alpha);
+      Cpu(), Tensor::ZerosCpu({0, 2}, DType::kF32), Tensor::ZerosCpu({0, 1}, DType::kF32), alpha);
   EXPECT_EQ(empty.query.count, 0);
   EXPECT_EQ(empty.query.mean, 0.0);
+}
+
+// On CUDA the summary is reduced on the device: it equals the host's of the same values (sums
+// in another order: within f64 rounding), alpha is read back, and a temperature that is off stays
+// empty.
+TEST(SsaTemperatureCuda, DeviceStatisticsEqualTheHosts) {
+  KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda(0));
+  const Context& cuda = testing::ContextFor(Device::Cuda(0));
+  const Tensor tau_q = testing::Random({1237, 5}, DType::kF32, 17, 0.3, 3.0);  // [N, H]
+  const Tensor alpha = testing::Random({5}, DType::kF32, 18, -2, 2);           // [H]
+  const TemperatureStatistics host = ComputeTemperatureStatistics(Cpu(), tau_q, Tensor(), alpha);
+  const TemperatureStatistics device =
+      ComputeTemperatureStatistics(cuda, testing::ToDevice(tau_q, Device::Cuda(0)), Tensor(),
+                                   testing::ToDevice(alpha, Device::Cuda(0)));
+  EXPECT_EQ(device.query.count, host.query.count);
+  EXPECT_NEAR(device.query.mean, host.query.mean, testing::kF64RelTol * host.query.mean);
+  EXPECT_NEAR(device.query.std, host.query.std, testing::kF64RelTol * host.query.std);
+  EXPECT_EQ(device.query.min, host.query.min);
+  EXPECT_EQ(device.query.max, host.query.max);
+  EXPECT_EQ(device.value.count, 0);
+  ASSERT_EQ(device.sigma_alpha.size(), host.sigma_alpha.size());
+  for (size_t h = 0; h < host.sigma_alpha.size(); ++h) {
+    EXPECT_EQ(device.sigma_alpha[h], host.sigma_alpha[h]) << "head " << h;
+  }
 }
 
 TEST(SsaTemperatureDeathTest, WrongReadoutShapeIsRefused) {
