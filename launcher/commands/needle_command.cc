@@ -39,13 +39,9 @@ void CollectTemperatureHistograms(const models::LlamaModel& model, NeedleReport&
   const models::LlamaConfig& arch = model.config();
   report.temperatures.resize(arch.num_layers);
   for (int64_t l = 0; l < arch.num_layers; ++l) {
-    const std::string alpha = models::LayerParameterName(l, "self_attn.ssa.alpha");
-    if (arch.ssa->position_aware && model.parameters().Contains(alpha)) {
-      report.temperatures[l].sigma_alpha =
-          ssa::ComputeTemperatureStatistics(Context::Cpu(), Tensor(), Tensor(),
-                                            model.parameters().Get(alpha).value)
-              .sigma_alpha;
-    }
+    const Tensor& alpha = model.layer_weights(l).ssa.alpha;  // undefined without the position term
+    report.temperatures[l].sigma_alpha =
+        ssa::ComputeTemperatureStatistics(Context::Cpu(), Tensor(), Tensor(), alpha).sigma_alpha;
   }
   decoder.ObserveTemperatures([&report, options = *arch.ssa](int64_t layer, const Tensor& positions,
                                                              const Tensor& tau_q,
