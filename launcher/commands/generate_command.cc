@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/io/regular_file.h"
+#include "core/logging.h"
 #include "launcher/commands/inference_model.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
@@ -16,7 +18,8 @@
 
 namespace kelvin::launcher {
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
-                                                         const GenerateOptions& options) {
+                                                         const GenerateOptions& options,
+                                                         models::GenerationTiming* timing) {
   KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
                           LoadModelTokenizer(job,
@@ -74,7 +77,7 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
       requests.back().prompt = prompts[p];
     }
     KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
-                            models::GenerateBatch(decoder, requests));
+                            models::GenerateBatch(decoder, requests, timing));
     for (size_t r = 0; r < results.size(); ++r) {
       const models::GenerationResult& result = results[r];
       nlohmann::ordered_json line = {{"prompt_tokens", requests[r].prompt},
@@ -116,9 +119,16 @@ int Generate(GenerateArguments a) {
       a.options.prompts.emplace_back(line);
     }
   }
-  const absl::StatusOr<std::vector<std::string>> lines = GenerateFromJob(*job, a.options);
+  models::GenerationTiming timing;
+  const absl::StatusOr<std::vector<std::string>> lines = GenerateFromJob(*job, a.options, &timing);
   if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), *job));
   for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
+  std::fflush(stdout);  // the lines, then the log's summary
+  KLOG(INFO) << absl::StrFormat(
+      "generated: prefill %d tokens in %.3f s, decode %d tokens in %.3f s (%.1f tokens/s)",
+      timing.prompt_tokens, timing.prefill_seconds, timing.decoded_tokens, timing.decode_seconds,
+      timing.decode_seconds > 0 ? static_cast<double>(timing.decoded_tokens) / timing.decode_seconds
+                                : 0.0);
   return 0;
 }
 

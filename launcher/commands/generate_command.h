@@ -9,6 +9,7 @@
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
 #include "launcher/commands/command_line.h"
+#include "models/generation/generate.h"
 #include "models/generation/token_sampler.h"
 #include "training/checkpoint/checkpoint.h"
 
@@ -31,8 +32,10 @@ struct GenerateOptions {
 // The weights: the chosen checkpoint of checkpoint.dir (newest, --step N, --best; read whole, as
 // convert reads it), else model.hf_dir's; the tokenizer: model.hf_dir's tokenizer.json when it has
 // one (text prompts need it). The prompts are decoded options.batch_size at a time.
-absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
-                                                         const GenerateOptions& options);
+// `timing` (when given) accumulates where the time went.
+absl::StatusOr<std::vector<std::string>> GenerateFromJob(
+    const config::JobConfig& job, const GenerateOptions& options,
+    models::GenerationTiming* timing = nullptr);
 
 void AddGenerateCommand(CommandLine& line);
 

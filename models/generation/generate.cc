@@ -2,6 +2,7 @@
 #include "models/generation/generate.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
@@ -14,7 +15,8 @@ absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const Generatio
 }
 
 absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
-    LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests) {
+    LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests,
+    GenerationTiming* timing) {
   const int64_t count = static_cast<int64_t>(requests.size());
   if (count == 0 || count > decoder.sequences()) {
     return absl::InvalidArgumentError(
@@ -38,7 +40,10 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
   std::vector<GenerationResult> results(count);
   std::vector<std::vector<int32_t>> next(decoder.sequences());  // empty: finished or unused
   for (int64_t b = 0; b < count; ++b) next[b] = requests[b].prompt;
-  while (true) {
+  for (bool prefill = true;; prefill = false) {
+    const auto start = std::chrono::steady_clock::now();
+    int64_t appended = 0;
+    for (const std::vector<int32_t>& tokens : next) appended += static_cast<int64_t>(tokens.size());
     KELVIN_ASSIGN_OR_RETURN(const Tensor logits, decoder.AppendBatch(next));
     const Tensor host =
         logits.is_cpu() ? logits : CopyToDevice(decoder.context(), logits, Device::Cpu());
@@ -62,6 +67,12 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
       next[b] =
           result.finish_reason.empty() ? std::vector<int32_t>{token.token} : std::vector<int32_t>();
       running += next[b].empty() ? 0 : 1;
+    }
+    if (timing != nullptr) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      (prefill ? timing->prefill_seconds : timing->decode_seconds) += seconds;
+      (prefill ? timing->prompt_tokens : timing->decoded_tokens) += appended;
     }
     if (running == 0) return results;
   }

@@ -27,6 +27,13 @@ struct GenerationResult {
   std::string finish_reason;     // "eos", "stop" or "length"
 };
 
+// Where a generation's time went, summed over calls: the prefill (the first decoder call, over
+// every prompt, and its samples) and the decode steps after it (one token per running sequence).
+struct GenerationTiming {
+  double prefill_seconds = 0, decode_seconds = 0;
+  int64_t prompt_tokens = 0, decoded_tokens = 0;
+};
+
 // Resets `decoder` and generates; the prompt plus max_new_tokens - 1 (the last new token is never
 // read back) must fit in it (else an error naming both).
 absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const GenerationRequest& request);
@@ -34,7 +41,9 @@ absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const Generatio
 // The same for up to decoder.sequences() requests at once (prompts of any lengths, each its own
 // budget, sampler and stops): one decoder call per step for every unfinished request. Each result
 // is the one Generate gives its request alone, up to the rounding of the batched projections.
+// `timing` (when given) accumulates this call's.
 absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
-    LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests);
+    LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests,
+    GenerationTiming* timing = nullptr);
 
 }  // namespace kelvin::models
