@@ -17,6 +17,11 @@ inline constexpr double kFiniteDifferenceRelTol = 1e-6;
 inline constexpr double kLowPrecisionErrorRatio = 2.0;
 // A closed form evaluated in double (the LR schedules), absolute.
 inline constexpr double kClosedFormAbsTol = 1e-12;
+// An f64 model's loss or log-probability of one token (or a window's mean) by two paths (the
+// KV-cache decoder against a full forward, a batch against a prompt alone): the same terms in
+// another order, absolute; and a sum of about 20 of them.
+inline constexpr double kF64PathLossAbsTol = 1e-12;
+inline constexpr double kF64PathLossSumAbsTol = 1e-11;
 
 // Whole models, where one op's error compounds over the layers and the long reductions.
 // Central finite differences of a whole f64 model's loss (a sum over every token, through every

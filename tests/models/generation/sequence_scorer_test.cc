@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "tests/models/tiny_ssa_llama.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin::models {
 namespace {
@@ -55,7 +56,8 @@ TEST(SequenceScorer, WindowsScoreEveryTargetOnceWithTheirContext) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(whole->targets, 22);
   EXPECT_EQ(whole->windows, 1);
-  EXPECT_NEAR(whole->loss(), ForwardLoss(model, tokens, 0, 22, 0) / 22, 1e-12);
+  EXPECT_NEAR(whole->loss(), ForwardLoss(model, tokens, 0, 22, 0) / 22,
+              testing::kF64PathLossAbsTol);
 
   // Non-overlapping windows of 8: inputs [0, 8), [8, 16), [16, 22).
   absl::StatusOr<ScoreResult> blocks = ScoreTokens(*decoder, tokens, 8, 8);
@@ -65,7 +67,7 @@ TEST(SequenceScorer, WindowsScoreEveryTargetOnceWithTheirContext) {
   const double block_loss = ForwardLoss(model, tokens, 0, 8, 0) +
                             ForwardLoss(model, tokens, 8, 16, 8) +
                             ForwardLoss(model, tokens, 16, 22, 16);
-  EXPECT_NEAR(blocks->loss_sum, block_loss, 1e-11);
+  EXPECT_NEAR(blocks->loss_sum, block_loss, testing::kF64PathLossSumAbsTol);
 
   // Windows of 8 at a stride of 5: [0, 8) scores 0..7, [5, 13) 8..12, [10, 18) 13..17, [15, 22)
   // 18..21.
@@ -76,7 +78,7 @@ TEST(SequenceScorer, WindowsScoreEveryTargetOnceWithTheirContext) {
   const double sliding_loss =
       ForwardLoss(model, tokens, 0, 8, 0) + ForwardLoss(model, tokens, 5, 13, 8) +
       ForwardLoss(model, tokens, 10, 18, 13) + ForwardLoss(model, tokens, 15, 22, 18);
-  EXPECT_NEAR(sliding->loss_sum, sliding_loss, 1e-11);
+  EXPECT_NEAR(sliding->loss_sum, sliding_loss, testing::kF64PathLossSumAbsTol);
 }
 
 TEST(SequenceScorer, BadSizesAndTokensAreErrors) {

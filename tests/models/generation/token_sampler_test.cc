@@ -12,6 +12,7 @@
 
 #include "models/generation/generate.h"
 #include "tests/models/tiny_ssa_llama.h"
+#include "tests/testing/tolerance.h"
 
 namespace kelvin::models {
 namespace {
@@ -34,7 +35,7 @@ TEST(TokenSampler, GreedyTopKOneAndTinyTopPTakeTheArgmax) {
     for (int i = 0; i < 20; ++i) {
       const SampledToken token = sampler.Next(row);
       EXPECT_EQ(token.token, 1);
-      EXPECT_NEAR(token.logprob, 2.0 - log_sum, 1e-12);
+      EXPECT_NEAR(token.logprob, 2.0 - log_sum, testing::kClosedFormAbsTol);
     }
   }
 }
@@ -141,7 +142,8 @@ TEST(Generate, ABatchGivesEachRequestItsOwnGeneration) {
     EXPECT_EQ((*together)[r].tokens, single->tokens) << r;
     EXPECT_EQ((*together)[r].finish_reason, single->finish_reason) << r;
     for (size_t t = 0; t < single->logprobs.size(); ++t) {
-      EXPECT_NEAR((*together)[r].logprobs[t], single->logprobs[t], 1e-12) << r << " " << t;
+      EXPECT_NEAR((*together)[r].logprobs[t], single->logprobs[t], testing::kF64PathLossAbsTol)
+          << r << " " << t;
     }
   }
   EXPECT_LE((*together)[2].tokens.size(), 6u);
