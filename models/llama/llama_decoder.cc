@@ -3,6 +3,8 @@
 // [0, start + n).
 #include "models/llama/llama_decoder.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
 #include "core/ops/elementwise.h"
@@ -11,6 +13,7 @@
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
 #include "core/ops/swiglu.h"
+#include "parallel/tensor_parallel.h"
 #include "ssa/ssa_attention.h"
 
 namespace kelvin::models {
@@ -25,10 +28,10 @@ void Linear(const Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
 
 absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64_t max_tokens,
                                                   int64_t sequences) {
-  if (model.tp().size() > 1 || model.stage().stages > 1) {
+  if (model.stage().stages > 1) {
     return absl::UnimplementedError(
-        "decoding runs a whole model on one rank: this model is sharded by tensor or pipeline "
-        "parallelism (run generation with one process)");
+        "decoding runs every layer on each rank: this model is split into pipeline stages (decode "
+        "with tensor parallelism or one process)");
   }
   const LlamaConfig& config = model.config();
   if (max_tokens < 1 || max_tokens > config.max_position_embeddings) {
@@ -54,7 +57,7 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t 
   inv_freq_ = CopyToDevice(ctx, ops::RopeInverseFrequencies(c.rope, c.head_dim, AccumDType(dtype)),
                            ctx.device());
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const Shape shape = {sequences * max_tokens, c.num_key_value_heads, c.head_dim};
+    const Shape shape = {sequences * max_tokens, model.layout().kv_heads, c.head_dim};
     cache_.push_back({Tensor::Empty(shape, dtype, ctx.device()),
                       Tensor::Empty(shape, dtype, ctx.device()),
                       model.layer_weights(l).value_projection.defined()
@@ -101,16 +104,42 @@ absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<i
   const Context& ctx = model_->context();
   const Tensor& embedding = model_->end_weights().embedding;
   const DType dtype = embedding.dtype();
+  const LlamaShardLayout& shard = model_->layout();
+  // Vocab-parallel: each rank's rows of the table, zero elsewhere, summed over the group.
   Tensor x = Tensor::Empty({rows, c.hidden_size}, dtype, ctx.device());  // [N, D]
-  ops::EmbeddingForward(ctx, CopyToDevice(ctx, ids, ctx.device()), embedding, 0, x);
+  ops::EmbeddingForward(ctx, CopyToDevice(ctx, ids, ctx.device()), embedding, shard.vocab_begin, x);
+  parallel::ReduceFromTensorParallelRegion(model_->tp(), x);
   for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, segments, x);
   Tensor h = Tensor::Empty(x.shape(), dtype, ctx.device());
   Tensor rstd = Tensor::Empty({rows}, AccumDType(dtype), ctx.device());
   ops::RmsNormForward(ctx, x, model_->end_weights().final_norm, c.rms_norm_eps, h, rstd);
-  logits_ = Tensor::Empty({rows, c.vocab_size}, dtype, ctx.device());
-  Linear(ctx, h, model_->end_weights().lm_head, logits_);
+  Tensor local = Tensor::Empty({rows, shard.vocab}, dtype, ctx.device());  // [N, V / TP]
+  Linear(ctx, h, model_->end_weights().lm_head, local);
+  logits_ = GatherVocabulary(local);
   for (const Segment& segment : segments) lengths_[segment.sequence] += segment.n;
   return logits_;
+}
+
+Tensor LlamaDecoder::GatherVocabulary(const Tensor& local) {
+  parallel::Communicator& tp = model_->tp();
+  if (tp.size() == 1) return local;
+  const Context& ctx = model_->context();
+  const int64_t rows = local.dim(0), vocab = local.dim(1), ranks = tp.size();
+  // Every rank's slice [TP][N][V / TP] on the host, then each row's slices side by side.
+  const Tensor mine = CopyToDevice(ctx, local, Device::Cpu());
+  Tensor slices = Tensor::Empty({ranks * rows * vocab}, local.dtype());
+  tp.AllGather(mine.View({-1}), slices);
+  Tensor full = Tensor::Empty({rows, ranks * vocab}, local.dtype());  // [N, V]
+  const size_t element = DTypeSize(local.dtype());
+  const auto* from = static_cast<const char*>(slices.raw_data());
+  auto* to = static_cast<char*>(full.raw_data());
+  for (int64_t r = 0; r < ranks; ++r) {
+    for (int64_t row = 0; row < rows; ++row) {
+      std::memcpy(to + (row * ranks + r) * vocab * element,
+                  from + (r * rows + row) * vocab * element, vocab * element);
+    }
+  }
+  return CopyToDevice(ctx, full, ctx.device());
 }
 
 void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x) {
@@ -118,8 +147,8 @@ void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Te
   const Context& ctx = model_->context();
   const DType dtype = x.dtype(), accum = AccumDType(dtype);
   const Device device = ctx.device();
-  const int64_t rows = x.dim(0), h_count = c.num_attention_heads, g = c.num_key_value_heads,
-                d = c.head_dim;
+  const LlamaShardLayout& shard = model_->layout();
+  const int64_t rows = x.dim(0), h_count = shard.heads, g = shard.kv_heads, d = c.head_dim;
   const ssa::SsaOptions options = c.AttentionOptions();
   const LlamaLayerWeights& w = model_->layer_weights(layer);
   LayerCache& cache = cache_[layer];
@@ -185,18 +214,21 @@ void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Te
     }
   }
 
+  // x [n, D] += the attention's projection, then += the MLP's (elementwise ops, in place); both
+  // row-parallel, their partial sums reduced over the tensor-parallel group.
   Tensor projected = Tensor::Empty(x.shape(), dtype, device);
   Linear(ctx, attention.View({rows, -1}), w.o, projected);
-  // x [n, D] += the attention's projection, then += the MLP's (elementwise ops, in place).
+  parallel::ReduceFromTensorParallelRegion(model_->tp(), projected);
   ops::Add(ctx, x, projected, x);
   ops::RmsNormForward(ctx, x, w.post_norm, c.rms_norm_eps, h, rstd);
-  Tensor gate = Tensor::Empty({rows, c.intermediate_size}, dtype, device);
-  Tensor up = Tensor::Empty({rows, c.intermediate_size}, dtype, device);
+  Tensor gate = Tensor::Empty({rows, shard.ffn}, dtype, device);  // [N, F / TP]
+  Tensor up = Tensor::Empty({rows, shard.ffn}, dtype, device);
   Linear(ctx, h, w.gate, gate);
   Linear(ctx, h, w.up, up);
-  Tensor act = Tensor::Empty({rows, c.intermediate_size}, dtype, device);
+  Tensor act = Tensor::Empty({rows, shard.ffn}, dtype, device);
   ops::SwiGluForward(ctx, gate, up, act);
   Linear(ctx, act, w.down, projected);
+  parallel::ReduceFromTensorParallelRegion(model_->tp(), projected);
   ops::Add(ctx, x, projected, x);
 }
 

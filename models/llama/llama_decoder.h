@@ -2,7 +2,7 @@
 // prefilled in one call, then a token (or a few) at a time, each call returning the appended
 // tokens' logits. SSA exactly: the cache holds keys and values as projected, the attention applies
 // RoPE and tau^v as it loads them, each new token's tau^q comes from its own query and position
-// (positions from 0: one document). A whole model on one rank, on its device and in its dtype.
+// (positions from 0: one document). On the model's device and in its dtype, its TP ranks together.
 #pragma once
 
 #include <algorithm>
@@ -19,7 +19,9 @@ namespace kelvin::models {
 class LlamaDecoder {
  public:
   // A decoder of `sequences` sequences (a batch) of up to `max_tokens` tokens each (at most
-  // max_position_embeddings); the model must outlive it. A sharded model is an error that says so.
+  // max_position_embeddings); the model must outlive it. A tensor-parallel model decodes on every
+  // rank of its group together (each rank its heads, every call's logits gathered whole); a model
+  // split into pipeline stages is an error that says so.
   static absl::StatusOr<LlamaDecoder> Create(const LlamaModel& model, int64_t max_tokens,
                                              int64_t sequences = 1);
 
@@ -41,15 +43,14 @@ class LlamaDecoder {
   void Reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
 
   // Called in each layer's forward with each sequence's appended tokens' temperatures (the SSA
-  // study's histograms): positions [n] i32, tau^q [n, H] and tau^v [n, G] (AccumDType on the
-  // model's device; undefined where the model has no such temperature). Not called without SSA.
+  // study's histograms): positions [n] i32, tau^q [n, H] and tau^v [n, G] of this rank's heads
+  // (AccumDType on the model's device; undefined where the model has no such temperature). Not
+  // called without SSA.
   using TemperatureObserver = std::function<void(int64_t layer, const Tensor& positions,
                                                  const Tensor& tau_q, const Tensor& tau_v)>;
   void ObserveTemperatures(TemperatureObserver observer) { observer_ = std::move(observer); }
 
  private:
-  // A layer's weights, found by name once (the model's tensors, not copies); the SSA ones are
-  // undefined where the flags give the layer none.
   // A layer's cache, [sequences * max_tokens, G, d] each (sequence b's positions from row
   // b * max_tokens); value_source only without weight sharing.
   struct LayerCache {
@@ -63,6 +64,9 @@ class LlamaDecoder {
   LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t sequences);
   // One decoder layer on x [N, D] (in place), N the segments' rows.
   void Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x);
+  // local [N, V / TP] logits of this rank's vocabulary slice -> [N, V] of the whole vocabulary
+  // (every rank's slices in rank order; `local` itself on one rank).
+  Tensor GatherVocabulary(const Tensor& local);
 
   const LlamaModel* model_;
   int64_t max_tokens_;
