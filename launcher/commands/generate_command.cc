@@ -1,6 +1,8 @@
 // The model's weights and tokenizer found from the job, then each prompt through Generate.
 #include "launcher/commands/generate_command.h"
 
+#include <mpi.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -15,11 +17,15 @@
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
 #include "models/generation/generate.h"
+#include "parallel/comm/communicator_factory.h"
+#include "training/job/job_plan.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
                                                          const GenerateOptions& options,
-                                                         models::GenerationTiming* timing) {
+                                                         models::GenerationTiming* timing,
+                                                         parallel::Communicator* tp) {
   KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
                           LoadModelTokenizer(job,
@@ -38,7 +44,7 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
   }
 
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint));
+                          LoadInferenceModel(job, options.checkpoint, tp));
   const models::LlamaConfig& arch = model->config();
   // The cache for `batch` sequences of the longest prompt and its new tokens (GenerateBatch names
   // the model's limit when they exceed it), not max_position_embeddings: 128K positions of an 8B
@@ -104,13 +110,9 @@ struct GenerateArguments {
   std::string prompt_file;
 };
 
-// The prompts (with --prompt-file's lines), then one JSON line per prompt on stdout.
-int Generate(GenerateArguments a) {
-  if (const std::optional<int> error = CheckCheckpointChoice("generate", a.options.checkpoint)) {
-    return *error;
-  }
-  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
-  if (!job.ok()) return Fail(job.status());
+// The prompts (with --prompt-file's lines), then on world rank 0 one JSON line per prompt on
+// stdout. `tp`: the group the model is split over (nullptr: one process).
+int Generate(GenerateArguments a, const config::JobConfig& job, parallel::Communicator* tp) {
   if (!a.prompt_file.empty()) {
     const absl::StatusOr<std::string> text =
         io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
@@ -120,8 +122,10 @@ int Generate(GenerateArguments a) {
     }
   }
   models::GenerationTiming timing;
-  const absl::StatusOr<std::vector<std::string>> lines = GenerateFromJob(*job, a.options, &timing);
-  if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), *job));
+  const absl::StatusOr<std::vector<std::string>> lines =
+      GenerateFromJob(job, a.options, &timing, tp);
+  if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), job));
+  if (tp != nullptr && tp->rank() != 0) return 0;  // every rank generated the same tokens
   for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
   std::fflush(stdout);  // the lines, then the log's summary
   KLOG(INFO) << absl::StrFormat(
@@ -130,6 +134,51 @@ int Generate(GenerateArguments a) {
       timing.decode_seconds > 0 ? static_cast<double>(timing.decoded_tokens) / timing.decode_seconds
                                 : 0.0);
   return 0;
+}
+
+// Under mpirun / srun with several processes: the model split over all of them by tensor
+// parallelism (each its heads, the logits gathered), every rank decoding the same tokens.
+int GenerateOnEveryRank(const GenerateArguments& a) {
+  return RunOnEveryRank(a.job, [&a](const config::JobConfig& job, int) {
+    int world_size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    config::JobConfig split = job;  // the layout generation uses: tensor parallel over the world
+    split.mutable_parallel()->set_tensor_parallel(world_size);
+    split.mutable_parallel()->set_context_parallel(1);
+    split.mutable_parallel()->set_pipeline_parallel(1);
+    split.mutable_parallel()->set_data_parallel(1);
+    split.mutable_parallel()->set_sequence_parallel(false);
+    const absl::StatusOr<models::LlamaConfig> arch =
+        training::ResolveModelArchitecture(job.model());
+    if (!arch.ok()) return Fail(arch.status());
+    if (const auto spec = training::GridSpecOf(split, *arch, world_size); !spec.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("generate on ", world_size,
+                       " processes splits the model over all of them (tensor "
+                       "parallelism), and ",
+                       spec.status().message(),
+                       ": start it on another process count, "
+                       "or as one process")));
+    }
+    parallel::CommunicatorOptions options;
+    options.timeout_seconds = job.parallel().collective_timeout_seconds();
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> tp = parallel::CreateCommunicator(
+        parallel::CommBackend::kMpi, MPI_COMM_WORLD, "tp", options, Context::Cpu());
+    if (!tp.ok()) return Fail(tp.status());
+    return Generate(a, job, tp->get());
+  });
+}
+
+int RunGenerate(const GenerateArguments& a) {
+  if (const std::optional<int> error = CheckCheckpointChoice("generate", a.options.checkpoint)) {
+    return *error;
+  }
+  const absl::StatusOr<int> processes = LaunchedProcesses();
+  if (!processes.ok()) return Fail(processes.status());
+  if (*processes > 1) return GenerateOnEveryRank(a);
+  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
+  if (!job.ok()) return Fail(job.status());
+  return Generate(a, *job, nullptr);
 }
 
 }  // namespace
@@ -141,7 +190,7 @@ void AddGenerateCommand(CommandLine& line) {
       "generate", "text from the job's model, one JSON line per prompt",
       "The weights: the job's checkpoint, else model.hf_dir's; one process on the CPU with a KV\n"
       "cache. Text prompts and --stop need model.hf_dir's tokenizer.json.",
-      [a] { return RunOnRankZero([a] { return Generate(*a); }); });
+      [a] { return RunGenerate(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
                 [&o](const std::string& text) {

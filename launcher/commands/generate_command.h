@@ -1,6 +1,6 @@
-// `kelvin generate`: text or token ids from the job's model without a training job around it, one
-// process on the CPU in f32 with the KV-cache decoder (models/llama/llama_decoder.h), whatever
-// layout trained the model.
+// `kelvin generate`: text or token ids from the job's model without a training job around it, on
+// the CPU in f32 with the KV-cache decoder (models/llama/llama_decoder.h), whatever layout trained
+// the model: one process, or under mpirun / srun the model split over the processes (TP).
 #pragma once
 
 #include <string>
@@ -29,13 +29,15 @@ struct GenerateOptions {
 // One JSON object per prompt, in order: {"prompt_tokens": [...], "tokens": [...], "text": ...
 // (with a tokenizer), "finish_reason": "eos" | "stop" | "length", "logprobs": [...] (asked for)}.
 // The model stops at its eos ids (config.json's eos_token_id and the tokenizer's eos_token).
-// The weights: the chosen checkpoint of checkpoint.dir (newest, --step N, --best; read whole, as
-// convert reads it), else model.hf_dir's; the tokenizer: model.hf_dir's tokenizer.json when it has
-// one (text prompts need it). The prompts are decoded options.batch_size at a time.
-// `timing` (when given) accumulates where the time went.
-absl::StatusOr<std::vector<std::string>> GenerateFromJob(
-    const config::JobConfig& job, const GenerateOptions& options,
-    models::GenerationTiming* timing = nullptr);
+// The weights: the chosen checkpoint of checkpoint.dir (newest, --step N, --best; any layout wrote
+// it), else model.hf_dir's; the tokenizer: model.hf_dir's tokenizer.json when it has one (text
+// prompts need it). The prompts are decoded options.batch_size at a time. `timing` (when given)
+// accumulates where the time went; `tp`: the group the model is split over (nullptr: this process
+// holds it whole), every rank calling with the same options.
+absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
+                                                         const GenerateOptions& options,
+                                                         models::GenerationTiming* timing = nullptr,
+                                                         parallel::Communicator* tp = nullptr);
 
 void AddGenerateCommand(CommandLine& line);
 

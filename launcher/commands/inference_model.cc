@@ -12,7 +12,8 @@
 namespace kelvin::launcher {
 
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
-    const config::JobConfig& job, const training::CheckpointChoice& choice) {
+    const config::JobConfig& job, const training::CheckpointChoice& choice,
+    parallel::Communicator* tp) {
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
                           training::ResolveModelArchitecture(job.model()));
   std::optional<std::string> chosen;
@@ -29,16 +30,17 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
             : absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(), "\" holds no checkpoint"),
         " and no model.hf_dir (a preset's random weights give noise)"));
   }
-  auto model = std::make_unique<models::LlamaModel>(arch, DType::kF32);
+  auto model =
+      std::make_unique<models::LlamaModel>(arch, DType::kF32, models::LlamaParallelism{.tp = tp});
   if (chosen.has_value()) {
     KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
                             training::OpenJobCheckpoint(*chosen, job.name()));
     KELVIN_RETURN_IF_ERROR(
         training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(arch)));
     for (const ParameterSet::Entry& e : model->parameters().entries()) {
-      const io::TensorRegion whole = io::TensorRegion::Whole(e.shape);
-      KELVIN_RETURN_IF_ERROR(reader.Check(e.name, whole));
-      KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, whole));
+      const io::TensorRegion mine = model->RegionOf(e.name);  // the whole tensor on one rank
+      KELVIN_RETURN_IF_ERROR(reader.Check(e.name, mine));
+      KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, mine));
       model->parameters().Assign(e.name, weights.View(e.shape));
     }
     KLOG(INFO) << "the model's weights: the checkpoint " << *chosen;

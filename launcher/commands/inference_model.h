@@ -1,6 +1,6 @@
 // The job's model for the commands that only run it forward (generate, eval --data): on the CPU
-// in f32, one process, its weights read whole from the chosen checkpoint of checkpoint.dir (newest,
-// --step N, --best; any layout wrote it, as convert reads it), else from model.hf_dir.
+// in f32, its weights (this rank's shard under tensor parallelism) from the chosen checkpoint of
+// checkpoint.dir (newest, --step N, --best; any layout wrote it), else from model.hf_dir.
 #pragma once
 
 #include <memory>
@@ -17,8 +17,10 @@ namespace kelvin::launcher {
 
 // An error when there are no trained weights (no checkpoint and no model.hf_dir), naming what is
 // missing; a checkpoint of another model names its first foreign tensor (an SSA one, the flag).
+// `tp`: the tensor-parallel group the model is split over (nullptr: this process holds it whole).
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
-    const config::JobConfig& job, const training::CheckpointChoice& choice);
+    const config::JobConfig& job, const training::CheckpointChoice& choice,
+    parallel::Communicator* tp = nullptr);
 
 // model.hf_dir's tokenizer when it has a tokenizer.json Kelvin reads, else nullopt. When
 // `needed_by` names what needs it (e.g. "text prompts"), its absence or a load error is the error

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "core/logging.h"
+#include "core/status.h"
 #include "launcher/config/job_config.h"
 #include "parallel/rank_discovery.h"
 
@@ -35,6 +36,12 @@ int RunOnEveryRank(const JobArguments& job_arguments,
   }
   MPI_Finalize();
   return result;
+}
+
+absl::StatusOr<int> LaunchedProcesses() {
+  KELVIN_ASSIGN_OR_RETURN(const parallel::RankInfo launched,
+                          parallel::RankInfoFromEnvironment(parallel::ProcessEnvironment()));
+  return launched.world_size;
 }
 
 int RunOnRankZero(const std::function<int()>& run) {

@@ -18,4 +18,7 @@ int RunOnEveryRank(const JobArguments& job,
 // `run` on the launcher's rank 0; the other ranks exit at once with 0.
 int RunOnRankZero(const std::function<int()>& run);
 
+// How many processes the launcher (mpirun, srun) started: 1 without one.
+absl::StatusOr<int> LaunchedProcesses();
+
 }  // namespace kelvin::launcher

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# kelvin generate under mpirun splits the model over the processes (tensor parallelism): 2 and 4
+# ranks generate the greedy tokens of one process from the same checkpoint, rank 0 alone prints,
+# and a process count the model does not divide by is refused naming it.
+# Usage: generate_tp_test.sh KELVIN SOURCE_DIR MPIEXEC
+set -u
+kelvin=$1 source_dir=$2 mpiexec=$3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+job="$source_dir/configs/passkey_tiny_cpu.textproto"
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+"$kelvin" train "$job" --set training.steps=30 --set lr_schedule.warmup_steps=1 \
+  --set training.eval_interval=0 --set training.export_hf_dir=\"\" \
+  --set checkpoint.dir=\""$dir/ckpt"\" --set launch.run_dir=\""$dir/run"\" > "$dir/train.log" 2>&1 ||
+  { tail -n 5 "$dir/train.log"; echo "FAIL: training the model"; exit 1; }
+generate=(generate "$job" --set checkpoint.dir=\""$dir/ckpt"\" --tokens 1,2,3,4,5 --tokens 40,41
+          --tokens 100,101,102,103,104,105,106 --max-new-tokens 16)
+tokens() { sed -n 's/.*"tokens":\(\[[0-9,]*\]\).*/\1/p' "$1"; }
+"$kelvin" "${generate[@]}" > "$dir/one.out" 2> "$dir/one.err" || fail "one process: $(tail -n 1 "$dir/one.err")"
+[ "$(wc -l < "$dir/one.out")" -eq 3 ] || fail "one process printed $(wc -l < "$dir/one.out") lines, expected 3"
+for np in 2 4; do
+  "$mpiexec" -np "$np" --oversubscribe "$kelvin" "${generate[@]}" > "$dir/np$np.out" 2> "$dir/np$np.err" ||
+    fail "$np ranks: $(grep 'kelvin:' "$dir/np$np.err" | head -n 1)"
+  [ "$(wc -l < "$dir/np$np.out")" -eq 3 ] || fail "$np ranks printed $(wc -l < "$dir/np$np.out") lines, expected 3 (rank 0 alone)"
+  [ "$(tokens "$dir/np$np.out")" = "$(tokens "$dir/one.out")" ] ||
+    fail "$np ranks generated other tokens: $(tokens "$dir/np$np.out" | tr '\n' ' ') vs $(tokens "$dir/one.out" | tr '\n' ' ')"
+done
+"$mpiexec" -np 3 --oversubscribe "$kelvin" "${generate[@]}" > "$dir/np3.out" 2> "$dir/np3.err" &&
+  fail "3 ranks (the tiny model has 4 heads) were not refused"
+grep -q "kelvin: generate on 3 processes splits the model over all of them (tensor parallelism), and invalid parallel layout" "$dir/np3.err" ||
+  fail "3 ranks: no message naming the split: $(grep 'kelvin:' "$dir/np3.err" | head -n 1)"
+[ "$failed" -eq 0 ] && echo "PASS"
+exit "$failed"
