@@ -198,52 +198,73 @@ int EvaluateHeldOut(const EvalArguments& a, const config::JobConfig& job, int wo
   return WriteJsonResult(a.json, EvaluationsJson(job, evaluations), "evaluation");
 }
 
-// --data / --text / --needle on the model alone, one process.
-int EvaluateModelAlone(EvalArguments a, const config::JobConfig& job) {
-  a.score.checkpoint = a.needle_grid.checkpoint = a.checkpoint;
+// --needle on the model alone, one process.
+int EvaluateNeedle(const EvalArguments& a, const config::JobConfig& job) {
   if (!a.json.empty()) {
     if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
   }
-  if (a.needle) {
-    const absl::StatusOr<NeedleReport> report = RunNeedle(job, a.needle_grid);
-    if (!report.ok()) return Fail(WithWorkingDirectory(report.status(), RelativePathsOf(job)));
-    KLOG(INFO) << FormatNeedle(job, *report);
-    return WriteJsonResult(a.json, NeedleJson(job, *report), "needle grid");
+  NeedleOptions grid = a.needle_grid;
+  grid.checkpoint = a.checkpoint;
+  const absl::StatusOr<NeedleReport> report = RunNeedle(job, grid);
+  if (!report.ok()) return Fail(WithWorkingDirectory(report.status(), RelativePathsOf(job)));
+  KLOG(INFO) << FormatNeedle(job, *report);
+  return WriteJsonResult(a.json, NeedleJson(job, *report), "needle grid");
+}
+
+// --data / --text: the corpus scored, the model split over the processes of a launcher (`tp`);
+// rank 0 reports.
+int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
+                   parallel::Communicator* tp) {
+  const bool reports = tp == nullptr || tp->rank() == 0;
+  if (!a.json.empty() && reports) {
+    if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
   }
-  const absl::StatusOr<ScoreReport> report = ScoreData(job, a.score);
+  ScoreOptions score = a.score;
+  score.checkpoint = a.checkpoint;
+  const absl::StatusOr<ScoreReport> report = ScoreData(job, score, tp);
   if (!report.ok()) {
     std::vector<std::string> paths = RelativePathsOf(job);
     paths.insert(paths.end(), {a.score.data, a.score.text});
     return Fail(WithWorkingDirectory(report.status(), paths));
   }
+  if (!reports) return 0;
   KLOG(INFO) << FormatScore(job, *report);
   return WriteJsonResult(a.json, ScoreJson(job, *report), "score");
 }
 
 // The model alone: JOB is a job file or a Hugging Face model directory.
-int EvaluateModelAloneOnRankZero(const EvalArguments& a) {
+absl::StatusOr<config::JobConfig> ModelAloneJob(const EvalArguments& a) {
   std::error_code error;
   if (!std::filesystem::exists(a.job.path, error)) {
-    return Fail(WithWorkingDirectory(
+    return WithWorkingDirectory(
         absl::NotFoundError(absl::StrCat(a.job.path,
                                          " does not exist: eval --data, --text and --needle take "
                                          "a job file or a Hugging Face model directory")),
-        {a.job.path}));
+        {a.job.path});
   }
-  if (std::filesystem::is_directory(a.job.path, error)) {
-    if (!a.job.overrides.empty()) {
-      return UsageError("--set changes a job file, not a model directory");
-    }
-    return EvaluateModelAlone(a, JobOfModelDirectory(a.job.path));
-  }
-  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
-  if (!job.ok()) return Fail(job.status());
-  return EvaluateModelAlone(a, *job);
+  if (std::filesystem::is_directory(a.job.path, error)) return JobOfModelDirectory(a.job.path);
+  return LoadJobConfig(a.job.path, a.job.overrides);
 }
 
 int Eval(const EvalArguments& a) {
   if (const std::optional<int> error = CheckEvalArguments(a)) return *error;
-  if (a.scores()) return RunOnRankZero([&a] { return EvaluateModelAloneOnRankZero(a); });
+  std::error_code error;
+  if (a.scores() && std::filesystem::is_directory(a.job.path, error) && !a.job.overrides.empty()) {
+    return UsageError("--set changes a job file, not a model directory");
+  }
+  if (a.needle) {
+    return RunOnRankZero([&a] {
+      const absl::StatusOr<config::JobConfig> job = ModelAloneJob(a);
+      return job.ok() ? EvaluateNeedle(a, *job) : Fail(job.status());
+    });
+  }
+  if (a.scores()) {
+    return RunSplitOverProcesses(
+        "eval --data / --text", [&a] { return ModelAloneJob(a); },
+        [&a](const config::JobConfig& job, parallel::Communicator* tp) {
+          return EvaluateCorpus(a, job, tp);
+        });
+  }
   return RunOnEveryRank(a.job, [&a](const config::JobConfig& job, int world_rank) {
     return EvaluateHeldOut(a, job, world_rank);
   });

@@ -1,8 +1,6 @@
 // The model's weights and tokenizer found from the job, then each prompt through Generate.
 #include "launcher/commands/generate_command.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -17,9 +15,6 @@
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
 #include "models/generation/generate.h"
-#include "parallel/comm/communicator_factory.h"
-#include "training/job/job_plan.h"
-#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
@@ -136,49 +131,15 @@ int Generate(GenerateArguments a, const config::JobConfig& job, parallel::Commun
   return 0;
 }
 
-// Under mpirun / srun with several processes: the model split over all of them by tensor
-// parallelism (each its heads, the logits gathered), every rank decoding the same tokens.
-int GenerateOnEveryRank(const GenerateArguments& a) {
-  return RunOnEveryRank(a.job, [&a](const config::JobConfig& job, int) {
-    int world_size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    config::JobConfig split = job;  // the layout generation uses: tensor parallel over the world
-    split.mutable_parallel()->set_tensor_parallel(world_size);
-    split.mutable_parallel()->set_context_parallel(1);
-    split.mutable_parallel()->set_pipeline_parallel(1);
-    split.mutable_parallel()->set_data_parallel(1);
-    split.mutable_parallel()->set_sequence_parallel(false);
-    const absl::StatusOr<models::LlamaConfig> arch =
-        training::ResolveModelArchitecture(job.model());
-    if (!arch.ok()) return Fail(arch.status());
-    if (const auto spec = training::GridSpecOf(split, *arch, world_size); !spec.ok()) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("generate on ", world_size,
-                       " processes splits the model over all of them (tensor "
-                       "parallelism), and ",
-                       spec.status().message(),
-                       ": start it on another process count, "
-                       "or as one process")));
-    }
-    parallel::CommunicatorOptions options;
-    options.timeout_seconds = job.parallel().collective_timeout_seconds();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> tp = parallel::CreateCommunicator(
-        parallel::CommBackend::kMpi, MPI_COMM_WORLD, "tp", options, Context::Cpu());
-    if (!tp.ok()) return Fail(tp.status());
-    return Generate(a, job, tp->get());
-  });
-}
-
 int RunGenerate(const GenerateArguments& a) {
   if (const std::optional<int> error = CheckCheckpointChoice("generate", a.options.checkpoint)) {
     return *error;
   }
-  const absl::StatusOr<int> processes = LaunchedProcesses();
-  if (!processes.ok()) return Fail(processes.status());
-  if (*processes > 1) return GenerateOnEveryRank(a);
-  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
-  if (!job.ok()) return Fail(job.status());
-  return Generate(a, *job, nullptr);
+  return RunSplitOverProcesses(
+      "generate", [&a] { return LoadJobConfig(a.job.path, a.job.overrides); },
+      [&a](const config::JobConfig& job, parallel::Communicator* tp) {
+        return Generate(a, job, tp);
+      });
 }
 
 }  // namespace

@@ -43,13 +43,13 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
       KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, mine));
       model->parameters().Assign(e.name, weights.View(e.shape));
     }
-    KLOG(INFO) << "the model's weights: the checkpoint " << *chosen;
+    KLOG_RANK0(INFO) << "the model's weights: the checkpoint " << *chosen;
     return model;
   }
   KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
                           io::HfCheckpoint::Open(job.model().hf_dir()));
   KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(checkpoint));
-  KLOG(INFO) << "the model's weights: model.hf_dir=" << job.model().hf_dir();
+  KLOG_RANK0(INFO) << "the model's weights: model.hf_dir=" << job.model().hf_dir();
   return model;
 }
 

@@ -1,5 +1,5 @@
 // MPI for the commands that run on every rank: initialised and finalised here, ranks discovered
-// and checked against the launcher's variables.
+// and checked against the launcher's variables; the forward-only commands' tensor-parallel split.
 #include "launcher/commands/process_launch.h"
 
 #include <mpi.h>
@@ -7,12 +7,18 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "launcher/config/job_config.h"
+#include "parallel/comm/communicator_factory.h"
 #include "parallel/rank_discovery.h"
+#include "training/job/job_plan.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 
-int RunOnEveryRank(const JobArguments& job_arguments,
-                   const std::function<int(const config::JobConfig& job, int world_rank)>& run) {
+namespace {
+
+// MPI initialised, the launcher's variables checked against it, then `run` with the world's rank
+// and size; a failure on one rank aborts the others.
+int UnderMpi(const std::function<int(int world_rank, int world_size)>& run) {
   // The launcher's variables as it set them (a singleton MPI_Init adds PMIX_RANK).
   const absl::StatusOr<parallel::RankInfo> launched =
       parallel::RankInfoFromEnvironment(parallel::ProcessEnvironment());
@@ -26,9 +32,7 @@ int RunOnEveryRank(const JobArguments& job_arguments,
     result = Fail(rank.status());  // every process finds it alike: none waits for another
   } else {
     if (rank->world_size > 1) SetLogRank(rank->rank);  // progress lines from rank 0 only
-    const absl::StatusOr<config::JobConfig> job =
-        LoadJobConfig(job_arguments.path, job_arguments.overrides);
-    result = job.ok() ? run(*job, rank->rank) : Fail(job.status());
+    result = run(rank->rank, rank->world_size);
     // A failure may be one rank's alone: abort the others. A preemption stop is every rank's.
     if (result != 0 && result != kExitPreempted && rank->world_size > 1) {
       MPI_Abort(MPI_COMM_WORLD, result);
@@ -36,6 +40,61 @@ int RunOnEveryRank(const JobArguments& job_arguments,
   }
   MPI_Finalize();
   return result;
+}
+
+// The model's tensor-parallel split over `world_size` processes: an error naming what does not
+// divide.
+absl::Status CheckSplit(const std::string& command, const config::JobConfig& job, int world_size) {
+  config::JobConfig split = job;  // every process one tensor-parallel rank
+  config::ParallelConfig& p = *split.mutable_parallel();
+  p.set_tensor_parallel(world_size);
+  p.set_context_parallel(1);
+  p.set_pipeline_parallel(1);
+  p.set_data_parallel(1);
+  p.set_sequence_parallel(false);
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                          training::ResolveModelArchitecture(job.model()));
+  const absl::StatusOr<parallel::GridSpec> spec = training::GridSpecOf(split, arch, world_size);
+  if (spec.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      command, " on ", world_size,
+      " processes splits the model over all of them (tensor parallelism), and ",
+      spec.status().message(), ": start it on another process count, or as one process"));
+}
+
+}  // namespace
+
+int RunOnEveryRank(const JobArguments& job_arguments,
+                   const std::function<int(const config::JobConfig& job, int world_rank)>& run) {
+  return UnderMpi([&](int world_rank, int) {
+    const absl::StatusOr<config::JobConfig> job =
+        LoadJobConfig(job_arguments.path, job_arguments.overrides);
+    return job.ok() ? run(*job, world_rank) : Fail(job.status());
+  });
+}
+
+int RunSplitOverProcesses(const std::string& command,
+                          const std::function<absl::StatusOr<config::JobConfig>()>& load,
+                          const SplitRun& run) {
+  const absl::StatusOr<int> processes = LaunchedProcesses();
+  if (!processes.ok()) return Fail(processes.status());
+  if (*processes == 1) {
+    const absl::StatusOr<config::JobConfig> job = load();
+    return job.ok() ? run(*job, nullptr) : Fail(job.status());
+  }
+  return UnderMpi([&](int, int world_size) {
+    const absl::StatusOr<config::JobConfig> job = load();
+    if (!job.ok()) return Fail(job.status());
+    if (const absl::Status split = CheckSplit(command, *job, world_size); !split.ok()) {
+      return Fail(split);
+    }
+    parallel::CommunicatorOptions options;
+    options.timeout_seconds = job->parallel().collective_timeout_seconds();
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> tp = parallel::CreateCommunicator(
+        parallel::CommBackend::kMpi, MPI_COMM_WORLD, "tp", options, Context::Cpu());
+    if (!tp.ok()) return Fail(tp.status());
+    return run(*job, tp->get());
+  });
 }
 
 absl::StatusOr<int> LaunchedProcesses() {

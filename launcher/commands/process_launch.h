@@ -6,6 +6,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "launcher/commands/command_line.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::launcher {
 
@@ -20,5 +21,14 @@ int RunOnRankZero(const std::function<int()>& run);
 
 // How many processes the launcher (mpirun, srun) started: 1 without one.
 absl::StatusOr<int> LaunchedProcesses();
+
+// A forward-only command (generate, eval --data) on the processes the launcher started: one
+// process runs `run`(job, nullptr); several split the model over all of them by tensor
+// parallelism (checked against the model: an error naming the split and `command`), each rank
+// running `run`(job, the world's group). `load` gives the job (a job file or a model directory).
+using SplitRun = std::function<int(const config::JobConfig& job, parallel::Communicator* tp)>;
+int RunSplitOverProcesses(const std::string& command,
+                          const std::function<absl::StatusOr<config::JobConfig>()>& load,
+                          const SplitRun& run);
 
 }  // namespace kelvin::launcher

@@ -74,7 +74,8 @@ config::JobConfig JobOfModelDirectory(const std::string& directory) {
   return job;
 }
 
-absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options) {
+absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,
+                                      parallel::Communicator* tp) {
   if (options.data.empty() == options.text.empty()) {
     return absl::InvalidArgumentError("scoring takes one of --data PATH and --text FILE");
   }
@@ -82,7 +83,7 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
                                                                  ? CorpusTokens(options.data)
                                                                  : TextTokens(job, options.text));
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint));
+                          LoadInferenceModel(job, options.checkpoint, tp));
   const int64_t max_positions = model->config().max_position_embeddings;
   ScoreReport report;
   report.source = options.text.empty() ? options.data : options.text;

@@ -30,7 +30,10 @@ struct ScoreReport {
 // the first is scored once, in non-overlapping windows of seq_length tokens or sliding at stride
 // (models/generation/sequence_scorer.h); documents are scored as one stream, as Megatron's and
 // Hugging Face's perplexity runs do.
-absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options);
+// `tp`: the group the model is split over (nullptr: this process holds it whole), every rank
+// calling with the same options.
+absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,
+                                      parallel::Communicator* tp = nullptr);
 
 // "score of NAME on SOURCE | loss 2.254109614 | perplexity 9.52681 | 10000 tokens in 5 windows
 // of 2048 (stride 2048)".

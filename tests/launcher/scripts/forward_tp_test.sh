@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# kelvin generate under mpirun splits the model over the processes (tensor parallelism): 2 and 4
-# ranks generate the greedy tokens of one process from the same checkpoint, rank 0 alone prints,
-# and a process count the model does not divide by is refused naming it.
-# Usage: generate_tp_test.sh KELVIN SOURCE_DIR MPIEXEC
+# kelvin generate and eval --data under mpirun split the model over the processes (tensor
+# parallelism): 2 and 4 ranks generate the greedy tokens of one process from the same checkpoint
+# and score a corpus to its loss (within f32 rounding), rank 0 alone reports, and a process count
+# the model does not divide by is refused naming it.
+# Usage: forward_tp_test.sh KELVIN SOURCE_DIR MPIEXEC
 set -u
 kelvin=$1 source_dir=$2 mpiexec=$3
 dir=$(mktemp -d)
@@ -30,5 +31,23 @@ done
   fail "3 ranks (the tiny model has 4 heads) were not refused"
 grep -q "kelvin: generate on 3 processes splits the model over all of them (tensor parallelism), and invalid parallel layout" "$dir/np3.err" ||
   fail "3 ranks: no message naming the split: $(grep 'kelvin:' "$dir/np3.err" | head -n 1)"
+
+# eval --data: the loss of a corpus of 600 token ids in windows of 64.
+for i in $(seq 0 599); do  # little-endian int32 ids below 256
+  printf "\\x$(printf %02x $(( (i * 7919 + 13) % 256 )))\\x00\\x00\\x00"
+done > "$dir/corpus.int32"
+score=(eval "$job" --set checkpoint.dir=\""$dir/ckpt"\" --data "$dir/corpus.int32" --seq-length 64)
+loss() { sed -n 's/.*score of .* | loss \([0-9.]*\) | .*/\1/p' "$1"; }
+"$kelvin" "${score[@]}" > "$dir/score1.log" 2>&1 || fail "eval --data, one process: $(tail -n 1 "$dir/score1.log")"
+one=$(loss "$dir/score1.log")
+[ -n "$one" ] || fail "eval --data, one process: no score line"
+for np in 2 4; do
+  "$mpiexec" -np "$np" --oversubscribe "$kelvin" "${score[@]}" > "$dir/score$np.log" 2>&1 ||
+    fail "eval --data on $np ranks: $(grep 'kelvin:' "$dir/score$np.log" | head -n 1)"
+  [ "$(grep -c 'score of' "$dir/score$np.log")" -eq 1 ] || fail "eval --data on $np ranks: not one score line"
+  awk -v a="$(loss "$dir/score$np.log")" -v b="$one" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }' ||
+    fail "eval --data on $np ranks: loss $(loss "$dir/score$np.log"), one process $one"
+done
+
 [ "$failed" -eq 0 ] && echo "PASS"
 exit "$failed"
