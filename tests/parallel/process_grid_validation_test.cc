@@ -109,7 +109,7 @@ TEST(GridValidationTest, ContextParallelSplitsTheSequenceInto2CpChunks) {
   spec.context_parallel = 2;
   spec.seq_length = 4094;  // even, but not a multiple of 2 x 2
   EXPECT_THAT(ErrorOf(spec), HasSubstr("seq_length=4094 is not divisible by 2 x context_parallel "
-                                       "= 4 (ring attention"));
+                                       "= 4 (context parallelism splits each sequence"));
   spec.seq_length = 4100;  // 4 x 1025: divisible by 2 CP, and 4100 / 2 = 2050 by TP 2
   spec.sequence_parallel = true;
   EXPECT_TRUE(ValidateGridSpec(spec).ok()) << ValidateGridSpec(spec);
