@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "core/ops/cross_entropy.h"
-#include "core/ops/reference/cross_entropy.h"
-#include "core/ops/reference/values.h"
 #include "parallel/comm/self_communicator.h"
 #include "tests/testing/backends.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/cross_entropy_reference.h"
 #include "tests/testing/tensors.h"
 #include "tests/testing/tolerance.h"
 
@@ -49,19 +48,15 @@ TEST_P(LmLossTest, SumAndInPlaceGradientMatchTheReference) {
   const Context& ctx = testing::ContextFor(c.device);
   const Tensor logits = testing::Random({kTokens, kVocab}, c.dtype, 41, -4, 4);  // [N, V]
   const Tensor labels = Labels();                                                // [N] host
-  Tensor loss_ref = Tensor::Empty({kTokens}, DType::kF64),
-         lse = Tensor::Empty({kTokens}, DType::kF64);
-  reference::CrossEntropyForward(testing::Cast(logits, DType::kF64), labels, loss_ref, lse);
-  Tensor grad_ref = testing::Cast(logits, DType::kF64);  // [N, V]
-  reference::CrossEntropyBackward(grad_ref, labels, lse, kGradScale);
-  double sum_ref = 0;
-  for (const double l : reference::ToDoubles(loss_ref)) sum_ref += l;
+  const testing::CrossEntropyReference ref =
+      testing::ReferenceCrossEntropy(logits, labels, kGradScale);
 
   Tensor in_place = testing::ToDevice(logits, c.device);  // [N, V], becomes the gradient
   SelfCommunicator whole_vocabulary("tp", 0, ctx);
   const double sum = SoftmaxCrossEntropySum(ctx, whole_vocabulary, in_place, labels, 0, kGradScale);
-  EXPECT_NEAR(sum, sum_ref, testing::kF32RelTol * sum_ref);  // summed in f32 on every path
-  EXPECT_TRUE(testing::AllClose(in_place, grad_ref, testing::RelTolerance(c.dtype), "gradient"));
+  EXPECT_NEAR(sum, ref.sum, testing::kF32RelTol * ref.sum);  // summed in f32 on every path
+  EXPECT_TRUE(
+      testing::AllClose(in_place, ref.gradient, testing::RelTolerance(c.dtype), "gradient"));
   const Tensor gradient = testing::Cast(testing::ToHost(in_place), DType::kF64);
   for (const int64_t ignored : {2, 6}) {
     for (int64_t j = 0; j < kVocab; ++j) {
@@ -76,11 +71,7 @@ TEST_P(LmLossTest, EvaluationSumsWithoutChangingTheLogitsAndFindsTheArgmax) {
   const Context& ctx = testing::ContextFor(c.device);
   const Tensor logits = testing::Random({kTokens, kVocab}, c.dtype, 43, -4, 4);  // [N, V]
   const Tensor labels = Labels();
-  Tensor loss_ref = Tensor::Empty({kTokens}, DType::kF64),
-         lse = Tensor::Empty({kTokens}, DType::kF64);
-  reference::CrossEntropyForward(testing::Cast(logits, DType::kF64), labels, loss_ref, lse);
-  double sum_ref = 0;
-  for (const double l : reference::ToDoubles(loss_ref)) sum_ref += l;
+  const double sum_ref = testing::ReferenceCrossEntropy(logits, labels, 1.0).sum;
 
   const Tensor on_device = testing::ToDevice(logits, c.device);
   Tensor predictions = Tensor::Empty({kTokens}, DType::kI32);  // [N] host

@@ -7,12 +7,11 @@
 #include <vector>
 
 #include "core/ops/cross_entropy.h"
-#include "core/ops/reference/cross_entropy.h"
-#include "core/ops/reference/values.h"
 #include "parallel/comm/communicator_factory.h"
 #include "parallel/loss/lm_loss.h"
 #include "tests/testing/backends.h"
 #include "tests/testing/compare.h"
+#include "tests/testing/cross_entropy_reference.h"
 #include "tests/testing/tensors.h"
 #include "tests/testing/tolerance.h"
 
@@ -39,20 +38,15 @@ void CheckAgainstTheWholeVocabulary(const testing::Backend& c) {
   const int64_t vocab = kVocab / (*tp)->size(), vocab_begin = (*tp)->rank() * vocab;
   const Tensor logits = testing::Random({kTokens, kVocab}, c.dtype, 41, -4, 4);  // every rank's
   const Tensor labels = Labels();
-  Tensor loss_ref = Tensor::Empty({kTokens}, DType::kF64),
-         lse = Tensor::Empty({kTokens}, DType::kF64);
-  reference::CrossEntropyForward(testing::Cast(logits, DType::kF64), labels, loss_ref, lse);
-  Tensor grad_ref = testing::Cast(logits, DType::kF64);  // [N, V]
-  reference::CrossEntropyBackward(grad_ref, labels, lse, kGradScale);
-  double sum_ref = 0;
-  for (const double l : reference::ToDoubles(loss_ref)) sum_ref += l;
+  const testing::CrossEntropyReference ref =
+      testing::ReferenceCrossEntropy(logits, labels, kGradScale);
 
   // This rank's columns [vocab_begin, vocab_begin + V/TP) on the backend, replaced by the gradient.
   Tensor shard = testing::ToDevice(testing::SliceAlong(logits, 1, vocab_begin, vocab), c.device);
   const double sum = SoftmaxCrossEntropySum(testing::ContextFor(c.device), **tp, shard, labels,
                                             vocab_begin, kGradScale);
-  EXPECT_NEAR(sum, sum_ref, testing::kF32RelTol * sum_ref);  // summed in f32 on every path
-  EXPECT_TRUE(testing::AllClose(shard, testing::SliceAlong(grad_ref, 1, vocab_begin, vocab),
+  EXPECT_NEAR(sum, ref.sum, testing::kF32RelTol * ref.sum);  // summed in f32 on every path
+  EXPECT_TRUE(testing::AllClose(shard, testing::SliceAlong(ref.gradient, 1, vocab_begin, vocab),
                                 testing::RelTolerance(c.dtype), "gradient slice"));
 }
 
