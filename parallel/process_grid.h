@@ -59,8 +59,9 @@ class ProcessGrid {
                                                              CommBackend backend,
                                                              const CommunicatorOptions& options,
                                                              const Context& ctx);
-  // One process: every group is this process alone (parallel/self_communicator.h), so that code
-  // treats one process as any other layout. `spec` must be for world size 1; validated as Create's.
+  // One process: every group is this process alone (parallel/comm/self_communicator.h), so that
+  // code treats one process as any other layout. `spec` must be for world size 1; validated as
+  // Create's.
   static absl::StatusOr<std::unique_ptr<ProcessGrid>> Single(const GridSpec& spec,
                                                              const Context& ctx);
 

@@ -641,7 +641,8 @@ absl::Status Trainer::Run() {
     if (agreed.background_save_written) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
     const int signal = agreed.preemption_signal;
     // After a stop signal, a collective that waits far longer than any iteration took means a
-    // rank is gone (parallel/stop_deadline.h); once every rank agreed, the save waits as usual.
+    // rank is gone (parallel/comm/stop_deadline.h); once every rank agreed, the save waits as
+    // usual.
     slowest_iteration = std::max(slowest_iteration, SecondsSince(iteration_start));
     parallel::SetStopGraceSeconds(std::max(60.0, 3 * slowest_iteration));
     if (signal != 0) {

@@ -144,8 +144,7 @@ std::string CommandLine::ExplainExtra(const CLI::App& command, const std::string
   return absl::StrCat("unknown option \"", option, "\" for ", name, DidYouMean(option, options));
 }
 
-std::string CommandLine::Explain(const CLI::ParseError& error,
-                                 const std::vector<std::string>& args) const {
+std::string CommandLine::Explain(const CLI::ParseError& error) const {
   const std::string message = error.what();
   const auto chosen = app_.get_subcommands();
   if (chosen.empty()) return message;
@@ -177,9 +176,6 @@ std::string CommandLine::Explain(const CLI::ParseError& error,
     const CLI::Option* spec = FindOption(command, option);
     const auto what = spec == nullptr ? what_.end() : what_.find(spec);
     const std::string value = what == what_.end() ? "a value" : what->second;
-    for (const std::string& arg : args) {
-      if (arg == option + "=") return absl::StrCat(name, " ", option, " is empty: give ", value);
-    }
     if (message.find("missing") != std::string::npos) {
       return absl::StrCat(option, " needs a value (", value, ")");
     }
@@ -189,7 +185,17 @@ std::string CommandLine::Explain(const CLI::ParseError& error,
 }
 
 int CommandLine::Run(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
+  // "--x=" gives --x an empty value (CLI11 would take the next argument as it).
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.starts_with("--") && arg.size() > 3 && arg.ends_with("=")) {
+      args.push_back(arg.substr(0, arg.size() - 1));
+      args.emplace_back();
+    } else {
+      args.push_back(arg);
+    }
+  }
   std::vector<std::string> commands;
   for (const CLI::App* command : app_.get_subcommands({})) commands.push_back(command->get_name());
   if (args.empty()) {
@@ -199,18 +205,23 @@ int CommandLine::Run(int argc, char** argv) {
     std::printf("%s", app_.help().c_str());
     return 0;
   }
-  if (!args[0].starts_with("-") &&
-      std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
+  const bool help = args[0] == "-h" || args[0] == "--help";  // CLI11 prints it
+  if (args[0].starts_with("-") && !help) {
+    return UsageError(absl::StrCat("unknown option \"", args[0],
+                                   "\": give a command first: ", absl::StrJoin(commands, ", ")));
+  }
+  if (!help && std::find(commands.begin(), commands.end(), args[0]) == commands.end()) {
     return UsageError(absl::StrCat("unknown command \"", args[0], "\"",
                                    DidYouMean(args[0], commands),
                                    "; the commands: ", absl::StrJoin(commands, ", ")));
   }
   try {
-    app_.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them backwards
+    app_.parse(reversed);
   } catch (const CLI::CallForHelp& help) {
     return app_.exit(help);
   } catch (const CLI::ParseError& error) {
-    return UsageError(Explain(error, args));
+    return UsageError(Explain(error));
   }
   return runs_.at(app_.get_subcommands().front())();
 }

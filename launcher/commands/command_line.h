@@ -68,7 +68,7 @@ class CommandLine {
 
  private:
   // The usage error of a CLI11 parse error, in this command line's words.
-  std::string Explain(const CLI::ParseError& error, const std::vector<std::string>& args) const;
+  std::string Explain(const CLI::ParseError& error) const;
   std::string ExplainExtra(const CLI::App& command, const std::string& extra) const;
   const CLI::Option* FindOption(const CLI::App& command, const std::string& name) const;
 

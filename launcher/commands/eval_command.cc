@@ -123,7 +123,7 @@ struct EvalArguments {
   bool needle = false;                    // --needle
   NeedleOptions needle_grid;              // its grid
   bool grid_options = false;              // whether a valued option of the grid was given
-  // The model alone (one process; JOB may be a model directory), not the job's held-out sets.
+  // The model alone (JOB may be a model directory), not the job's held-out sets.
   bool scores() const { return !score.data.empty() || !score.text.empty() || needle; }
 };
 
@@ -214,14 +214,14 @@ int EvaluateNeedle(const EvalArguments& a, const config::JobConfig& job) {
 // --data / --text: the corpus scored, the model split over the processes of a launcher (`tp`);
 // rank 0 reports.
 int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
-                   parallel::Communicator* tp) {
-  const bool reports = tp == nullptr || tp->rank() == 0;
+                   parallel::Communicator& tp) {
+  const bool reports = tp.rank() == 0;
   if (!a.json.empty() && reports) {
     if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
   }
   ScoreOptions score = a.score;
   score.checkpoint = a.checkpoint;
-  const absl::StatusOr<ScoreReport> report = ScoreData(job, score, tp);
+  const absl::StatusOr<ScoreReport> report = ScoreData(job, score, &tp);
   if (!report.ok()) {
     std::vector<std::string> paths = RelativePathsOf(job);
     paths.insert(paths.end(), {a.score.data, a.score.text});
@@ -261,7 +261,7 @@ int Eval(const EvalArguments& a) {
   if (a.scores()) {
     return RunSplitOverProcesses(
         "eval --data / --text", [&a] { return ModelAloneJob(a); },
-        [&a](const config::JobConfig& job, parallel::Communicator* tp) {
+        [&a](const config::JobConfig& job, parallel::Communicator& tp) {
           return EvaluateCorpus(a, job, tp);
         });
   }
@@ -326,7 +326,8 @@ void AddEvalCommand(CommandLine& line) {
       "eval", "the held-out loss of the job's model, or any model's on a corpus",
       "The model: the latest checkpoint in checkpoint.dir, else model.hf_dir or the seed's\n"
       "initialisation. Losses in full precision with perplexity (and passkey retrieval). With\n"
-      "--data, --text or --needle: one process, and JOB may be a Hugging Face model directory;\n"
+      "--data, --text or --needle, JOB may be a Hugging Face model directory; --needle runs one\n"
+      "process, --data and --text split the model over mpirun's processes (tensor parallelism);\n"
       "every token of the corpus is scored once, in windows of --seq-length or sliding at\n"
       "--stride.",
       [a] { return Eval(*a); });

@@ -106,8 +106,8 @@ struct GenerateArguments {
 };
 
 // The prompts (with --prompt-file's lines), then on world rank 0 one JSON line per prompt on
-// stdout. `tp`: the group the model is split over (nullptr: one process).
-int Generate(GenerateArguments a, const config::JobConfig& job, parallel::Communicator* tp) {
+// stdout. `tp`: the group the model is split over (one rank: this process holds it whole).
+int Generate(GenerateArguments a, const config::JobConfig& job, parallel::Communicator& tp) {
   if (!a.prompt_file.empty()) {
     const absl::StatusOr<std::string> text =
         io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
@@ -118,9 +118,9 @@ int Generate(GenerateArguments a, const config::JobConfig& job, parallel::Commun
   }
   models::GenerationTiming timing;
   const absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(job, a.options, &timing, tp);
+      GenerateFromJob(job, a.options, &timing, &tp);
   if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), job));
-  if (tp != nullptr && tp->rank() != 0) return 0;  // every rank generated the same tokens
+  if (tp.rank() != 0) return 0;  // every rank generated the same tokens
   for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
   std::fflush(stdout);  // the lines, then the log's summary
   KLOG(INFO) << absl::StrFormat(
@@ -137,7 +137,7 @@ int RunGenerate(const GenerateArguments& a) {
   }
   return RunSplitOverProcesses(
       "generate", [&a] { return LoadJobConfig(a.job.path, a.job.overrides); },
-      [&a](const config::JobConfig& job, parallel::Communicator* tp) {
+      [&a](const config::JobConfig& job, parallel::Communicator& tp) {
         return Generate(a, job, tp);
       });
 }
@@ -149,8 +149,9 @@ void AddGenerateCommand(CommandLine& line) {
   GenerateOptions& o = a->options;
   CLI::App* command = line.AddCommand(
       "generate", "text from the job's model, one JSON line per prompt",
-      "The weights: the job's checkpoint, else model.hf_dir's; one process on the CPU with a KV\n"
-      "cache. Text prompts and --stop need model.hf_dir's tokenizer.json.",
+      "The weights: the job's checkpoint, else model.hf_dir's; on the CPU with a KV cache, one\n"
+      "process or, under mpirun / srun, the model split over the processes (tensor parallelism).\n"
+      "Text prompts and --stop need model.hf_dir's tokenizer.json.",
       [a] { return RunGenerate(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",

@@ -39,7 +39,8 @@ void CollectTemperatureHistograms(const models::LlamaModel& model, NeedleReport&
   const models::LlamaConfig& arch = model.config();
   report.temperatures.resize(arch.num_layers);
   for (int64_t l = 0; l < arch.num_layers; ++l) {
-    const Tensor& alpha = model.layer_weights(l).ssa.alpha;  // undefined without the position term
+    // alpha exists with the query temperature; it shapes tau^q only with the position term.
+    const Tensor alpha = arch.ssa->position_aware ? model.layer_weights(l).ssa.alpha : Tensor();
     report.temperatures[l].sigma_alpha =
         ssa::ComputeTemperatureStatistics(Context::Cpu(), Tensor(), Tensor(), alpha).sigma_alpha;
   }

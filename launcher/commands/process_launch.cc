@@ -4,12 +4,19 @@
 
 #include <mpi.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "core/status.h"
 #include "launcher/config/job_config.h"
 #include "parallel/comm/communicator_factory.h"
+#include "parallel/comm/self_communicator.h"
+#include "parallel/process_grid.h"
 #include "parallel/rank_discovery.h"
-#include "training/job/job_plan.h"
 #include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
@@ -42,24 +49,32 @@ int UnderMpi(const std::function<int(int world_rank, int world_size)>& run) {
   return result;
 }
 
-// The model's tensor-parallel split over `world_size` processes: an error naming what does not
-// divide.
+// The model's tensor-parallel split over `world_size` processes (the job's own layout and batch
+// play no part; a model directory has none): an error naming what does not divide.
 absl::Status CheckSplit(const std::string& command, const config::JobConfig& job, int world_size) {
-  config::JobConfig split = job;  // every process one tensor-parallel rank
-  config::ParallelConfig& p = *split.mutable_parallel();
-  p.set_tensor_parallel(world_size);
-  p.set_context_parallel(1);
-  p.set_pipeline_parallel(1);
-  p.set_data_parallel(1);
-  p.set_sequence_parallel(false);
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
                           training::ResolveModelArchitecture(job.model()));
-  const absl::StatusOr<parallel::GridSpec> spec = training::GridSpecOf(split, arch, world_size);
-  if (spec.ok()) return absl::OkStatus();
+  parallel::GridSpec spec;  // every process one tensor-parallel rank; the other counts 1
+  spec.world_size = spec.tensor_parallel = world_size;
+  spec.num_attention_heads = arch.num_attention_heads;
+  spec.num_key_value_heads = arch.num_key_value_heads;
+  spec.num_layers = arch.num_layers;
+  std::vector<std::string> problems;
+  if (const absl::Status valid = parallel::ValidateGridSpec(spec); !valid.ok()) {
+    problems.emplace_back(valid.message());
+  }
+  for (const auto& [name, size] : {std::pair{"intermediate_size", arch.intermediate_size},
+                                   std::pair{"vocab_size", arch.vocab_size}}) {
+    if (size % world_size != 0) {
+      problems.push_back(
+          absl::StrCat(world_size, " does not divide the model's ", name, "=", size));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       command, " on ", world_size,
       " processes splits the model over all of them (tensor parallelism), and ",
-      spec.status().message(), ": start it on another process count, or as one process"));
+      absl::StrJoin(problems, "; "), ": start it on another process count, or as one process"));
 }
 
 }  // namespace
@@ -80,7 +95,8 @@ int RunSplitOverProcesses(const std::string& command,
   if (!processes.ok()) return Fail(processes.status());
   if (*processes == 1) {
     const absl::StatusOr<config::JobConfig> job = load();
-    return job.ok() ? run(*job, nullptr) : Fail(job.status());
+    parallel::SelfCommunicator whole("tp", 0, Context::Cpu());
+    return job.ok() ? run(*job, whole) : Fail(job.status());
   }
   return UnderMpi([&](int, int world_size) {
     const absl::StatusOr<config::JobConfig> job = load();
@@ -88,12 +104,14 @@ int RunSplitOverProcesses(const std::string& command,
     if (const absl::Status split = CheckSplit(command, *job, world_size); !split.ok()) {
       return Fail(split);
     }
-    parallel::CommunicatorOptions options;
-    options.timeout_seconds = job->parallel().collective_timeout_seconds();
+    parallel::CommunicatorOptions options;  // a model directory's job sets no timeout: the default
+    if (job->parallel().collective_timeout_seconds() > 0) {
+      options.timeout_seconds = job->parallel().collective_timeout_seconds();
+    }
     absl::StatusOr<std::unique_ptr<parallel::Communicator>> tp = parallel::CreateCommunicator(
         parallel::CommBackend::kMpi, MPI_COMM_WORLD, "tp", options, Context::Cpu());
     if (!tp.ok()) return Fail(tp.status());
-    return run(*job, tp->get());
+    return run(*job, **tp);
   });
 }
 

@@ -1,5 +1,6 @@
-// How the commands run under a launcher: on every rank with MPI (train, eval), or as one process
-// that only rank 0 of an mpirun / srun job carries out (convert, generate, eval of a model alone).
+// How the commands run under a launcher: on every rank with MPI (train, eval), split over the ranks
+// by tensor parallelism (generate, eval --data), or as one process that only rank 0 of an mpirun /
+// srun job carries out (convert, eval --needle).
 #pragma once
 
 #include <functional>
@@ -22,11 +23,11 @@ int RunOnRankZero(const std::function<int()>& run);
 // How many processes the launcher (mpirun, srun) started: 1 without one.
 absl::StatusOr<int> LaunchedProcesses();
 
-// A forward-only command (generate, eval --data) on the processes the launcher started: one
-// process runs `run`(job, nullptr); several split the model over all of them by tensor
-// parallelism (checked against the model: an error naming the split and `command`), each rank
-// running `run`(job, the world's group). `load` gives the job (a job file or a model directory).
-using SplitRun = std::function<int(const config::JobConfig& job, parallel::Communicator* tp)>;
+// A forward-only command (generate, eval --data) on the processes the launcher started, the model
+// split over all of them by tensor parallelism (checked against the model: an error naming the
+// split and `command`): each rank runs `run`(job, the group: one process's own, else the world's).
+// `load` gives the job (a job file or a model directory).
+using SplitRun = std::function<int(const config::JobConfig& job, parallel::Communicator& tp)>;
 int RunSplitOverProcesses(const std::string& command,
                           const std::function<absl::StatusOr<config::JobConfig>()>& load,
                           const SplitRun& run);

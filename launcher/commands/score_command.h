@@ -1,6 +1,6 @@
 // `kelvin eval MODEL_OR_JOB --data PATH | --text FILE`: a model's loss and perplexity on a corpus
-// with nothing but the model's settings (no training data, optimizer or batch), one process on the
-// CPU.
+// with nothing but the model's settings (no training data, optimizer or batch), on the CPU: one
+// process, or under mpirun / srun the model split over the processes (tensor parallelism).
 #pragma once
 
 #include <string>

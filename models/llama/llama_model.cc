@@ -475,9 +475,11 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
       statistics_micro_batch_ == kEveryMicroBatch || slot.micro_batch == statistics_micro_batch_;
   if (config_.ssa.has_value() && record) {  // kept per layer: recompute may drop the temperatures
     temperature_statistics_.resize(static_cast<size_t>(stage_.num_local_layers()));
-    // On CUDA reduced on the device; alpha as used here (undefined with the position term off).
+    // On CUDA reduced on the device. alpha exists with the query temperature; it shapes tau^q only
+    // with the position term.
+    const Tensor alpha = attention_options_.position_aware ? w.ssa.alpha : Tensor();
     temperature_statistics_[LocalLayer(layer)] =
-        ssa::ComputeTemperatureStatistics(ctx, a.tau_q, a.tau_v, w.ssa.alpha);
+        ssa::ComputeTemperatureStatistics(ctx, a.tau_q, a.tau_v, alpha);
   }
   Linear(ctx, a.attn.View({n, -1}), w.o, scratch_.proj);
   ops::Add(ctx, a.x, ReduceTokens(scratch_.proj), a.x_mid);

@@ -1,6 +1,6 @@
 // Communicator: the collectives and point-to-point transfers of one process group over Kelvin
-// tensors, whatever the backend (MPI in parallel/mpi_communicator.h, NCCL in
-// parallel/nccl_communicator.h). No call hangs: one that does not complete within the timeout
+// tensors, whatever the backend (MPI in parallel/comm/mpi_communicator.h, NCCL in
+// parallel/comm/nccl_communicator.h). No call hangs: one that does not complete within the timeout
 // aborts the job with a message naming the operation, the group and the ranks that did not arrive.
 #pragma once
 

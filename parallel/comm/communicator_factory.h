@@ -1,6 +1,6 @@
 // Making communicators: over an MPI communicator's members, with the MPI or NCCL backend. Kept
-// apart from the Communicator interface (parallel/communicator.h) so that code which only uses a
-// group (the models) does not depend on MPI.
+// apart from the Communicator interface (parallel/comm/communicator.h) so that code which only uses
+// a group (the models) does not depend on MPI.
 #pragma once
 
 #include <mpi.h>

@@ -115,7 +115,7 @@ void DivideInPlace(Tensor& host, int divisor) {
 enum class WaitResult { kDone, kTimedOut, kStopped };
 
 // Polls `requests` until all complete, `deadline` passes, or a stop signal's grace ran out
-// (parallel/stop_deadline.h); answers liveness probes meanwhile; yields the core while waiting
+// (parallel/comm/stop_deadline.h); answers liveness probes meanwhile; yields the core while waiting
 // (ranks are often oversubscribed in tests) and sleeps briefly once a wait grows long.
 WaitResult WaitAllUntil(std::vector<MPI_Request>& requests, Clock::time_point deadline) {
   for (int polls = 0;; ++polls) {

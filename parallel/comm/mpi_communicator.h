@@ -56,7 +56,7 @@ class MpiCommunicator final : public Communicator {
   std::string DescribeArrivals(const Call& call, std::vector<MPI_Request>& arrival_receives);
   // How long a timed-out rank probes the others, and lingers before it aborts.
   std::chrono::steady_clock::duration ProbeGrace() const;
-  // Why a wait ended after a stop signal's grace (parallel/stop_deadline.h).
+  // Why a wait ended after a stop signal's grace (parallel/comm/stop_deadline.h).
   std::string StoppedText() const;
 
   MPI_Comm DuplicateWithErrorsReturned(MPI_Comm comm);

@@ -1,7 +1,8 @@
 // One table of op cases run on every backend: each case's op against its naive f64 reference
 // (on the same inputs, rounded to the backend's dtype) within the dtype's tolerance, outputs
-// written inside guard elements that must stay untouched, and on cpu_f64 each backward's
-// gradients against central finite differences of the reference forward.
+// written inside guard elements that must stay untouched, and on cpu_f64 each backward with a
+// probe loss against central finite differences of the reference forward (the embedding's
+// backward, a scatter-add, is checked against its reference only).
 #include <gtest/gtest.h>
 
 #include <functional>

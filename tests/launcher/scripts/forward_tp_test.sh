@@ -48,6 +48,13 @@ for np in 2 4; do
   awk -v a="$(loss "$dir/score$np.log")" -v b="$one" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }' ||
     fail "eval --data on $np ranks: loss $(loss "$dir/score$np.log"), one process $one"
 done
+# The same corpus scored from a Hugging Face directory (a job of the model alone) on 2 ranks.
+"$kelvin" convert "$job" --set checkpoint.dir=\""$dir/ckpt"\" --out "$dir/hf" > "$dir/convert.log" 2>&1 ||
+  fail "convert: $(tail -n 1 "$dir/convert.log")"
+"$mpiexec" -np 2 --oversubscribe "$kelvin" eval "$dir/hf" --data "$dir/corpus.int32" --seq-length 64 \
+  > "$dir/score_hf.log" 2>&1 || fail "eval of a model directory on 2 ranks: $(grep 'kelvin:' "$dir/score_hf.log" | head -n 1)"
+awk -v a="$(loss "$dir/score_hf.log")" -v b="$one" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }' ||
+  fail "eval of a model directory on 2 ranks: loss $(loss "$dir/score_hf.log"), one process $one"
 
 [ "$failed" -eq 0 ] && echo "PASS"
 exit "$failed"
