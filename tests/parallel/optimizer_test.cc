@@ -10,8 +10,8 @@
 #include "core/copy.h"
 #include "core/ops/elementwise.h"
 #include "core/optim/adamw_optimizer.h"
-#include "parallel/distributed_adamw.h"
 #include "parallel/comm/self_communicator.h"
+#include "parallel/distributed_adamw.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 

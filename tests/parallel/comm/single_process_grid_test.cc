@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "parallel/process_grid.h"
 #include "parallel/comm/self_communicator.h"
+#include "parallel/process_grid.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 
