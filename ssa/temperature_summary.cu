@@ -15,12 +15,12 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 256;
 
-// Pass 1 (`center` NaN): each block's sum, min and max of x. Pass 2: each block's sum of
+// Pass 1: each block's sum, min and max of x. Pass 2 (`squares`): each block's sum of
 // (x - center)^2 in the first slot. partials [blocks, 3] f64.
 __global__ void __launch_bounds__(kThreads)
-    SummaryPartialsKernel(const float* x, int64_t n, double center, double* partials) {
+    SummaryPartialsKernel(const float* x, int64_t n, bool squares, double center,
+                          double* partials) {
   __shared__ double sums[kThreads], lows[kThreads], highs[kThreads];
-  const bool squares = !isnan(center);
   double sum = 0, low = INFINITY, high = -INFINITY;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -52,12 +52,13 @@ __global__ void __launch_bounds__(kThreads)
 struct Totals {
   double sum = 0, low = INFINITY, high = -INFINITY;
 };
-Totals RunPass(const Context& ctx, const Tensor& tau, double center, Tensor& partials) {
+Totals RunPass(const Context& ctx, const Tensor& tau, bool squares, double center,
+               Tensor& partials) {
   const int64_t n = tau.numel();
   const unsigned blocks =
       static_cast<unsigned>(std::min<int64_t>(kMaxBlocks, cuda_utils::CeilDiv(n, kThreads)));
-  SummaryPartialsKernel<<<blocks, kThreads, 0, StreamOf(ctx)>>>(tau.data<float>(), n, center,
-                                                                partials.data<double>());
+  SummaryPartialsKernel<<<blocks, kThreads, 0, StreamOf(ctx)>>>(tau.data<float>(), n, squares,
+                                                                center, partials.data<double>());
   KELVIN_CUDA_CHECK_LAUNCH();
   const Tensor host = CopyToDevice(ctx, partials, Device::Cpu());  // [kMaxBlocks, 3]
   Totals totals;
@@ -76,12 +77,13 @@ TemperatureSummary SummarizeTemperatures(const Context& ctx, const Tensor& tau) 
   TemperatureSummary s;
   if (tau.numel() == 0) return s;
   Tensor partials = Tensor::Empty({kMaxBlocks, 3}, DType::kF64, ctx.device());
-  const Totals first = RunPass(ctx, tau, NAN, partials);
+  const Totals first = RunPass(ctx, tau, /*squares=*/false, 0.0, partials);
   s.count = tau.numel();
   s.mean = first.sum / static_cast<double>(s.count);
   s.min = first.low;
   s.max = first.high;
-  s.std = std::sqrt(RunPass(ctx, tau, s.mean, partials).sum / static_cast<double>(s.count));
+  s.std = std::sqrt(RunPass(ctx, tau, /*squares=*/true, s.mean, partials).sum /
+                    static_cast<double>(s.count));
   return s;
 }
 

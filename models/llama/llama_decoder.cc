@@ -126,7 +126,7 @@ Tensor LlamaDecoder::GatherVocabulary(const Tensor& local) {
   const Context& ctx = model_->context();
   const int64_t rows = local.dim(0), vocab = local.dim(1), ranks = tp.size();
   // Every rank's slice [TP][N][V / TP] on the host, then each row's slices side by side.
-  const Tensor mine = CopyToDevice(ctx, local, Device::Cpu());
+  const Tensor mine = local.is_cpu() ? local : CopyToDevice(ctx, local, Device::Cpu());
   Tensor slices = Tensor::Empty({ranks * rows * vocab}, local.dtype());
   tp.AllGather(mine.View({-1}), slices);
   Tensor full = Tensor::Empty({rows, ranks * vocab}, local.dtype());  // [N, V]
@@ -139,7 +139,7 @@ Tensor LlamaDecoder::GatherVocabulary(const Tensor& local) {
                   from + (r * rows + row) * vocab * element, vocab * element);
     }
   }
-  return CopyToDevice(ctx, full, ctx.device());
+  return ctx.is_cuda() ? CopyToDevice(ctx, full, ctx.device()) : full;
 }
 
 void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x) {
