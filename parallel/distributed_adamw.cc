@@ -1,5 +1,5 @@
-// ZeRO-1 on the parameters' device: reduce-scatter of the padded flat gradients, AdamW on this
-// rank's shard of the master weights, all-gather of the master shards through the gradient
+// ZeRO-1 on the parameters' device: AdamW on this rank's shard of the master weights (whose
+// gradients GradientBuckets reduce-scattered), all-gather of the master shards through the gradient
 // buffers into every rank's model.
 #include "parallel/distributed_adamw.h"
 
@@ -79,15 +79,6 @@ int64_t DistributedAdamW::MasterShardBytes() const {
       bytes += static_cast<int64_t>(s.master.nbytes());
   }
   return bytes;
-}
-
-void DistributedAdamW::ReduceGradients() {
-  for (int g = 0; g < kNumParamGroups; ++g) {
-    GroupShard& s = groups_[g];
-    if (s.elements == 0) continue;
-    // The tail [E, D*S) is zero: Allocate zeroed it, the all-gathers leave it zero.
-    dp_.ReduceScatter(params_.padded_grads(static_cast<ParamGroup>(g)), s.grad, ReduceOp::kSum);
-  }
 }
 
 double DistributedAdamW::GradientSumOfSquares(const CountsTowardsNorm& counts) {

@@ -20,7 +20,7 @@ namespace kelvin::parallel {
 
 // Each parameter group's flat gradient buffer of E elements lies in a zero-padded one of D*S
 // (S = ceil(E / D); ParameterSet::Allocate with gradient_shards D) that is reduce-scattered
-// (summed) in place, so that rank r holds the reduced gradient of its contiguous shard
+// (summed, by GradientBuckets), so that rank r holds the reduced gradient of its contiguous shard
 // [r*S, min((r+1)*S, E)); the updated shards are all-gathered through the then free gradient
 // buffer. With a model copy (bf16 training, or the CPU tests' separate f32 masters) the f32 masters
 // are sharded too: this rank keeps its [S] shard and the whole masters exist only while gathered
@@ -34,9 +34,11 @@ class DistributedAdamW final : public Optimizer {
   // initialised or loaded into the gradient buffers, which it then clears for the first step).
   DistributedAdamW(ParameterSet& params, const AdamWSettings& settings, Communicator& dp);
 
-  // Reduce-scatters every rank's accumulated gradients into this rank's shards (the full
-  // gradient buffers are left as they were until Step).
-  void ReduceGradients() override;
+  // Where the step's reduction (GradientBuckets) leaves the sum over the group of rank r's
+  // shard [r S, (r + 1) S) of group's padded gradient buffer: this rank's [S] tensor, and S
+  // (0 for an empty group). The full gradient buffers are left as they were until Step.
+  Tensor& ReducedShard(ParamGroup group) { return groups_[static_cast<int>(group)].grad; }
+  int64_t ShardElements(ParamGroup group) const { return groups_[static_cast<int>(group)].shard; }
   // Over this rank's reduced shards, summed over the DP group.
   double GradientSumOfSquares(const CountsTowardsNorm& counts) override;
   void ScaleGradients(double coefficient) override;  // the reduced shards

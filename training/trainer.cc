@@ -130,19 +130,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
   const config::OptimizerConfig& opt = job.optimizer();
   const AdamWSettings settings{opt.beta1(), opt.beta2(), opt.eps(), opt.weight_decay(),
                                arch.ssa.has_value() ? arch.ssa->temperature_lr_scale : 1.0};
+  ParameterSet& params = trainer->model_->parameters();
   parallel::Communicator& replicas = grid->dp_cp();
+  parallel::DistributedAdamW* zero = nullptr;
   if (distributed_optimizer) {
-    trainer->optimizer_ = std::make_unique<parallel::DistributedAdamW>(
-        trainer->model_->parameters(), settings, replicas);
+    auto sharded = std::make_unique<parallel::DistributedAdamW>(params, settings, replicas);
+    zero = sharded.get();
+    trainer->optimizer_ = std::move(sharded);
   } else {
-    GradientAllReduce all_reduce;  // one replica: nothing to sum
-    if (replicas.size() > 1) {
-      all_reduce = [&replicas](Tensor& grads) {
-        replicas.AllReduce(grads, parallel::ReduceOp::kSum);
-      };
-    }
-    trainer->optimizer_ = std::make_unique<AdamWOptimizer>(trainer->model_->parameters(), settings,
-                                                           std::move(all_reduce));
+    trainer->optimizer_ = std::make_unique<AdamWOptimizer>(params, settings);
+  }
+  if (replicas.size() > 1) {
+    trainer->gradient_buckets_ = std::make_unique<parallel::GradientBuckets>(
+        params, replicas,
+        parallel::PlanGradientBuckets(params, trainer->model_->gradient_units().parameters,
+                                      job.parallel().grad_bucket_elements()),
+        job.parallel().overlap_grad_reduce(), zero);
+    trainer->model_->ReportFinishedGradients(
+        static_cast<int>(trainer->micro_batches_),
+        [buckets = trainer->gradient_buckets_.get()](int unit) { buckets->Finished(unit); });
   }
   KELVIN_RETURN_IF_ERROR(trainer->Resume(test.run_id));
   return trainer;
@@ -225,6 +231,12 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     stats.loss += loss;  // in micro-batch order on every layout
   }
   stats.micro_batch_seconds = SecondsSince(micro_batches_start);
+  {
+    // What the backward did not finish and start already (gradient_buckets_).
+    const ProfileRange reduction("gradient reduction");
+    model_->FinishGradients();
+    if (gradient_buckets_ != nullptr) gradient_buckets_->Wait();
+  }
   for (const data::Batch& batch : batches) stats.tokens += batch.tokens.numel();
   stats.loss = FromLastStage(SumOverReplicas(stats.loss)) / static_cast<double>(labelled);
   if (!std::isfinite(stats.loss)) {
@@ -232,11 +244,6 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
                                             ": training diverged; lower optimizer.lr (now ",
                                             job_.optimizer().lr(),
                                             ") or raise lr_schedule.warmup_steps"));
-  }
-  {
-    const ProfileRange reduction("gradient reduction");
-    model_->FinishGradients();
-    optimizer_->ReduceGradients();
   }
   stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
   KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step + 1, stats.loss, stats.grad_norm,

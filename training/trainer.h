@@ -14,6 +14,7 @@
 #include "core/optim/adamw_optimizer.h"
 #include "core/optim/optimizer.h"
 #include "models/llama/memory_plan.h"
+#include "parallel/gradient_buckets.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/process_grid.h"
 #include "training/checkpoint/async_checkpoint_saver.h"
@@ -252,6 +253,9 @@ class Trainer {
   // AdamW over the whole parameters, or ZeRO-1 over the data-parallel group
   // (parallel.distributed_optimizer).
   std::unique_ptr<Optimizer> optimizer_;
+  // The sum of the gradients over the data-parallel (and context-parallel) replicas, in buckets
+  // started as the backward finishes them (parallel.overlap_grad_reduce); null for one replica.
+  std::unique_ptr<parallel::GradientBuckets> gradient_buckets_;
   int64_t micro_batches_ = 1;                           // per step (gradient accumulation)
   std::unique_ptr<parallel::PipelineRunner> pipeline_;  // this rank's program (one stage's too)
   std::unique_ptr<TensorBoardWriter> tensorboard_;      // on world rank 0 with tensorboard_dir

@@ -2,7 +2,6 @@
 #include "core/optim/adamw_optimizer.h"
 
 #include <algorithm>
-#include <utility>
 
 #include "core/copy.h"
 #include "core/ops/elementwise.h"
@@ -17,9 +16,8 @@ ops::AdamWHyperParams GroupHyperParams(const AdamWSettings& settings, ParamGroup
   return hp;
 }
 
-AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings,
-                               GradientAllReduce sum_over_replicas)
-    : params_(params), settings_(settings), sum_over_replicas_(std::move(sum_over_replicas)) {
+AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings)
+    : params_(params), settings_(settings) {
   KELVIN_CHECK(params.allocated()) << "AdamWOptimizer needs allocated parameters";
   KELVIN_CHECK(!params.masters_sharded())
       << "AdamWOptimizer needs whole master weights: allocate with gradient_shards 1, or step "
@@ -29,14 +27,6 @@ AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settin
     if (!masters.defined()) continue;
     m_[g] = Zeros(params.context(), masters.shape(), masters.dtype());
     v_[g] = Zeros(params.context(), masters.shape(), masters.dtype());
-  }
-}
-
-void AdamWOptimizer::ReduceGradients() {
-  if (!sum_over_replicas_) return;
-  for (int g = 0; g < kNumParamGroups; ++g) {
-    Tensor& grads = params_.grads(static_cast<ParamGroup>(g));
-    if (grads.defined()) sum_over_replicas_(grads);
   }
 }
 

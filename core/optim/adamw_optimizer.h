@@ -5,7 +5,6 @@
 // master weights (their dtype and device); a model copy is refreshed by every step.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,16 +31,12 @@ std::vector<OptimizerSpan> OptimizerSpansOf(const ParameterSet& params, ParamGro
                                             int64_t begin, const Tensor& master, const Tensor& m,
                                             const Tensor& v);
 
-// Sums a flat gradient buffer over the data-parallel replicas, in place (a collective).
-using GradientAllReduce = std::function<void(Tensor& gradients)>;
-
 class AdamWOptimizer final : public Optimizer {
  public:
-  // `sum_over_replicas` reduces the gradients (nothing to do for one replica: leave it empty).
-  AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings,
-                 GradientAllReduce sum_over_replicas = {});
+  // Over data-parallel replicas the gradients are summed before GradientSumOfSquares
+  // (parallel::GradientBuckets), in place.
+  AdamWOptimizer(ParameterSet& params, const AdamWSettings& settings);
 
-  void ReduceGradients() override;
   double GradientSumOfSquares(const CountsTowardsNorm& counts) override;
   void ScaleGradients(double coefficient) override;
   // One step at learning rate `lr` from the accumulated gradients (the caller zeroes them after).
@@ -61,7 +56,6 @@ class AdamWOptimizer final : public Optimizer {
  private:
   ParameterSet& params_;
   AdamWSettings settings_;
-  GradientAllReduce sum_over_replicas_;
   Tensor m_[kNumParamGroups], v_[kNumParamGroups];  // [group elements] moments
   int64_t steps_ = 0;
 };

@@ -1,7 +1,8 @@
 // Optimizer: what the trainer and checkpoints ask of an update rule over a ParameterSet, whoever
 // holds its state: AdamWOptimizer (every data-parallel replica the whole state) or
-// parallel::DistributedAdamW (ZeRO-1: each replica a shard). A step is ReduceGradients,
-// GradientSumOfSquares and ScaleGradients (clipping), then Step.
+// parallel::DistributedAdamW (ZeRO-1: each replica a shard). A step is, after the gradients were
+// summed over the replicas (parallel::GradientBuckets), GradientSumOfSquares and ScaleGradients
+// (clipping), then Step.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +33,6 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // Sums every data-parallel replica's accumulated gradients into the gradients this rank updates.
-  virtual void ReduceGradients() = 0;
   // The sum of squares of the reduced gradients of the parameters `counts` names, over the
   // data-parallel replicas, each element once: summed over the model-parallel groups it is the
   // squared global gradient norm. Collective over the replicas where they hold shards.

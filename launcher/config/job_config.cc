@@ -409,6 +409,8 @@ void ResolveDefaults(config::JobConfig& config) {
   if (!parallel.has_virtual_pipeline_stages()) parallel.set_virtual_pipeline_stages(1);
   if (!parallel.has_context_parallel()) parallel.set_context_parallel(1);
   if (!parallel.has_collective_timeout_seconds()) parallel.set_collective_timeout_seconds(600);
+  if (!parallel.has_overlap_grad_reduce()) parallel.set_overlap_grad_reduce(true);
+  if (!parallel.has_grad_bucket_elements()) parallel.set_grad_bucket_elements(40'000'000);
 
   config::LaunchConfig& launch = *config.mutable_launch();
   if (!launch.has_nodes()) launch.set_nodes(1);

@@ -637,6 +637,7 @@ void CheckParallel(const config::JobConfig& job, Problems& problems) {
   AtLeast(problems, "parallel.data_parallel", parallel.data_parallel(), 0);
   AtLeast(problems, "parallel.collective_timeout_seconds", parallel.collective_timeout_seconds(),
           1);
+  AtLeast(problems, "parallel.grad_bucket_elements", parallel.grad_bucket_elements(), 1);
 
   const bool interleaved = parallel.pipeline_schedule() == config::ParallelConfig::INTERLEAVED_1F1B;
   if (parallel.virtual_pipeline_stages() > 1 &&

@@ -2,7 +2,9 @@
 // import and export are in llama_model_io.cc).
 #include "models/llama/llama_model.h"
 
+#include <algorithm>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
@@ -85,6 +87,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
       ctx_, ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype)),
       ctx_.device());
   InitSsaParameters();
+  gradient_units_ = GradientUnitsOf(config, stage_);
 }
 
 void LlamaModel::Declare(const std::string& name, const Shape& full_shape, ParamGroup group) {
@@ -116,23 +119,56 @@ void LlamaModel::FinishGradients() {
         << "tied embeddings over pipeline stages need the embedding group";
     parallelism_.embedding->AllReduce(end_grads_.embedding, parallel::ReduceOp::kSum);
   }
-  parallel::Communicator* tp = tp_;
-  for (const ParameterSet::Entry& e : params_.entries()) {
-    const ParameterShard& shard = shards_.at(e.name);
-    Tensor grad = e.grad;
-    if (shard.axis < 0 && parallelism_.sequence_parallel) {
-      tp->AllReduce(grad, parallel::ReduceOp::kSum);  // each rank saw its own tokens
-    } else if (shard.replicated_kv) {
-      // Sum over the ranks sharing each KV head: every rank adds its gradient into its head's
-      // slot of a [G, ...] buffer, the group sums, each rank takes its head's slot back.
-      const int64_t g = config_.num_key_value_heads, per_head = grad.numel();
-      Tensor slots = Zeros(ctx_, {g * per_head}, grad.dtype());
-      Tensor mine = slots.Slice(layout_.kv_begin * per_head, (layout_.kv_begin + 1) * per_head);
-      CopyTensor(ctx_, grad.View({-1}), mine);
-      tp->AllReduce(slots, parallel::ReduceOp::kSum);
-      Tensor flat = grad.View({-1});
-      CopyTensor(ctx_, mine, flat);
-    }
+  if (!gradients_finished_) {
+    for (const ParameterSet::Entry& e : params_.entries()) SumPartialGradient(e);
+    return;
+  }
+  const LlamaGradientUnits& units = gradient_units_;
+  for (size_t u = 0; u < units.parameters.size(); ++u) {
+    KELVIN_CHECK(static_cast<int>(u) == units.summed_last ||
+                 backwards_done_[u] == backwards_per_step_)
+        << "gradient unit " << u << " (" << units.parameters[u].front() << ", ...) had "
+        << backwards_done_[u] << " backwards this step, not " << backwards_per_step_;
+  }
+  if (units.summed_last >= 0) FinishUnit(units.summed_last);
+  std::fill(backwards_done_.begin(), backwards_done_.end(), 0);
+}
+
+void LlamaModel::ReportFinishedGradients(int backwards_per_step,
+                                         std::function<void(int unit)> finished) {
+  KELVIN_CHECK(backwards_per_step >= 1) << "a step of " << backwards_per_step << " backwards";
+  backwards_per_step_ = backwards_per_step;
+  gradients_finished_ = std::move(finished);
+  backwards_done_.assign(gradient_units_.parameters.size(), 0);
+}
+
+void LlamaModel::BackwardDone(int unit) {
+  if (!gradients_finished_ || unit < 0) return;
+  if (++backwards_done_[static_cast<size_t>(unit)] == backwards_per_step_) FinishUnit(unit);
+}
+
+void LlamaModel::FinishUnit(int unit) {
+  for (const std::string& name : gradient_units_.parameters[static_cast<size_t>(unit)]) {
+    SumPartialGradient(params_.Get(name));
+  }
+  gradients_finished_(unit);
+}
+
+void LlamaModel::SumPartialGradient(const ParameterSet::Entry& e) {
+  const ParameterShard& shard = shards_.at(e.name);
+  Tensor grad = e.grad;
+  if (shard.axis < 0 && parallelism_.sequence_parallel) {
+    tp_->AllReduce(grad, parallel::ReduceOp::kSum);  // each rank saw its own tokens
+  } else if (shard.replicated_kv) {
+    // Sum over the ranks sharing each KV head: every rank adds its gradient into its head's
+    // slot of a [G, ...] buffer, the group sums, each rank takes its head's slot back.
+    const int64_t g = config_.num_key_value_heads, per_head = grad.numel();
+    Tensor slots = Zeros(ctx_, {g * per_head}, grad.dtype());
+    Tensor mine = slots.Slice(layout_.kv_begin * per_head, (layout_.kv_begin + 1) * per_head);
+    CopyTensor(ctx_, grad.View({-1}), mine);
+    tp_->AllReduce(slots, parallel::ReduceOp::kSum);
+    Tensor flat = grad.View({-1});
+    CopyTensor(ctx_, mine, flat);
   }
 }
 
@@ -510,14 +546,17 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
     ops::Fill(ctx, dx, 0.0);
     NormBackward(ctx, scratch_.dh, slot.outputs[chunk], end_values_.final_norm, slot.rstd_final,
                  end_grads_.final_norm, dx);
+    BackwardDone(gradient_units_.head);
   }
   for (int64_t l = c.layer_end - 1; l >= c.layer_begin; --l) {
     const ProfileRange layer(absl::StrCat("layer ", l, " backward"));
     LayerBackward(ctx, slot, l, dx);
+    BackwardDone(gradient_units_.layer[static_cast<size_t>(LocalLayer(l))]);
   }
   if (stage_.starts_model(chunk)) {
     ops::EmbeddingBackward(ctx, slot.tokens, FullTokenGradient(dx), layout_.vocab_begin,
                            end_grads_.embedding);
+    BackwardDone(gradient_units_.embedding);
   }
 }
 

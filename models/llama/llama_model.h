@@ -5,6 +5,7 @@
 // head dim, F ffn, V vocab (H, G, F, V local to the rank).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "models/llama/hf_model_directory.h"
 #include "models/llama/llama_activations.h"
 #include "models/llama/llama_config.h"
+#include "models/llama/llama_gradient_units.h"
 #include "models/llama/llama_layer_weights.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
@@ -163,8 +165,15 @@ class LlamaModel : public parallel::PipelineStage {
 
   // After the step's last Backward: sums over the TP group the gradients that are partial per
   // rank (norm weights under sequence parallelism; replicated KV heads when TP > G), and the tied
-  // embeddings' gradients of the first and last pipeline stages.
+  // embeddings' gradients of the first and last pipeline stages. With ReportFinishedGradients the
+  // units that already finished were summed then; this finishes the rest.
   void FinishGradients();
+  // The order in which a step's backward finishes this rank's gradients (GradientBuckets' units).
+  const LlamaGradientUnits& gradient_units() const { return gradient_units_; }
+  // From now on, a step being `backwards_per_step` backwards through every unit (its
+  // micro-batches): after a unit's last one its partial gradients are summed over the TP group and
+  // `finished(unit)` is called; FinishGradients finishes the unit summed over stages.
+  void ReportFinishedGradients(int backwards_per_step, std::function<void(int unit)> finished);
   // Whether this rank's tensor of parameter `name` is the one copy of its elements among the TP
   // and pipeline ranks: false for the copies of replicated parameters on all but one rank (and
   // for the last stage's tied embedding). Summing over the canonical copies counts every element
@@ -217,6 +226,13 @@ class LlamaModel : public parallel::PipelineStage {
   // [block * N/2, (block + 1) * N/2) of the query-side tensors).
   int AttentionBlocks() const;
   ssa::SsaBlockShape AttentionShape(const LlamaMicroBatchActivations& slot, int block) const;
+  // A backward of micro-batch through `unit` (-1: none) is done: counted, and the unit finished
+  // after the step's last one (ReportFinishedGradients).
+  void BackwardDone(int unit);
+  // Sums over the TP group the gradient of parameter `e` where it is partial per rank.
+  void SumPartialGradient(const ParameterSet::Entry& e);
+  // SumPartialGradient of every parameter of `unit`, then the finished report.
+  void FinishUnit(int unit);
   int64_t LocalLayer(int64_t layer) const;  // the index of layer `layer` among this rank's
   // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
   // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'
@@ -271,6 +287,11 @@ class LlamaModel : public parallel::PipelineStage {
   std::vector<LlamaLayerWeights> layer_values_, layer_grads_;
   LlamaEndWeights end_values_, end_grads_;  // this stage's embedding, final norm and LM head
   Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType, on the model's device)
+  LlamaGradientUnits gradient_units_;
+  // ReportFinishedGradients: the backwards per step, the callback, and [units] this step's count.
+  int backwards_per_step_ = 0;
+  std::function<void(int unit)> gradients_finished_;
+  std::vector<int> backwards_done_;
 
   // Activation slots, one per micro-batch in flight (kept allocated for reuse).
   std::vector<LlamaMicroBatchActivations> slots_;

@@ -1,4 +1,5 @@
-// Communicator naming, the scalar all-reduce and the agreement on a status.
+// Communicator naming, the non-blocking calls run at once, the scalar all-reduce and the agreement
+// on a status.
 #include "parallel/comm/communicator.h"
 
 #include <utility>
@@ -33,6 +34,42 @@ std::string GroupName(std::string_view role, const std::vector<int>& world_ranks
   const std::vector<int> shown(world_ranks.begin(), world_ranks.begin() + kShownMembers);
   return absl::StrCat(std::string(role), "[", absl::StrJoin(shown, ","), ",...(",
                       world_ranks.size(), " ranks)]");
+}
+
+namespace {
+
+class CompletedCollective final : public PendingCollective {
+ public:
+  void Wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::StartAllReduce(Tensor& tensor, ReduceOp op) {
+  AllReduce(tensor, op);
+  return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::StartReduceScatterUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
+  ReduceScatterUneven(input, output, counts, op);
+  return std::make_unique<CompletedCollective>();
+}
+
+void CheckUnevenSplit(const Communicator& group, const Tensor& input, const Tensor& output,
+                      const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (const int64_t count : counts) {
+    KELVIN_CHECK(count >= 0) << "ReduceScatterUneven on " << group.name() << ": count " << count;
+    total += count;
+  }
+  KELVIN_CHECK(static_cast<int>(counts.size()) == group.size() && total == input.numel() &&
+               output.numel() == counts[static_cast<size_t>(group.rank())] &&
+               output.dtype() == input.dtype() && output.device() == input.device())
+      << "ReduceScatterUneven on " << group.name() << " from " << input.ToString() << " to "
+      << output.ToString() << " with " << counts.size() << " counts summing to " << total
+      << ": needs one count per member, summing to the input's elements, and an output of this "
+         "rank's count in the input's dtype on its device";
 }
 
 double Communicator::AllReduceScalar(double value, ReduceOp op) {

@@ -26,6 +26,21 @@ struct CommunicatorOptions {
   double timeout_seconds = 600;
 };
 
+// A collective a Start call began: its output is in place once Wait returns. Every rank of the
+// group must start the same collectives in the same order, blocking calls included, and wait for
+// each; destroying one that was not waited for waits for it.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Blocks until the collective has completed, under the communicator's timeout counted from its
+  // start (which aborts the job as a blocking call's does).
+  virtual void Wait() = 0;
+  // Lets it advance without blocking: MPI moves a non-blocking collective on only inside its calls,
+  // so a rank computing meanwhile calls this now and then. A no-op where the transfer runs by
+  // itself (NCCL on its stream) or already completed.
+  virtual void Progress() {}
+};
+
 // Element types: f32, f64, bf16, i32, i64. Data movement is bit-exact in every type. Reductions:
 // f32, f64, i32, i64 reduce in their own type; bf16 is widened to f32, reduced in f32 and rounded
 // to bf16 once at the end (the MPI backend; NCCL reduces bf16 natively). kAvg is for floating
@@ -60,6 +75,17 @@ class Communicator {
   // output chunk j [n] = rank j's input chunk rank() [n]; input and output [size() * n].
   virtual void AllToAll(const Tensor& input, Tensor& output) = 0;
   virtual void Barrier() = 0;
+  // output [counts[rank()]] = this rank's chunk of op over the group of every rank's input
+  // [sum of counts], whose chunk j is the counts[j] elements after chunks 0..j-1 (counts may be 0).
+  virtual void ReduceScatterUneven(const Tensor& input, Tensor& output,
+                                   const std::vector<int64_t>& counts, ReduceOp op) = 0;
+
+  // Non-blocking forms of AllReduce and ReduceScatterUneven: the tensors must stay alive and
+  // untouched until Wait. This base runs the blocking call at once and returns a completed
+  // handle; the backends that can overlap (MPI, NCCL) override them.
+  virtual std::unique_ptr<PendingCollective> StartAllReduce(Tensor& tensor, ReduceOp op);
+  virtual std::unique_ptr<PendingCollective> StartReduceScatterUneven(
+      const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op);
 
   // `value` reduced over the group (in f64, through AllReduce of a host tensor).
   double AllReduceScalar(double value, ReduceOp op);
@@ -72,6 +98,11 @@ class Communicator {
   std::vector<int> world_ranks_;
   std::string name_;
 };
+
+// Aborts unless `counts` has one entry >= 0 per member summing to input's elements and output
+// holds counts[rank()] elements of input's dtype on its device (ReduceScatterUneven's contract).
+void CheckUnevenSplit(const Communicator& group, const Tensor& input, const Tensor& output,
+                      const std::vector<int64_t>& counts);
 
 // "tp[0,1]", "dp[0,2,4,6,8,10,12,14,...(64 ranks)]".
 std::string GroupName(std::string_view role, const std::vector<int>& world_ranks);

@@ -1,5 +1,6 @@
 // The MPI backend: non-blocking MPI calls polled against a deadline, arrival notices for naming
-// the ranks that did not arrive, bf16 reductions widened to f32, and host staging of CUDA tensors.
+// the ranks that did not arrive, bf16 reductions widened to f32, host staging of CUDA tensors, and
+// the non-blocking forms that a Wait completes.
 #include "parallel/comm/mpi_communicator.h"
 
 #include <algorithm>
@@ -169,8 +170,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string_view role,
                                  const CommunicatorOptions& options, const Context& ctx)
     : Communicator(std::string(role), RankIn(comm), WorldRanksOf(comm)),
       options_(options),
-      ctx_(ctx),
-      arrived_(static_cast<size_t>(size())) {
+      ctx_(ctx) {
   KELVIN_CHECK(options_.timeout_seconds > 0) << name() << ": timeout " << options_.timeout_seconds;
   data_comm_ = DuplicateWithErrorsReturned(comm);
   arrival_comm_ = DuplicateWithErrorsReturned(comm);
@@ -218,58 +218,105 @@ void MpiCommunicator::FromHost(const Tensor& host, Tensor& tensor) const {
 // Notices are always matched and completed (a collective that completes implies that every member
 // sent its notice), so none is left behind. On timeout a rank tests its posted receives
 // (DescribeArrivals): the members whose notice #n has not come did not arrive; a notice of another
-// kind or count means a member is in a different call.
-void MpiCommunicator::RunCollective(Call call,
-                                    const std::function<void(std::vector<MPI_Request>&)>& post) {
-  call.sequence = ++sequence_;
-  arrival_notice_ = {call.sequence, static_cast<int64_t>(call.kind), call.elements};
-  // [size() - 1 receives, then size() - 1 sends], the receives by ascending peer.
-  std::vector<MPI_Request> arrivals;
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank()) continue;
-    KELVIN_MPI_CHECK(MPI_Irecv(arrived_[static_cast<size_t>(peer)].data(), 3, MPI_INT64_T, peer,
-                               kArrivalTag, arrival_comm_, &arrivals.emplace_back()));
-  }
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank()) continue;
-    KELVIN_MPI_CHECK(MPI_Isend(arrival_notice_.data(), 3, MPI_INT64_T, peer, kArrivalTag,
-                               arrival_comm_, &arrivals.emplace_back()));
-  }
+// kind or count means a member is in a different call. Each call in flight owns its notices, so
+// several may be outstanding on one communicator.
+struct MpiCommunicator::InFlight {
+  Call call;
+  std::array<int64_t, 3> notice{};              // {sequence, CallKind, elements} sent to peers
+  std::vector<std::array<int64_t, 3>> arrived;  // [size()] the notices received, by group rank
+  std::vector<MPI_Request> arrivals;  // [size() - 1 receives, then size() - 1 sends]
   std::vector<MPI_Request> transfers;
-  post(transfers);
+  Clock::time_point start;
+  std::function<void()> finish;  // after completion: the result into the caller's tensor
+};
 
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = DeadlineAfter(start, options_.timeout_seconds);
-  WaitResult waited = WaitAllUntil(transfers, deadline);
-  if (waited == WaitResult::kDone) waited = WaitAllUntil(arrivals, deadline);
-  if (waited == WaitResult::kStopped) AbortOnTimeout(call, Clock::now() - start, StoppedText());
-  if (waited == WaitResult::kTimedOut) {
-    AbortOnTimeout(call, Clock::now() - start, DescribeArrivals(call, arrivals));
+std::unique_ptr<MpiCommunicator::InFlight> MpiCommunicator::StartCollective(
+    Call call, const std::function<void(std::vector<MPI_Request>&)>& post) {
+  auto flight = std::make_unique<InFlight>();
+  call.sequence = ++sequence_;
+  flight->notice = {call.sequence, static_cast<int64_t>(call.kind), call.elements};
+  flight->call = std::move(call);
+  flight->arrived.resize(static_cast<size_t>(size()));
+  for (int peer = 0; peer < size(); ++peer) {  // the receives by ascending peer
+    if (peer == rank()) continue;
+    KELVIN_MPI_CHECK(MPI_Irecv(flight->arrived[static_cast<size_t>(peer)].data(), 3, MPI_INT64_T,
+                               peer, kArrivalTag, arrival_comm_, &flight->arrivals.emplace_back()));
   }
   for (int peer = 0; peer < size(); ++peer) {
-    const std::array<int64_t, 3>& notice = arrived_[static_cast<size_t>(peer)];
-    KELVIN_CHECK(peer == rank() || notice == arrival_notice_)
+    if (peer == rank()) continue;
+    KELVIN_MPI_CHECK(MPI_Isend(flight->notice.data(), 3, MPI_INT64_T, peer, kArrivalTag,
+                               arrival_comm_, &flight->arrivals.emplace_back()));
+  }
+  post(flight->transfers);
+  flight->start = Clock::now();
+  return flight;
+}
+
+void MpiCommunicator::CompleteCollective(InFlight& flight) {
+  const Call& call = flight.call;
+  const Clock::time_point deadline = DeadlineAfter(flight.start, options_.timeout_seconds);
+  WaitResult waited = WaitAllUntil(flight.transfers, deadline);
+  if (waited == WaitResult::kDone) waited = WaitAllUntil(flight.arrivals, deadline);
+  if (waited == WaitResult::kStopped) {
+    AbortOnTimeout(call, Clock::now() - flight.start, StoppedText());
+  }
+  if (waited == WaitResult::kTimedOut) {
+    AbortOnTimeout(call, Clock::now() - flight.start, DescribeArrivals(flight));
+  }
+  for (int peer = 0; peer < size(); ++peer) {
+    const std::array<int64_t, 3>& notice = flight.arrived[static_cast<size_t>(peer)];
+    KELVIN_CHECK(peer == rank() || notice == flight.notice)
         << "mismatched collectives in group " << name() << ": this rank (world "
         << world_ranks()[static_cast<size_t>(rank())] << ") made " << call.Describe()
         << " while world rank " << world_ranks()[static_cast<size_t>(peer)] << " made "
         << CallKindName(notice[1]) << " #" << notice[0] << " of " << notice[2]
         << " elements; every member must make the same calls in the same order";
   }
+  if (flight.finish) flight.finish();
 }
 
-std::string MpiCommunicator::DescribeArrivals(const Call& call,
-                                              std::vector<MPI_Request>& arrival_receives) {
+void MpiCommunicator::RunCollective(Call call,
+                                    const std::function<void(std::vector<MPI_Request>&)>& post) {
+  CompleteCollective(*StartCollective(std::move(call), post));
+}
+
+// A non-blocking collective: completed (and checked) by Wait, or by the destructor.
+class MpiCommunicator::Pending final : public PendingCollective {
+ public:
+  Pending(MpiCommunicator& comm, std::unique_ptr<InFlight> flight)
+      : comm_(comm), flight_(std::move(flight)) {}
+  ~Pending() override { Wait(); }
+  void Wait() override {
+    if (flight_ == nullptr) return;
+    comm_.CompleteCollective(*flight_);
+    flight_.reset();
+  }
+  void Progress() override {
+    if (flight_ == nullptr) return;
+    int done = 0;  // testing lets MPI's progress engine advance every pending operation
+    KELVIN_MPI_CHECK(MPI_Testall(static_cast<int>(flight_->transfers.size()),
+                                 flight_->transfers.data(), &done, MPI_STATUSES_IGNORE));
+    ServeEveryProbe();
+  }
+
+ private:
+  MpiCommunicator& comm_;
+  std::unique_ptr<InFlight> flight_;
+};
+
+std::string MpiCommunicator::DescribeArrivals(InFlight& flight) {
+  const Call& call = flight.call;
   std::vector<std::string> missing, elsewhere;
   size_t receive = 0;
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank()) continue;
     int arrived = 0;
-    KELVIN_MPI_CHECK(MPI_Test(&arrival_receives[receive++], &arrived, MPI_STATUS_IGNORE));
+    KELVIN_MPI_CHECK(MPI_Test(&flight.arrivals[receive++], &arrived, MPI_STATUS_IGNORE));
     const int world_rank = world_ranks()[static_cast<size_t>(peer)];
-    const std::array<int64_t, 3>& notice = arrived_[static_cast<size_t>(peer)];
+    const std::array<int64_t, 3>& notice = flight.arrived[static_cast<size_t>(peer)];
     if (!arrived) {
       missing.push_back(absl::StrCat(world_rank));
-    } else if (notice != arrival_notice_) {
+    } else if (notice != flight.notice) {
       elsewhere.push_back(absl::StrCat("world rank ", world_rank, " is in ",
                                        std::string(CallKindName(notice[1])), " #", notice[0],
                                        " of ", notice[2], " elements"));
@@ -356,21 +403,73 @@ void MpiCommunicator::RunPointToPoint(const Call& call, int peer,
   }
 }
 
-void MpiCommunicator::AllReduce(Tensor& tensor, ReduceOp op) {
+std::unique_ptr<MpiCommunicator::InFlight> MpiCommunicator::StartAllReduceCall(Tensor& tensor,
+                                                                               ReduceOp op) {
   CheckReduction(tensor, op, "AllReduce");
   Tensor host = ToHost(tensor);                                             // [n]
   Tensor reduced = host.dtype() == DType::kBF16 ? WidenToF32(host) : host;  // [n]
   const int count = MpiCount(reduced.numel());
-  RunCollective(
+  std::unique_ptr<InFlight> flight = StartCollective(
       {CallKind::kAllReduce, std::string(ReduceOpName(op)), tensor.numel(), tensor.dtype()},
       [&](std::vector<MPI_Request>& requests) {
         KELVIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, reduced.raw_data(), count,
                                         MpiType(reduced.dtype()), MpiOp(op), data_comm_,
                                         &requests.emplace_back()));
       });
-  if (op == ReduceOp::kAvg) DivideInPlace(reduced, size());
-  if (host.dtype() == DType::kBF16) NarrowToBf16(reduced, host);
-  FromHost(host, tensor);
+  flight->finish = [this, op, host, reduced, tensor]() mutable {
+    if (op == ReduceOp::kAvg) DivideInPlace(reduced, size());
+    if (host.dtype() == DType::kBF16) NarrowToBf16(reduced, host);
+    FromHost(host, tensor);
+  };
+  return flight;
+}
+
+void MpiCommunicator::AllReduce(Tensor& tensor, ReduceOp op) {
+  CompleteCollective(*StartAllReduceCall(tensor, op));
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::StartAllReduce(Tensor& tensor, ReduceOp op) {
+  return std::make_unique<Pending>(*this, StartAllReduceCall(tensor, op));
+}
+
+std::unique_ptr<MpiCommunicator::InFlight> MpiCommunicator::StartReduceScatterUnevenCall(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
+  CheckReduction(input, op, "ReduceScatterUneven");
+  CheckUnevenSplit(*this, input, output, counts);
+  const bool widen = input.dtype() == DType::kBF16;
+  const Tensor host_input = ToHost(input);                                   // [sum counts]
+  const Tensor reduced_input = widen ? WidenToF32(host_input) : host_input;  // [sum counts]
+  Tensor host_output = output.is_cpu() ? output : Tensor::Empty(output.shape(), output.dtype());
+  Tensor reduced = widen ? Tensor::Empty(output.shape(), DType::kF32) : host_output;  // [count]
+  auto receive_counts = std::make_shared<std::vector<int>>();  // alive until the call completes
+  for (const int64_t count : counts) receive_counts->push_back(MpiCount(count));
+  std::unique_ptr<InFlight> flight =
+      StartCollective({CallKind::kReduceScatter, std::string(ReduceOpName(op)) + ", uneven",
+                       input.numel(), input.dtype()},
+                      [&](std::vector<MPI_Request>& requests) {
+                        KELVIN_MPI_CHECK(MPI_Ireduce_scatter(
+                            reduced_input.raw_data(), reduced.raw_data(), receive_counts->data(),
+                            MpiType(reduced.dtype()), MpiOp(op), data_comm_,
+                            &requests.emplace_back()));
+                      });
+  flight->finish = [this, op, widen, reduced_input, reduced, host_output, output,
+                    receive_counts]() mutable {
+    if (op == ReduceOp::kAvg) DivideInPlace(reduced, size());
+    if (widen) NarrowToBf16(reduced, host_output);
+    FromHost(host_output, output);
+  };
+  return flight;
+}
+
+void MpiCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
+                                          const std::vector<int64_t>& counts, ReduceOp op) {
+  CompleteCollective(*StartReduceScatterUnevenCall(input, output, counts, op));
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::StartReduceScatterUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
+  return std::make_unique<Pending>(*this,
+                                   StartReduceScatterUnevenCall(input, output, counts, op));
 }
 
 void MpiCommunicator::AllGather(const Tensor& input, Tensor& output) {

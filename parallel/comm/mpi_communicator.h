@@ -36,6 +36,12 @@ class MpiCommunicator final : public Communicator {
   void Recv(Tensor& tensor, int peer) override;
   void AllToAll(const Tensor& input, Tensor& output) override;
   void Barrier() override;
+  void ReduceScatterUneven(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts,
+                           ReduceOp op) override;
+  std::unique_ptr<PendingCollective> StartAllReduce(Tensor& tensor, ReduceOp op) override;
+  std::unique_ptr<PendingCollective> StartReduceScatterUneven(const Tensor& input, Tensor& output,
+                                                              const std::vector<int64_t>& counts,
+                                                              ReduceOp op) override;
 
   // Collective calls made so far (the number of the last one in timeout messages).
   int64_t collectives_started() const { return sequence_; }
@@ -43,17 +49,29 @@ class MpiCommunicator final : public Communicator {
  private:
   enum class CallKind : int64_t;
   struct Call;
-  // Posts the arrival notices of collective call `call`, runs `post` (which starts its
-  // non-blocking MPI operations into the vector), waits for all of them under the deadline and
-  // checks that every rank made the same call; on timeout aborts the job.
+  struct InFlight;
+  class Pending;
+  // Posts the arrival notices of collective call `call` and runs `post` (which starts its
+  // non-blocking MPI operations into the vector).
+  std::unique_ptr<InFlight> StartCollective(
+      Call call, const std::function<void(std::vector<MPI_Request>&)>& post);
+  // Waits for all of a started call's operations under the deadline from its start, checks that
+  // every rank made the same call and runs its `finish`; on timeout aborts the job.
+  void CompleteCollective(InFlight& flight);
+  // StartCollective, then CompleteCollective.
   void RunCollective(Call call, const std::function<void(std::vector<MPI_Request>&)>& post);
+  // The AllReduce and ReduceScatterUneven calls started, their results copied out by `finish`.
+  std::unique_ptr<InFlight> StartAllReduceCall(Tensor& tensor, ReduceOp op);
+  std::unique_ptr<InFlight> StartReduceScatterUnevenCall(const Tensor& input, Tensor& output,
+                                                         const std::vector<int64_t>& counts,
+                                                         ReduceOp op);
   // Starts `post`'s single point-to-point request with group rank `peer` and waits for it.
   void RunPointToPoint(const Call& call, int peer, const std::function<void(MPI_Request&)>& post);
   [[noreturn]] void AbortOnTimeout(const Call& call, std::chrono::steady_clock::duration waited,
                                    const std::string& who_is_missing);
   // Who is missing from `call` after a timeout: the members that did not arrive, are in another
   // call, or do not answer a liveness probe (probed for a grace of timeout / 4, at most 5 s).
-  std::string DescribeArrivals(const Call& call, std::vector<MPI_Request>& arrival_receives);
+  std::string DescribeArrivals(InFlight& flight);
   // How long a timed-out rank probes the others, and lingers before it aborts.
   std::chrono::steady_clock::duration ProbeGrace() const;
   // Why a wait ended after a stop signal's grace (parallel/comm/stop_deadline.h).
@@ -69,9 +87,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<LivenessProbe> probe_;
   CommunicatorOptions options_;
   Context ctx_;
-  int64_t sequence_ = 0;                         // collective calls started on this rank
-  std::array<int64_t, 3> arrival_notice_{};      // {sequence, CallKind, elements} sent to peers
-  std::vector<std::array<int64_t, 3>> arrived_;  // [size()] the notices received, by group rank
+  int64_t sequence_ = 0;  // collective calls started on this rank
 };
 
 }  // namespace kelvin::parallel

@@ -1,5 +1,6 @@
-// The NCCL backend: bootstrap over MPI, stream ordering by events, and the watchdog thread that
-// turns a hang or an asynchronous NCCL error into a clear message and a job abort.
+// The NCCL backend: bootstrap over MPI, stream ordering by events (deferred for the non-blocking
+// calls), and the watchdog thread that turns a hang or an asynchronous NCCL error into a clear
+// message and a job abort.
 #include "parallel/comm/nccl_communicator.h"
 
 #include <chrono>
@@ -278,19 +279,44 @@ void NcclCommunicator::Unstage(const Tensor& staged, Tensor& tensor) const {
   if (!staged.SameStorage(tensor)) CopyTensor(ctx_, staged, tensor);  // waits for the stream
 }
 
-void NcclCommunicator::Launch(const std::string& description,
-                              const std::function<void(cudaStream_t)>& launch) {
+cudaEvent_t NcclCommunicator::Launch(const std::string& description,
+                                     const std::function<void(cudaStream_t)>& launch,
+                                     bool deferred) {
   const cudaStream_t compute = StreamOf(ctx_);
   KELVIN_CUDA_CHECK(cudaEventRecord(compute_ready_, compute));
   KELVIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
   const uint64_t ticket = watchdog_->Start(description);
   launch(stream_);
-  cudaEvent_t done = nullptr;
+  cudaEvent_t done = nullptr;  // the watchdog's, destroyed once it completed
   KELVIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   KELVIN_CUDA_CHECK(cudaEventRecord(done, stream_));
-  KELVIN_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
+  cudaEvent_t finished = nullptr;  // the caller's
+  if (deferred) {
+    KELVIN_CUDA_CHECK(cudaEventCreateWithFlags(&finished, cudaEventDisableTiming));
+    KELVIN_CUDA_CHECK(cudaEventRecord(finished, stream_));
+  } else {
+    KELVIN_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
+  }
   watchdog_->Track(ticket, done);
+  return finished;
 }
+
+// A collective enqueued on the communication stream: Wait orders the compute stream after it.
+class NcclCommunicator::Pending final : public PendingCollective {
+ public:
+  Pending(const Context& ctx, cudaEvent_t finished) : ctx_(ctx), finished_(finished) {}
+  ~Pending() override { Wait(); }
+  void Wait() override {
+    if (finished_ == nullptr) return;
+    KELVIN_CUDA_CHECK(cudaStreamWaitEvent(StreamOf(ctx_), finished_, 0));
+    KELVIN_CUDA_CHECK(cudaEventDestroy(finished_));
+    finished_ = nullptr;
+  }
+
+ private:
+  Context ctx_;
+  cudaEvent_t finished_;
+};
 
 void NcclCommunicator::AllReduce(Tensor& tensor, ReduceOp op) {
   Tensor data = Stage(tensor, true, "AllReduce");
@@ -326,6 +352,63 @@ void NcclCommunicator::ReduceScatter(const Tensor& input, Tensor& output, Reduce
                                         NcclOp(op, in.dtype()), comm_, stream));
   });
   Unstage(out, output);
+}
+
+cudaEvent_t NcclCommunicator::LaunchReduceScatterUneven(const Tensor& in, Tensor& out,
+                                                        const std::vector<int64_t>& counts,
+                                                        ReduceOp op, bool deferred) {
+  return Launch(
+      Describe("ReduceScatterUneven", ReduceOpName(op), in),
+      [&](cudaStream_t stream) {
+        KELVIN_NCCL_CHECK(ncclGroupStart());
+        int64_t offset = 0;  // elements before member j's chunk
+        for (int j = 0; j < size(); ++j) {
+          const int64_t count = counts[static_cast<size_t>(j)];
+          if (count > 0) {  // the output is read on member j only
+            KELVIN_NCCL_CHECK(ncclReduce(ChunkOf(in, offset, 1), out.raw_data(),
+                                         static_cast<size_t>(count), NcclType(in.dtype()),
+                                         NcclOp(op, in.dtype()), j, comm_, stream));
+          }
+          offset += count;
+        }
+        KELVIN_NCCL_CHECK(ncclGroupEnd());
+      },
+      deferred);
+}
+
+void NcclCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
+                                           const std::vector<int64_t>& counts, ReduceOp op) {
+  CheckUnevenSplit(*this, input, output, counts);
+  const Tensor in = Stage(input, true, "ReduceScatterUneven");
+  Tensor out = Stage(output, false, "ReduceScatterUneven");
+  LaunchReduceScatterUneven(in, out, counts, op, /*deferred=*/false);
+  Unstage(out, output);
+}
+
+std::unique_ptr<PendingCollective> NcclCommunicator::StartAllReduce(Tensor& tensor, ReduceOp op) {
+  if (tensor.is_cpu()) return Communicator::StartAllReduce(tensor, op);
+  Stage(tensor, true, "AllReduce");  // checks the device
+  const cudaEvent_t finished = Launch(
+      Describe("AllReduce", ReduceOpName(op), tensor),
+      [&](cudaStream_t stream) {
+        KELVIN_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(),
+                                        static_cast<size_t>(tensor.numel()),
+                                        NcclType(tensor.dtype()), NcclOp(op, tensor.dtype()), comm_,
+                                        stream));
+      },
+      /*deferred=*/true);
+  return std::make_unique<Pending>(ctx_, finished);
+}
+
+std::unique_ptr<PendingCollective> NcclCommunicator::StartReduceScatterUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
+  if (input.is_cpu() || output.is_cpu()) {
+    return Communicator::StartReduceScatterUneven(input, output, counts, op);
+  }
+  CheckUnevenSplit(*this, input, output, counts);
+  Stage(input, true, "ReduceScatterUneven");  // checks the device
+  return std::make_unique<Pending>(
+      ctx_, LaunchReduceScatterUneven(input, output, counts, op, /*deferred=*/true));
 }
 
 void NcclCommunicator::Broadcast(Tensor& tensor, int root) {

@@ -40,13 +40,30 @@ class NcclCommunicator final : public Communicator {
   void Recv(Tensor& tensor, int peer) override;
   void AllToAll(const Tensor& input, Tensor& output) override;
   void Barrier() override;  // returns once every member reached it (the host waits)
+  // One ncclReduce per member with a non-zero count, to that member, in one NCCL group.
+  void ReduceScatterUneven(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts,
+                           ReduceOp op) override;
+  // On device tensors the collective runs on the communication stream while the compute stream
+  // goes on; Wait orders the compute stream after it (the host does not wait). Host tensors are
+  // reduced at once, as the blocking calls do.
+  std::unique_ptr<PendingCollective> StartAllReduce(Tensor& tensor, ReduceOp op) override;
+  std::unique_ptr<PendingCollective> StartReduceScatterUneven(const Tensor& input, Tensor& output,
+                                                              const std::vector<int64_t>& counts,
+                                                              ReduceOp op) override;
 
  private:
   NcclCommunicator(std::string_view role, int rank, std::vector<int> world_ranks,
                    const CommunicatorOptions& options, const Context& ctx);
+  class Pending;
   // Orders the communication stream after the compute stream, enqueues `launch` on it under the
-  // watchdog as `description`, then orders the compute stream after it.
-  void Launch(const std::string& description, const std::function<void(cudaStream_t)>& launch);
+  // watchdog as `description`, then orders the compute stream after it; with `deferred` it does
+  // not, and returns an event recorded after the launch (the caller's to wait on and destroy).
+  cudaEvent_t Launch(const std::string& description,
+                     const std::function<void(cudaStream_t)>& launch, bool deferred = false);
+  // ReduceScatterUneven's launch (the tensors on the device).
+  cudaEvent_t LaunchReduceScatterUneven(const Tensor& in, Tensor& out,
+                                        const std::vector<int64_t>& counts, ReduceOp op,
+                                        bool deferred);
   // "AllReduce(sum) #3 of 1001 bf16 elements"; counts the call.
   std::string Describe(std::string_view call, std::string_view detail, const Tensor& tensor);
   // The tensor itself when on the communicator's device; for a host tensor a device copy (holding

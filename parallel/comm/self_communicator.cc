@@ -26,6 +26,12 @@ void SelfCommunicator::ReduceScatter(const Tensor& input, Tensor& output, Reduce
   CopyWhole(input, output, "ReduceScatter");
 }
 
+void SelfCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
+                                           const std::vector<int64_t>& counts, ReduceOp op) {
+  CheckUnevenSplit(*this, input, output, counts);
+  ReduceScatter(input, output, op);
+}
+
 void SelfCommunicator::Broadcast(Tensor& /*tensor*/, int root) {
   KELVIN_CHECK(root == 0) << name() << ": Broadcast from group rank " << root
                           << ", but the group has one member (rank 0)";

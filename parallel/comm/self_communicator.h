@@ -17,6 +17,8 @@ class SelfCommunicator final : public Communicator {
   void AllReduce(Tensor& tensor, ReduceOp op) override;
   void AllGather(const Tensor& input, Tensor& output) override;
   void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  void ReduceScatterUneven(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts,
+                           ReduceOp op) override;
   void Broadcast(Tensor& tensor, int root) override;
   void Send(const Tensor& tensor, int peer) override;
   void Recv(Tensor& tensor, int peer) override;

@@ -33,5 +33,34 @@ void TimedCommunicator::AllToAll(const Tensor& input, Tensor& output) {
 void TimedCommunicator::Barrier() {
   Timed([](Communicator& c) { c.Barrier(); });
 }
+void TimedCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
+                                            const std::vector<int64_t>& counts, ReduceOp op) {
+  Timed([&](Communicator& c) { c.ReduceScatterUneven(input, output, counts, op); });
+}
+
+// The inner handle, its Wait and Progress timed into the communicator's total.
+class TimedCommunicator::TimedPending final : public PendingCollective {
+ public:
+  TimedPending(TimedCommunicator& owner, std::unique_ptr<PendingCollective> inner)
+      : owner_(owner), inner_(std::move(inner)) {}
+  void Wait() override { owner_.Timed([&](Communicator&) { inner_->Wait(); }); }
+  void Progress() override { owner_.Timed([&](Communicator&) { inner_->Progress(); }); }
+
+ private:
+  TimedCommunicator& owner_;
+  std::unique_ptr<PendingCollective> inner_;
+};
+
+std::unique_ptr<PendingCollective> TimedCommunicator::StartAllReduce(Tensor& tensor, ReduceOp op) {
+  return std::make_unique<TimedPending>(
+      *this, Timed([&](Communicator& c) { return c.StartAllReduce(tensor, op); }));
+}
+std::unique_ptr<PendingCollective> TimedCommunicator::StartReduceScatterUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
+  return std::make_unique<TimedPending>(*this, Timed([&](Communicator& c) {
+                                          return c.StartReduceScatterUneven(input, output, counts,
+                                                                            op);
+                                        }));
+}
 
 }  // namespace kelvin::parallel

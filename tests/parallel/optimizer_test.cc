@@ -1,6 +1,6 @@
 // The Optimizer interface: AdamW on whole replicas and ZeRO-1 over a group of one rank (a
-// self-communicator) take the same steps bit for bit, norms and clipping included, and AdamW
-// sums each gradient group once over its replicas.
+// self-communicator, its shards filled by GradientBuckets) take the same steps bit for bit, norms
+// and clipping included.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/copy.h"
-#include "core/ops/elementwise.h"
 #include "core/optim/adamw_optimizer.h"
 #include "parallel/comm/self_communicator.h"
 #include "parallel/distributed_adamw.h"
+#include "parallel/gradient_buckets.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 
@@ -47,7 +47,11 @@ TEST(OptimizerTest, ZeroOneOverOneRankStepsAsAdamW) {
   SelfCommunicator self("dp_cp", 0, Context::Cpu());
   std::vector<std::unique_ptr<Optimizer>> optimizers;
   optimizers.push_back(std::make_unique<AdamWOptimizer>(*whole, settings));
-  optimizers.push_back(std::make_unique<DistributedAdamW>(*sharded, settings, self));
+  auto zero = std::make_unique<DistributedAdamW>(*sharded, settings, self);
+  GradientBuckets into_shards(*sharded, self,
+                              PlanGradientBuckets(*sharded, {{"w"}, {"norm", "temperature"}}, 1),
+                              /*overlap=*/true, zero.get());
+  optimizers.push_back(std::move(zero));
   EXPECT_FALSE(optimizers[0]->ShardsState());
   EXPECT_TRUE(optimizers[1]->ShardsState());
   const CountsTowardsNorm not_temperature = [](const std::string& name) {
@@ -58,7 +62,11 @@ TEST(OptimizerTest, ZeroOneOverOneRankStepsAsAdamW) {
     for (int o = 0; o < 2; ++o) {
       ParameterSet& params = o == 0 ? *whole : *sharded;
       FillGradients(params, step);
-      optimizers[o]->ReduceGradients();
+      if (o == 1) {
+        into_shards.Finished(1);
+        into_shards.Finished(0);
+        into_shards.Wait();
+      }
       squares[o] = optimizers[o]->GradientSumOfSquares(not_temperature);
       optimizers[o]->ScaleGradients(0.5);
       optimizers[o]->Step(Context::Cpu(), 1e-2);
@@ -75,20 +83,6 @@ TEST(OptimizerTest, ZeroOneOverOneRankStepsAsAdamW) {
     EXPECT_EQ(optimizer->StateSpans().size(), 3u);  // one span per parameter
     EXPECT_EQ(optimizer->StateBytes(), 2 * (20 + 5 + 3) * 4);
   }
-}
-
-TEST(OptimizerTest, AdamWSumsEachGradientGroupOverItsReplicasOnce) {
-  std::unique_ptr<ParameterSet> params = ThreeGroups();
-  std::vector<int64_t> reduced;  // the element counts of the buffers it was given
-  AdamWOptimizer adam(*params, {}, [&](Tensor& grads) {
-    reduced.push_back(grads.numel());
-    ops::Fill(Context::Cpu(), grads, 2.0);  // as if the replicas' gradients summed to 2
-  });
-  FillGradients(*params, 0);
-  adam.ReduceGradients();
-  EXPECT_EQ(reduced, (std::vector<int64_t>{20, 5, 3}));  // kDecay, kNoDecay, kTemperature
-  EXPECT_EQ(adam.GradientSumOfSquares([](const std::string& name) { return name == "norm"; }),
-            5 * 4.0);
 }
 
 }  // namespace

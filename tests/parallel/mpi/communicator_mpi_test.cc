@@ -1,5 +1,6 @@
-// Every collective and point-to-point call of the MPI communicator, on every dtype and on 1, 7
-// and 1001 elements, against values computed locally; on the world group and on a group whose
+// Every collective and point-to-point call of the MPI communicator, blocking and non-blocking, on
+// every dtype and on 1, 7 and 1001 elements (uneven splits with empty chunks), against values
+// computed locally; on the world group and on a group whose
 // ranks run opposite to the world's (so group and world ranks differ). Runs under mpirun -np N.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -161,6 +163,75 @@ TEST_P(MpiCommunicatorTest, ReduceScatter) {
         }
       }
     }
+  }
+}
+
+// Chunk j of the input holds (j + rank of the group) mod 3 elements: zero-sized chunks included,
+// and each rank's own chunk sized differently.
+std::vector<int64_t> UnevenCounts(int size, int64_t scale) {
+  std::vector<int64_t> counts;
+  for (int j = 0; j < size; ++j) counts.push_back(scale * ((j + 1) % 3));
+  return counts;
+}
+
+TEST_P(MpiCommunicatorTest, ReduceScatterUneven) {
+  const int size = comm_->size(), rank = comm_->rank();
+  for (const DType dtype : kDTypes) {
+    for (const ReduceOp op : ReductionsFor(dtype)) {
+      for (const int64_t scale : {1, 333}) {
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(dtype) << " " << ReduceOpName(op) << " scale " << scale);
+        const std::vector<int64_t> counts = UnevenCounts(size, scale);
+        const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+        const int64_t begin = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+        const Tensor input = TensorOf(dtype, RankValues(dtype, rank, 0, total));
+        Tensor output = Tensor::Empty({counts[static_cast<size_t>(rank)]}, dtype);
+        comm_->ReduceScatterUneven(input, output, counts, op);
+        const std::vector<double> got = ValuesOf(output);
+        for (int64_t i = 0; i < output.numel(); ++i) {
+          std::vector<double> per_rank;
+          for (int r = 0; r < size; ++r) per_rank.push_back(TestValue(dtype, r, begin + i));
+          ASSERT_EQ(got[static_cast<size_t>(i)], Reduced(dtype, op, per_rank)) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
+// Several non-blocking collectives in flight at once, a blocking call among them, waited for in
+// reverse order: each gets its own result, and the calls' notices do not mix.
+TEST_P(MpiCommunicatorTest, NonBlockingCallsInFlightTogetherEachCompleteRightly) {
+  const int size = comm_->size(), rank = comm_->rank();
+  auto sum_at = [&](DType dtype, int64_t i) {
+    std::vector<double> per_rank;
+    for (int r = 0; r < size; ++r) per_rank.push_back(TestValue(dtype, r, i));
+    return Reduced(dtype, ReduceOp::kSum, per_rank);
+  };
+  Tensor first = TensorOf(DType::kF32, RankValues(DType::kF32, rank, 0, 1001));
+  Tensor second = TensorOf(DType::kBF16, RankValues(DType::kBF16, rank, 0, 7));
+  const std::vector<int64_t> counts = UnevenCounts(size, 100);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t begin = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+  const Tensor input = TensorOf(DType::kF64, RankValues(DType::kF64, rank, 0, total));
+  Tensor scattered = Tensor::Empty({counts[static_cast<size_t>(rank)]}, DType::kF64);
+  std::vector<std::unique_ptr<PendingCollective>> pending;
+  pending.push_back(comm_->StartAllReduce(first, ReduceOp::kSum));
+  pending.push_back(comm_->StartReduceScatterUneven(input, scattered, counts, ReduceOp::kSum));
+  const double scalar = comm_->AllReduceScalar(rank + 1.0, ReduceOp::kSum);  // blocking, between
+  pending.push_back(comm_->StartAllReduce(second, ReduceOp::kSum));
+  for (const auto& p : pending) p->Progress();
+  for (auto p = pending.rbegin(); p != pending.rend(); ++p) (*p)->Wait();
+  EXPECT_EQ(scalar, size * (size + 1) / 2.0);
+  const std::vector<double> got_first = ValuesOf(first), got_second = ValuesOf(second);
+  for (int64_t i = 0; i < 1001; ++i) {
+    ASSERT_EQ(got_first[static_cast<size_t>(i)], sum_at(DType::kF32, i)) << "element " << i;
+  }
+  for (int64_t i = 0; i < 7; ++i) {
+    ASSERT_EQ(got_second[static_cast<size_t>(i)], sum_at(DType::kBF16, i)) << "element " << i;
+  }
+  const std::vector<double> got_scattered = ValuesOf(scattered);
+  for (int64_t i = 0; i < scattered.numel(); ++i) {
+    ASSERT_EQ(got_scattered[static_cast<size_t>(i)], sum_at(DType::kF64, begin + i));
   }
 }
 
@@ -365,6 +436,38 @@ TEST_F(NcclCommunicatorCudaTest, AllReduceAllGatherAndBroadcast) {
     EXPECT_EQ(ValuesOf(CopyToDevice(*ctx, broadcast, Device::Cpu())), RankValues(dtype, 0, 0, 7));
   }
   comm->Barrier();
+}
+
+// The non-blocking calls on device tensors run on the communication stream; Wait orders the
+// compute stream after them.
+TEST_F(NcclCommunicatorCudaTest, NonBlockingAllReduceAndUnevenReduceScatter) {
+  const int rank = comm->rank(), size = comm->size();
+  Tensor reduced = kelvin::testing::ToDevice(
+      TensorOf(DType::kF32, RankValues(DType::kF32, rank, 0, 1001)), Device::Cuda());
+  const std::vector<int64_t> counts = UnevenCounts(size, 50);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t begin = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+  const Tensor input = kelvin::testing::ToDevice(
+      TensorOf(DType::kF32, RankValues(DType::kF32, rank, 0, total)), Device::Cuda());
+  Tensor scattered =
+      Tensor::Empty({counts[static_cast<size_t>(rank)]}, DType::kF32, Device::Cuda());
+  std::unique_ptr<PendingCollective> all = comm->StartAllReduce(reduced, ReduceOp::kSum);
+  std::unique_ptr<PendingCollective> uneven =
+      comm->StartReduceScatterUneven(input, scattered, counts, ReduceOp::kSum);
+  uneven->Wait();
+  all->Wait();
+  auto sum_at = [&](int64_t i) {
+    std::vector<double> per_rank;
+    for (int r = 0; r < size; ++r) per_rank.push_back(TestValue(DType::kF32, r, i));
+    return Reduced(DType::kF32, ReduceOp::kSum, per_rank);
+  };
+  const std::vector<double> got = ValuesOf(CopyToDevice(*ctx, reduced, Device::Cpu()));
+  for (int64_t i = 0; i < 1001; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], sum_at(i));
+  const std::vector<double> got_scattered =
+      ValuesOf(CopyToDevice(*ctx, scattered, Device::Cpu()));
+  for (int64_t i = 0; i < scattered.numel(); ++i) {
+    ASSERT_EQ(got_scattered[static_cast<size_t>(i)], sum_at(begin + i));
+  }
 }
 
 // The NCCL backend on host tensors (the trainer's scalars): staged through the device, results on

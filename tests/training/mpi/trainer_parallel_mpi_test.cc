@@ -316,12 +316,14 @@ Layout CheckpointLayout() {
   return Layout{"TP2_SPxPP2xDP2_ZeRO1", 2, 2, true, true, 2};
 }
 
-// The same layout under two schedules: identical losses, gradient norms and parameters.
-void ExpectBitIdenticalRuns(const Layout& a, const Layout& b) {
-  absl::StatusOr<std::unique_ptr<Trainer>> first = CreateTrainer(a);
+// The same layout under two schedules (or a's job with `a_extra` and b's with `b_extra`): identical
+// losses, gradient norms and parameters.
+void ExpectBitIdenticalRuns(const Layout& a, const Layout& b, std::vector<std::string> a_extra = {},
+                            std::vector<std::string> b_extra = {}) {
+  absl::StatusOr<std::unique_ptr<Trainer>> first = CreateTrainer(a, std::move(a_extra));
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE((*first)->Run().ok());
-  absl::StatusOr<std::unique_ptr<Trainer>> second = CreateTrainer(b);
+  absl::StatusOr<std::unique_ptr<Trainer>> second = CreateTrainer(b, std::move(b_extra));
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_TRUE((*second)->Run().ok());
   ASSERT_EQ((*first)->history().size(), (*second)->history().size());
@@ -354,6 +356,47 @@ TEST(PipelineSchedules, GiveBitIdenticalRuns) {
                            {"TP2xPP2xDP2_AFAB", 2, 2, false, false, 2, 1, afab});
   }
 }
+
+// Each layer's gradients reduced in a bucket of its own as soon as the step's last backward
+// finished them, against the same buckets reduced after the backward: the same bits. The layouts
+// cover all-reduce and ZeRO-1's reduce-scatter, context-parallel replicas, sequence-parallel norms
+// (summed over TP as each layer finishes), tied embeddings over stages (summed last), interleaved
+// chunks, and 2 to 4 micro-batches per step.
+class OverlappedGradientReduction : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(OverlappedGradientReduction, EqualsTheReductionAfterTheBackward) {
+  const Layout layout = GetParam();
+  if (layout.world() != WorldSize()) {
+    GTEST_SKIP() << layout.name << " needs " << layout.world() << " ranks";
+  }
+  // One unit per bucket; on two ranks also several units per bucket (more ranks are slow on the
+  // test machine's two cores).
+  std::vector<const char*> buckets = {"1"};
+  if (WorldSize() == 2) buckets.push_back("300000");
+  for (const char* bucket : buckets) {
+    SCOPED_TRACE(absl::StrCat("grad_bucket_elements ", bucket));
+    const std::string size = absl::StrCat("parallel.grad_bucket_elements=", bucket);
+    ExpectBitIdenticalRuns(layout, layout, {"parallel.overlap_grad_reduce=true", size},
+                           {"parallel.overlap_grad_reduce=false", size});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, OverlappedGradientReduction,
+    ::testing::Values(
+        Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
+        Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
+        Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true},
+        Layout{.name = "PP2xDP2_ZeRO1_tied_separate_masters",
+               .tp = 1,
+               .dp = 2,
+               .sequence_parallel = false,
+               .distributed_optimizer = true,
+               .pp = 2,
+               .tied = true,
+               .separate_master = true},
+        Layout{"TP2xPP2_V2xDP2_ZeRO1", 2, 2, false, true, 2, 2, "INTERLEAVED_1F1B", 8}),
+    [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
 // The part files of `checkpoint` hold what kelvin plan says a checkpoint of the job writes: all of
 // them the whole model's weights and moments, the largest its largest part (headers aside; ZeRO-1

@@ -1,0 +1,120 @@
+// GradientBuckets on one process: how units join into buckets and their stretches merge, and when
+// each bucket's collectives start (as soon as its units finished, in bucket order, with overlap;
+// only at Wait without), recorded by a communicator that sums nothing.
+#include "parallel/gradient_buckets.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "parallel/comm/communicator.h"
+
+namespace kelvin::parallel {
+namespace {
+
+// Two "layers" of a decay matrix and a norm each, and a temperature vector. Flat buffers: decay
+// [w1 0..20, w2 20..35], no-decay [n1 0..5, n2 5..10], temperature [t 0..3].
+std::unique_ptr<ParameterSet> TwoLayers() {
+  auto params = std::make_unique<ParameterSet>();
+  params->Declare("w1", {4, 5}, ParamGroup::kDecay);
+  params->Declare("n1", {5}, ParamGroup::kNoDecay);
+  params->Declare("w2", {3, 5}, ParamGroup::kDecay);
+  params->Declare("n2", {5}, ParamGroup::kNoDecay);
+  params->Declare("t", {3}, ParamGroup::kTemperature);
+  params->Allocate(DType::kF32);
+  return params;
+}
+
+// The backward's order: layer 2, layer 1, then the temperatures.
+const std::vector<std::vector<std::string>> kUnits = {{"w2", "n2"}, {"w1", "n1"}, {"t"}};
+
+// Records the element count of every all-reduce when it starts; sums nothing (one "rank").
+class RecordingCommunicator final : public Communicator {
+ public:
+  RecordingCommunicator() : Communicator("dp", 0, {0}) {}
+  void AllReduce(Tensor& tensor, ReduceOp /*op*/) override { started.push_back(tensor.numel()); }
+  void AllGather(const Tensor&, Tensor&) override { Unused(); }
+  void ReduceScatter(const Tensor&, Tensor&, ReduceOp) override { Unused(); }
+  void Broadcast(Tensor&, int) override { Unused(); }
+  void Send(const Tensor&, int) override { Unused(); }
+  void Recv(Tensor&, int) override { Unused(); }
+  void AllToAll(const Tensor&, Tensor&) override { Unused(); }
+  void Barrier() override { Unused(); }
+  void ReduceScatterUneven(const Tensor&, Tensor&, const std::vector<int64_t>&,
+                           ReduceOp) override {
+    Unused();
+  }
+  std::vector<int64_t> started;
+
+ private:
+  static void Unused() { KELVIN_FATAL() << "not used by GradientBuckets without ZeRO-1"; }
+};
+
+TEST(PlanGradientBucketsTest, JoinsUnitsUntilABucketIsFullAndMergesAdjacentStretches) {
+  std::unique_ptr<ParameterSet> params = TwoLayers();
+  const std::vector<GradientBucket> per_layer = PlanGradientBuckets(*params, kUnits, 20);
+  ASSERT_EQ(per_layer.size(), 3u);  // 20, 25 and 3 elements
+  EXPECT_EQ(per_layer[0].units, (std::vector<int>{0}));
+  EXPECT_EQ(per_layer[0].elements, 20);
+  ASSERT_EQ(per_layer[0].stretches.size(), 2u);
+  EXPECT_EQ(per_layer[0].stretches[0].group, ParamGroup::kDecay);
+  EXPECT_EQ(per_layer[0].stretches[0].begin, 20);
+  EXPECT_EQ(per_layer[0].stretches[0].end, 35);
+  EXPECT_EQ(per_layer[0].stretches[1].group, ParamGroup::kNoDecay);
+  EXPECT_EQ(per_layer[0].stretches[1].begin, 5);
+  EXPECT_EQ(per_layer[2].elements, 3);
+
+  const std::vector<GradientBucket> one = PlanGradientBuckets(*params, kUnits, 1000);
+  ASSERT_EQ(one.size(), 1u);  // the last bucket takes what is left
+  EXPECT_EQ(one[0].units, (std::vector<int>{0, 1, 2}));
+  ASSERT_EQ(one[0].stretches.size(), 3u);  // each group's two layers merged into one stretch
+  EXPECT_EQ(one[0].stretches[0].begin, 0);
+  EXPECT_EQ(one[0].stretches[0].end, 35);
+  EXPECT_EQ(one[0].stretches[1].end, 10);
+  EXPECT_EQ(one[0].stretches[2].end, 3);
+}
+
+TEST(GradientBucketsTest, WithOverlapABucketStartsWhenItsUnitsFinishInBucketOrder) {
+  std::unique_ptr<ParameterSet> params = TwoLayers();
+  RecordingCommunicator comm;
+  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kUnits, 20),
+                          /*overlap=*/true);
+  for (int step = 0; step < 2; ++step) {  // Wait starts the next step afresh
+    comm.started.clear();
+    buckets.Finished(1);  // bucket 1 is ready, but bucket 0 starts first on every replica
+    EXPECT_TRUE(comm.started.empty());
+    buckets.Finished(0);
+    EXPECT_EQ(comm.started, (std::vector<int64_t>{15, 5, 20, 5}));
+    buckets.Finished(2);
+    EXPECT_EQ(comm.started.size(), 5u);
+    buckets.Wait();
+    EXPECT_EQ(comm.started, (std::vector<int64_t>{15, 5, 20, 5, 3}));
+  }
+}
+
+TEST(GradientBucketsTest, WithoutOverlapTheSameCallsStartAtWait) {
+  std::unique_ptr<ParameterSet> params = TwoLayers();
+  RecordingCommunicator comm;
+  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kUnits, 20),
+                          /*overlap=*/false);
+  for (const int unit : {0, 1, 2}) buckets.Finished(unit);
+  EXPECT_TRUE(comm.started.empty());
+  buckets.Wait();
+  EXPECT_EQ(comm.started, (std::vector<int64_t>{15, 5, 20, 5, 3}));
+}
+
+TEST(GradientBucketsDeathTest, AParameterInNoUnitOrAnUnfinishedUnitIsABug) {
+  std::unique_ptr<ParameterSet> params = TwoLayers();
+  EXPECT_DEATH(PlanGradientBuckets(*params, {{"w1", "n1"}, {"w2", "n2"}}, 20),
+               "t is in no gradient unit");
+  RecordingCommunicator comm;
+  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kUnits, 20), true);
+  buckets.Finished(0);
+  EXPECT_DEATH(buckets.Wait(), "gradient bucket 1 has 1 unit");
+}
+
+}  // namespace
+}  // namespace kelvin::parallel
