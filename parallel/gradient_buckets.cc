@@ -18,8 +18,8 @@ std::vector<GradientBucket> PlanGradientBuckets(const ParameterSet& params,
   std::map<std::string, int> unit_of;
   for (size_t u = 0; u < units.size(); ++u) {
     for (const std::string& name : units[u]) {
-      KELVIN_CHECK(params.Contains(name)) << "gradient unit " << u << " names " << name
-                                          << ", which is not a parameter";
+      KELVIN_CHECK(params.Contains(name))
+          << "gradient unit " << u << " names " << name << ", which is not a parameter";
       KELVIN_CHECK(unit_of.emplace(name, static_cast<int>(u)).second)
           << name << " is in two gradient units";
     }
@@ -118,8 +118,8 @@ void GradientBuckets::Start(const GradientBucket& bucket) {
     const int64_t shard = zero_->ShardElements(s.group);
     std::vector<int64_t> counts;
     for (int r = 0; r < replicas_.size(); ++r) {
-      counts.push_back(std::max<int64_t>(
-          0, std::min(s.end, (r + 1) * shard) - std::max(s.begin, r * shard)));
+      counts.push_back(
+          std::max<int64_t>(0, std::min(s.end, (r + 1) * shard) - std::max(s.begin, r * shard)));
     }
     const int64_t mine = replicas_.rank() * shard;
     const int64_t lo = std::clamp(s.begin - mine, int64_t{0}, shard);

@@ -224,7 +224,7 @@ struct MpiCommunicator::InFlight {
   Call call;
   std::array<int64_t, 3> notice{};              // {sequence, CallKind, elements} sent to peers
   std::vector<std::array<int64_t, 3>> arrived;  // [size()] the notices received, by group rank
-  std::vector<MPI_Request> arrivals;  // [size() - 1 receives, then size() - 1 sends]
+  std::vector<MPI_Request> arrivals;            // [size() - 1 receives, then size() - 1 sends]
   std::vector<MPI_Request> transfers;
   Clock::time_point start;
   std::function<void()> finish;  // after completion: the result into the caller's tensor
@@ -443,15 +443,14 @@ std::unique_ptr<MpiCommunicator::InFlight> MpiCommunicator::StartReduceScatterUn
   Tensor reduced = widen ? Tensor::Empty(output.shape(), DType::kF32) : host_output;  // [count]
   auto receive_counts = std::make_shared<std::vector<int>>();  // alive until the call completes
   for (const int64_t count : counts) receive_counts->push_back(MpiCount(count));
-  std::unique_ptr<InFlight> flight =
-      StartCollective({CallKind::kReduceScatter, std::string(ReduceOpName(op)) + ", uneven",
-                       input.numel(), input.dtype()},
-                      [&](std::vector<MPI_Request>& requests) {
-                        KELVIN_MPI_CHECK(MPI_Ireduce_scatter(
-                            reduced_input.raw_data(), reduced.raw_data(), receive_counts->data(),
-                            MpiType(reduced.dtype()), MpiOp(op), data_comm_,
-                            &requests.emplace_back()));
-                      });
+  std::unique_ptr<InFlight> flight = StartCollective(
+      {CallKind::kReduceScatter, std::string(ReduceOpName(op)) + ", uneven", input.numel(),
+       input.dtype()},
+      [&](std::vector<MPI_Request>& requests) {
+        KELVIN_MPI_CHECK(MPI_Ireduce_scatter(reduced_input.raw_data(), reduced.raw_data(),
+                                             receive_counts->data(), MpiType(reduced.dtype()),
+                                             MpiOp(op), data_comm_, &requests.emplace_back()));
+      });
   flight->finish = [this, op, widen, reduced_input, reduced, host_output, output,
                     receive_counts]() mutable {
     if (op == ReduceOp::kAvg) DivideInPlace(reduced, size());
@@ -468,8 +467,7 @@ void MpiCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
 
 std::unique_ptr<PendingCollective> MpiCommunicator::StartReduceScatterUneven(
     const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
-  return std::make_unique<Pending>(*this,
-                                   StartReduceScatterUnevenCall(input, output, counts, op));
+  return std::make_unique<Pending>(*this, StartReduceScatterUnevenCall(input, output, counts, op));
 }
 
 void MpiCommunicator::AllGather(const Tensor& input, Tensor& output) {

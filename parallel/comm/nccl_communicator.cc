@@ -391,10 +391,9 @@ std::unique_ptr<PendingCollective> NcclCommunicator::StartAllReduce(Tensor& tens
   const cudaEvent_t finished = Launch(
       Describe("AllReduce", ReduceOpName(op), tensor),
       [&](cudaStream_t stream) {
-        KELVIN_NCCL_CHECK(ncclAllReduce(tensor.raw_data(), tensor.raw_data(),
-                                        static_cast<size_t>(tensor.numel()),
-                                        NcclType(tensor.dtype()), NcclOp(op, tensor.dtype()), comm_,
-                                        stream));
+        KELVIN_NCCL_CHECK(
+            ncclAllReduce(tensor.raw_data(), tensor.raw_data(), static_cast<size_t>(tensor.numel()),
+                          NcclType(tensor.dtype()), NcclOp(op, tensor.dtype()), comm_, stream));
       },
       /*deferred=*/true);
   return std::make_unique<Pending>(ctx_, finished);

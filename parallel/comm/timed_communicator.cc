@@ -43,8 +43,12 @@ class TimedCommunicator::TimedPending final : public PendingCollective {
  public:
   TimedPending(TimedCommunicator& owner, std::unique_ptr<PendingCollective> inner)
       : owner_(owner), inner_(std::move(inner)) {}
-  void Wait() override { owner_.Timed([&](Communicator&) { inner_->Wait(); }); }
-  void Progress() override { owner_.Timed([&](Communicator&) { inner_->Progress(); }); }
+  void Wait() override {
+    owner_.Timed([&](Communicator&) { inner_->Wait(); });
+  }
+  void Progress() override {
+    owner_.Timed([&](Communicator&) { inner_->Progress(); });
+  }
 
  private:
   TimedCommunicator& owner_;
@@ -58,9 +62,8 @@ std::unique_ptr<PendingCollective> TimedCommunicator::StartAllReduce(Tensor& ten
 std::unique_ptr<PendingCollective> TimedCommunicator::StartReduceScatterUneven(
     const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
   return std::make_unique<TimedPending>(*this, Timed([&](Communicator& c) {
-                                          return c.StartReduceScatterUneven(input, output, counts,
-                                                                            op);
-                                        }));
+    return c.StartReduceScatterUneven(input, output, counts, op);
+  }));
 }
 
 }  // namespace kelvin::parallel

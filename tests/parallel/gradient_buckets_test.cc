@@ -43,8 +43,7 @@ class RecordingCommunicator final : public Communicator {
   void Recv(Tensor&, int) override { Unused(); }
   void AllToAll(const Tensor&, Tensor&) override { Unused(); }
   void Barrier() override { Unused(); }
-  void ReduceScatterUneven(const Tensor&, Tensor&, const std::vector<int64_t>&,
-                           ReduceOp) override {
+  void ReduceScatterUneven(const Tensor&, Tensor&, const std::vector<int64_t>&, ReduceOp) override {
     Unused();
   }
   std::vector<int64_t> started;

@@ -463,8 +463,7 @@ TEST_F(NcclCommunicatorCudaTest, NonBlockingAllReduceAndUnevenReduceScatter) {
   };
   const std::vector<double> got = ValuesOf(CopyToDevice(*ctx, reduced, Device::Cpu()));
   for (int64_t i = 0; i < 1001; ++i) ASSERT_EQ(got[static_cast<size_t>(i)], sum_at(i));
-  const std::vector<double> got_scattered =
-      ValuesOf(CopyToDevice(*ctx, scattered, Device::Cpu()));
+  const std::vector<double> got_scattered = ValuesOf(CopyToDevice(*ctx, scattered, Device::Cpu()));
   for (int64_t i = 0; i < scattered.numel(); ++i) {
     ASSERT_EQ(got_scattered[static_cast<size_t>(i)], sum_at(begin + i));
   }

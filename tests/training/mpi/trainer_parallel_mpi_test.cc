@@ -383,19 +383,19 @@ TEST_P(OverlappedGradientReduction, EqualsTheReductionAfterTheBackward) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, OverlappedGradientReduction,
-    ::testing::Values(
-        Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
-        Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
-        Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true},
-        Layout{.name = "PP2xDP2_ZeRO1_tied_separate_masters",
-               .tp = 1,
-               .dp = 2,
-               .sequence_parallel = false,
-               .distributed_optimizer = true,
-               .pp = 2,
-               .tied = true,
-               .separate_master = true},
-        Layout{"TP2xPP2_V2xDP2_ZeRO1", 2, 2, false, true, 2, 2, "INTERLEAVED_1F1B", 8}),
+    ::testing::Values(Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
+                      Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
+                      Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true},
+                      Layout{.name = "PP2xDP2_ZeRO1_tied_separate_masters",
+                             .tp = 1,
+                             .dp = 2,
+                             .sequence_parallel = false,
+                             .distributed_optimizer = true,
+                             .pp = 2,
+                             .tied = true,
+                             .separate_master = true},
+                      Layout{"TP2xPP2_V2xDP2_ZeRO1", 2, 2, false, true, 2, 2, "INTERLEAVED_1F1B",
+                             8}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
 // The part files of `checkpoint` hold what kelvin plan says a checkpoint of the job writes: all of
