@@ -56,20 +56,26 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterUneven(
   return std::make_unique<CompletedCollective>();
 }
 
-void CheckUnevenSplit(const Communicator& group, const Tensor& input, const Tensor& output,
-                      const std::vector<int64_t>& counts) {
+std::unique_ptr<PendingCollective> Communicator::StartAllGatherUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) {
+  AllGatherUneven(input, output, counts);
+  return std::make_unique<CompletedCollective>();
+}
+
+void CheckUnevenSplit(const Communicator& group, const Tensor& whole, const Tensor& chunk,
+                      const std::vector<int64_t>& counts, std::string_view call) {
   int64_t total = 0;
   for (const int64_t count : counts) {
-    KELVIN_CHECK(count >= 0) << "ReduceScatterUneven on " << group.name() << ": count " << count;
+    KELVIN_CHECK(count >= 0) << call << " on " << group.name() << ": count " << count;
     total += count;
   }
-  KELVIN_CHECK(static_cast<int>(counts.size()) == group.size() && total == input.numel() &&
-               output.numel() == counts[static_cast<size_t>(group.rank())] &&
-               output.dtype() == input.dtype() && output.device() == input.device())
-      << "ReduceScatterUneven on " << group.name() << " from " << input.ToString() << " to "
-      << output.ToString() << " with " << counts.size() << " counts summing to " << total
-      << ": needs one count per member, summing to the input's elements, and an output of this "
-         "rank's count in the input's dtype on its device";
+  KELVIN_CHECK(static_cast<int>(counts.size()) == group.size() && total == whole.numel() &&
+               chunk.numel() == counts[static_cast<size_t>(group.rank())] &&
+               chunk.dtype() == whole.dtype() && chunk.device() == whole.device())
+      << call << " on " << group.name() << " between " << whole.ToString() << " and this rank's "
+      << chunk.ToString() << " with " << counts.size() << " counts summing to " << total
+      << ": needs one count per member, summing to the whole's elements, and a chunk of this "
+         "rank's count in the whole's dtype on its device";
 }
 
 double Communicator::AllReduceScalar(double value, ReduceOp op) {

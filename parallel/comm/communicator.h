@@ -79,13 +79,19 @@ class Communicator {
   // [sum of counts], whose chunk j is the counts[j] elements after chunks 0..j-1 (counts may be 0).
   virtual void ReduceScatterUneven(const Tensor& input, Tensor& output,
                                    const std::vector<int64_t>& counts, ReduceOp op) = 0;
+  // output [sum of counts] = every rank's input [counts[rank]], rank j's after the counts[0..j)
+  // elements of the ranks before it (counts may be 0): ReduceScatterUneven's inverse.
+  virtual void AllGatherUneven(const Tensor& input, Tensor& output,
+                               const std::vector<int64_t>& counts) = 0;
 
-  // Non-blocking forms of AllReduce and ReduceScatterUneven: the tensors must stay alive and
-  // untouched until Wait. This base runs the blocking call at once and returns a completed
-  // handle; the backends that can overlap (MPI, NCCL) override them.
+  // Non-blocking forms of AllReduce, ReduceScatterUneven and AllGatherUneven: the tensors must
+  // stay alive and untouched until Wait. This base runs the blocking call at once and returns a
+  // completed handle; the backends that can overlap (MPI, NCCL) override them.
   virtual std::unique_ptr<PendingCollective> StartAllReduce(Tensor& tensor, ReduceOp op);
   virtual std::unique_ptr<PendingCollective> StartReduceScatterUneven(
       const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op);
+  virtual std::unique_ptr<PendingCollective> StartAllGatherUneven(
+      const Tensor& input, Tensor& output, const std::vector<int64_t>& counts);
 
   // `value` reduced over the group (in f64, through AllReduce of a host tensor).
   double AllReduceScalar(double value, ReduceOp op);
@@ -99,10 +105,11 @@ class Communicator {
   std::string name_;
 };
 
-// Aborts unless `counts` has one entry >= 0 per member summing to input's elements and output
-// holds counts[rank()] elements of input's dtype on its device (ReduceScatterUneven's contract).
-void CheckUnevenSplit(const Communicator& group, const Tensor& input, const Tensor& output,
-                      const std::vector<int64_t>& counts);
+// Aborts unless `counts` has one entry >= 0 per member summing to `whole`'s elements and `chunk`
+// holds counts[rank()] elements of whole's dtype on its device: the contract of `call`
+// (ReduceScatterUneven from the whole to the chunk, AllGatherUneven the other way).
+void CheckUnevenSplit(const Communicator& group, const Tensor& whole, const Tensor& chunk,
+                      const std::vector<int64_t>& counts, std::string_view call);
 
 // "tp[0,1]", "dp[0,2,4,6,8,10,12,14,...(64 ranks)]".
 std::string GroupName(std::string_view role, const std::vector<int>& world_ranks);

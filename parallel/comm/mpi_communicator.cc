@@ -435,7 +435,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::StartAllReduce(Tensor& tenso
 std::unique_ptr<MpiCommunicator::InFlight> MpiCommunicator::StartReduceScatterUnevenCall(
     const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
   CheckReduction(input, op, "ReduceScatterUneven");
-  CheckUnevenSplit(*this, input, output, counts);
+  CheckUnevenSplit(*this, input, output, counts, "ReduceScatterUneven");
   const bool widen = input.dtype() == DType::kBF16;
   const Tensor host_input = ToHost(input);                                   // [sum counts]
   const Tensor reduced_input = widen ? WidenToF32(host_input) : host_input;  // [sum counts]
@@ -468,6 +468,44 @@ void MpiCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
 std::unique_ptr<PendingCollective> MpiCommunicator::StartReduceScatterUneven(
     const Tensor& input, Tensor& output, const std::vector<int64_t>& counts, ReduceOp op) {
   return std::make_unique<Pending>(*this, StartReduceScatterUnevenCall(input, output, counts, op));
+}
+
+std::unique_ptr<MpiCommunicator::InFlight> MpiCommunicator::StartAllGatherUnevenCall(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) {
+  CheckUnevenSplit(*this, output, input, counts, "AllGatherUneven");
+  const Tensor host_input = ToHost(input);  // [counts[rank]]
+  Tensor host_output = output.is_cpu() ? output : Tensor::Empty(output.shape(), output.dtype());
+  // [size()] each member's count and offset, alive until the call completes.
+  auto receive_counts = std::make_shared<std::vector<int>>();
+  auto offsets = std::make_shared<std::vector<int>>();
+  int64_t offset = 0;
+  for (const int64_t count : counts) {
+    receive_counts->push_back(MpiCount(count));
+    offsets->push_back(MpiCount(offset));
+    offset += count;
+  }
+  std::unique_ptr<InFlight> flight = StartCollective(
+      {CallKind::kAllGather, "uneven", output.numel(), output.dtype()},
+      [&](std::vector<MPI_Request>& requests) {
+        KELVIN_MPI_CHECK(MPI_Iallgatherv(
+            host_input.raw_data(), MpiCount(host_input.numel()), MpiType(input.dtype()),
+            host_output.raw_data(), receive_counts->data(), offsets->data(),
+            MpiType(output.dtype()), data_comm_, &requests.emplace_back()));
+      });
+  flight->finish = [this, host_input, host_output, output, receive_counts, offsets]() mutable {
+    FromHost(host_output, output);
+  };
+  return flight;
+}
+
+void MpiCommunicator::AllGatherUneven(const Tensor& input, Tensor& output,
+                                      const std::vector<int64_t>& counts) {
+  CompleteCollective(*StartAllGatherUnevenCall(input, output, counts));
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::StartAllGatherUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) {
+  return std::make_unique<Pending>(*this, StartAllGatherUnevenCall(input, output, counts));
 }
 
 void MpiCommunicator::AllGather(const Tensor& input, Tensor& output) {

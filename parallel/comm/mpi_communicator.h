@@ -38,10 +38,14 @@ class MpiCommunicator final : public Communicator {
   void Barrier() override;
   void ReduceScatterUneven(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts,
                            ReduceOp op) override;
+  void AllGatherUneven(const Tensor& input, Tensor& output,
+                       const std::vector<int64_t>& counts) override;
   std::unique_ptr<PendingCollective> StartAllReduce(Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<PendingCollective> StartReduceScatterUneven(const Tensor& input, Tensor& output,
                                                               const std::vector<int64_t>& counts,
                                                               ReduceOp op) override;
+  std::unique_ptr<PendingCollective> StartAllGatherUneven(
+      const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) override;
 
   // Collective calls made so far (the number of the last one in timeout messages).
   int64_t collectives_started() const { return sequence_; }
@@ -60,11 +64,14 @@ class MpiCommunicator final : public Communicator {
   void CompleteCollective(InFlight& flight);
   // StartCollective, then CompleteCollective.
   void RunCollective(Call call, const std::function<void(std::vector<MPI_Request>&)>& post);
-  // The AllReduce and ReduceScatterUneven calls started, their results copied out by `finish`.
+  // The AllReduce, ReduceScatterUneven and AllGatherUneven calls started, their results copied
+  // out by `finish`.
   std::unique_ptr<InFlight> StartAllReduceCall(Tensor& tensor, ReduceOp op);
   std::unique_ptr<InFlight> StartReduceScatterUnevenCall(const Tensor& input, Tensor& output,
                                                          const std::vector<int64_t>& counts,
                                                          ReduceOp op);
+  std::unique_ptr<InFlight> StartAllGatherUnevenCall(const Tensor& input, Tensor& output,
+                                                     const std::vector<int64_t>& counts);
   // Starts `post`'s single point-to-point request with group rank `peer` and waits for it.
   void RunPointToPoint(const Call& call, int peer, const std::function<void(MPI_Request&)>& post);
   [[noreturn]] void AbortOnTimeout(const Call& call, std::chrono::steady_clock::duration waited,

@@ -378,10 +378,42 @@ cudaEvent_t NcclCommunicator::LaunchReduceScatterUneven(const Tensor& in, Tensor
 
 void NcclCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
                                            const std::vector<int64_t>& counts, ReduceOp op) {
-  CheckUnevenSplit(*this, input, output, counts);
+  CheckUnevenSplit(*this, input, output, counts, "ReduceScatterUneven");
   const Tensor in = Stage(input, true, "ReduceScatterUneven");
   Tensor out = Stage(output, false, "ReduceScatterUneven");
   LaunchReduceScatterUneven(in, out, counts, op, /*deferred=*/false);
+  Unstage(out, output);
+}
+
+cudaEvent_t NcclCommunicator::LaunchAllGatherUneven(const Tensor& in, Tensor& out,
+                                                    const std::vector<int64_t>& counts,
+                                                    bool deferred) {
+  return Launch(
+      Describe("AllGatherUneven", "", out),
+      [&](cudaStream_t stream) {
+        KELVIN_NCCL_CHECK(ncclGroupStart());
+        int64_t offset = 0;  // elements before member j's chunk
+        for (int j = 0; j < size(); ++j) {
+          const int64_t count = counts[static_cast<size_t>(j)];
+          if (count > 0) {  // the input is read on member j only
+            void* chunk = ChunkOf(out, offset, 1);
+            KELVIN_NCCL_CHECK(ncclBroadcast(j == rank() ? in.raw_data() : chunk, chunk,
+                                            static_cast<size_t>(count), NcclType(out.dtype()), j,
+                                            comm_, stream));
+          }
+          offset += count;
+        }
+        KELVIN_NCCL_CHECK(ncclGroupEnd());
+      },
+      deferred);
+}
+
+void NcclCommunicator::AllGatherUneven(const Tensor& input, Tensor& output,
+                                       const std::vector<int64_t>& counts) {
+  CheckUnevenSplit(*this, output, input, counts, "AllGatherUneven");
+  const Tensor in = Stage(input, true, "AllGatherUneven");
+  Tensor out = Stage(output, false, "AllGatherUneven");
+  LaunchAllGatherUneven(in, out, counts, /*deferred=*/false);
   Unstage(out, output);
 }
 
@@ -404,10 +436,21 @@ std::unique_ptr<PendingCollective> NcclCommunicator::StartReduceScatterUneven(
   if (input.is_cpu() || output.is_cpu()) {
     return Communicator::StartReduceScatterUneven(input, output, counts, op);
   }
-  CheckUnevenSplit(*this, input, output, counts);
+  CheckUnevenSplit(*this, input, output, counts, "ReduceScatterUneven");
   Stage(input, true, "ReduceScatterUneven");  // checks the device
   return std::make_unique<Pending>(
       ctx_, LaunchReduceScatterUneven(input, output, counts, op, /*deferred=*/true));
+}
+
+std::unique_ptr<PendingCollective> NcclCommunicator::StartAllGatherUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) {
+  if (input.is_cpu() || output.is_cpu()) {
+    return Communicator::StartAllGatherUneven(input, output, counts);
+  }
+  CheckUnevenSplit(*this, output, input, counts, "AllGatherUneven");
+  Stage(input, true, "AllGatherUneven");  // checks the device
+  return std::make_unique<Pending>(ctx_,
+                                   LaunchAllGatherUneven(input, output, counts, /*deferred=*/true));
 }
 
 void NcclCommunicator::Broadcast(Tensor& tensor, int root) {

@@ -43,6 +43,9 @@ class NcclCommunicator final : public Communicator {
   // One ncclReduce per member with a non-zero count, to that member, in one NCCL group.
   void ReduceScatterUneven(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts,
                            ReduceOp op) override;
+  // One ncclBroadcast from each member with a non-zero count, in one NCCL group.
+  void AllGatherUneven(const Tensor& input, Tensor& output,
+                       const std::vector<int64_t>& counts) override;
   // On device tensors the collective runs on the communication stream while the compute stream
   // goes on; Wait orders the compute stream after it (the host does not wait). Host tensors are
   // reduced at once, as the blocking calls do.
@@ -50,6 +53,8 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<PendingCollective> StartReduceScatterUneven(const Tensor& input, Tensor& output,
                                                               const std::vector<int64_t>& counts,
                                                               ReduceOp op) override;
+  std::unique_ptr<PendingCollective> StartAllGatherUneven(
+      const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) override;
 
  private:
   NcclCommunicator(std::string_view role, int rank, std::vector<int> world_ranks,
@@ -64,6 +69,9 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t LaunchReduceScatterUneven(const Tensor& in, Tensor& out,
                                         const std::vector<int64_t>& counts, ReduceOp op,
                                         bool deferred);
+  // AllGatherUneven's launch (the tensors on the device).
+  cudaEvent_t LaunchAllGatherUneven(const Tensor& in, Tensor& out,
+                                    const std::vector<int64_t>& counts, bool deferred);
   // "AllReduce(sum) #3 of 1001 bf16 elements"; counts the call.
   std::string Describe(std::string_view call, std::string_view detail, const Tensor& tensor);
   // The tensor itself when on the communicator's device; for a host tensor a device copy (holding

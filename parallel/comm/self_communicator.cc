@@ -28,8 +28,14 @@ void SelfCommunicator::ReduceScatter(const Tensor& input, Tensor& output, Reduce
 
 void SelfCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
                                            const std::vector<int64_t>& counts, ReduceOp op) {
-  CheckUnevenSplit(*this, input, output, counts);
+  CheckUnevenSplit(*this, input, output, counts, "ReduceScatterUneven");
   ReduceScatter(input, output, op);
+}
+
+void SelfCommunicator::AllGatherUneven(const Tensor& input, Tensor& output,
+                                       const std::vector<int64_t>& counts) {
+  CheckUnevenSplit(*this, output, input, counts, "AllGatherUneven");
+  CopyWhole(input, output, "AllGatherUneven");
 }
 
 void SelfCommunicator::Broadcast(Tensor& /*tensor*/, int root) {

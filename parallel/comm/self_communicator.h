@@ -19,6 +19,8 @@ class SelfCommunicator final : public Communicator {
   void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op) override;
   void ReduceScatterUneven(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts,
                            ReduceOp op) override;
+  void AllGatherUneven(const Tensor& input, Tensor& output,
+                       const std::vector<int64_t>& counts) override;
   void Broadcast(Tensor& tensor, int root) override;
   void Send(const Tensor& tensor, int peer) override;
   void Recv(Tensor& tensor, int peer) override;

@@ -37,6 +37,10 @@ void TimedCommunicator::ReduceScatterUneven(const Tensor& input, Tensor& output,
                                             const std::vector<int64_t>& counts, ReduceOp op) {
   Timed([&](Communicator& c) { c.ReduceScatterUneven(input, output, counts, op); });
 }
+void TimedCommunicator::AllGatherUneven(const Tensor& input, Tensor& output,
+                                        const std::vector<int64_t>& counts) {
+  Timed([&](Communicator& c) { c.AllGatherUneven(input, output, counts); });
+}
 
 // The inner handle, its Wait and Progress timed into the communicator's total.
 class TimedCommunicator::TimedPending final : public PendingCollective {
@@ -64,6 +68,11 @@ std::unique_ptr<PendingCollective> TimedCommunicator::StartReduceScatterUneven(
   return std::make_unique<TimedPending>(*this, Timed([&](Communicator& c) {
     return c.StartReduceScatterUneven(input, output, counts, op);
   }));
+}
+std::unique_ptr<PendingCollective> TimedCommunicator::StartAllGatherUneven(
+    const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) {
+  return std::make_unique<TimedPending>(
+      *this, Timed([&](Communicator& c) { return c.StartAllGatherUneven(input, output, counts); }));
 }
 
 }  // namespace kelvin::parallel

@@ -31,10 +31,14 @@ class TimedCommunicator final : public Communicator {
   void Barrier() override;
   void ReduceScatterUneven(const Tensor& input, Tensor& output, const std::vector<int64_t>& counts,
                            ReduceOp op) override;
+  void AllGatherUneven(const Tensor& input, Tensor& output,
+                       const std::vector<int64_t>& counts) override;
   std::unique_ptr<PendingCollective> StartAllReduce(Tensor& tensor, ReduceOp op) override;
   std::unique_ptr<PendingCollective> StartReduceScatterUneven(const Tensor& input, Tensor& output,
                                                               const std::vector<int64_t>& counts,
                                                               ReduceOp op) override;
+  std::unique_ptr<PendingCollective> StartAllGatherUneven(
+      const Tensor& input, Tensor& output, const std::vector<int64_t>& counts) override;
 
  private:
   class TimedPending;

@@ -59,6 +59,9 @@ TEST(SelfCommunicatorTest, GathersScattersAndAllToAllCopyTheInput) {
   Tensor exchanged = Tensor::ZerosCpu({6}, DType::kBF16);
   self.AllToAll(input, exchanged);
   EXPECT_TRUE(testing::BitIdentical(exchanged, input, "all-to-all"));
+  Tensor uneven = Tensor::ZerosCpu({6}, DType::kBF16);
+  self.AllGatherUneven(input, uneven, {6});
+  EXPECT_TRUE(testing::BitIdentical(uneven, input, "uneven all-gather"));
 }
 
 TEST(SelfCommunicatorDeathTest, WrongCountsAndPeersAbortWithTheGroupsName) {
@@ -66,6 +69,9 @@ TEST(SelfCommunicatorDeathTest, WrongCountsAndPeersAbortWithTheGroupsName) {
   const Tensor input = Tensor::ZerosCpu({4}, DType::kF32);
   Tensor small = Tensor::ZerosCpu({3}, DType::kF32);
   EXPECT_DEATH(self.AllGather(input, small), "pp\\[0\\]: AllGather of 4 f32 elements into 3 f32");
+  EXPECT_DEATH(self.AllGatherUneven(input, small, {4}),
+               "AllGatherUneven on pp\\[0\\] between .* and this rank's .* with 1 counts "
+               "summing to 4");
   EXPECT_DEATH(self.Send(input, 1),
                "pp\\[0\\]: Send to group rank 1, but the group has one member");
   EXPECT_DEATH(self.Recv(small, 0), "pp\\[0\\]: Recv from group rank 0, but the group has one");

@@ -198,6 +198,33 @@ TEST_P(MpiCommunicatorTest, ReduceScatterUneven) {
   }
 }
 
+// What AllGatherUneven of UnevenCounts(size, scale) gives: rank j's counts[j] values of its test
+// sequence from index 100, in rank order.
+std::vector<double> UnevenGathered(DType dtype, const std::vector<int64_t>& counts) {
+  std::vector<double> expected;
+  for (int j = 0; j < static_cast<int>(counts.size()); ++j) {
+    const std::vector<double> chunk = RankValues(dtype, j, 100, counts[static_cast<size_t>(j)]);
+    expected.insert(expected.end(), chunk.begin(), chunk.end());
+  }
+  return expected;
+}
+
+TEST_P(MpiCommunicatorTest, AllGatherUneven) {
+  const int size = comm_->size(), rank = comm_->rank();
+  for (const DType dtype : kDTypes) {
+    for (const int64_t scale : {1, 333}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " scale " << scale);
+      const std::vector<int64_t> counts = UnevenCounts(size, scale);
+      const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+      const Tensor input =
+          TensorOf(dtype, RankValues(dtype, rank, 100, counts[static_cast<size_t>(rank)]));
+      Tensor output = Tensor::Empty({total}, dtype);
+      comm_->AllGatherUneven(input, output, counts);
+      EXPECT_EQ(ValuesOf(output), UnevenGathered(dtype, counts));
+    }
+  }
+}
+
 // Several non-blocking collectives in flight at once, a blocking call among them, waited for in
 // reverse order: each gets its own result, and the calls' notices do not mix.
 TEST_P(MpiCommunicatorTest, NonBlockingCallsInFlightTogetherEachCompleteRightly) {
@@ -214,11 +241,15 @@ TEST_P(MpiCommunicatorTest, NonBlockingCallsInFlightTogetherEachCompleteRightly)
   const int64_t begin = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
   const Tensor input = TensorOf(DType::kF64, RankValues(DType::kF64, rank, 0, total));
   Tensor scattered = Tensor::Empty({counts[static_cast<size_t>(rank)]}, DType::kF64);
+  const Tensor own = TensorOf(
+      DType::kBF16, RankValues(DType::kBF16, rank, 100, counts[static_cast<size_t>(rank)]));
+  Tensor gathered = Tensor::Empty({total}, DType::kBF16);
   std::vector<std::unique_ptr<PendingCollective>> pending;
   pending.push_back(comm_->StartAllReduce(first, ReduceOp::kSum));
   pending.push_back(comm_->StartReduceScatterUneven(input, scattered, counts, ReduceOp::kSum));
   const double scalar = comm_->AllReduceScalar(rank + 1.0, ReduceOp::kSum);  // blocking, between
   pending.push_back(comm_->StartAllReduce(second, ReduceOp::kSum));
+  pending.push_back(comm_->StartAllGatherUneven(own, gathered, counts));
   for (const auto& p : pending) p->Progress();
   for (auto p = pending.rbegin(); p != pending.rend(); ++p) (*p)->Wait();
   EXPECT_EQ(scalar, size * (size + 1) / 2.0);
@@ -233,6 +264,7 @@ TEST_P(MpiCommunicatorTest, NonBlockingCallsInFlightTogetherEachCompleteRightly)
   for (int64_t i = 0; i < scattered.numel(); ++i) {
     ASSERT_EQ(got_scattered[static_cast<size_t>(i)], sum_at(DType::kF64, begin + i));
   }
+  EXPECT_EQ(ValuesOf(gathered), UnevenGathered(DType::kBF16, counts));
 }
 
 TEST_P(MpiCommunicatorTest, Broadcast) {
@@ -440,7 +472,7 @@ TEST_F(NcclCommunicatorCudaTest, AllReduceAllGatherAndBroadcast) {
 
 // The non-blocking calls on device tensors run on the communication stream; Wait orders the
 // compute stream after them.
-TEST_F(NcclCommunicatorCudaTest, NonBlockingAllReduceAndUnevenReduceScatter) {
+TEST_F(NcclCommunicatorCudaTest, NonBlockingAllReduceAndUnevenReduceScatterAndAllGather) {
   const int rank = comm->rank(), size = comm->size();
   Tensor reduced = kelvin::testing::ToDevice(
       TensorOf(DType::kF32, RankValues(DType::kF32, rank, 0, 1001)), Device::Cuda());
@@ -454,8 +486,17 @@ TEST_F(NcclCommunicatorCudaTest, NonBlockingAllReduceAndUnevenReduceScatter) {
   std::unique_ptr<PendingCollective> all = comm->StartAllReduce(reduced, ReduceOp::kSum);
   std::unique_ptr<PendingCollective> uneven =
       comm->StartReduceScatterUneven(input, scattered, counts, ReduceOp::kSum);
+  const Tensor own = kelvin::testing::ToDevice(
+      TensorOf(DType::kBF16,
+               RankValues(DType::kBF16, rank, 100, counts[static_cast<size_t>(rank)])),
+      Device::Cuda());
+  Tensor gathered = Tensor::Empty({total}, DType::kBF16, Device::Cuda());
+  std::unique_ptr<PendingCollective> gather = comm->StartAllGatherUneven(own, gathered, counts);
+  gather->Wait();
   uneven->Wait();
   all->Wait();
+  EXPECT_EQ(ValuesOf(CopyToDevice(*ctx, gathered, Device::Cpu())),
+            UnevenGathered(DType::kBF16, counts));
   auto sum_at = [&](int64_t i) {
     std::vector<double> per_rank;
     for (int r = 0; r < size; ++r) per_rank.push_back(TestValue(DType::kF32, r, i));
