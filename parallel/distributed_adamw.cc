@@ -112,7 +112,16 @@ void DistributedAdamW::Step(const Context& ctx, double lr) {
     ops::AdamWStep(ctx, master, s.grad.Slice(0, s.count), m, v, no_model_copy,
                    GroupHyperParams(settings_, static_cast<ParamGroup>(g), lr), steps_);
   }
-  RefreshModelFromShards();
+  if (refresh_) {
+    refresh_();
+  } else {
+    RefreshModelFromShards();
+  }
+}
+
+Tensor DistributedAdamW::MasterShard(ParamGroup group) const {
+  const GroupShard& s = groups_[static_cast<int>(group)];
+  return s.count > 0 ? s.master.Slice(0, s.count) : s.grad.Slice(0, 0);
 }
 
 void DistributedAdamW::RefreshModelFromShards() {

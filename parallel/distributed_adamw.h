@@ -39,11 +39,18 @@ class DistributedAdamW final : public Optimizer {
   // (0 for an empty group). The full gradient buffers are left as they were until Step.
   Tensor& ReducedShard(ParamGroup group) { return groups_[static_cast<int>(group)].grad; }
   int64_t ShardElements(ParamGroup group) const { return groups_[static_cast<int>(group)].shard; }
+  // [count] this rank's shard of group's master weights inside [0, E) (no elements when the shard
+  // lies in the padding): what every rank's model receives of it after Step.
+  Tensor MasterShard(ParamGroup group) const;
+  // From now on Step updates the shards only and calls `refresh` (ParameterGather::Start), which
+  // must bring every shard into every rank's model before the model is next read. Without it Step
+  // gathers the whole buffers itself before it returns.
+  void RefreshModelThrough(std::function<void()> refresh) { refresh_ = std::move(refresh); }
   // Over this rank's reduced shards, summed over the DP group.
   double GradientSumOfSquares(const CountsTowardsNorm& counts) override;
   void ScaleGradients(double coefficient) override;  // the reduced shards
   // AdamW on this rank's shards at learning rate `lr`, then RefreshModelFromShards (the gradient
-  // buffers left zeroed).
+  // buffers left zeroed) or the refresh of RefreshModelThrough.
   void Step(const Context& ctx, double lr) override;
 
   // RefreshModelFromShards after the shards were restored.
@@ -83,6 +90,7 @@ class DistributedAdamW final : public Optimizer {
   ParameterSet& params_;
   AdamWSettings settings_;
   Communicator& dp_;
+  std::function<void()> refresh_;  // RefreshModelThrough's; empty: RefreshModelFromShards
   GroupShard groups_[kNumParamGroups];
   int64_t steps_ = 0;
 };

@@ -59,6 +59,28 @@ std::vector<GradientBucket> PlanGradientBuckets(const ParameterSet& params,
   return buckets;
 }
 
+std::vector<int> BucketOfUnit(const std::vector<GradientBucket>& buckets) {
+  std::vector<int> bucket_of;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (const int unit : buckets[b].units) {
+      if (unit >= static_cast<int>(bucket_of.size())) bucket_of.resize(unit + 1, -1);
+      bucket_of[unit] = static_cast<int>(b);
+    }
+  }
+  return bucket_of;
+}
+
+StretchOverShards SplitOverShards(const GradientStretch& stretch, int64_t shard_elements, int rank,
+                                  int ranks) {
+  StretchOverShards split;
+  for (int r = 0; r < ranks; ++r) {
+    split.counts.push_back(std::max<int64_t>(0, std::min(stretch.end, (r + 1) * shard_elements) -
+                                                    std::max(stretch.begin, r * shard_elements)));
+  }
+  split.shard_begin = std::clamp(stretch.begin - rank * shard_elements, int64_t{0}, shard_elements);
+  return split;
+}
+
 GradientBuckets::GradientBuckets(ParameterSet& params, Communicator& replicas,
                                  std::vector<GradientBucket> buckets, bool overlap,
                                  DistributedAdamW* zero)
@@ -66,13 +88,10 @@ GradientBuckets::GradientBuckets(ParameterSet& params, Communicator& replicas,
       replicas_(replicas),
       buckets_(std::move(buckets)),
       overlap_(overlap),
-      zero_(zero) {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    for (const int unit : buckets_[b].units) {
-      if (unit >= static_cast<int>(bucket_of_unit_.size())) bucket_of_unit_.resize(unit + 1, -1);
-      bucket_of_unit_[unit] = static_cast<int>(b);
-    }
-    unfinished_.push_back(static_cast<int>(buckets_[b].units.size()));
+      zero_(zero),
+      bucket_of_unit_(BucketOfUnit(buckets_)) {
+  for (const GradientBucket& bucket : buckets_) {
+    unfinished_.push_back(static_cast<int>(bucket.units.size()));
   }
 }
 
@@ -113,19 +132,13 @@ void GradientBuckets::Start(const GradientBucket& bucket) {
       in_flight_.push_back(replicas_.StartAllReduce(gradients, ReduceOp::kSum));
       continue;
     }
-    // Rank r's shard is [r S, (r + 1) S) of the padded buffer: it receives the stretch's part
-    // inside it.
-    const int64_t shard = zero_->ShardElements(s.group);
-    std::vector<int64_t> counts;
-    for (int r = 0; r < replicas_.size(); ++r) {
-      counts.push_back(
-          std::max<int64_t>(0, std::min(s.end, (r + 1) * shard) - std::max(s.begin, r * shard)));
-    }
-    const int64_t mine = replicas_.rank() * shard;
-    const int64_t lo = std::clamp(s.begin - mine, int64_t{0}, shard);
-    Tensor received = zero_->ReducedShard(s.group).Slice(lo, lo + counts[replicas_.rank()]);
+    // Each rank receives the stretch's part inside its shard.
+    const StretchOverShards split =
+        SplitOverShards(s, zero_->ShardElements(s.group), replicas_.rank(), replicas_.size());
+    Tensor received = zero_->ReducedShard(s.group).Slice(
+        split.shard_begin, split.shard_begin + split.counts[replicas_.rank()]);
     in_flight_.push_back(
-        replicas_.StartReduceScatterUneven(gradients, received, counts, ReduceOp::kSum));
+        replicas_.StartReduceScatterUneven(gradients, received, split.counts, ReduceOp::kSum));
   }
 }
 

@@ -35,6 +35,19 @@ std::vector<GradientBucket> PlanGradientBuckets(const ParameterSet& params,
                                                 const std::vector<std::vector<std::string>>& units,
                                                 int64_t bucket_elements);
 
+// [units] the bucket that holds each unit.
+std::vector<int> BucketOfUnit(const std::vector<GradientBucket>& buckets);
+
+// A stretch over ZeRO-1's shards, rank r's being [r S, (r + 1) S) of the padded buffer: `counts`
+// [ranks] the elements of the stretch inside each rank's shard (in rank order, they tile it),
+// and this rank's part [shard_begin, shard_begin + counts[rank]) of its shard.
+struct StretchOverShards {
+  std::vector<int64_t> counts;
+  int64_t shard_begin = 0;
+};
+StretchOverShards SplitOverShards(const GradientStretch& stretch, int64_t shard_elements, int rank,
+                                  int ranks);
+
 class GradientBuckets {
  public:
   // Sums over `replicas` in place (each rank's gradient buffers then hold the sum), or with

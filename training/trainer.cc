@@ -150,6 +150,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
         static_cast<int>(trainer->micro_batches_),
         [buckets = trainer->gradient_buckets_.get()](int unit) { buckets->Finished(unit); });
   }
+  if (zero != nullptr && job.parallel().overlap_param_gather()) {
+    trainer->parameter_gather_ = std::make_unique<parallel::ParameterGather>(
+        params, replicas, trainer->gradient_buckets_->buckets(), *zero);
+    trainer->model_->WaitForParametersWith(
+        [gather = trainer->parameter_gather_.get()](int unit) { gather->WaitFor(unit); });
+  }
   KELVIN_RETURN_IF_ERROR(trainer->Resume(test.run_id));
   return trainer;
 }
@@ -217,7 +223,9 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   stats.step = step;
   stats.labelled_tokens = labelled;
   ParameterSet& params = model_->parameters();
-  params.ZeroGrads();
+  // While the last step's parameter gather is in flight, its stretches of the gradient buffers
+  // receive masters, zeroed as the forward waits for them; the rest is zero already.
+  if (parameter_gather_ == nullptr || !parameter_gather_->in_flight()) params.ZeroGrads();
   if (labelled == 0) {
     KLOG_RANK0(WARNING) << "step " << step + 1 << " has no labelled token; no update";
     return stats;
@@ -231,6 +239,8 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
     stats.loss += loss;  // in micro-batch order on every layout
   }
   stats.micro_batch_seconds = SecondsSince(micro_batches_start);
+  KELVIN_CHECK(parameter_gather_ == nullptr || !parameter_gather_->in_flight())
+      << "the step's forward did not read every parameter bucket the last step gathered";
   {
     // What the backward did not finish and start already (gradient_buckets_).
     const ProfileRange reduction("gradient reduction");
@@ -320,6 +330,10 @@ double Trainer::FromLastStage(double value) {
   // The last stage's value, zeros elsewhere.
   return grid_->pp().AllReduceScalar(grid_->is_last_stage() ? value : 0.0,
                                      parallel::ReduceOp::kSum);
+}
+
+void Trainer::SettleParameters() {
+  if (parameter_gather_ != nullptr) parameter_gather_->WaitAll();
 }
 
 double Trainer::SumOverReplicas(double value) {
@@ -478,6 +492,7 @@ absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
 absl::StatusOr<EvalStats> Trainer::EvaluateOn(data::BatchSource& source, bool passkey,
                                               int64_t step) {
   const ProfileRange range(absl::StrCat("evaluation at step ", step));
+  SettleParameters();
   EvalStats stats{step, 0, passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0, correct = 0;
   // Each data-parallel replica scores every DP-th batch (the same set on every layout); the sums
@@ -727,6 +742,7 @@ absl::Status Trainer::ExportHf(const std::string& directory) {
   // One replica writes: data-parallel rank 0 and, of its context-parallel ranks (each holding the
   // whole replica's weights), rank 0; its tensor and pipeline ranks gather.
   const bool writes = DataParallelRank() == 0 && grid_->cp_rank() == 0;
+  SettleParameters();
   // ZeRO-1's sharded masters, whole in the (free) gradient buffers while exported.
   optimizer_->GatherMasters();
   models::HfExportProvenance provenance = ExportProvenanceOf(job_);

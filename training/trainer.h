@@ -15,6 +15,7 @@
 #include "core/optim/optimizer.h"
 #include "models/llama/memory_plan.h"
 #include "parallel/gradient_buckets.h"
+#include "parallel/parameter_gather.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/process_grid.h"
 #include "training/checkpoint/async_checkpoint_saver.h"
@@ -119,7 +120,11 @@ class Trainer {
     return also_evaluations_;
   }
   const std::vector<SavedCheckpoint>& saved_checkpoints() const { return saved_checkpoints_; }
-  models::LlamaModel& model() { return *model_; }
+  // The model, its parameters current (a parameter gather still in flight is waited for first).
+  models::LlamaModel& model() {
+    SettleParameters();
+    return *model_;
+  }
   int64_t start_step() const { return start_step_; }  // > 0 after a resume
   // The memory plan of the rank at (tensor rank, pipeline rank) of this job's layout (rank 0 of
   // the other groups), e.g. this rank's: MemoryPlanOf(tp_rank, pp_rank).
@@ -236,6 +241,9 @@ class Trainer {
   Tensor LocalLabels(const data::Batch& batch) const;
   // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).
   double FromLastStage(double value);
+  // Waits for ZeRO-1's parameter gather still in flight (parameter_gather_): before anything but
+  // the next step's forward reads the model or the gradient buffers.
+  void SettleParameters();
   // The forward and backward of every micro-batch of the step: this rank's pipeline program (one
   // stage's runs them in turn). Returns each micro-batch's summed token losses x `loss_scale` (1 /
   // the global batch's labelled tokens), 0 off the last pipeline stage.
@@ -256,6 +264,9 @@ class Trainer {
   // The sum of the gradients over the data-parallel (and context-parallel) replicas, in buckets
   // started as the backward finishes them (parallel.overlap_grad_reduce); null for one replica.
   std::unique_ptr<parallel::GradientBuckets> gradient_buckets_;
+  // ZeRO-1's gather of the updated parameters, started after the optimizer step and waited for
+  // bucket by bucket in the next forward (parallel.overlap_param_gather); null without it.
+  std::unique_ptr<parallel::ParameterGather> parameter_gather_;
   int64_t micro_batches_ = 1;                           // per step (gradient accumulation)
   std::unique_ptr<parallel::PipelineRunner> pipeline_;  // this rank's program (one stage's too)
   std::unique_ptr<TensorBoardWriter> tensorboard_;      // on world rank 0 with tensorboard_dir

@@ -150,6 +150,7 @@ absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
 
 absl::Status Trainer::RestoreFrom(const std::string& path) {
   parallel::Communicator& world = grid_->world();
+  SettleParameters();  // the restore refreshes the model through the gradient buffers
   const TrainingState state = CurrentTrainingState();
   absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(path, job_.name(), state, ctx_);
   // A damaged part may fail some ranks only: none goes on to train without the others.
@@ -224,6 +225,7 @@ absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
   const config::CheckpointConfig& c = job_.checkpoint();
   parallel::Communicator& world = grid_->world();
   if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+  SettleParameters();
   TrainingState state = CurrentTrainingState();
   if (!evaluations_.empty() && evaluations_.back().step == steps_completed) {
     state.eval_loss = evaluations_.back().loss;  // for checkpoint.keep_best

@@ -411,6 +411,7 @@ void ResolveDefaults(config::JobConfig& config) {
   if (!parallel.has_collective_timeout_seconds()) parallel.set_collective_timeout_seconds(600);
   if (!parallel.has_overlap_grad_reduce()) parallel.set_overlap_grad_reduce(true);
   if (!parallel.has_grad_bucket_elements()) parallel.set_grad_bucket_elements(40'000'000);
+  if (!parallel.has_overlap_param_gather()) parallel.set_overlap_param_gather(true);
 
   config::LaunchConfig& launch = *config.mutable_launch();
   if (!launch.has_nodes()) launch.set_nodes(1);

@@ -147,6 +147,10 @@ void LlamaModel::BackwardDone(int unit) {
   if (++backwards_done_[static_cast<size_t>(unit)] == backwards_per_step_) FinishUnit(unit);
 }
 
+void LlamaModel::ParametersNeeded(int unit) {
+  if (wait_for_parameters_ && unit >= 0) wait_for_parameters_(unit);
+}
+
 void LlamaModel::FinishUnit(int unit) {
   for (const std::string& name : gradient_units_.parameters[static_cast<size_t>(unit)]) {
     SumPartialGradient(params_.Get(name));
@@ -416,7 +420,11 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
   LlamaMicroBatchActivations& slot = Slot(micro_batch);
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
   Tensor& input = slot.layers[c.local_begin].x;
+  // A tied embedding over pipeline stages is a unit of its own (the LM head on the last stage).
+  const int embedding_unit =
+      gradient_units_.embedding >= 0 ? gradient_units_.embedding : gradient_units_.summed_last;
   if (stage_.starts_model(chunk)) {
+    ParametersNeeded(embedding_unit);
     // Vocab-parallel embedding: each rank's rows, zero elsewhere, summed over the group.
     ops::EmbeddingForward(ctx, slot.tokens, end_values_.embedding, layout_.vocab_begin,
                           scratch_.proj);
@@ -425,9 +433,12 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
   Tensor& output = slot.outputs[chunk];
   for (int64_t l = c.layer_begin; l < c.layer_end; ++l) {
     const ProfileRange layer(absl::StrCat("layer ", l, " forward"));
+    ParametersNeeded(gradient_units_.layer[static_cast<size_t>(LocalLayer(l))]);
     LayerForward(ctx, slot, l, l + 1 < c.layer_end ? slot.layers[LocalLayer(l + 1)].x : output);
   }
   if (!stage_.ends_model(chunk)) return output;
+  ParametersNeeded(gradient_units_.head);
+  if (config_.tie_word_embeddings) ParametersNeeded(embedding_unit);  // the LM head
   NormForward(ctx, output, end_values_.final_norm, slot.h_final, slot.rstd_final);
   Linear(ctx, slot.h_final, end_values_.lm_head, slot.logits);
   return slot.logits;

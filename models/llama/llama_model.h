@@ -174,6 +174,12 @@ class LlamaModel : public parallel::PipelineStage {
   // micro-batches): after a unit's last one its partial gradients are summed over the TP group and
   // `finished(unit)` is called; FinishGradients finishes the unit summed over stages.
   void ReportFinishedGradients(int backwards_per_step, std::function<void(int unit)> finished);
+  // From now on every forward calls `wait(unit)` before it first reads a unit's parameters (the
+  // units of gradient_units(), in the order the forward reads them), so that parameters still
+  // arriving (parallel::ParameterGather) are waited for only where they are needed.
+  void WaitForParametersWith(std::function<void(int unit)> wait) {
+    wait_for_parameters_ = std::move(wait);
+  }
   // Whether this rank's tensor of parameter `name` is the one copy of its elements among the TP
   // and pipeline ranks: false for the copies of replicated parameters on all but one rank (and
   // for the last stage's tied embedding). Summing over the canonical copies counts every element
@@ -233,6 +239,8 @@ class LlamaModel : public parallel::PipelineStage {
   void SumPartialGradient(const ParameterSet::Entry& e);
   // SumPartialGradient of every parameter of `unit`, then the finished report.
   void FinishUnit(int unit);
+  // The forward is about to read `unit`'s parameters (-1: none): WaitForParametersWith's wait.
+  void ParametersNeeded(int unit);
   int64_t LocalLayer(int64_t layer) const;  // the index of layer `layer` among this rank's
   // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
   // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'
@@ -292,6 +300,7 @@ class LlamaModel : public parallel::PipelineStage {
   int backwards_per_step_ = 0;
   std::function<void(int unit)> gradients_finished_;
   std::vector<int> backwards_done_;
+  std::function<void(int unit)> wait_for_parameters_;  // WaitForParametersWith's
 
   // Activation slots, one per micro-batch in flight (kept allocated for reuse).
   std::vector<LlamaMicroBatchActivations> slots_;

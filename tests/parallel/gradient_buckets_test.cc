@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "core/check.h"
-#include "parallel/comm/communicator.h"
+#include "tests/parallel/recording_communicator.h"
 
 namespace kelvin::parallel {
 namespace {
+
+using ::kelvin::parallel::testing::RecordingCommunicator;
 
 // Two "layers" of a decay matrix and a norm each, and a temperature vector. Flat buffers: decay
 // [w1 0..20, w2 20..35], no-decay [n1 0..5, n2 5..10], temperature [t 0..3].
@@ -30,27 +31,6 @@ std::unique_ptr<ParameterSet> TwoLayers() {
 
 // The backward's order: layer 2, layer 1, then the temperatures.
 const std::vector<std::vector<std::string>> kUnits = {{"w2", "n2"}, {"w1", "n1"}, {"t"}};
-
-// Records the element count of every all-reduce when it starts; sums nothing (one "rank").
-class RecordingCommunicator final : public Communicator {
- public:
-  RecordingCommunicator() : Communicator("dp", 0, {0}) {}
-  void AllReduce(Tensor& tensor, ReduceOp /*op*/) override { started.push_back(tensor.numel()); }
-  void AllGather(const Tensor&, Tensor&) override { Unused(); }
-  void ReduceScatter(const Tensor&, Tensor&, ReduceOp) override { Unused(); }
-  void Broadcast(Tensor&, int) override { Unused(); }
-  void Send(const Tensor&, int) override { Unused(); }
-  void Recv(Tensor&, int) override { Unused(); }
-  void AllToAll(const Tensor&, Tensor&) override { Unused(); }
-  void Barrier() override { Unused(); }
-  void ReduceScatterUneven(const Tensor&, Tensor&, const std::vector<int64_t>&, ReduceOp) override {
-    Unused();
-  }
-  std::vector<int64_t> started;
-
- private:
-  static void Unused() { KELVIN_FATAL() << "not used by GradientBuckets without ZeRO-1"; }
-};
 
 TEST(PlanGradientBucketsTest, JoinsUnitsUntilABucketIsFullAndMergesAdjacentStretches) {
   std::unique_ptr<ParameterSet> params = TwoLayers();
@@ -74,6 +54,20 @@ TEST(PlanGradientBucketsTest, JoinsUnitsUntilABucketIsFullAndMergesAdjacentStret
   EXPECT_EQ(one[0].stretches[0].end, 35);
   EXPECT_EQ(one[0].stretches[1].end, 10);
   EXPECT_EQ(one[0].stretches[2].end, 3);
+}
+
+TEST(SplitOverShardsTest, CountsEachShardsPartOfAStretchAndWhereThisRanksPartStarts) {
+  // Shards of 10 over 3 ranks; the stretch [7, 23) covers 3 of shard 0, all of 1 and 3 of 2.
+  const GradientStretch stretch{ParamGroup::kDecay, 7, 23};
+  const StretchOverShards first = SplitOverShards(stretch, 10, 0, 3);
+  EXPECT_EQ(first.counts, (std::vector<int64_t>{3, 10, 3}));
+  EXPECT_EQ(first.shard_begin, 7);
+  EXPECT_EQ(SplitOverShards(stretch, 10, 1, 3).shard_begin, 0);
+  EXPECT_EQ(SplitOverShards(stretch, 10, 2, 3).shard_begin, 0);
+  // A stretch inside one shard leaves the others empty.
+  const StretchOverShards inside = SplitOverShards({ParamGroup::kDecay, 12, 15}, 10, 2, 3);
+  EXPECT_EQ(inside.counts, (std::vector<int64_t>{0, 3, 0}));
+  EXPECT_EQ(inside.shard_begin, 0);
 }
 
 TEST(GradientBucketsTest, WithOverlapABucketStartsWhenItsUnitsFinishInBucketOrder) {

@@ -358,13 +358,16 @@ TEST(PipelineSchedules, GiveBitIdenticalRuns) {
 }
 
 // Each layer's gradients reduced in a bucket of its own as soon as the step's last backward
-// finished them, against the same buckets reduced after the backward: the same bits. The layouts
-// cover all-reduce and ZeRO-1's reduce-scatter, context-parallel replicas, sequence-parallel norms
-// (summed over TP as each layer finishes), tied embeddings over stages (summed last), interleaved
-// chunks, and 2 to 4 micro-batches per step.
-class OverlappedGradientReduction : public ::testing::TestWithParam<Layout> {};
+// finished them, and with ZeRO-1 each bucket's updated parameters gathered while the next forward
+// reads the layers before it, against the same buckets reduced after the backward and gathered
+// inside the optimizer step: the same bits. The layouts cover all-reduce and ZeRO-1's
+// reduce-scatter and gather (with the masters whole, and sharded beside a model copy),
+// context-parallel replicas, sequence-parallel norms (summed over TP as each layer finishes), tied
+// embeddings over stages (summed last, the last stage's LM head), interleaved chunks, and 2 to 4
+// micro-batches per step.
+class OverlappedCommunication : public ::testing::TestWithParam<Layout> {};
 
-TEST_P(OverlappedGradientReduction, EqualsTheReductionAfterTheBackward) {
+TEST_P(OverlappedCommunication, EqualsTheReductionAfterTheBackwardAndTheGatherInTheStep) {
   const Layout layout = GetParam();
   if (layout.world() != WorldSize()) {
     GTEST_SKIP() << layout.name << " needs " << layout.world() << " ranks";
@@ -376,14 +379,22 @@ TEST_P(OverlappedGradientReduction, EqualsTheReductionAfterTheBackward) {
   for (const char* bucket : buckets) {
     SCOPED_TRACE(absl::StrCat("grad_bucket_elements ", bucket));
     const std::string size = absl::StrCat("parallel.grad_bucket_elements=", bucket);
-    ExpectBitIdenticalRuns(layout, layout, {"parallel.overlap_grad_reduce=true", size},
-                           {"parallel.overlap_grad_reduce=false", size});
+    ExpectBitIdenticalRuns(
+        layout, layout,
+        {"parallel.overlap_grad_reduce=true", "parallel.overlap_param_gather=true", size},
+        {"parallel.overlap_grad_reduce=false", "parallel.overlap_param_gather=false", size});
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Layouts, OverlappedGradientReduction,
+    Layouts, OverlappedCommunication,
     ::testing::Values(Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
+                      Layout{.name = "DP2_ZeRO1_separate_masters",
+                             .tp = 1,
+                             .dp = 2,
+                             .sequence_parallel = false,
+                             .distributed_optimizer = true,
+                             .separate_master = true},
                       Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
                       Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true},
                       Layout{.name = "PP2xDP2_ZeRO1_tied_separate_masters",
