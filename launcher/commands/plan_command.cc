@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "launcher/config/job_config.h"
 #include "launcher/plan/layout_search.h"
+#include "launcher/plan/step_time.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -90,7 +91,8 @@ absl::StatusOr<PlannedJob> PlanJob(const PlanArguments& arguments) {
 absl::Status PrintPlan(const PlannedJob& planned) {
   KELVIN_ASSIGN_OR_RETURN(const std::string report,
                           training::FormatJobPlan(planned.job, planned.arch, planned.layout));
-  std::printf("%s", report.c_str());
+  const StepTime step = PredictStepTime(planned.job, planned.arch, planned.layout, planned.cuda);
+  std::printf("%s%s", report.c_str(), FormatStepTime(planned.job, planned.layout, step).c_str());
   std::fflush(stdout);  // before a fit error on stderr
   KELVIN_ASSIGN_OR_RETURN(const training::PeakMemory peak,
                           training::PlanPeakMemory(planned.job, planned.arch, planned.layout));
@@ -101,9 +103,10 @@ void AddPlanCommand(CommandLine& line) {
   auto a = std::make_shared<PlanArguments>();
   CLI::App* command = line.AddCommand(
       "plan", "print the job's layout and memory per rank, without training",
-      "--layouts lists every valid tensor x context x pipeline x data split of the processes\n"
-      "with its largest rank's memory: those fitting launch.gpu_memory_gib first, then the least\n"
-      "model parallelism; and the --set flags of the best.",
+      "With launch.hardware it predicts the step time. --layouts lists every valid tensor x\n"
+      "context x pipeline x data split of the processes with its largest rank's memory (and\n"
+      "predicted step): those fitting launch.gpu_memory_gib first, then the fastest, then the\n"
+      "least model parallelism; and the --set flags of the best.",
       [a] { return Plan(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--processes", "N", "a process count >= 1",

@@ -1,5 +1,6 @@
-// `kelvin plan JOB`: the job's layout and memory per rank without training (--layouts: every
-// valid split of the processes, ranked). launch plans the same way before it writes its script.
+// `kelvin plan JOB`: the job's layout, memory per rank and (with launch.hardware) predicted step
+// time without training (--layouts: every valid split of the processes, ranked). launch plans the
+// same way before it writes its script.
 #pragma once
 
 #include <string>
@@ -32,7 +33,8 @@ struct PlannedJob {
 };
 absl::StatusOr<PlannedJob> PlanJob(const PlanArguments& arguments);
 
-// Prints the job's plan; an error when its largest rank does not fit launch.gpu_memory_gib.
+// Prints the job's plan and step time; an error when its largest rank does not fit
+// launch.gpu_memory_gib.
 absl::Status PrintPlan(const PlannedJob& planned);
 
 void AddPlanCommand(CommandLine& line);

@@ -359,6 +359,33 @@ absl::Status ApplyOverride(std::string_view assignment, config::JobConfig& confi
   return absl::OkStatus();
 }
 
+namespace {
+
+// launch.hardware's presets: NVIDIA's data-sheet figures for one HGX GPU (dense bf16 peak, HBM
+// bandwidth, NVLink 4's 450 GB/s each way) and 400 Gb/s InfiniBand (50 GB/s) per GPU.
+struct HardwarePreset {
+  double peak_tflops, memory_gbps;
+  int devices_per_node;
+  double intra_node_gbps, inter_node_gbps;
+};
+constexpr HardwarePreset kH100Sxm = {989.4, 3350, 8, 450, 50};
+constexpr HardwarePreset kH200 = {989.4, 4800, 8, 450, 50};
+
+// The preset's numbers into the fields the job leaves unset (none without a preset).
+void ResolveHardwareDefaults(config::HardwareConfig& hardware) {
+  const HardwarePreset* preset = nullptr;
+  if (hardware.preset() == config::HardwareConfig::H100_SXM) preset = &kH100Sxm;
+  if (hardware.preset() == config::HardwareConfig::H200) preset = &kH200;
+  if (preset == nullptr) return;
+  if (!hardware.has_peak_tflops()) hardware.set_peak_tflops(preset->peak_tflops);
+  if (!hardware.has_memory_gbps()) hardware.set_memory_gbps(preset->memory_gbps);
+  if (!hardware.has_devices_per_node()) hardware.set_devices_per_node(preset->devices_per_node);
+  if (!hardware.has_intra_node_gbps()) hardware.set_intra_node_gbps(preset->intra_node_gbps);
+  if (!hardware.has_inter_node_gbps()) hardware.set_inter_node_gbps(preset->inter_node_gbps);
+}
+
+}  // namespace
+
 void ResolveDefaults(config::JobConfig& config) {
   config::ModelConfig& model = *config.mutable_model();
   config::SsaConfig& ssa = *model.mutable_ssa();
@@ -414,6 +441,7 @@ void ResolveDefaults(config::JobConfig& config) {
   if (!parallel.has_overlap_param_gather()) parallel.set_overlap_param_gather(true);
 
   config::LaunchConfig& launch = *config.mutable_launch();
+  if (launch.has_hardware()) ResolveHardwareDefaults(*launch.mutable_hardware());
   if (!launch.has_nodes()) launch.set_nodes(1);
   if (!launch.has_processes_per_node()) launch.set_processes_per_node(1);
   if (launch.run_dir().empty() && !config.name().empty()) {

@@ -716,8 +716,64 @@ std::optional<int64_t> SlurmTimeSeconds(absl::string_view time) {
   return ((days * 24 + *h) * 60 + *m) * 60 + *sec;
 }
 
+// launch.hardware after ResolveDefaults filled the preset's numbers: every rate given and
+// positive, the efficiency a fraction, the node at least one device.
+void CheckHardware(const config::LaunchConfig& launch, Problems& problems) {
+  if (!launch.has_hardware()) return;
+  const config::HardwareConfig& h = launch.hardware();
+  const bool preset = h.preset() != config::HardwareConfig::NONE;
+  const std::string preset_name = config::HardwareConfig::Preset_Name(h.preset());
+  const struct {
+    const char* name;
+    bool set;
+    double value;
+    const char* example;
+  } rates[] = {
+      {"peak_tflops", h.has_peak_tflops(), h.peak_tflops(), "989.4 for an H100 in bf16"},
+      {"memory_gbps", h.has_memory_gbps(), h.memory_gbps(), "4800 for an H200"},
+      {"intra_node_gbps", h.has_intra_node_gbps(), h.intra_node_gbps(), "450 for NVLink 4"},
+      {"inter_node_gbps", h.has_inter_node_gbps(), h.inter_node_gbps(),
+       "50 for 400 Gb/s InfiniBand"},
+      {"attention_tflops", h.has_attention_tflops(), h.attention_tflops(),
+       "a measured forward + backward rate"},
+  };
+  for (const auto& rate : rates) {
+    const std::string path = absl::StrCat("launch.hardware.", rate.name);
+    if (!rate.set && !(preset && absl::string_view(rate.name) == "attention_tflops")) {
+      problems.Add(path, " is unset and launch.hardware has no preset: set it (e.g. ", rate.example,
+                   "), or choose launch.hardware.preset H100_SXM or H200");
+    } else if (rate.set && std::isfinite(rate.value) && !(rate.value > 0 && rate.value <= 1e6)) {
+      problems.Add(path, "=", rate.value, ": must be in (0, 1e+06] (e.g. ", rate.example,
+                   "); leave it unset for ",
+                   preset ? "the preset's " + preset_name : std::string("no step time"));
+    }
+  }
+  if (!h.has_devices_per_node()) {
+    problems.Add(
+        "launch.hardware.devices_per_node is unset and launch.hardware has no preset: "
+        "set it (e.g. 8 for an HGX node), or choose launch.hardware.preset H100_SXM or "
+        "H200");
+  } else if (h.devices_per_node() < 1 || h.devices_per_node() > 4096) {
+    problems.Add("launch.hardware.devices_per_node=", h.devices_per_node(),
+                 ": must be in [1, 4096]",
+                 preset ? absl::StrCat(" (a node of ", preset_name,
+                                       " holds 8 GPUs; leave it unset for the preset's)")
+                        : "");
+  } else if (preset && launch.gpus_per_node() > h.devices_per_node()) {
+    problems.Add("launch.gpus_per_node=", launch.gpus_per_node(),
+                 " > launch.hardware.devices_per_node=", h.devices_per_node(),
+                 ": a node cannot give more GPUs than it holds; lower launch.gpus_per_node");
+  }
+  if (h.has_gemm_efficiency() && std::isfinite(h.gemm_efficiency()) &&
+      !(h.gemm_efficiency() > 0 && h.gemm_efficiency() <= 1)) {
+    problems.Add("launch.hardware.gemm_efficiency=", h.gemm_efficiency(),
+                 ": must be in (0, 1] (the fraction of peak_tflops the GEMMs attain)");
+  }
+}
+
 void CheckLaunch(const config::JobConfig& job, Problems& problems) {
   const config::LaunchConfig& launch = job.launch();
+  CheckHardware(launch, problems);
   AtLeast(problems, "launch.nodes", launch.nodes(), 1);
   AtLeast(problems, "launch.processes_per_node", launch.processes_per_node(), 1);
   AtLeast(problems, "launch.gpus_per_node", launch.gpus_per_node(), 0);

@@ -39,8 +39,8 @@ int ModelParallel(const LayoutCandidate& c) {
 // The order of layout_search.h: true when `a` comes before `b`.
 bool Better(const LayoutCandidate& a, const LayoutCandidate& b) {
   const auto key = [](const LayoutCandidate& c) {
-    return std::make_tuple(!c.fits, ModelParallel(c), !c.tensor_parallel_in_node, c.pipeline_bubble,
-                           c.peak.plan.Total(),
+    return std::make_tuple(!c.fits, c.step_time.step_seconds, ModelParallel(c),
+                           !c.tensor_parallel_in_node, c.pipeline_bubble, c.peak.plan.Total(),
                            training::LayoutName(c.layout.spec, c.layout.distributed_optimizer));
   };
   return key(a) < key(b);
@@ -96,6 +96,7 @@ absl::StatusOr<LayoutSearch> SearchLayouts(const config::JobConfig& job,
                                          p - 1);
           c.tensor_parallel_in_node = node_size <= 0 || tensor <= node_size;
           c.fits = training::CheckPlanFitsGpu(candidate_job, c.layout, c.peak).ok();
+          c.step_time = PredictStepTime(candidate_job, arch, c.layout, cuda);
           search.candidates.push_back(std::move(c));
         }
       }
@@ -124,6 +125,8 @@ std::string FormatLayoutSearch(const config::JobConfig& job, const LayoutSearch&
                                int world_size, int shown) {
   const int64_t gpu_gib = job.launch().gpu_memory_gib();
   const config::ModelConfig& m = job.model();
+  const bool timed =
+      !search.candidates.empty() && search.candidates.front().step_time.not_predicted.empty();
   std::string out = absl::StrFormat(
       "layouts of job %s on %d processes, keeping micro-batch %d x %d tokens, "
       "recompute_attention %s, recompute_mlp %s%s:\n",
@@ -131,19 +134,27 @@ std::string FormatLayoutSearch(const config::JobConfig& job, const LayoutSearch&
       m.recompute_attention() ? "on" : "off", m.recompute_mlp() ? "on" : "off",
       gpu_gib > 0 ? absl::StrFormat("; fit: largest rank <= launch.gpu_memory_gib=%d", gpu_gib)
                   : "");
-  absl::StrAppendFormat(&out, "  %3s  %-32s %14s  %-4s  %s\n", "#", "layout", "largest rank",
-                        "fits", "pipeline bubble");
+  absl::StrAppendFormat(&out, "  %3s  %-32s %14s  %-4s  %-15s%s\n", "#", "layout", "largest rank",
+                        "fits", "pipeline bubble",
+                        timed ? absl::StrFormat("  %10s  %14s", "step", "tokens/s/device") : "");
   int fitting = 0;
   for (const LayoutCandidate& c : search.candidates) fitting += c.fits ? 1 : 0;
   for (int i = 0; i < std::min<int>(shown, static_cast<int>(search.candidates.size())); ++i) {
     const LayoutCandidate& c = search.candidates[static_cast<size_t>(i)];
-    absl::StrAppendFormat(&out, "  %3d  %-32s %10.2f GiB  %-4s  %s\n", i + 1,
-                          training::LayoutName(c.layout.spec, c.layout.distributed_optimizer) +
-                              (c.tensor_parallel_in_node ? "" : " (tp across nodes)"),
-                          static_cast<double>(c.peak.plan.Total()) / kGiB, c.fits ? "yes" : "no",
-                          c.layout.spec.pipeline_parallel > 1
-                              ? absl::StrFormat("%.1f%%", 100 * c.pipeline_bubble)
-                              : "-");
+    const std::string bubble = c.layout.spec.pipeline_parallel > 1
+                                   ? absl::StrFormat("%.1f%%", 100 * c.pipeline_bubble)
+                                   : "-";
+    const StepTime& t = c.step_time;
+    const std::string time = timed ? absl::StrFormat("  %8.1f ms  %14.0f", 1e3 * t.step_seconds,
+                                                     t.tokens_per_second_per_device)
+                                   : "";
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("  %3d  %-32s %10.2f GiB  %-4s  ", i + 1,
+                        training::LayoutName(c.layout.spec, c.layout.distributed_optimizer) +
+                            (c.tensor_parallel_in_node ? "" : " (tp across nodes)"),
+                        static_cast<double>(c.peak.plan.Total()) / kGiB, c.fits ? "yes" : "no"),
+        timed ? absl::StrFormat("%-15s", bubble) : bubble, time, "\n");
   }
   if (static_cast<int>(search.candidates.size()) > shown) {
     absl::StrAppend(&out, "  ... ", search.candidates.size() - static_cast<size_t>(shown),
@@ -155,9 +166,12 @@ std::string FormatLayoutSearch(const config::JobConfig& job, const LayoutSearch&
                     search.invalid_reasons.front());
   }
   absl::StrAppend(
-      &out,
-      "\norder: fits, then the least model parallelism (tensor x context x pipeline: the fewest "
-      "activations exchanged per token), tensor parallel inside a node (launch.processes_per_node=",
+      &out, "\norder: fits, then ",
+      timed ? "the shortest predicted step (launch.hardware; kelvin plan with the first's flags "
+              "prints its breakdown), then "
+            : "",
+      "the least model parallelism (tensor x context x pipeline: the fewest activations "
+      "exchanged per token), tensor parallel inside a node (launch.processes_per_node=",
       job.launch().processes_per_node(),
       "), the smallest pipeline bubble ((p-1)/(v m + p-1) of a step idle), the most headroom\n");
   if (!search.candidates.empty() && search.candidates.front().fits) {
@@ -166,6 +180,9 @@ std::string FormatLayoutSearch(const config::JobConfig& job, const LayoutSearch&
       flags.push_back("--set " + o);
     }
     absl::StrAppend(&out, "the first: ", absl::StrJoin(flags, " "), "\n");
+  }
+  if (!timed && !search.candidates.empty()) {
+    absl::StrAppend(&out, search.candidates.front().step_time.not_predicted, "\n");
   }
   return out;
 }

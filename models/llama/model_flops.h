@@ -1,5 +1,6 @@
-// Model FLOPs of Llama training: the Megatron / PaLM "model FLOPs" count, which MFU divides by the
-// hardware peak.
+// Training FLOPs of Llama: the Megatron / PaLM "model FLOPs" count, which MFU divides by the
+// hardware peak, and the hardware FLOPs the kernels execute (recompute included), which the
+// step-time model of `kelvin plan` divides by the attained rates.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +18,29 @@ namespace kelvin::models {
 // causal, as Megatron reports them) and SSA's temperature heads (so SSA's MFU compares with
 // vanilla's).
 double TrainingFlopsPerToken(const LlamaConfig& config, int64_t sequence_length);
+
+struct PassFlops {
+  double forward = 0;
+  double backward = 0;  // with the forward work recompute repeats
+  double Total() const { return forward + backward; }
+};
+
+// The hardware FLOPs of one decoder layer per token of a T-token row:
+//   GEMMs: forward 2 x the layer's matrix parameters, backward 4 x, plus 2 x the matrices that
+//     recompute runs again (W_q, W_k, W_v with recompute_attention; gate and up with
+//     recompute_mlp);
+//   attention core, in FlashAttention's count (the unit of Kelvin's measured attention rates):
+//     forward 2 T H d (causal), backward 5 T H d (it recomputes the scores), plus the forward
+//     again with recompute_attention.
+// Like TrainingFlopsPerToken it leaves out SSA's temperature heads and the elementwise passes.
+struct LayerFlops {
+  PassFlops gemm;
+  PassFlops attention;
+};
+LayerFlops DecoderLayerFlopsPerToken(const LlamaConfig& config, int64_t sequence_length,
+                                     bool recompute_attention, bool recompute_mlp);
+
+// The LM head's GEMM per token: forward 2 V D, backward 4 V D.
+PassFlops LmHeadFlopsPerToken(const LlamaConfig& config);
 
 }  // namespace kelvin::models

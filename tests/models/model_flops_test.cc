@@ -32,5 +32,32 @@ TEST(ModelFlops, AttentionCountsTheQueryHeadsWidth) {
   EXPECT_EQ(TrainingFlopsPerToken(config, 10), 6 * 49408.0 + 6 * 10 * 128.0);
 }
 
+// The hardware count of one Llama-3-8B layer at 8K tokens: its matrices hold 2 x 4096^2 +
+// 2 x 4096 x 1024 + 3 x 4096 x 14336 = 218,103,808 parameters (W_q, W_k, W_v: 25,165,824; gate
+// and up: 117,440,512), T H d = 8192 x 4096.
+TEST(ModelFlops, DecoderLayerHardwareCountWithAndWithoutRecompute) {
+  const absl::StatusOr<LlamaConfig> config = LlamaPreset("llama3-8b");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const double matrices = 218103808.0, qkv = 25165824.0, gate_up = 117440512.0;
+  const double row = 8192.0 * 4096.0;
+  const LayerFlops plain = DecoderLayerFlopsPerToken(*config, 8192, false, false);
+  EXPECT_EQ(plain.gemm.forward, 2 * matrices);
+  EXPECT_EQ(plain.gemm.backward, 4 * matrices);
+  EXPECT_EQ(plain.attention.forward, 2 * row);
+  EXPECT_EQ(plain.attention.backward, 5 * row);
+  // The model count is the hardware count without recompute, less the backward's second score
+  // product: 6 P + 6 T H d per layer, and the LM head's 6 V D.
+  EXPECT_EQ(32 * (plain.gemm.Total() + plain.attention.Total() - row) +
+                LmHeadFlopsPerToken(*config).Total(),
+            TrainingFlopsPerToken(*config, 8192));
+  const LayerFlops attention = DecoderLayerFlopsPerToken(*config, 8192, true, false);
+  EXPECT_EQ(attention.gemm.backward, 4 * matrices + 2 * qkv);
+  EXPECT_EQ(attention.attention.backward, 7 * row);
+  const LayerFlops mlp = DecoderLayerFlopsPerToken(*config, 8192, false, true);
+  EXPECT_EQ(mlp.gemm.backward, 4 * matrices + 2 * gate_up);
+  EXPECT_EQ(mlp.attention.backward, 5 * row);
+  EXPECT_EQ(LmHeadFlopsPerToken(*config).forward, 2 * 128256.0 * 4096);
+}
+
 }  // namespace
 }  // namespace kelvin::models

@@ -280,6 +280,55 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
             "");
 }
 
+// launch.hardware: a preset fills its numbers (each field overrides it); a bad rate, an empty
+// node or a machine without a preset that leaves a rate unset is one problem naming the field,
+// its value and what to do; an unknown preset is refused with the valid ones.
+TEST(JobConfigValidation, HardwareFieldsNameFieldValueAndRemedy) {
+  EXPECT_EQ(ProblemsWith({"launch.hardware.preset=H200"}), "");
+  EXPECT_EQ(ProblemsWith({"launch.hardware.preset=H100_SXM", "launch.hardware.inter_node_gbps=25",
+                          "launch.hardware.gemm_efficiency=0.7"}),
+            "");
+  const std::vector<std::string> cpu = {
+      "launch.hardware.peak_tflops=0.06",   "launch.hardware.memory_gbps=7",
+      "launch.hardware.devices_per_node=2", "launch.hardware.intra_node_gbps=3",
+      "launch.hardware.inter_node_gbps=1",  "launch.hardware.attention_tflops=0.03"};
+  EXPECT_EQ(ProblemsWith(cpu), "");
+  const std::vector<Rule> rules = {
+      {{"launch.hardware.preset=H200", "launch.hardware.inter_node_gbps=-50"},
+       "launch.hardware.inter_node_gbps=-50: must be in (0, 1e+06] (e.g. 50 for 400 Gb/s "
+       "InfiniBand); leave it unset for the preset's H200"},
+      {{"launch.hardware.preset=H100_SXM", "launch.hardware.peak_tflops=0"},
+       "launch.hardware.peak_tflops=0: must be in (0, 1e+06]"},
+      {{"launch.hardware.preset=H200", "launch.hardware.devices_per_node=0"},
+       "launch.hardware.devices_per_node=0: must be in [1, 4096] (a node of H200 holds 8 GPUs; "
+       "leave it unset for the preset's)"},
+      {{"launch.hardware.preset=H200", "launch.gpus_per_node=16"},
+       "launch.gpus_per_node=16 > launch.hardware.devices_per_node=8: a node cannot give more "
+       "GPUs than it holds"},
+      {{"launch.hardware.preset=H200", "launch.hardware.gemm_efficiency=1.5"},
+       "launch.hardware.gemm_efficiency=1.5: must be in (0, 1]"},
+      {{"launch.hardware.preset=H200", "launch.hardware.attention_tflops=-1"},
+       "launch.hardware.attention_tflops=-1: must be in (0, 1e+06]"},
+      {{"launch.hardware.peak_tflops=0.06", "launch.hardware.memory_gbps=7",
+        "launch.hardware.devices_per_node=2", "launch.hardware.intra_node_gbps=3",
+        "launch.hardware.inter_node_gbps=1"},
+       "launch.hardware.attention_tflops is unset and launch.hardware has no preset: set it (e.g. "
+       "a measured forward + backward rate), or choose launch.hardware.preset H100_SXM or H200"},
+  };
+  for (const Rule& rule : rules) {
+    SCOPED_TRACE(testing::PrintToString(rule.overrides));
+    EXPECT_THAT(ProblemsWith(rule.overrides), StartsWith("invalid job config: " + rule.message));
+  }
+  // Without a preset every rate is required: all the missing ones at once.
+  EXPECT_THAT(ProblemsWith({"launch.hardware.memory_gbps=7"}),
+              StartsWith("invalid job config (5 problems):\n  launch.hardware.peak_tflops is "
+                         "unset and launch.hardware has no preset"));
+  // An unknown preset is a parse error with the valid names.
+  absl::StatusOr<config::JobConfig> job = BaseJob();
+  const absl::Status unknown = ApplyOverride("launch.hardware.preset=H300", *job);
+  EXPECT_THAT(std::string(unknown.message()), HasSubstr("Valid values: NONE, H100_SXM, H200."));
+}
+
 // Blend weights whose sum overflows to inf made every share 0 or nan ("-nan% of the samples").
 TEST(JobConfigValidation, BlendWeightsMustSumToAFiniteNumber) {
   config::JobConfig job = BaseJob();
