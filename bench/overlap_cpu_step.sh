@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# CPU step time with the data-parallel gradient reduction overlapped with the backward against the
-# same job reducing after the backward (parallel.overlap_grad_reduce true/false; bench/
-# parallel_step_time.cc under mpirun): small-25m, DP2 and TP2xDP2, 4 micro-batches of 1 x 256
-# tokens per replica, buckets of 2M gradient elements, one OpenMP thread per rank. The two runs
-# alternate, `rounds` times each; prints the median step time of each, their ratio, the
-# communication seconds per step that computing did not hide, and the hidden share of the
-# non-overlapped run's communication.
+# CPU step time with the data-parallel gradient reduction overlapped with the backward (and with
+# ZeRO-1 the parameter gather with the next forward) against the same job communicating after the
+# backward and inside the optimizer step (parallel.overlap_grad_reduce and overlap_param_gather
+# true/false; bench/parallel_step_time.cc under mpirun): small-25m, DP2, DP2 with ZeRO-1 and
+# TP2xDP2, 4 micro-batches of 1 x 256 tokens per replica, buckets of 2M gradient elements, one
+# OpenMP thread per rank. The two runs alternate, `rounds` times each; prints the median step time
+# of each, their ratio, the communication seconds per step that computing did not hide, and the
+# hidden share of the non-overlapped run's communication.
 # Usage: bench/overlap_cpu_step.sh BUILD_DIR [timed_steps] [rounds]
 set -euo pipefail
 build="${1:?usage: $0 BUILD_DIR [timed_steps] [rounds]}"
@@ -24,9 +25,11 @@ run() {  # ranks overlap [extra --set pairs]
   shift 2
   "${mpi[@]}" -np "$ranks" "$build/bench/parallel_step_time" \
     "$root/configs/passkey_tiny_cpu.textproto" "$steps" "${job[@]}" \
-    --set "parallel.overlap_grad_reduce=$overlap" "$@" 2>/dev/null | tail -1
+    --set "parallel.overlap_grad_reduce=$overlap" --set "parallel.overlap_param_gather=$overlap" \
+    "$@" 2>/dev/null | tail -1
 }
-for layout in "DP2 2" "TP2xDP2 4 --set parallel.tensor_parallel=2"; do
+for layout in "DP2 2" "DP2_ZeRO1 2 --set parallel.distributed_optimizer=true" \
+              "TP2xDP2 4 --set parallel.tensor_parallel=2"; do
   read -r name ranks extra <<<"$layout"
   lines=()
   for ((r = 0; r < rounds; ++r)); do

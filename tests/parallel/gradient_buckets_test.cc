@@ -9,32 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "tests/parallel/recording_communicator.h"
+#include "tests/parallel/bucket_testing.h"
 
 namespace kelvin::parallel {
 namespace {
 
+using ::kelvin::parallel::testing::kTwoLayerUnits;
 using ::kelvin::parallel::testing::RecordingCommunicator;
-
-// Two "layers" of a decay matrix and a norm each, and a temperature vector. Flat buffers: decay
-// [w1 0..20, w2 20..35], no-decay [n1 0..5, n2 5..10], temperature [t 0..3].
-std::unique_ptr<ParameterSet> TwoLayers() {
-  auto params = std::make_unique<ParameterSet>();
-  params->Declare("w1", {4, 5}, ParamGroup::kDecay);
-  params->Declare("n1", {5}, ParamGroup::kNoDecay);
-  params->Declare("w2", {3, 5}, ParamGroup::kDecay);
-  params->Declare("n2", {5}, ParamGroup::kNoDecay);
-  params->Declare("t", {3}, ParamGroup::kTemperature);
-  params->Allocate(DType::kF32);
-  return params;
-}
-
-// The backward's order: layer 2, layer 1, then the temperatures.
-const std::vector<std::vector<std::string>> kUnits = {{"w2", "n2"}, {"w1", "n1"}, {"t"}};
+using ::kelvin::parallel::testing::TwoLayers;
 
 TEST(PlanGradientBucketsTest, JoinsUnitsUntilABucketIsFullAndMergesAdjacentStretches) {
   std::unique_ptr<ParameterSet> params = TwoLayers();
-  const std::vector<GradientBucket> per_layer = PlanGradientBuckets(*params, kUnits, 20);
+  const std::vector<GradientBucket> per_layer = PlanGradientBuckets(*params, kTwoLayerUnits, 20);
   ASSERT_EQ(per_layer.size(), 3u);  // 20, 25 and 3 elements
   EXPECT_EQ(per_layer[0].units, (std::vector<int>{0}));
   EXPECT_EQ(per_layer[0].elements, 20);
@@ -46,7 +32,7 @@ TEST(PlanGradientBucketsTest, JoinsUnitsUntilABucketIsFullAndMergesAdjacentStret
   EXPECT_EQ(per_layer[0].stretches[1].begin, 5);
   EXPECT_EQ(per_layer[2].elements, 3);
 
-  const std::vector<GradientBucket> one = PlanGradientBuckets(*params, kUnits, 1000);
+  const std::vector<GradientBucket> one = PlanGradientBuckets(*params, kTwoLayerUnits, 1000);
   ASSERT_EQ(one.size(), 1u);  // the last bucket takes what is left
   EXPECT_EQ(one[0].units, (std::vector<int>{0, 1, 2}));
   ASSERT_EQ(one[0].stretches.size(), 3u);  // each group's two layers merged into one stretch
@@ -73,7 +59,7 @@ TEST(SplitOverShardsTest, CountsEachShardsPartOfAStretchAndWhereThisRanksPartSta
 TEST(GradientBucketsTest, WithOverlapABucketStartsWhenItsUnitsFinishInBucketOrder) {
   std::unique_ptr<ParameterSet> params = TwoLayers();
   RecordingCommunicator comm;
-  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kUnits, 20),
+  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kTwoLayerUnits, 20),
                           /*overlap=*/true);
   for (int step = 0; step < 2; ++step) {  // Wait starts the next step afresh
     comm.started.clear();
@@ -91,7 +77,7 @@ TEST(GradientBucketsTest, WithOverlapABucketStartsWhenItsUnitsFinishInBucketOrde
 TEST(GradientBucketsTest, WithoutOverlapTheSameCallsStartAtWait) {
   std::unique_ptr<ParameterSet> params = TwoLayers();
   RecordingCommunicator comm;
-  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kUnits, 20),
+  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kTwoLayerUnits, 20),
                           /*overlap=*/false);
   for (const int unit : {0, 1, 2}) buckets.Finished(unit);
   EXPECT_TRUE(comm.started.empty());
@@ -104,7 +90,7 @@ TEST(GradientBucketsDeathTest, AParameterInNoUnitOrAnUnfinishedUnitIsABug) {
   EXPECT_DEATH(PlanGradientBuckets(*params, {{"w1", "n1"}, {"w2", "n2"}}, 20),
                "t is in no gradient unit");
   RecordingCommunicator comm;
-  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kUnits, 20), true);
+  GradientBuckets buckets(*params, comm, PlanGradientBuckets(*params, kTwoLayerUnits, 20), true);
   buckets.Finished(0);
   EXPECT_DEATH(buckets.Wait(), "gradient bucket 1 has 1 unit");
 }

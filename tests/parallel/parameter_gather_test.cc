@@ -12,35 +12,16 @@
 
 #include "core/copy.h"
 #include "parallel/comm/self_communicator.h"
-#include "tests/parallel/recording_communicator.h"
+#include "tests/parallel/bucket_testing.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/tensors.h"
 
 namespace kelvin::parallel {
 namespace {
 
+using ::kelvin::parallel::testing::kTwoLayerUnits;
 using ::kelvin::parallel::testing::RecordingCommunicator;
-
-// Two "layers" (a decay matrix and a norm each) and a temperature vector, the same values in
-// every set this makes. Flat buffers: decay [w1 0..20, w2 20..35], no-decay [n1 0..5, n2 5..10],
-// temperature [t 0..3].
-std::unique_ptr<ParameterSet> TwoLayers() {
-  auto params = std::make_unique<ParameterSet>();
-  params->Declare("w1", {4, 5}, ParamGroup::kDecay);
-  params->Declare("n1", {5}, ParamGroup::kNoDecay);
-  params->Declare("w2", {3, 5}, ParamGroup::kDecay);
-  params->Declare("n2", {5}, ParamGroup::kNoDecay);
-  params->Declare("t", {3}, ParamGroup::kTemperature);
-  params->Allocate(DType::kF32);
-  uint64_t seed = 1;
-  for (const ParameterSet::Entry& e : params->entries()) {
-    params->Assign(e.name, kelvin::testing::Random(e.shape, DType::kF32, seed++));
-  }
-  return params;
-}
-
-// The backward's order: layer 2, layer 1, then the temperatures (which the forward reads first).
-const std::vector<std::vector<std::string>> kUnits = {{"w2", "n2"}, {"w1", "n1"}, {"t"}};
+using ::kelvin::parallel::testing::TwoLayers;
 
 void FillGradients(ParameterSet& params) {
   uint64_t seed = 100;
@@ -67,13 +48,14 @@ TEST(ParameterGatherTest, EachBucketHoldsTheStepsValuesOnceTheForwardWaitsForIt)
   SelfCommunicator self("dp_cp", 0, Context::Cpu());
   DistributedAdamW gathers_in_step(*blocking, kSettings, self);
   DistributedAdamW leaves_it(*overlapped, kSettings, self);
-  ParameterGather gather(*overlapped, self, PlanGradientBuckets(*overlapped, kUnits, 1), leaves_it);
+  ParameterGather gather(*overlapped, self, PlanGradientBuckets(*overlapped, kTwoLayerUnits, 1),
+                         leaves_it);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
     for (ParameterSet* params : {blocking.get(), overlapped.get()}) {
       FillGradients(*params);
       // One rank: each "reduced shard" is the whole gradient.
-      GradientBuckets sums(*params, self, PlanGradientBuckets(*params, kUnits, 1), false,
+      GradientBuckets sums(*params, self, PlanGradientBuckets(*params, kTwoLayerUnits, 1), false,
                            params == blocking.get() ? &gathers_in_step : &leaves_it);
       for (const int unit : {0, 1, 2}) sums.Finished(unit);
       sums.Wait();
@@ -103,7 +85,7 @@ TEST(ParameterGatherTest, StartsFromTheBucketTheForwardReadsFirst) {
   std::unique_ptr<ParameterSet> params = TwoLayers();
   RecordingCommunicator comm;
   DistributedAdamW zero(*params, kSettings, comm);
-  ParameterGather gather(*params, comm, PlanGradientBuckets(*params, kUnits, 20), zero);
+  ParameterGather gather(*params, comm, PlanGradientBuckets(*params, kTwoLayerUnits, 20), zero);
   zero.Step(Context::Cpu(), 1e-2);
   // Buckets {layer 2: decay 15, no-decay 5}, {layer 1: 20, 5}, {t: 3}, started last to first.
   EXPECT_EQ(comm.gathered, (std::vector<int64_t>{3, 20, 5, 15, 5}));
@@ -114,7 +96,7 @@ TEST(ParameterGatherDeathTest, AGatherStartedBeforeTheLastWasWaitedForIsABug) {
   std::unique_ptr<ParameterSet> params = TwoLayers();
   RecordingCommunicator comm;
   DistributedAdamW zero(*params, kSettings, comm);
-  ParameterGather gather(*params, comm, PlanGradientBuckets(*params, kUnits, 20), zero);
+  ParameterGather gather(*params, comm, PlanGradientBuckets(*params, kTwoLayerUnits, 20), zero);
   gather.Start();
   EXPECT_DEATH(gather.Start(), "Start with 3 bucket\\(s\\) of the last gather not waited for");
   gather.WaitAll();
