@@ -401,7 +401,7 @@ StepTime PredictStepTime(const config::JobConfig& job, const models::LlamaConfig
     stage.transfers =
         (2.0 * g.virtual_pipeline_stages - (first ? 1 : 0) - (last ? 1 : 0)) * transfer_seconds;
     if (g.pipeline_parallel == 1) stage.transfers = 0;
-    if (l.Replicas() > 1) PlanDataParallel(l, layout, s, layer, head, stage);
+    PlanDataParallel(l, layout, s, layer, head, stage);
   }
   const auto slowest =
       std::max_element(stages.begin(), stages.end(), [](const StageTime& a, const StageTime& b) {
@@ -463,7 +463,8 @@ std::string FormatStepTime(const config::JobConfig& job, const training::JobLayo
   const parallel::GridSpec& g = layout.spec;
   const auto ms = [](double seconds) { return absl::StrFormat("%.1f ms", seconds * 1e3); };
   std::string out = absl::StrFormat(
-      "step time on %s (%g TFLOP/s peak, %g GB/s memory, %d per node, %g GB/s inside a node, "
+      "step time on %s (%g TFLOP/s peak, %g GB/s memory, %d devices per node, %g GB/s inside a "
+      "node, "
       "%g GB/s between nodes per device)%s:\n",
       h.preset() == config::HardwareConfig::NONE ? std::string("launch.hardware")
                                                  : config::HardwareConfig::Preset_Name(h.preset()),

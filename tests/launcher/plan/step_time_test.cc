@@ -159,6 +159,9 @@ TEST(StepTime, GemmTimeIsTheHardwareFlopsAtTheMeasuredRate) {
   EXPECT_NEAR(p.step.attention_seconds, 32.0 * 8192 * 32 * layer.attention.Total() / 96.7e12,
               1e-12 * p.step.attention_seconds);
   EXPECT_TRUE(p.step.comms.empty());  // one process communicates nothing
+  // AdamW over every parameter with bf16 weights beside f32 masters: 28 + 4 + 6 bytes each.
+  const auto parameters = static_cast<double>(p.arch.NumParameters());
+  EXPECT_NEAR(p.step.optimizer_seconds, 38 * parameters / 4800e9, 1e-12);
 }
 
 TEST(StepTime, TensorParallelCollectivesFollowTheRingFormula) {
@@ -266,8 +269,9 @@ TEST(StepTime, NoPredictionWithoutHardwareOrForTheCpuWithAGpuPreset) {
 TEST(StepTime, ReportNamesRatesSourcesEveryKindAndTheFormula) {
   const Planned p = Plan();
   const std::string report = FormatStepTime(p.job, p.layout, p.step);
-  EXPECT_THAT(report, HasSubstr("step time on H200 (989.4 TFLOP/s peak, 4800 GB/s memory, 8 per "
-                                "node, 450 GB/s inside a node, 50 GB/s between nodes per device)"));
+  EXPECT_THAT(report, HasSubstr("step time on H200 (989.4 TFLOP/s peak, 4800 GB/s memory, 8 "
+                                "devices per node, 450 GB/s inside a node, 50 GB/s between nodes "
+                                "per device)"));
   EXPECT_THAT(report, HasSubstr("GEMMs at 818.7 TFLOP/s (0.827 of peak): Kelvin's cuBLASLt bf16 "
                                 "GEMM 8192x4096x14336"));
   EXPECT_THAT(report, HasSubstr("attention at 96.7 TFLOP/s: Kelvin's SSA kernel at T=8192: "
