@@ -148,6 +148,18 @@ TEST(StepTime, PartsAddUpToTheStepAndItsRates) {
   EXPECT_DOUBLE_EQ(s.rates.inter_node_bytes_per_second, 50e9);
 }
 
+TEST(StepTime, PresetFillsOnlyTheFieldsTheJobLeavesUnset) {
+  const Planned p =
+      Plan({"launch.hardware.inter_node_gbps=25", "launch.hardware.memory_gbps=2400"});
+  EXPECT_DOUBLE_EQ(p.step.rates.inter_node_bytes_per_second, 25e9);
+  EXPECT_DOUBLE_EQ(p.step.rates.memory_bytes_per_second, 2400e9);
+  EXPECT_DOUBLE_EQ(p.step.rates.intra_node_bytes_per_second, 450e9);  // H200's NVLink 4
+  EXPECT_DOUBLE_EQ(p.step.rates.peak_flops, 989.4e12);
+  EXPECT_EQ(p.step.rates.devices_per_node, 8);
+  const config::HardwareConfig& resolved = p.job.launch().hardware();
+  EXPECT_FALSE(resolved.has_gemm_efficiency());  // Kelvin's measured fraction, not a field value
+}
+
 TEST(StepTime, GemmTimeIsTheHardwareFlopsAtTheMeasuredRate) {
   // One process, recompute of both blocks: every layer's GEMMs, the LM head, at 818.7 TFLOP/s.
   const Planned p = Plan({"parallel.tensor_parallel=1", "parallel.sequence_parallel=false",
