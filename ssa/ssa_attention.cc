@@ -220,6 +220,8 @@ void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Ten
   cpu::MergeAttentionBlock(out, lse, block_out, block_lse);
 }
 
+bool CudaSupportsHeadDim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
 void CheckPositionIds(const Tensor& positions, int64_t batch, int64_t begin, int64_t count,
                       const std::string& name) {
   const int32_t* p = positions.data<int32_t>();

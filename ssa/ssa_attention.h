@@ -46,6 +46,10 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
 void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse);
 
+// Whether the CUDA kernels run heads of `head_dim` (64 and 128; another is a programmer error
+// there, so a caller choosing the device checks it first).
+bool CudaSupportsHeadDim(int64_t head_dim);
+
 // Aborts, naming `name`, unless the host position ids [batch * count] of one side (each row's
 // chunk of `count` tokens starting at global index `begin`) restart at 0 or count up by one, the
 // first one <= begin (a document cannot start before the row).

@@ -12,6 +12,7 @@
 #include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "launcher/commands/inference_model.h"
 #include "launcher/commands/needle_command.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/commands/score_command.h"
@@ -116,13 +117,14 @@ namespace {
 
 struct EvalArguments {
   JobArguments job;
-  training::CheckpointChoice checkpoint;  // --step N, --best
-  bool every_checkpoint = false;          // --all
-  std::string json;                       // --json FILE
-  ScoreOptions score;                     // --data / --text: scoring a corpus
-  bool needle = false;                    // --needle
-  NeedleOptions needle_grid;              // its grid
-  bool grid_options = false;              // whether a valued option of the grid was given
+  training::CheckpointChoice checkpoint;           // --step N, --best
+  bool every_checkpoint = false;                   // --all
+  std::string json;                                // --json FILE
+  ScoreOptions score;                              // --data / --text: scoring a corpus
+  bool needle = false;                             // --needle
+  NeedleOptions needle_grid;                       // its grid
+  bool grid_options = false;                       // whether a valued option of the grid was given
+  InferenceDevice device = InferenceDevice::kJob;  // --device (with --data, --text, --needle)
   // The model alone (JOB may be a model directory), not the job's held-out sets.
   bool scores() const { return !score.data.empty() || !score.text.empty() || needle; }
 };
@@ -142,6 +144,11 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
     return UsageError(
         "--lengths, --depths, --samples, --seed and --temperatures shape the needle grid: add "
         "--needle");
+  }
+  if (a.device != InferenceDevice::kJob && !a.scores()) {
+    return UsageError(
+        "--device places --data, --text and --needle; the held-out sets are evaluated where the "
+        "job trains (--set training.device=CUDA)");
   }
   if (a.every_checkpoint && !a.checkpoint.newest()) {
     return UsageError("eval takes one of --step N, --best and --all");
@@ -205,23 +212,26 @@ int EvaluateNeedle(const EvalArguments& a, const config::JobConfig& job) {
   }
   NeedleOptions grid = a.needle_grid;
   grid.checkpoint = a.checkpoint;
-  const absl::StatusOr<NeedleReport> report = RunNeedle(job, grid);
+  const absl::StatusOr<training::TrainingPlacement> placement =
+      ResolveInferencePlacement(job, a.device, /*local_rank=*/0);
+  if (!placement.ok()) return Fail(placement.status());
+  const absl::StatusOr<NeedleReport> report = RunNeedle(job, grid, *placement);
   if (!report.ok()) return Fail(WithWorkingDirectory(report.status(), RelativePathsOf(job)));
   KLOG(INFO) << FormatNeedle(job, *report);
   return WriteJsonResult(a.json, NeedleJson(job, *report), "needle grid");
 }
 
-// --data / --text: the corpus scored, the model split over the processes of a launcher (`tp`);
-// rank 0 reports.
+// --data / --text: the corpus scored, the model on `placement`'s device split over the processes
+// of a launcher (`tp`); rank 0 reports.
 int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
-                   parallel::Communicator& tp) {
+                   const training::TrainingPlacement& placement, parallel::Communicator& tp) {
   const bool reports = tp.rank() == 0;
   if (!a.json.empty() && reports) {
     if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
   }
   ScoreOptions score = a.score;
   score.checkpoint = a.checkpoint;
-  const absl::StatusOr<ScoreReport> report = ScoreData(job, score, &tp);
+  const absl::StatusOr<ScoreReport> report = ScoreData(job, score, placement, &tp);
   if (!report.ok()) {
     std::vector<std::string> paths = RelativePathsOf(job);
     paths.insert(paths.end(), {a.score.data, a.score.text});
@@ -260,10 +270,9 @@ int Eval(const EvalArguments& a) {
   }
   if (a.scores()) {
     return RunSplitOverProcesses(
-        "eval --data / --text", [&a] { return ModelAloneJob(a); },
-        [&a](const config::JobConfig& job, parallel::Communicator& tp) {
-          return EvaluateCorpus(a, job, tp);
-        });
+        "eval --data / --text", a.device, [&a] { return ModelAloneJob(a); },
+        [&a](const config::JobConfig& job, const training::TrainingPlacement& placement,
+             parallel::Communicator& tp) { return EvaluateCorpus(a, job, placement, tp); });
   }
   return RunOnEveryRank(a.job, [&a](const config::JobConfig& job, int world_rank) {
     return EvaluateHeldOut(a, job, world_rank);
@@ -326,10 +335,11 @@ void AddEvalCommand(CommandLine& line) {
       "eval", "the held-out loss of the job's model, or any model's on a corpus",
       "The model: the latest checkpoint in checkpoint.dir, else model.hf_dir or the seed's\n"
       "initialisation. Losses in full precision with perplexity (and passkey retrieval). With\n"
-      "--data, --text or --needle, JOB may be a Hugging Face model directory; --needle runs one\n"
-      "process, --data and --text split the model over mpirun's processes (tensor parallelism);\n"
-      "every token of the corpus is scored once, in windows of --seq-length or sliding at\n"
-      "--stride.",
+      "--data, --text or --needle, JOB may be a Hugging Face model directory, run on --device "
+      "(f32\n"
+      "on the CPU, bf16 on CUDA); --needle runs one process, --data and --text split the model\n"
+      "over mpirun's processes (tensor parallelism, a GPU each); every token of the corpus is\n"
+      "scored once, in windows of --seq-length or sliding at --stride.",
       [a] { return Eval(*a); });
   AddJobArguments(line, command, a->job);
   AddCheckpointChoice(line, command, a->checkpoint);
@@ -351,6 +361,7 @@ void AddEvalCommand(CommandLine& line) {
                   return ParseInteger(text, 1, "a token count >= 1", a->score.stride);
                 });
   AddNeedleOptions(line, command, *a);
+  AddDeviceOption(line, command, a->device);
 }
 
 }  // namespace kelvin::launcher

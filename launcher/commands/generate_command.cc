@@ -17,10 +17,10 @@
 #include "models/generation/generate.h"
 
 namespace kelvin::launcher {
-absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
-                                                         const GenerateOptions& options,
-                                                         models::GenerationTiming* timing,
-                                                         parallel::Communicator* tp) {
+absl::StatusOr<std::vector<std::string>> GenerateFromJob(
+    const config::JobConfig& job, const GenerateOptions& options,
+    const training::TrainingPlacement& placement, models::GenerationTiming* timing,
+    parallel::Communicator* tp) {
   KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
                           LoadModelTokenizer(job,
@@ -39,7 +39,7 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig
   }
 
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint, tp));
+                          LoadInferenceModel(job, options.checkpoint, placement, tp));
   const models::LlamaConfig& arch = model->config();
   // The cache for `batch` sequences of the longest prompt and its new tokens (GenerateBatch names
   // the model's limit when they exceed it), not max_position_embeddings: 128K positions of an 8B
@@ -103,11 +103,14 @@ struct GenerateArguments {
   JobArguments job;
   GenerateOptions options;
   std::string prompt_file;
+  InferenceDevice device = InferenceDevice::kJob;
 };
 
 // The prompts (with --prompt-file's lines), then on world rank 0 one JSON line per prompt on
-// stdout. `tp`: the group the model is split over (one rank: this process holds it whole).
-int Generate(GenerateArguments a, const config::JobConfig& job, parallel::Communicator& tp) {
+// stdout. The model runs where `placement` says; `tp`: the group the model is split over (one
+// rank: this process holds it whole).
+int Generate(GenerateArguments a, const config::JobConfig& job,
+             const training::TrainingPlacement& placement, parallel::Communicator& tp) {
   if (!a.prompt_file.empty()) {
     const absl::StatusOr<std::string> text =
         io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
@@ -118,7 +121,7 @@ int Generate(GenerateArguments a, const config::JobConfig& job, parallel::Commun
   }
   models::GenerationTiming timing;
   const absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(job, a.options, &timing, &tp);
+      GenerateFromJob(job, a.options, placement, &timing, &tp);
   if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), job));
   if (tp.rank() != 0) return 0;  // every rank generated the same tokens
   for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
@@ -136,10 +139,9 @@ int RunGenerate(const GenerateArguments& a) {
     return *error;
   }
   return RunSplitOverProcesses(
-      "generate", [&a] { return LoadJobConfig(a.job.path, a.job.overrides); },
-      [&a](const config::JobConfig& job, parallel::Communicator& tp) {
-        return Generate(a, job, tp);
-      });
+      "generate", a.device, [&a] { return LoadJobConfig(a.job.path, a.job.overrides); },
+      [&a](const config::JobConfig& job, const training::TrainingPlacement& placement,
+           parallel::Communicator& tp) { return Generate(a, job, placement, tp); });
 }
 
 }  // namespace
@@ -149,9 +151,10 @@ void AddGenerateCommand(CommandLine& line) {
   GenerateOptions& o = a->options;
   CLI::App* command = line.AddCommand(
       "generate", "text from the job's model, one JSON line per prompt",
-      "The weights: the job's checkpoint, else model.hf_dir's; on the CPU with a KV cache, one\n"
-      "process or, under mpirun / srun, the model split over the processes (tensor parallelism).\n"
-      "Text prompts and --stop need model.hf_dir's tokenizer.json.",
+      "The weights: the job's checkpoint, else model.hf_dir's; with a KV cache on --device (f32\n"
+      "on the CPU, bf16 on CUDA), one process or, under mpirun / srun, the model split over the\n"
+      "processes (tensor parallelism, a GPU each). Text prompts and --stop need model.hf_dir's\n"
+      "tokenizer.json.",
       [a] { return RunGenerate(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
@@ -210,6 +213,7 @@ void AddGenerateCommand(CommandLine& line) {
                   return ParseInteger(text, 1, "a prompt count >= 1", o.batch_size);
                 });
   AddCheckpointChoice(line, command, o.checkpoint);
+  AddDeviceOption(line, command, a->device);
 }
 
 }  // namespace kelvin::launcher

@@ -1,6 +1,7 @@
-// `kelvin generate`: text or token ids from the job's model without a training job around it, on
-// the CPU in f32 with the KV-cache decoder (models/llama/llama_decoder.h), whatever layout trained
-// the model: one process, or under mpirun / srun the model split over the processes (TP).
+// `kelvin generate`: text or token ids from the job's model without a training job around it, with
+// the KV-cache decoder (models/llama/llama_decoder.h) on the CPU in f32 or on CUDA in bf16,
+// whatever layout trained the model: one process, or under mpirun / srun the model split over the
+// processes (TP).
 #pragma once
 
 #include <string>
@@ -12,6 +13,7 @@
 #include "models/generation/generate.h"
 #include "models/generation/token_sampler.h"
 #include "training/checkpoint/checkpoint.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 
@@ -31,13 +33,14 @@ struct GenerateOptions {
 // The model stops at its eos ids (config.json's eos_token_id and the tokenizer's eos_token).
 // The weights: the chosen checkpoint of checkpoint.dir (newest, --step N, --best; any layout wrote
 // it), else model.hf_dir's; the tokenizer: model.hf_dir's tokenizer.json when it has one (text
-// prompts need it). The prompts are decoded options.batch_size at a time. `timing` (when given)
-// accumulates where the time went; `tp`: the group the model is split over (nullptr: this process
-// holds it whole), every rank calling with the same options.
-absl::StatusOr<std::vector<std::string>> GenerateFromJob(const config::JobConfig& job,
-                                                         const GenerateOptions& options,
-                                                         models::GenerationTiming* timing = nullptr,
-                                                         parallel::Communicator* tp = nullptr);
+// prompts need it). The prompts are decoded options.batch_size at a time. The model runs where
+// `placement` says (launcher/commands/inference_model.h; the default: the CPU in f32). `timing`
+// (when given) accumulates where the time went; `tp`: the group the model is split over (nullptr:
+// this process holds it whole), every rank calling with the same options.
+absl::StatusOr<std::vector<std::string>> GenerateFromJob(
+    const config::JobConfig& job, const GenerateOptions& options,
+    const training::TrainingPlacement& placement = {}, models::GenerationTiming* timing = nullptr,
+    parallel::Communicator* tp = nullptr);
 
 void AddGenerateCommand(CommandLine& line);
 

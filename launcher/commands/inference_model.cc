@@ -1,19 +1,64 @@
-// Where the forward-only commands find their weights.
+// Where the forward-only commands run the model and find its weights.
 #include "launcher/commands/inference_model.h"
 
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
+#include "ssa/ssa_attention.h"
 #include "training/checkpoint/checkpoint_reader.h"
 #include "training/checkpoint/training_state.h"
-#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 
+void AddDeviceOption(CommandLine& line, CLI::App* command, InferenceDevice& device) {
+  line.AddValue(command, "--device", "cpu|cuda", "cpu or cuda",
+                "where the model runs: f32 on the CPU, bf16 on CUDA (default: the job's "
+                "training.device; AUTO: CUDA when a GPU is usable)",
+                [&device](const std::string& text) {
+                  if (text != "cpu" && text != "cuda") return std::string("give cpu or cuda");
+                  device = text == "cpu" ? InferenceDevice::kCpu : InferenceDevice::kCuda;
+                  return std::string();
+                });
+}
+
+absl::StatusOr<training::TrainingPlacement> ResolveInferencePlacement(const config::JobConfig& job,
+                                                                      InferenceDevice device,
+                                                                      int local_rank) {
+  using config::TrainingConfig;
+  const TrainingConfig::Device asked = device == InferenceDevice::kCpu    ? TrainingConfig::CPU
+                                       : device == InferenceDevice::kCuda ? TrainingConfig::CUDA
+                                                                          : job.training().device();
+  const std::string who =
+      device == InferenceDevice::kCuda ? "--device cuda" : "training.device=CUDA";
+  config::JobConfig placed = job;
+  placed.mutable_training()->set_device(asked);
+  placed.mutable_model()->set_precision(config::ModelConfig::AUTO);  // the device's dtype
+  if (asked == TrainingConfig::CUDA && !CudaAvailable()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, ", but no CUDA device is usable here (", CudaUnavailableReason(),
+        "): run on a machine with a GPU and a Kelvin built with CUDA (scripts/setup.sh builds "
+        "with it where it finds the toolkit), or give --device cpu"));
+  }
+  if (asked != TrainingConfig::CPU && CudaAvailable()) {
+    KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                            training::ResolveModelArchitecture(job.model()));
+    if (!ssa::CudaSupportsHeadDim(arch.head_dim)) {
+      const std::string why = absl::StrCat("the model's head_dim=", arch.head_dim,
+                                           " is not one the CUDA attention kernels run (64, 128)");
+      if (asked == TrainingConfig::CUDA) {
+        return absl::InvalidArgumentError(absl::StrCat(who, ": ", why, "; give --device cpu"));
+      }
+      KLOG_RANK0(INFO) << "training.device=AUTO: " << why << ", so the model runs on the CPU";
+      placed.mutable_training()->set_device(TrainingConfig::CPU);
+    }
+  }
+  return training::ResolvePlacement(placed, local_rank);
+}
+
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
     const config::JobConfig& job, const training::CheckpointChoice& choice,
-    parallel::Communicator* tp) {
+    const training::TrainingPlacement& placement, parallel::Communicator* tp) {
   KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
                           training::ResolveModelArchitecture(job.model()));
   std::optional<std::string> chosen;
@@ -30,8 +75,11 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
             : absl::StrCat("checkpoint.dir=\"", job.checkpoint().dir(), "\" holds no checkpoint"),
         " and no model.hf_dir (a preset's random weights give noise)"));
   }
-  auto model =
-      std::make_unique<models::LlamaModel>(arch, DType::kF32, models::LlamaParallelism{.tp = tp});
+  KLOG_RANK0(INFO) << "the model runs on " << placement.ctx.device().ToString() << " in "
+                   << DTypeName(placement.dtype);
+  auto model = std::make_unique<models::LlamaModel>(
+      arch, placement.dtype, models::LlamaParallelism{.tp = tp}, models::LlamaRecompute{},
+      models::LlamaPlacement{.ctx = placement.ctx});
   if (chosen.has_value()) {
     KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
                             training::OpenJobCheckpoint(*chosen, job.name()));

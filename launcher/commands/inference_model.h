@@ -1,5 +1,6 @@
-// The job's model for the commands that only run it forward (generate, eval --data): on the CPU
-// in f32, its weights (this rank's shard under tensor parallelism) from the chosen checkpoint of
+// The job's model for the commands that only run it forward (generate, eval --data / --text /
+// --needle): where it runs (--device, else the job's training.device: f32 on the CPU, bf16 on
+// CUDA), its weights (this rank's shard under tensor parallelism) from the chosen checkpoint of
 // checkpoint.dir (newest, --step N, --best; any layout wrote it), else from model.hf_dir.
 #pragma once
 
@@ -10,17 +11,40 @@
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
 #include "data/tokenizer/tokenizer.h"
+#include "launcher/commands/command_line.h"
 #include "models/llama/llama_model.h"
 #include "training/checkpoint/checkpoint.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 
-// An error when there are no trained weights (no checkpoint and no model.hf_dir), naming what is
-// missing; a checkpoint of another model names its first foreign tensor (an SSA one, the flag).
-// `tp`: the tensor-parallel group the model is split over (nullptr: this process holds it whole).
+// --device of the forward-only commands.
+enum class InferenceDevice {
+  kJob,   // not given: the job's training.device (AUTO: CUDA when a GPU is usable)
+  kCpu,   // --device cpu
+  kCuda,  // --device cuda
+};
+// --device cpu|cuda on `command`, into `device` (kJob when it is not given).
+void AddDeviceOption(CommandLine& line, CLI::App* command, InferenceDevice& device);
+
+// Where a forward-only command runs the job's model: on `device` (kJob: training.device, AUTO as
+// the trainer decides it, training::ResolvePlacement) in f32 on the CPU and bf16 on CUDA whatever
+// model.precision says (a checkpoint holds f32 weights), on the GPU node-local rank `local_rank`
+// takes in training. CUDA asked for (--device cuda, or training.device=CUDA without --device) where
+// no GPU is usable, or for a model whose head_dim the CUDA attention does not run, is an error
+// that says what to do instead; AUTO then stays on the CPU.
+absl::StatusOr<training::TrainingPlacement> ResolveInferencePlacement(const config::JobConfig& job,
+                                                                      InferenceDevice device,
+                                                                      int local_rank);
+
+// The model placed as `placement` says (ResolveInferencePlacement) with its trained weights; an
+// error when there are none (no checkpoint and no model.hf_dir), naming what is missing; a
+// checkpoint of another model names its first foreign tensor (an SSA one, the flag).
+// `tp`: the tensor-parallel group the model is split over (nullptr: this process holds it whole),
+// its communicator working on placement.ctx's device.
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
     const config::JobConfig& job, const training::CheckpointChoice& choice,
-    parallel::Communicator* tp = nullptr);
+    const training::TrainingPlacement& placement, parallel::Communicator* tp = nullptr);
 
 // model.hf_dir's tokenizer when it has a tokenizer.json Kelvin reads, else nullopt. When
 // `needed_by` names what needs it (e.g. "text prompts"), its absence or a load error is the error

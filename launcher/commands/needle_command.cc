@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/copy.h"
 #include "core/logging.h"
 #include "launcher/commands/inference_model.h"
 #include "models/llama/llama_pipeline_stage.h"
@@ -33,27 +34,33 @@ std::vector<double> DefaultDepths() {
   return depths;
 }
 
-// Fills report.temperatures from every layer's temperatures of each call on `decoder`.
+// Fills report.temperatures from every layer's temperatures of each call on `decoder` (on a
+// device, each call's temperatures and positions are copied to the host, where the bins are).
 void CollectTemperatureHistograms(const models::LlamaModel& model, NeedleReport& report,
                                   models::LlamaDecoder& decoder) {
   const models::LlamaConfig& arch = model.config();
+  const Context& ctx = model.context();
   report.temperatures.resize(arch.num_layers);
   for (int64_t l = 0; l < arch.num_layers; ++l) {
     // alpha exists with the query temperature; it shapes tau^q only with the position term.
     const Tensor alpha = arch.ssa->position_aware ? model.layer_weights(l).ssa.alpha : Tensor();
     report.temperatures[l].sigma_alpha =
-        ssa::ComputeTemperatureStatistics(Context::Cpu(), Tensor(), Tensor(), alpha).sigma_alpha;
+        ssa::ComputeTemperatureStatistics(ctx, Tensor(), Tensor(), alpha).sigma_alpha;
   }
-  decoder.ObserveTemperatures([&report, options = *arch.ssa](int64_t layer, const Tensor& positions,
-                                                             const Tensor& tau_q,
-                                                             const Tensor& tau_v) {
+  decoder.ObserveTemperatures([&report, &ctx, options = *arch.ssa](
+                                  int64_t layer, const Tensor& positions, const Tensor& tau_q,
+                                  const Tensor& tau_v) {
+    const auto on_host = [&ctx](const Tensor& t) {
+      return t.is_cpu() ? t : CopyToDevice(ctx, t, Device::Cpu());
+    };
     LayerTemperatureHistograms& histograms = report.temperatures[layer];
+    const Tensor host_positions = on_host(positions);
     if (tau_q.defined()) {
-      ssa::AddToTemperatureHistogram(options, tau_q, positions, histograms.sigma_alpha,
-                                     histograms.query);
+      ssa::AddToTemperatureHistogram(options, on_host(tau_q), host_positions,
+                                     histograms.sigma_alpha, histograms.query);
     }
     if (tau_v.defined()) {
-      ssa::AddToTemperatureHistogram(options, tau_v, positions, {}, histograms.value);
+      ssa::AddToTemperatureHistogram(options, on_host(tau_v), host_positions, {}, histograms.value);
     }
   });
 }
@@ -71,11 +78,12 @@ nlohmann::ordered_json HistogramJson(const ssa::TemperatureHistogram& h) {
 
 }  // namespace
 
-absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options) {
+absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options,
+                                       const training::TrainingPlacement& placement) {
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
                           LoadModelTokenizer(job, "", ""));
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint));
+                          LoadInferenceModel(job, options.checkpoint, placement));
   const models::LlamaConfig& arch = model->config();
   NeedleReport report;
   training::NeedleText text;

@@ -1,6 +1,6 @@
 // `kelvin eval MODEL_OR_JOB --needle`: the needle-in-a-haystack grid by generation
-// (training/needle_grid.h) of a job's model or a Hugging Face directory, one process on the CPU,
-// with the model's tokenizer (model.hf_dir's tokenizer.json) or the passkey task's bytes.
+// (training/needle_grid.h) of a job's model or a Hugging Face directory, one process on the CPU or
+// one GPU, with the model's tokenizer (model.hf_dir's tokenizer.json) or the passkey task's bytes.
 #pragma once
 
 #include <string>
@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "ssa/temperature_histogram.h"
 #include "training/checkpoint/checkpoint.h"
+#include "training/job/job_setup.h"
 #include "training/needle_grid.h"
 
 namespace kelvin::launcher {
@@ -37,8 +38,10 @@ struct NeedleReport {
   std::vector<LayerTemperatureHistograms> temperatures;  // [L] with --temperatures and SSA
 };
 
-// The grid of the job's model; the decoys are data.passkey.distractors when the job has it.
-absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options);
+// The grid of the job's model, run where `placement` says (launcher/commands/inference_model.h);
+// the decoys are data.passkey.distractors when the job has it.
+absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options,
+                                       const training::TrainingPlacement& placement = {});
 
 // The grid as a table: a row per length, a column per depth, accuracies in percent, each row's
 // mean at the end.

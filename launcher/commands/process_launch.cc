@@ -18,6 +18,7 @@
 #include "parallel/process_grid.h"
 #include "parallel/rank_discovery.h"
 #include "training/job/job_setup.h"
+#include "training/job/parallel_setup.h"
 
 namespace kelvin::launcher {
 
@@ -88,15 +89,19 @@ int RunOnEveryRank(const JobArguments& job_arguments,
   });
 }
 
-int RunSplitOverProcesses(const std::string& command,
+int RunSplitOverProcesses(const std::string& command, InferenceDevice device,
                           const std::function<absl::StatusOr<config::JobConfig>()>& load,
                           const SplitRun& run) {
   const absl::StatusOr<int> processes = LaunchedProcesses();
   if (!processes.ok()) return Fail(processes.status());
   if (*processes == 1) {
     const absl::StatusOr<config::JobConfig> job = load();
-    parallel::SelfCommunicator whole("tp", 0, Context::Cpu());
-    return job.ok() ? run(*job, whole) : Fail(job.status());
+    if (!job.ok()) return Fail(job.status());
+    const absl::StatusOr<training::TrainingPlacement> placement =
+        ResolveInferencePlacement(*job, device, /*local_rank=*/0);
+    if (!placement.ok()) return Fail(placement.status());
+    parallel::SelfCommunicator whole("tp", 0, placement->ctx);
+    return run(*job, *placement, whole);
   }
   return UnderMpi([&](int, int world_size) {
     const absl::StatusOr<config::JobConfig> job = load();
@@ -104,14 +109,25 @@ int RunSplitOverProcesses(const std::string& command,
     if (const absl::Status split = CheckSplit(command, *job, world_size); !split.ok()) {
       return Fail(split);
     }
+    const training::NodePlace node = training::NodePlaceOf(MPI_COMM_WORLD);
+    const absl::StatusOr<training::TrainingPlacement> placement =
+        ResolveInferencePlacement(*job, device, node.rank);
+    if (!placement.ok()) return Fail(placement.status());
+    parallel::CommBackend backend = parallel::CommBackend::kMpi;
+    if (placement->ctx.is_cuda()) {
+      const absl::StatusOr<parallel::CommBackend> resolved =
+          training::ResolveBackend(job->parallel(), placement->ctx, node.size);
+      if (!resolved.ok()) return Fail(resolved.status());
+      backend = *resolved;
+    }
     parallel::CommunicatorOptions options;  // a model directory's job sets no timeout: the default
     if (job->parallel().collective_timeout_seconds() > 0) {
       options.timeout_seconds = job->parallel().collective_timeout_seconds();
     }
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> tp = parallel::CreateCommunicator(
-        parallel::CommBackend::kMpi, MPI_COMM_WORLD, "tp", options, Context::Cpu());
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> tp =
+        parallel::CreateCommunicator(backend, MPI_COMM_WORLD, "tp", options, placement->ctx);
     if (!tp.ok()) return Fail(tp.status());
-    return run(*job, **tp);
+    return run(*job, *placement, **tp);
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "launcher/commands/command_line.h"
+#include "launcher/commands/inference_model.h"
 #include "parallel/comm/communicator.h"
 
 namespace kelvin::launcher {
@@ -25,10 +26,15 @@ absl::StatusOr<int> LaunchedProcesses();
 
 // A forward-only command (generate, eval --data) on the processes the launcher started, the model
 // split over all of them by tensor parallelism (checked against the model: an error naming the
-// split and `command`): each rank runs `run`(job, the group: one process's own, else the world's).
-// `load` gives the job (a job file or a model directory).
-using SplitRun = std::function<int(const config::JobConfig& job, parallel::Communicator& tp)>;
-int RunSplitOverProcesses(const std::string& command,
+// split and `command`): each rank runs `run`(job, where its part of the model runs
+// (ResolveInferencePlacement on `device`: on CUDA a GPU per rank as in training), the group: one
+// process's own, else the world's, on that device: NCCL where every process of a node has a GPU of
+// its own, else MPI, as parallel.communication_backend AUTO gives in training). `load` gives the
+// job (a job file or a model directory).
+using SplitRun =
+    std::function<int(const config::JobConfig& job, const training::TrainingPlacement& placement,
+                      parallel::Communicator& tp)>;
+int RunSplitOverProcesses(const std::string& command, InferenceDevice device,
                           const std::function<absl::StatusOr<config::JobConfig>()>& load,
                           const SplitRun& run);
 

@@ -75,6 +75,7 @@ config::JobConfig JobOfModelDirectory(const std::string& directory) {
 }
 
 absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,
+                                      const training::TrainingPlacement& placement,
                                       parallel::Communicator* tp) {
   if (options.data.empty() == options.text.empty()) {
     return absl::InvalidArgumentError("scoring takes one of --data PATH and --text FILE");
@@ -83,7 +84,7 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
                                                                  ? CorpusTokens(options.data)
                                                                  : TextTokens(job, options.text));
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint, tp));
+                          LoadInferenceModel(job, options.checkpoint, placement, tp));
   const int64_t max_positions = model->config().max_position_embeddings;
   ScoreReport report;
   report.source = options.text.empty() ? options.data : options.text;

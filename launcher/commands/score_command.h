@@ -1,6 +1,7 @@
 // `kelvin eval MODEL_OR_JOB --data PATH | --text FILE`: a model's loss and perplexity on a corpus
-// with nothing but the model's settings (no training data, optimizer or batch), on the CPU: one
-// process, or under mpirun / srun the model split over the processes (tensor parallelism).
+// with nothing but the model's settings (no training data, optimizer or batch), on the CPU or on
+// CUDA: one process, or under mpirun / srun the model split over the processes (tensor
+// parallelism).
 #pragma once
 
 #include <string>
@@ -9,6 +10,7 @@
 #include "core/status.h"
 #include "models/generation/sequence_scorer.h"
 #include "training/checkpoint/checkpoint.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 
@@ -29,10 +31,11 @@ struct ScoreReport {
 // The model: a Hugging Face directory, or a job's checkpoint or model.hf_dir. Every token after
 // the first is scored once, in non-overlapping windows of seq_length tokens or sliding at stride
 // (models/generation/sequence_scorer.h); documents are scored as one stream, as Megatron's and
-// Hugging Face's perplexity runs do.
-// `tp`: the group the model is split over (nullptr: this process holds it whole), every rank
-// calling with the same options.
+// Hugging Face's perplexity runs do. The model runs where `placement` says
+// (launcher/commands/inference_model.h); `tp`: the group the model is split over (nullptr: this
+// process holds it whole), every rank calling with the same options.
 absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,
+                                      const training::TrainingPlacement& placement = {},
                                       parallel::Communicator* tp = nullptr);
 
 // "score of NAME on SOURCE | loss 2.254109614 | perplexity 9.52681 | 10000 tokens in 5 windows

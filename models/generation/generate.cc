@@ -1,4 +1,6 @@
-// The generation loop over LlamaDecoder::AppendBatch, logits copied to the host for the samplers.
+// The generation loop over LlamaDecoder::AppendBatch: each step the logits of every running
+// sequence's last token, copied to the host (in f32 from a bf16 device) for the samplers, which
+// run in parallel over the sequences.
 #include "models/generation/generate.h"
 
 #include <algorithm>
@@ -6,8 +8,22 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
+#include "core/ops/elementwise.h"
 
 namespace kelvin::models {
+namespace {
+
+// logits [S, V] of the model's dtype and device -> a host tensor the samplers read (f32 or f64):
+// one copy per step, widened on the host from bf16.
+Tensor HostLogits(const Context& ctx, const Tensor& logits) {
+  const Tensor host = logits.is_cpu() ? logits : CopyToDevice(ctx, logits, Device::Cpu());
+  if (host.dtype() != DType::kBF16) return host;
+  Tensor wide = Tensor::Empty(host.shape(), DType::kF32);
+  ops::Cast(Context::Cpu(), host, wide);
+  return wide;
+}
+
+}  // namespace
 
 absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const GenerationRequest& request) {
   KELVIN_ASSIGN_OR_RETURN(std::vector<GenerationResult> results, GenerateBatch(decoder, {request}));
@@ -44,14 +60,25 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
     const auto start = std::chrono::steady_clock::now();
     int64_t appended = 0;
     for (const std::vector<int32_t>& tokens : next) appended += static_cast<int64_t>(tokens.size());
-    KELVIN_ASSIGN_OR_RETURN(const Tensor logits, decoder.AppendBatch(next));
-    const Tensor host =
-        logits.is_cpu() ? logits : CopyToDevice(decoder.context(), logits, Device::Cpu());
-    int64_t row = 0, running = 0;
+    // [S, V]: the last appended token's logits of each of the S sequences given tokens, in order.
+    KELVIN_ASSIGN_OR_RETURN(const Tensor logits, decoder.AppendBatch(next, /*logit_rows=*/1));
+    const Tensor host = HostLogits(decoder.context(), logits);
+    // Row r samples for request given[r]; the rows in parallel (each a pass over the whole
+    // vocabulary; each sampler draws from its own stream, so the threads change no token).
+    std::vector<int64_t> given;
     for (int64_t b = 0; b < count; ++b) {
-      if (next[b].empty()) continue;
-      row += static_cast<int64_t>(next[b].size());  // this request's last row is row - 1
-      const SampledToken token = samplers[b].Next(host.Slice(row - 1, row).View({-1}));
+      if (!next[b].empty()) given.push_back(b);
+    }
+    const int64_t rows = static_cast<int64_t>(given.size());
+    std::vector<SampledToken> sampled(given.size());
+#pragma omp parallel for schedule(static) if (rows > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      sampled[r] = samplers[given[r]].Next(host.Slice(r, r + 1).View({-1}));
+    }
+    int64_t running = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t b = given[r];
+      const SampledToken& token = sampled[r];
       const GenerationRequest& request = requests[b];
       GenerationResult& result = results[b];
       result.tokens.push_back(token.token);

@@ -1,31 +1,16 @@
-// Windows over the stream; per window the decoder's logits rows, log-softmax in double.
+// Windows over the stream; per window the decoder's logits of the targets' rows and the training
+// loss's fused cross-entropy (ops::CrossEntropyForward) on the model's device; only the per-token
+// losses come back to the host, summed in double.
 #include "models/generation/sequence_scorer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
+#include "core/ops/cross_entropy.h"
 
 namespace kelvin::models {
-namespace {
-
-// -log softmax(row)[target] for a host f32 or f64 row of `vocab` logits.
-double NegativeLogProbability(const Tensor& logits, int64_t row, int64_t vocab, int32_t target) {
-  const auto at = [&](int64_t i) {
-    return logits.dtype() == DType::kF64
-               ? logits.data<double>()[row * vocab + i]
-               : static_cast<double>(logits.data<float>()[row * vocab + i]);
-  };
-  double top = at(0);
-  for (int64_t i = 1; i < vocab; ++i) top = std::max(top, at(i));
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(at(i) - top);
-  return top + std::log(sum) - at(target);
-}
-
-}  // namespace
 
 absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const int32_t> tokens,
                                         int64_t window, int64_t stride) {
@@ -43,27 +28,38 @@ absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const i
     return absl::InvalidArgumentError(
         absl::StrCat("--stride ", stride, ": must be in [1, --seq-length ", window, "]"));
   }
+  const Context& ctx = decoder.context();
+  const int64_t vocab = decoder.model().config().vocab_size;
   ScoreResult result;
   int64_t scored_end = 0;  // inputs [0, scored_end) have had their targets scored
   for (int64_t begin = 0; scored_end < n - 1; begin += stride) {
     const int64_t end = std::min(begin + window, n - 1);  // inputs [begin, end)
+    const int64_t first = std::max(scored_end, begin);    // inputs [first, end) are scored
+    const int64_t scored = end - first;
     decoder.Reset();
     KELVIN_ASSIGN_OR_RETURN(
-        const Tensor logits,
-        decoder.Append(std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end)));
-    const Tensor host =
-        logits.is_cpu() ? logits : CopyToDevice(decoder.context(), logits, Device::Cpu());
-    const int64_t vocab = host.dim(1);
-    for (int64_t position = std::max(scored_end, begin); position < end; ++position) {
+        const Tensor logits,  // [R, V]: the scored inputs' rows
+        decoder.Append(std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end), scored));
+    Tensor targets = Tensor::Empty({scored}, DType::kI32);  // [R]: tokens first + 1 .. end
+    for (int64_t position = first; position < end; ++position) {
       const int32_t target = tokens[position + 1];
       if (target < 0 || target >= vocab) {
         return absl::InvalidArgumentError(absl::StrCat("token ", position + 1, " is ", target,
                                                        ", outside the model's vocabulary [0, ",
                                                        vocab, ")"));
       }
-      result.loss_sum += NegativeLogProbability(host, position - begin, vocab, target);
-      ++result.targets;
+      targets.data<int32_t>()[position - first] = target;
     }
+    const DType accum = AccumDType(logits.dtype());
+    Tensor loss = Tensor::Empty({scored}, accum, ctx.device());  // [R] -log p(target)
+    Tensor lse = Tensor::Empty({scored}, accum, ctx.device());
+    ops::CrossEntropyForward(ctx, logits, CopyToDevice(ctx, targets, ctx.device()), loss, lse);
+    const Tensor host = loss.is_cpu() ? loss : CopyToDevice(ctx, loss, Device::Cpu());
+    for (int64_t i = 0; i < scored; ++i) {
+      result.loss_sum += accum == DType::kF64 ? host.data<double>()[i]
+                                              : static_cast<double>(host.data<float>()[i]);
+    }
+    result.targets += scored;
     scored_end = end;
     ++result.windows;
   }

@@ -66,17 +66,23 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t 
   }
 }
 
-absl::StatusOr<Tensor> LlamaDecoder::Append(const std::vector<int32_t>& tokens) {
+absl::StatusOr<Tensor> LlamaDecoder::Append(const std::vector<int32_t>& tokens,
+                                            int64_t logit_rows) {
   std::vector<std::vector<int32_t>> batch(lengths_.size());
   batch[0] = tokens;
-  return AppendBatch(batch);
+  return AppendBatch(batch, logit_rows);
 }
 
-absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<int32_t>>& tokens) {
+absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<int32_t>>& tokens,
+                                                 int64_t logit_rows) {
   const LlamaConfig& c = model_->config();
   if (tokens.size() != lengths_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tokens for ", tokens.size(), " sequences: the decoder holds ", lengths_.size()));
+  }
+  if (logit_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the logits of the last ", logit_rows, " tokens: ask for at least 1"));
   }
   std::vector<Segment> segments;
   std::vector<int32_t> all;  // the call's ids, sequence by sequence
@@ -110,14 +116,33 @@ absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<i
   ops::EmbeddingForward(ctx, CopyToDevice(ctx, ids, ctx.device()), embedding, shard.vocab_begin, x);
   parallel::ReduceFromTensorParallelRegion(model_->tp(), x);
   for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, segments, x);
-  Tensor h = Tensor::Empty(x.shape(), dtype, ctx.device());
-  Tensor rstd = Tensor::Empty({rows}, AccumDType(dtype), ctx.device());
-  ops::RmsNormForward(ctx, x, model_->end_weights().final_norm, c.rms_norm_eps, h, rstd);
-  Tensor local = Tensor::Empty({rows, shard.vocab}, dtype, ctx.device());  // [N, V / TP]
+  const Tensor last = LastRows(segments, logit_rows, x);  // [R, D]
+  const int64_t logit_count = last.dim(0);
+  Tensor h = Tensor::Empty(last.shape(), dtype, ctx.device());
+  Tensor rstd = Tensor::Empty({logit_count}, AccumDType(dtype), ctx.device());
+  ops::RmsNormForward(ctx, last, model_->end_weights().final_norm, c.rms_norm_eps, h, rstd);
+  Tensor local = Tensor::Empty({logit_count, shard.vocab}, dtype, ctx.device());  // [R, V / TP]
   Linear(ctx, h, model_->end_weights().lm_head, local);
   logits_ = GatherVocabulary(local);
   for (const Segment& segment : segments) lengths_[segment.sequence] += segment.n;
   return logits_;
+}
+
+Tensor LlamaDecoder::LastRows(const std::vector<Segment>& segments, int64_t logit_rows,
+                              const Tensor& x) const {
+  int64_t count = 0;
+  for (const Segment& s : segments) count += std::min(s.n, logit_rows);
+  if (count == x.dim(0)) return x;
+  const Context& ctx = model_->context();
+  Tensor last = Tensor::Empty({count, x.dim(1)}, x.dtype(), ctx.device());  // [R, D]
+  int64_t row = 0;
+  for (const Segment& s : segments) {
+    const int64_t n = std::min(s.n, logit_rows);
+    Tensor target = last.Slice(row, row + n);
+    CopyTensor(ctx, x.Slice(s.row + s.n - n, s.row + s.n), target);
+    row += n;
+  }
+  return last;
 }
 
 Tensor LlamaDecoder::GatherVocabulary(const Tensor& local) {
@@ -125,11 +150,11 @@ Tensor LlamaDecoder::GatherVocabulary(const Tensor& local) {
   if (tp.size() == 1) return local;
   const Context& ctx = model_->context();
   const int64_t rows = local.dim(0), vocab = local.dim(1), ranks = tp.size();
-  // Every rank's slice [TP][N][V / TP] on the host, then each row's slices side by side.
+  // Every rank's slice [TP][R][V / TP] on the host, then each row's slices side by side.
   const Tensor mine = local.is_cpu() ? local : CopyToDevice(ctx, local, Device::Cpu());
   Tensor slices = Tensor::Empty({ranks * rows * vocab}, local.dtype());
   tp.AllGather(mine.View({-1}), slices);
-  Tensor full = Tensor::Empty({rows, ranks * vocab}, local.dtype());  // [N, V]
+  Tensor full = Tensor::Empty({rows, ranks * vocab}, local.dtype());  // [R, V]
   const size_t element = DTypeSize(local.dtype());
   const auto* from = static_cast<const char*>(slices.raw_data());
   auto* to = static_cast<char*>(full.raw_data());

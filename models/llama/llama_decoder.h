@@ -1,8 +1,9 @@
 // Forward-only decoding with a KV cache, of one sequence or a batch of different lengths: a prompt
 // prefilled in one call, then a token (or a few) at a time, each call returning the appended
-// tokens' logits. SSA exactly: the cache holds keys and values as projected, the attention applies
-// RoPE and tau^v as it loads them, each new token's tau^q comes from its own query and position
-// (positions from 0: one document). On the model's device and in its dtype, its TP ranks together.
+// tokens' logits (or only the last ones'). SSA exactly: the cache holds keys and values as
+// projected, the attention applies RoPE and tau^v as it loads them, each new token's tau^q comes
+// from its own query and position (positions from 0: one document). On the model's device and in
+// its dtype (f32 on the CPU, bf16 on CUDA), its TP ranks together.
 #pragma once
 
 #include <algorithm>
@@ -25,18 +26,26 @@ class LlamaDecoder {
   static absl::StatusOr<LlamaDecoder> Create(const LlamaModel& model, int64_t max_tokens,
                                              int64_t sequences = 1);
 
-  // Appends `tokens` (ids below vocab_size) to sequence 0 at its next positions -> their logits
-  // [n, V] (the model's dtype and device; valid until the next call). An id outside the
-  // vocabulary or more tokens than fit is an error naming it.
-  absl::StatusOr<Tensor> Append(const std::vector<int32_t>& tokens);
+  // logit_rows of Append and AppendBatch: the logits of every appended token.
+  static constexpr int64_t kEveryToken = INT64_MAX;
+
+  // Appends `tokens` (ids below vocab_size) to sequence 0 at its next positions -> the logits
+  // [min(n, logit_rows), V] of its last min(n, logit_rows) tokens (the model's dtype and device;
+  // valid until the next call; the final norm and LM head run on those rows only). An id outside
+  // the vocabulary, more tokens than fit or logit_rows < 1 is an error naming it.
+  absl::StatusOr<Tensor> Append(const std::vector<int32_t>& tokens,
+                                int64_t logit_rows = kEveryToken);
   // Appends tokens[b] to sequence b for every b < sequences() in one pass (an empty list leaves
   // sequence b as it is; at least one is not empty): the projections and the MLP take every
-  // sequence's rows together, the attention each sequence's own cache -> logits [sum_b n_b, V],
-  // sequence 0's rows first. Errors as for Append, naming the sequence.
-  absl::StatusOr<Tensor> AppendBatch(const std::vector<std::vector<int32_t>>& tokens);
+  // sequence's rows together, the attention each sequence's own cache -> logits
+  // [sum_b min(n_b, logit_rows), V] of each sequence's last appended tokens, sequence 0's rows
+  // first (logit_rows 1: the next token's of each). Errors as for Append, naming the sequence.
+  absl::StatusOr<Tensor> AppendBatch(const std::vector<std::vector<int32_t>>& tokens,
+                                     int64_t logit_rows = kEveryToken);
 
   int64_t length(int64_t sequence = 0) const { return lengths_[sequence]; }
   int64_t sequences() const { return static_cast<int64_t>(lengths_.size()); }
+  const LlamaModel& model() const { return *model_; }
   const Context& context() const { return model_->context(); }
   int64_t max_tokens() const { return max_tokens_; }
   // Forgets every sequence (the cache is kept for the next ones).
@@ -64,7 +73,9 @@ class LlamaDecoder {
   LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t sequences);
   // One decoder layer on x [N, D] (in place), N the segments' rows.
   void Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x);
-  // local [N, V / TP] logits of this rank's vocabulary slice -> [N, V] of the whole vocabulary
+  // x [N, D] -> [R, D]: each segment's last min(n, logit_rows) rows (x itself when that is all).
+  Tensor LastRows(const std::vector<Segment>& segments, int64_t logit_rows, const Tensor& x) const;
+  // local [R, V / TP] logits of this rank's vocabulary slice -> [R, V] of the whole vocabulary
   // (every rank's slices in rank order; `local` itself on one rank).
   Tensor GatherVocabulary(const Tensor& local);
 
@@ -74,7 +85,7 @@ class LlamaDecoder {
   Tensor positions_;               // [max_tokens] i32: 0, 1, 2, ...
   Tensor inv_freq_;                // [d/2] RoPE inverse frequencies
   std::vector<LayerCache> cache_;  // [L]
-  Tensor logits_;                  // [N, V] of the last call
+  Tensor logits_;                  // [R, V] of the last call
   TemperatureObserver observer_;
 };
 

@@ -1,7 +1,8 @@
 // The KV-cache decoder against the training forward, for vanilla Llama and for SSA with non-zero
 // read-outs and alphas, with and without weight sharing and with a clamp: prefill and one token at
 // a time give the whole forward's logits, a batch of sequences of different lengths gives each
-// sequence's logits as if it were decoded alone, and bad inputs are errors.
+// sequence's logits as if it were decoded alone, the last tokens' logits are those rows, and bad
+// inputs are errors. (On CUDA: llama_decoder_cuda_test.cc.)
 #include "models/llama/llama_decoder.h"
 
 #include <gmock/gmock.h>
@@ -134,6 +135,31 @@ TEST_P(LlamaDecoderTest, ABatchOfSequencesOfDifferentLengthsEqualsEachAlone) {
       HasSubstr("appending 8 tokens to 5 of sequence 1 would exceed the decoder's 12"));
   EXPECT_THAT(std::string(decoder->AppendBatch({{1}, {2}}).status().message()),
               HasSubstr("tokens for 2 sequences: the decoder holds 3"));
+}
+
+// Asking for the logits of each sequence's last tokens gives those rows of every token's logits
+// (the final norm and LM head run on them alone); fewer than one is an error.
+TEST_P(LlamaDecoderTest, TheLastTokensLogitsAreThoseRows) {
+  const LlamaConfig config = ConfigOf(GetParam());
+  LlamaModel model = RandomModel(config);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 4, 7, 10, 2}, {3}, {2, 2, 7}};
+  absl::StatusOr<LlamaDecoder> every = LlamaDecoder::Create(model, 8, 3);
+  absl::StatusOr<LlamaDecoder> last = LlamaDecoder::Create(model, 8, 3);
+  ASSERT_TRUE(every.ok() && last.ok());
+  absl::StatusOr<Tensor> all_rows = every->AppendBatch(prompts);
+  absl::StatusOr<Tensor> last_rows = last->AppendBatch(prompts, /*logit_rows=*/2);
+  ASSERT_TRUE(all_rows.ok() && last_rows.ok());
+  ASSERT_EQ(last_rows->dim(0), 2 + 1 + 2);
+  // Rows 3, 4 of sequence 0, row 0 of sequence 1 and rows 1, 2 of sequence 2 among the 9.
+  const std::vector<int64_t> picked = {3, 4, 5, 7, 8};
+  for (int64_t r = 0; r < 5; ++r) {
+    EXPECT_TRUE(testing::AllClose(last_rows->Slice(r, r + 1),
+                                  all_rows->Slice(picked[r], picked[r] + 1), testing::kF64RelTol,
+                                  "row " + std::to_string(r)));
+  }
+  EXPECT_EQ(last->length(0), 5);
+  EXPECT_THAT(std::string(last->Append({1}, 0).status().message()),
+              HasSubstr("the logits of the last 0 tokens: ask for at least 1"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, LlamaDecoderTest, ::testing::ValuesIn(Cases()),
