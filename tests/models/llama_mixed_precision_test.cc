@@ -133,17 +133,6 @@ TEST(MasterWeights, SeparateF32MastersTrainBitIdentically) {
   }
 }
 
-// A small Llama+SSA the CUDA kernel runs: head dim 64 (its sizes are 64 and 128), GQA 4/2.
-models::LlamaConfig CudaSizedConfig() {
-  models::LlamaConfig c = testing::TinySsaLlamaConfig(true, true);
-  c.hidden_size = 256;
-  c.intermediate_size = 384;
-  c.head_dim = 64;
-  c.vocab_size = 96;
-  c.max_position_embeddings = 256;
-  return c;
-}
-
 // bf16 on CUDA against f32 on the CPU, same weights (non-zero temperatures) and packed inputs.
 // Tolerances (relative L2): bf16 keeps 8 significant bits (unit roundoff 2^-9); every GEMM, norm
 // and the attention round their outputs once, so two layers give errors of ~1e-2 on the logits and
@@ -152,7 +141,7 @@ TEST(LlamaCuda, Bf16ForwardBackwardFollowsCpuF32) {
   KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
   const Context cpu = Context::Cpu();
   const Context& gpu = testing::ContextFor(Device::Cuda());
-  const models::LlamaConfig config = CudaSizedConfig();
+  const models::LlamaConfig config = testing::CudaSizedSsaLlamaConfig(true, true);
   models::LlamaModel reference(config, DType::kF32);
   models::LlamaModel model(config, DType::kBF16, {}, {}, {gpu, false});
   ASSERT_TRUE(model.parameters().has_model_copy());

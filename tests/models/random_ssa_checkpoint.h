@@ -1,7 +1,7 @@
 // A Llama+SSA checkpoint with non-zero temperatures for the multi-process tests: world rank 0
 // writes a random model (normal(0, 0.5) read-outs and alphas, so the temperatures differ from 1)
 // to a fresh Hugging Face directory while the others wait; and loading it into a model of any
-// layout.
+// layout, dtype and device.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -37,15 +37,25 @@ inline std::string WriteRandomSsaCheckpoint(const models::LlamaConfig& config,
   return dir;
 }
 
-// This rank's part of the checkpoint in f64.
-inline std::unique_ptr<models::LlamaModel> LoadF64(const models::LlamaConfig& config,
-                                                   const std::string& dir,
-                                                   const models::LlamaParallelism& parallelism) {
-  auto model = std::make_unique<models::LlamaModel>(config, DType::kF64, parallelism);
+// This rank's part of the checkpoint in `dtype` on ctx's device (bf16 on CUDA, f32 or f64 on the
+// CPU).
+inline std::unique_ptr<models::LlamaModel> LoadPlaced(const models::LlamaConfig& config,
+                                                      const std::string& dir,
+                                                      const models::LlamaParallelism& parallelism,
+                                                      DType dtype, const Context& ctx) {
+  auto model = std::make_unique<models::LlamaModel>(
+      config, dtype, parallelism, models::LlamaRecompute{}, models::LlamaPlacement{.ctx = ctx});
   absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
   EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_TRUE(model->LoadHfCheckpoint(*checkpoint).ok());
   return model;
+}
+
+// This rank's part of the checkpoint in f64 on the CPU.
+inline std::unique_ptr<models::LlamaModel> LoadF64(const models::LlamaConfig& config,
+                                                   const std::string& dir,
+                                                   const models::LlamaParallelism& parallelism) {
+  return LoadPlaced(config, dir, parallelism, DType::kF64, Context::Cpu());
 }
 
 }  // namespace kelvin::testing
