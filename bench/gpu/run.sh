@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE (CUDA toolkit, CMake and Python with PyTorch; no Debian packages), from
 # the repository root, with build/device-kit carried (bench/gpu/make_kit.sh built it here):
-#   bash bench/gpu/run.sh [stages]   stages: comma-separated; default tests,sanitize,gemm,ssa,llama
+#   bash bench/gpu/run.sh [stages]   stages: comma-separated; default
+#                                    tests,sanitize,gemm,ssa,llama,decode
 # First it unpacks the prebuilt programs and their libraries, recreates this machine's root path
 # (a link to the repository copy there) so CTest's files and the compiled-in fixture paths
 # resolve, and points the loader and OpenMPI at the kit (NCCL: PyTorch's nvidia-nccl wheel).
@@ -15,16 +16,22 @@
 #   gemm      Kelvin's cuBLASLt bf16 GEMM against torch.matmul;
 #   ssa       the fused SSA attention (SSA on and off) against torch SDPA's flash backend on the
 #             same shapes in the same run;
-#   llama     the training step of a 2-layer Llama-3-8B-shaped model at 8K tokens (MFU).
-# Device time is scarce, so every stage runs under its own deadline and the script always ends
-# inside the device call's limit (about 6 minutes with every stage). What comes back under $OUT
+#   llama     the training step of a 2-layer Llama-3-8B-shaped model at 8K tokens (MFU);
+#   decode    greedy decode tokens/s of a 2-layer Llama-3-8B-shaped model at batch 1 and 8:
+#             Kelvin's KV-cache decoder as `kelvin generate` runs it (SSA on and off) against torch
+#             on the same shapes in the same run (an eager loop with a KV cache, and transformers'
+#             generate() where installed).
+# Device time is scarce, so every stage runs under its own deadline (the stages before decode took
+# about 6 minutes together on 2026-11-30; decode, not yet run, has 4.5 minutes of deadlines: give
+# it a call of its own, `bash bench/gpu/run.sh decode`, where the call's limit is near). What comes
+# back under $OUT
 # (the device tool returns at most 8 files): summary.txt (written as it goes: each stage's exit
 # status and seconds, the ratios), tests.txt (CTest's log) and results.tar.gz (every result
 # file: the benchmarks' JSON lines, their stderr, CTest's JUnit XML).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${OUT:-$root/build/gpu-out}"
-stages=",${1:-tests,sanitize,gemm,ssa,llama},"
+stages=",${1:-tests,sanitize,gemm,ssa,llama,decode},"
 work=/tmp/kelvin-gpu-results  # every result file, packed into $out/results.tar.gz at the end
 kit=/tmp/kelvin-kit
 rm -rf "$work" && mkdir -p "$out" "$work"
@@ -155,6 +162,28 @@ if wants llama; then
   say "Llama-3-8B-shaped, 2 layers, 1 x 8192 tokens, bf16 training step (MFU vs 989.4 TFLOP/s):"
   stage llama 90 llama_gpu.jsonl "$build/bench/llama_layers_gpu" 2 1 8192 5
   tee -a "$summary" < "$work/llama_gpu.jsonl"
+fi
+
+if wants decode; then
+  say "Llama-3-8B-shaped, 2 layers, bf16 greedy decode, prompts of 128 tokens + 128 new (decode steps only):"
+  stage decode_kelvin 120 decode_kelvin.jsonl "$build/bench/llama_decode_gpu" 2 128 128
+  stage decode_torch 150 decode_torch.jsonl python3 "$root/bench/gpu/torch_decode.py" 2 128 128
+  python3 - "$work" <<'PY' | tee -a "$summary"
+import json, os, sys
+w = sys.argv[1]
+rows = [json.loads(l) for name in ("decode_kelvin", "decode_torch")
+        if os.path.exists(f"{w}/{name}.jsonl") for l in open(f"{w}/{name}.jsonl") if l.strip()]
+by = {(r["impl"], r["batch"]): r["decode_tokens_per_s"] for r in rows}
+for batch in (1, 8):
+    rates = {impl: by[(impl, batch)] for impl in
+             ("kelvin_ssa", "kelvin_vanilla", "torch_loop", "hf_generate") if (impl, batch) in by}
+    line = [f"batch {batch}: tokens/s " + ", ".join(f"{i} {r}" for i, r in rates.items()) + ";"]
+    for ours in ("kelvin_vanilla", "kelvin_ssa"):
+        for base in ("torch_loop", "hf_generate"):
+            if ours in rates and base in rates:
+                line.append(f"{ours}/{base} {rates[ours] / rates[base]:.3f}")
+    print(" ".join(line))
+PY
 fi
 
 if [[ -s "$work/stderr.txt" ]]; then
