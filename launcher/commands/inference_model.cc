@@ -13,8 +13,7 @@ namespace kelvin::launcher {
 
 void AddDeviceOption(CommandLine& line, CLI::App* command, InferenceDevice& device) {
   line.AddValue(command, "--device", "cpu|cuda", "cpu or cuda",
-                "where the model runs: f32 on the CPU, bf16 on CUDA (default: the job's "
-                "training.device; AUTO: CUDA when a GPU is usable)",
+                "cpu in f32 or cuda in bf16 (default: the job's training.device)",
                 [&device](const std::string& text) {
                   if (text != "cpu" && text != "cuda") return std::string("give cpu or cuda");
                   device = text == "cpu" ? InferenceDevice::kCpu : InferenceDevice::kCuda;
