@@ -57,6 +57,23 @@ void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_maste
   }
 }
 
+void ParameterSet::AllocateForwardOnly(const Context& ctx, DType dtype) {
+  KELVIN_CHECK(!allocated_) << "ParameterSet allocated twice";
+  ctx_ = ctx;
+  forward_only_ = true;
+  for (int g = 0; g < kNumParamGroups; ++g) {
+    if (group_elements_[g] == 0) continue;
+    values_[g] = Zeros(ctx, {group_elements_[g]}, dtype);
+    masters_[g] = values_[g];
+  }
+  for (Entry& e : entries_) {
+    const int g = static_cast<int>(e.group);
+    e.value = values_[g].Slice(e.offset, e.offset + kelvin::NumElements(e.shape)).View(e.shape);
+  }
+  allocated_ = true;
+  ViewMasters();
+}
+
 void ParameterSet::ViewMasters() {
   for (Entry& e : entries_) {
     const Tensor& masters = masters_[static_cast<int>(e.group)];

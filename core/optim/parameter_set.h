@@ -45,7 +45,13 @@ class ParameterSet {
   void Allocate(const Context& ctx, DType dtype, bool separate_master = false,
                 int64_t gradient_shards = 1);
   void Allocate(DType dtype) { Allocate(Context::Cpu(), dtype); }
+  // For a model that only runs forward (generation, scoring): the values alone, in `dtype` (bf16
+  // included), which are their own master weights (Assign rounds into them); no gradient buffers
+  // (grads() and the entries' grad views stay undefined), so a bf16 model holds 2 bytes per
+  // parameter instead of training's 2 + 4 + 4.
+  void AllocateForwardOnly(const Context& ctx, DType dtype);
   bool allocated() const { return allocated_; }
+  bool forward_only() const { return forward_only_; }
   const Context& context() const { return ctx_; }
   // Whether the values are a model copy of separate master weights.
   bool has_model_copy() const { return separate_master_; }
@@ -107,6 +113,7 @@ class ParameterSet {
   Tensor grads_[kNumParamGroups];    // [group elements] AccumDType, views of padded_grads_
   Tensor padded_grads_[kNumParamGroups];  // [group elements rounded up to gradient_shards]
   bool separate_master_ = false;
+  bool forward_only_ = false;  // AllocateForwardOnly
   bool masters_sharded_ = false;
   bool masters_in_gradients_ = false;  // sharded masters placed whole in the gradient buffers
   bool allocated_ = false;

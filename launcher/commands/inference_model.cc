@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
                    << DTypeName(placement.dtype);
   auto model = std::make_unique<models::LlamaModel>(
       arch, placement.dtype, models::LlamaParallelism{.tp = tp}, models::LlamaRecompute{},
-      models::LlamaPlacement{.ctx = placement.ctx});
+      models::LlamaPlacement{.ctx = placement.ctx, .forward_only = true});
   if (chosen.has_value()) {
     KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
                             training::OpenJobCheckpoint(*chosen, job.name()));

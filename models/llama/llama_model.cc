@@ -74,7 +74,11 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
   for (const LlamaParameterSpec& spec : StageParameterSpecs(config, stage_)) {
     Declare(spec.name, spec.full_shape, spec.group);
   }
-  params_.Allocate(ctx_, dtype, placement.separate_master, placement.gradient_shards);
+  if (placement.forward_only) {
+    params_.AllocateForwardOnly(ctx_, dtype);
+  } else {
+    params_.Allocate(ctx_, dtype, placement.separate_master, placement.gradient_shards);
+  }
   for (const LlamaStageLayout::Chunk& c : stage_.chunks) {
     for (int64_t layer = c.layer_begin; layer < c.layer_end; ++layer) {  // local layer order
       layer_values_.push_back(LayerWeightsOf(params_, layer, /*gradients=*/false));
@@ -548,6 +552,9 @@ void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
 void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
   const ProfileRange range(
       absl::StrCat("micro-batch ", micro_batch, " chunk ", chunk, " backward"));
+  KELVIN_CHECK(!params_.forward_only())
+      << "a backward through a forward-only model (LlamaPlacement::forward_only): it has no "
+         "gradients";
   LlamaMicroBatchActivations& slot = Slot(micro_batch);
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
   Tensor& dx = slot.output_grads[chunk];  // [Nl, D]

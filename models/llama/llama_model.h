@@ -52,6 +52,9 @@ struct LlamaPlacement {
   // ZeRO-1's shard count (DP x CP with the distributed optimizer, else 1): the gradient buffers
   // are padded to a multiple of it (ParameterSet::Allocate).
   int64_t gradient_shards = 1;
+  // A model that only runs forward (generation, scoring): its values alone, no master weights or
+  // gradients (ParameterSet::AllocateForwardOnly); a backward is an error.
+  bool forward_only = false;
 };
 
 // One micro-batch's activations on this rank: every layer of its chunks and the stage buffers.

@@ -134,12 +134,13 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
           " but the config implies ", ShapeToString(full_shape)));
     }
     const ParameterShard& shard = shards_.at(e.name);
-    const DType master_dtype = e.master.dtype();
+    // In the masters' dtype (a forward-only bf16 model's values: read in f32, checked, rounded).
+    const DType read_dtype = AccumDType(e.master.dtype());
     KELVIN_ASSIGN_OR_RETURN(const Tensor loaded,
                             shard.axis < 0
-                                ? checkpoint.Read(e.name, master_dtype)
+                                ? checkpoint.Read(e.name, read_dtype)
                                 : checkpoint.ReadSlice(e.name, shard.axis, shard.begin,
-                                                       shard.begin + shard.count, master_dtype));
+                                                       shard.begin + shard.count, read_dtype));
     KELVIN_RETURN_IF_ERROR(CheckFinite(loaded, checkpoint.path(), e.name));
     params_.Assign(e.name, loaded);
   }

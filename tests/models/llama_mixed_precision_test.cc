@@ -102,6 +102,54 @@ TEST(MasterWeights, ShardedMastersAreWholeOnlyInTheGradientBuffers) {
   EXPECT_EQ(set.master("w").raw_data(), set.grad("w").raw_data());
 }
 
+// A forward-only set (generation, scoring) holds its values alone: bf16 stays 2 bytes per
+// parameter, Assign rounds into the values as a model copy of f32 masters would, and there are no
+// gradients to read or zero.
+TEST(MasterWeights, ForwardOnlyHoldsTheValuesAlone) {
+  ParameterSet forward_only, training;
+  for (ParameterSet* set : {&forward_only, &training}) {
+    set->Declare("w", {3, 5}, ParamGroup::kDecay);
+    set->Declare("t", {4}, ParamGroup::kTemperature);
+  }
+  forward_only.AllocateForwardOnly(Context::Cpu(), DType::kBF16);
+  training.Allocate(Context::Cpu(), DType::kBF16);
+  EXPECT_TRUE(forward_only.forward_only());
+  EXPECT_FALSE(forward_only.has_model_copy());
+  EXPECT_EQ(forward_only.WholeMasterBytes(), 0);
+  for (const char* name : {"w", "t"}) {
+    EXPECT_EQ(forward_only.value(name).dtype(), DType::kBF16);
+    EXPECT_EQ(forward_only.master(name).raw_data(), forward_only.value(name).raw_data());
+    EXPECT_FALSE(forward_only.grad(name).defined()) << name;
+    const Tensor init = testing::Random(forward_only.Get(name).shape, DType::kF32, 5);
+    forward_only.Assign(name, init);
+    training.Assign(name, init);
+    EXPECT_TRUE(testing::BitIdentical(forward_only.value(name), training.value(name), name));
+  }
+  for (const ParamGroup group :
+       {ParamGroup::kDecay, ParamGroup::kNoDecay, ParamGroup::kTemperature}) {
+    EXPECT_FALSE(forward_only.grads(group).defined());
+  }
+  forward_only.ZeroGrads();  // nothing to zero
+}
+
+TEST(MasterWeights, AForwardOnlyModelGivesTheLogitsAndRefusesABackward) {
+  const models::LlamaConfig config = testing::TinySsaLlamaConfig(true, true);
+  models::LlamaModel trained(config, DType::kF32);
+  models::LlamaModel forward_only(config, DType::kF32, {}, {},
+                                  {.ctx = Context::Cpu(), .forward_only = true});
+  trained.InitRandom(11);
+  for (const ParameterSet::Entry& e : trained.parameters().entries()) {
+    forward_only.parameters().Assign(e.name, e.value);
+  }
+  const Tensor tokens = testing::RandomInts({2, 8}, DType::kI32, 1, 0, 11);
+  const Tensor positions = PackedPositions(2, 8, 3);
+  const Tensor expected = testing::Cast(trained.Forward(Context::Cpu(), tokens, positions),
+                                        DType::kF32);  // a copy
+  Tensor& logits = forward_only.Forward(Context::Cpu(), tokens, positions);
+  EXPECT_TRUE(testing::BitIdentical(logits, expected, "logits"));
+  EXPECT_DEATH(forward_only.Backward(Context::Cpu(), logits), "a forward-only model");
+}
+
 // Two steps of forward, backward and AdamW on `model` from random weights with SSA.
 void TrainTwoSteps(models::LlamaModel& model) {
   const Context ctx = Context::Cpu();
