@@ -103,10 +103,11 @@ void AddPlanCommand(CommandLine& line) {
   auto a = std::make_shared<PlanArguments>();
   CLI::App* command = line.AddCommand(
       "plan", "print the job's layout and memory per rank, without training",
-      "With launch.hardware it predicts the step time. --layouts lists every valid tensor x\n"
-      "context x pipeline x data split of the processes with its largest rank's memory (and\n"
-      "predicted step): those fitting launch.gpu_memory_gib first, then the fastest, then the\n"
-      "least model parallelism; and the --set flags of the best.",
+      "With launch.hardware it predicts the step time.\n"
+      "--layouts lists every valid tensor x context x pipeline x data split of the processes\n"
+      "with its largest rank's memory (and predicted step): those fitting\n"
+      "launch.gpu_memory_gib first, then the fastest, then the least model parallelism; and the\n"
+      "--set flags of the best.",
       [a] { return Plan(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--processes", "N", "a process count >= 1",
