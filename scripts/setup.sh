@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Sets up this machine for Kelvin and builds it: installs the Debian packages it needs (only when
 # missing, so it is idempotent), finds the CUDA toolkit (CUDA_HOME or /usr/local/cuda; absent means
-# a CPU-only build), configures and builds.
-# Usage: scripts/setup.sh [--build-dir DIR] [--cuda AUTO|ON|OFF] [--sanitize | --sanitize-inputs]
+# a CPU-only build), fetches the pinned cuDNN frontend headers for a CUDA build
+# (scripts/fetch_cudnn_frontend.sh; under --cudnn AUTO a failed download builds without the cuDNN
+# attention core and says so), configures and builds.
+# Usage: scripts/setup.sh [--build-dir DIR] [--cuda AUTO|ON|OFF] [--cudnn AUTO|ON|OFF]
+#                         [--sanitize | --sanitize-inputs]
 #                         [--werror] [--build-type Release|Debug|RelWithDebInfo] [--target T]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="$root/build/release"
 cuda_mode="AUTO"
+cudnn_mode="AUTO"
 sanitize="OFF"
 sanitize_inputs="OFF"
 werror="OFF"
@@ -18,6 +22,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build_dir="$2"; shift 2 ;;
     --cuda) cuda_mode="$2"; shift 2 ;;
+    --cudnn) cudnn_mode="$2"; shift 2 ;;
     --sanitize) sanitize="ON"; shift ;;
     --sanitize-inputs) sanitize_inputs="ON"; shift ;;
     --werror) werror="ON"; shift ;;
@@ -48,6 +53,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 
 cmake_args=(-DCMAKE_BUILD_TYPE="$build_type" -DKELVIN_CUDA="$cuda_mode"
+            -DKELVIN_CUDNN="$cudnn_mode"
             -DKELVIN_SANITIZE="$sanitize" -DKELVIN_SANITIZE_INPUTS="$sanitize_inputs"
             -DKELVIN_WERROR="$werror")
 if [[ "$cuda_mode" != "OFF" ]]; then
@@ -55,6 +61,13 @@ if [[ "$cuda_mode" != "OFF" ]]; then
   if [[ -x "$cuda_home/bin/nvcc" ]]; then
     cmake_args+=(-DCMAKE_CUDA_COMPILER="$cuda_home/bin/nvcc" -DCUDAToolkit_ROOT="$cuda_home")
     echo "setup.sh: CUDA toolkit at $cuda_home ($("$cuda_home/bin/nvcc" --version | tail -n 2 | head -n 1))"
+    if [[ "$cudnn_mode" != "OFF" ]] && ! "$root/scripts/fetch_cudnn_frontend.sh"; then
+      if [[ "$cudnn_mode" == "ON" ]]; then
+        echo "setup.sh: --cudnn ON but the cuDNN frontend could not be fetched (above)" >&2
+        exit 1
+      fi
+      echo "setup.sh: no cuDNN frontend: building without the cuDNN attention core (--cudnn AUTO)"
+    fi
   elif [[ "$cuda_mode" == "ON" ]]; then
     echo "setup.sh: --cuda ON but no nvcc at $cuda_home/bin/nvcc; set CUDA_HOME" >&2
     exit 1

@@ -1,12 +1,16 @@
 // The SSA attention operator's dispatcher: checks every argument (shape, dtype, device; on the CPU
 // also the position ids against the masking rule) with a message naming the tensor and what was
-// expected, then runs the CUDA kernel on a CUDA context and the tiled CPU kernel otherwise.
+// expected, then runs the CUDA kernels on a CUDA context and the tiled CPU kernel otherwise.
 #include "ssa/ssa_attention.h"
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "core/ops/dispatch.h"
+#if KELVIN_WITH_CUDNN
+#include "ssa/cudnn_attention.h"
+#endif
 
 namespace kelvin::ssa {
 namespace {
@@ -130,6 +134,26 @@ Dims CheckInputs(const Context& ctx, const SsaOptions& options, const SsaBlockSh
   return dims;
 }
 
+// The attention core's options: a backend this build has, host position copies of the sides'
+// lengths (CUDA calls only read them).
+void CheckCoreOptions(const Context& ctx, const Dims& dims, const SsaAttentionInputs& in,
+                      const AttentionCoreOptions& core) {
+  if (!ctx.is_cuda()) return;
+  KELVIN_CHECK(core.backend != AttentionBackend::kCudnn || CudnnCoreBuilt())
+      << "ssa_attention: the CUDNN attention backend was asked for, but this build has no cuDNN "
+         "core (KELVIN_CUDNN)";
+  for (const auto& [host, count, name] :
+       {std::tuple(&core.host_query_positions, dims.nq, "host_query_positions"),
+        std::tuple(&core.host_key_positions, dims.nk, "host_key_positions")}) {
+    if (!host->defined()) continue;
+    ops::CheckShape(*host, {count}, Name(name));
+    ops::CheckDType(*host, DType::kI32, Name(name));
+    KELVIN_CHECK(host->is_cpu()) << Name(name) << " must be on the host, got " << host->ToString();
+  }
+  KELVIN_CHECK(!core.host_key_positions.defined() || in.key_positions.defined())
+      << Name("host_key_positions") << " is set but inputs.key_positions is not";
+}
+
 // out, lse and the temperatures of this call (those of a temperature that is off are not read).
 void CheckSaved(const Context& ctx, const SsaOptions& options, const Dims& dims,
                 const SsaAttentionOutputs& o, const char* out_name, const char* lse_name) {
@@ -147,11 +171,14 @@ void CheckSaved(const Context& ctx, const SsaOptions& options, const Dims& dims,
 
 void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                          const SsaAttentionInputs& inputs, const SsaParameters& params,
-                         SsaAttentionOutputs& outputs) {
+                         SsaAttentionOutputs& outputs, const AttentionCoreOptions& core) {
   const Dims dims = CheckInputs(ctx, options, shape, inputs, params);
   CheckSaved(ctx, options, dims, outputs, "out", "lse");
+  CheckCoreOptions(ctx, dims, inputs, core);
 #if KELVIN_WITH_CUDA
-  if (ctx.is_cuda()) return cuda::SsaAttentionForward(ctx, options, shape, inputs, params, outputs);
+  if (ctx.is_cuda()) {
+    return cuda::SsaAttentionForward(ctx, options, shape, inputs, params, outputs, core);
+  }
 #endif
   cpu::SsaAttentionForward(options, shape, inputs, params, outputs);
 }
@@ -159,8 +186,9 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
 void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
-                          SsaAttentionGrads& grads) {
+                          SsaAttentionGrads& grads, const AttentionCoreOptions& core) {
   const Dims dims = CheckInputs(ctx, options, shape, inputs, params);
+  CheckCoreOptions(ctx, dims, inputs, core);
   const Shape query_heads{dims.nq, dims.h, dims.d}, key_heads{dims.nk, dims.g, dims.d};
   CheckTensor(ctx, dout, query_heads, dims.dtype, "dout");
   CheckSaved(ctx, options, dims, saved, "saved.out", "saved.lse");
@@ -187,7 +215,8 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   }
 #if KELVIN_WITH_CUDA
   if (ctx.is_cuda()) {
-    return cuda::SsaAttentionBackward(ctx, options, shape, dout, inputs, params, saved, grads);
+    return cuda::SsaAttentionBackward(ctx, options, shape, dout, inputs, params, saved, grads,
+                                      core);
   }
 #endif
   cpu::SsaAttentionBackward(options, shape, dout, inputs, params, saved, grads);
@@ -221,6 +250,16 @@ void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Ten
 }
 
 bool CudaSupportsHeadDim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+std::string CudnnCoreUnavailableReason(const Context& ctx) {
+#if KELVIN_WITH_CUDNN
+  return cudnn_core::UnavailableReason(ctx);
+#else
+  (void)ctx;
+  return "this build has no cuDNN attention core (configured with KELVIN_CUDNN off, or without "
+         "CUDA, cudnn.h or the cuDNN frontend: scripts/setup.sh fetches the frontend)";
+#endif
+}
 
 void CheckPositionIds(const Tensor& positions, int64_t batch, int64_t begin, int64_t count,
                       const std::string& name) {

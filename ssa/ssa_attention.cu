@@ -1,16 +1,28 @@
-// The fused SSA attention operator on CUDA (bf16 storage, f32 accumulation, sm_90 tensor cores
-// through mma.sync m16n8k16): FlashAttention-2 forward and backward, plus the log-sum-exp merge
-// of key blocks. B rows, Tq / Tk query / key tokens per row, H query heads, G kv heads, d head dim
-// (64 or 128). Temperatures: ssa_temperature.cu.
+// The SSA attention operator on CUDA (bf16 storage, f32 accumulation): the RoPE/temperature pass
+// writing q~, k~, v~, the attention core (Kelvin's own FlashAttention-2 kernels on sm_90 tensor
+// cores through mma.sync m16n8k16, or the cuDNN core of cudnn_attention.cc, chosen per call), the
+// adjoint pass, and the log-sum-exp merge of key blocks. B rows, Tq / Tk query / key tokens per
+// row, H query heads, G kv heads, d head dim (64 or 128). Temperatures: ssa_temperature.cu.
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "core/copy.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/cuda_utils.cuh"
+#include "core/logging.h"
+#include "ssa/attention_segments.h"
 #include "ssa/ssa_attention.h"
 #include "ssa/ssa_attention_kernels.cuh"
+#if KELVIN_WITH_CUDNN
+#include "ssa/cudnn_attention.h"
+#endif
 
 namespace kelvin::ssa {
 namespace cuda_internal {
@@ -618,6 +630,212 @@ void AllowSharedMemory(Kernel kernel, size_t bytes) {
                                          static_cast<int>(bytes)));
 }
 
+// The own kernel's forward on prepared tiles: out [Nq, H, d], lse [Nq, H].
+void FusedForward(cudaStream_t stream, const SsaBlockShape& shape, const AttentionParams& p,
+                  int64_t d, bf16* out, float* lse) {
+  const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(shape.query_count, kForwardQueries)),
+                  static_cast<unsigned>(p.heads), static_cast<unsigned>(shape.batch));
+  DispatchHeadDim(d, [&]<int kD>() {
+    const size_t bytes = sizeof(ForwardSmem<kD>);
+    AllowSharedMemory(ForwardKernel<kD>, bytes);
+    ForwardKernel<kD><<<grid, kThreads, bytes, stream>>>(p, out, lse);
+    KELVIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// The own kernel's backward: dq~ [Nq, H, d] (zeroed, then accumulated), dk~ and dv~ [Nk, G, d]
+// (written, zeros where no query sees a key), f32, from dout and the saved out and lse.
+void FusedBackward(const Context& ctx, const SsaBlockShape& shape, const AttentionParams& p,
+                   int64_t d, const bf16* dout, const bf16* out, const float* lse, Tensor& dq,
+                   Tensor& dk, Tensor& dv) {
+  cudaStream_t stream = StreamOf(ctx);
+  const int64_t nq = dq.dim(0);
+  Tensor delta = Tensor::Empty({nq, p.heads}, DType::kF32, ctx.device());  // [Nq, H]
+  Zero(ctx, dq);
+  LaunchRowDot(stream, static_cast<int>(d), dout, out, nq * p.heads, delta.data<float>());
+  BackwardOutputs g;
+  g.dout = dout;
+  g.lse = lse;
+  g.delta = delta.data<float>();
+  g.dq = dq.data<float>();
+  g.dk = dk.data<float>();
+  g.dv = dv.data<float>();
+  g.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(shape.key_count, kKeys)),
+                  static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(shape.batch));
+  DispatchHeadDim(d, [&]<int kD>() {
+    const size_t bytes = sizeof(BackwardSmem<kD>);
+    AllowSharedMemory(BackwardKernel<kD>, bytes);
+    BackwardKernel<kD><<<grid, kThreads, bytes, stream>>>(p, g);
+    KELVIN_CUDA_CHECK_LAUNCH();
+  });
+  // delta returns to the allocator's cache, handed out again only to work on this stream.
+}
+
+#if KELVIN_WITH_CUDNN
+
+// Writes `message` to the log the first time it comes.
+void LogOnce(const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said.insert(message).second) KLOG(INFO) << message;
+}
+
+// "SSA attention, B x [qb, +Tq) queries against [kb, +Tk) keys, H / G heads, d": log prefix.
+std::string Describe(const SsaBlockShape& s, const AttentionParams& p, int64_t d) {
+  return absl::StrCat("SSA attention, ", s.batch, " x [", s.query_begin, ", +", s.query_count,
+                      ") queries against [", s.key_begin, ", +", s.key_count, ") keys, H ", p.heads,
+                      " / G ", p.kv_heads, ", d ", d);
+}
+
+// The core that runs a call and, for cuDNN, the call's segments.
+struct CoreChoice {
+  AttentionCore core = AttentionCore::kFused;
+  AttentionSegments segments;
+};
+
+// The host position ids of one side: the caller's copy, else the device's (waits for the stream).
+Tensor HostPositions(const Context& ctx, const Tensor& host, const Tensor& device) {
+  if (host.defined()) return host;
+  Tensor copy = Tensor::Empty(device.shape(), DType::kI32);
+  CopyTensor(ctx, device, copy);
+  return copy;
+}
+
+cudnn_core::Tiles CudnnTiles(const PreparedTiles& t) {
+  return {t.q.data<bf16>(), t.k.data<bf16>(), t.v.data<bf16>(), t.q.dim(0),
+          t.k.dim(0),       t.q.dim(1),       t.k.dim(1),       t.q.dim(2)};
+}
+
+// The shape an AUTO choice holds for.
+struct AutoKey {
+  int64_t batch, query_begin, query_count, key_begin, key_count, heads, kv_heads, head_dim;
+  bool packed;  // more segments than rows: documents restart inside the rows
+  auto operator<=>(const AutoKey&) const = default;
+};
+
+// Mean milliseconds of one fn() on the stream over kAutoIterations, after one untimed run.
+constexpr int kAutoIterations = 3;
+double MeanMs(cudaStream_t stream, const std::function<void()>& fn) {
+  fn();
+  cudaEvent_t start, stop;
+  KELVIN_CUDA_CHECK(cudaEventCreate(&start));
+  KELVIN_CUDA_CHECK(cudaEventCreate(&stop));
+  KELVIN_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < kAutoIterations; ++i) fn();
+  KELVIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+  KELVIN_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  KELVIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  KELVIN_CUDA_CHECK(cudaEventDestroy(start));
+  KELVIN_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms / kAutoIterations;
+}
+
+// AUTO's measurement: forward + backward of each core on this call's tiles, into scratch (the
+// caller's tensors untouched; the forward's out stands in for dout, whose values do not change
+// the work). cuDNN's time is absent when it builds no plan for the shape.
+CoreTimings TimeCores(const Context& ctx, const SsaBlockShape& shape, const AttentionParams& p,
+                      int64_t d, const PreparedTiles& tiles, const AttentionSegments& segments,
+                      const std::string& describe) {
+  const Device device = ctx.device();
+  cudaStream_t stream = StreamOf(ctx);
+  const int64_t nq = tiles.q.dim(0), nk = tiles.k.dim(0), h = p.heads, g = p.kv_heads;
+  Tensor out = Tensor::Empty({nq, h, d}, DType::kBF16, device);  // [Nq, H, d]
+  Tensor lse = Tensor::Empty({nq, h}, DType::kF32, device);      // [Nq, H]
+  CoreTimings timings;
+  {
+    Tensor dq = Tensor::Empty({nq, h, d}, DType::kF32, device);  // [Nq, H, d]
+    Tensor dk = Tensor::Empty({nk, g, d}, DType::kF32, device);  // [Nk, G, d]
+    Tensor dv = Tensor::Empty({nk, g, d}, DType::kF32, device);  // [Nk, G, d]
+    timings.fused_ms = MeanMs(stream, [&] {
+      FusedForward(stream, shape, p, d, out.data<bf16>(), lse.data<float>());
+      FusedBackward(ctx, shape, p, d, out.data<bf16>(), out.data<bf16>(), lse.data<float>(), dq, dk,
+                    dv);
+    });
+  }
+  Tensor dq = Tensor::Empty({nq, h, d}, DType::kBF16, device);  // [Nq, H, d]
+  Tensor dk = Tensor::Empty({nk, g, d}, DType::kBF16, device);  // [Nk, G, d]
+  Tensor dv = Tensor::Empty({nk, g, d}, DType::kBF16, device);  // [Nk, G, d]
+  const cudnn_core::Tiles t = CudnnTiles(tiles);
+  auto backward = [&] {
+    return cudnn_core::Backward(ctx, segments, t, out.data<bf16>(), lse.data<float>(),
+                                out.data<bf16>(), dq.data<bf16>(), dk.data<bf16>(),
+                                dv.data<bf16>());
+  };
+  absl::Status runs = cudnn_core::Forward(ctx, segments, t, out.data<bf16>(), lse.data<float>());
+  if (runs.ok()) runs.Update(backward());
+  if (!runs.ok()) {
+    LogOnce(absl::StrCat(describe, ": cuDNN builds no plan (", runs.message(),
+                         "); the own kernel runs"));
+    return timings;
+  }
+  timings.cudnn_ms = MeanMs(stream, [&] {
+    KELVIN_CHECK(cudnn_core::Forward(ctx, segments, t, out.data<bf16>(), lse.data<float>()).ok());
+    KELVIN_CHECK(backward().ok());
+  });
+  return timings;
+}
+
+// Which core runs this call (AttentionCoreOptions): FUSED the own kernel; CUDNN the cuDNN core
+// where it can run the call; AUTO the faster of the two for the call's shape, measured at its
+// first call (both cores write the same result within the bf16 rule the tests hold them to).
+CoreChoice ChooseCore(const Context& ctx, const AttentionCoreOptions& options,
+                      const SsaBlockShape& shape, const SsaAttentionInputs& in,
+                      const PreparedTiles& tiles, const AttentionParams& p) {
+  if (options.backend == AttentionBackend::kFused) return {};
+  const int64_t d = tiles.q.dim(2);
+  const std::string describe = Describe(shape, p, d);
+  const std::string unavailable = cudnn_core::UnavailableReason(ctx);
+  if (!unavailable.empty()) {
+    LogOnce(absl::StrCat("SSA attention: the cuDNN core cannot run here (", unavailable,
+                         "); the own kernel runs"));
+    return {};
+  }
+  const Tensor host_q = HostPositions(ctx, options.host_query_positions, in.query_positions);
+  const Tensor host_k = in.key_positions.defined()
+                            ? HostPositions(ctx, options.host_key_positions, in.key_positions)
+                            : host_q;
+  absl::StatusOr<AttentionSegments> segments =
+      SegmentDocuments(shape, host_q.data<int32_t>(), host_k.data<int32_t>());
+  if (!segments.ok()) {
+    LogOnce(absl::StrCat(describe, ": the cuDNN core cannot express it (",
+                         segments.status().message(), "); the own kernel runs"));
+    return {};
+  }
+  CoreChoice choice{AttentionCore::kCudnn, *std::move(segments)};
+  if (options.backend == AttentionBackend::kCudnn) return choice;
+
+  static std::mutex mutex;
+  static std::map<AutoKey, AttentionCore> chosen;
+  const AutoKey key{shape.batch,
+                    shape.query_begin,
+                    shape.query_count,
+                    shape.key_begin,
+                    shape.key_count,
+                    p.heads,
+                    p.kv_heads,
+                    d,
+                    choice.segments.count() > shape.batch};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = chosen.find(key); it != chosen.end()) {
+    choice.core = it->second;
+    return choice;
+  }
+  const CoreTimings timings = TimeCores(ctx, shape, p, d, tiles, choice.segments, describe);
+  choice.core = ChooseAttentionCore(timings);
+  chosen.emplace(key, choice.core);
+  KLOG(INFO) << describe << (key.packed ? ", packed documents" : "") << " (AUTO): fused "
+             << timings.fused_ms << " ms, cuDNN "
+             << (timings.cudnn_ms ? absl::StrCat(*timings.cudnn_ms, " ms") : "no plan")
+             << " (forward + backward, mean of " << kAutoIterations
+             << "): " << AttentionCoreName(choice.core) << " runs it";
+  return choice;
+}
+
+#endif  // KELVIN_WITH_CUDNN
+
 }  // namespace
 }  // namespace cuda_internal
 
@@ -627,7 +845,7 @@ using namespace cuda_internal;
 
 void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                          const SsaAttentionInputs& inputs, const SsaParameters& params,
-                         SsaAttentionOutputs& outputs) {
+                         SsaAttentionOutputs& outputs, const AttentionCoreOptions& core) {
   const int64_t nq = inputs.u.dim(0), nk = inputs.k.dim(0);
   const int64_t h = inputs.u.dim(1), g = inputs.k.dim(1), d = inputs.u.dim(2);
   cudaStream_t stream = StreamOf(ctx);
@@ -652,21 +870,28 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
   const PreparedTiles tiles = Prepare(ctx, inputs, tau_q, tau_v);
   const AttentionParams p = MakeParams(shape, inputs, tiles);
   CheckAligned(outputs.out, "out");
-  const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(shape.query_count, kForwardQueries)),
-                  static_cast<unsigned>(h), static_cast<unsigned>(shape.batch));
-  DispatchHeadDim(d, [&]<int kD>() {
-    const size_t bytes = sizeof(ForwardSmem<kD>);
-    AllowSharedMemory(ForwardKernel<kD>, bytes);
-    ForwardKernel<kD>
-        <<<grid, kThreads, bytes, stream>>>(p, outputs.out.data<bf16>(), outputs.lse.data<float>());
-    KELVIN_CUDA_CHECK_LAUNCH();
-  });
+#if KELVIN_WITH_CUDNN
+  const CoreChoice choice = ChooseCore(ctx, core, shape, inputs, tiles, p);
+  if (choice.core == AttentionCore::kCudnn) {
+    const absl::Status ran =
+        cudnn_core::Forward(ctx, choice.segments, CudnnTiles(tiles), outputs.out.data<bf16>(),
+                            outputs.lse.data<float>());
+    if (ran.ok()) {
+      if (core.core_run != nullptr) *core.core_run = AttentionCore::kCudnn;
+      return;
+    }
+    LogOnce(absl::StrCat(Describe(shape, p, d), ": cuDNN builds no forward plan (", ran.message(),
+                         "); the own kernel runs"));
+  }
+#endif
+  FusedForward(stream, shape, p, d, outputs.out.data<bf16>(), outputs.lse.data<float>());
+  if (core.core_run != nullptr) *core.core_run = AttentionCore::kFused;
 }
 
 void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
-                          SsaAttentionGrads& grads) {
+                          SsaAttentionGrads& grads, const AttentionCoreOptions& core) {
   const int64_t nq = inputs.u.dim(0), nk = inputs.k.dim(0);
   const int64_t h = inputs.u.dim(1), g = inputs.k.dim(1), d = inputs.u.dim(2);
   const int dim = static_cast<int>(d);
@@ -677,32 +902,49 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   const Device device = ctx.device();
   CheckAligned(dout, "dout");
 
-  // Scratch, f32: the gradients of q~ [Nq, H, d], k~ and v~ [Nk, G, d]; delta [Nq, H].
-  Tensor dq_tilde = Tensor::Empty({nq, h, d}, DType::kF32, device);
-  Tensor dk_tilde = Tensor::Empty({nk, g, d}, DType::kF32, device);
-  Tensor dv_tilde = Tensor::Empty({nk, g, d}, DType::kF32, device);
-  Tensor delta = Tensor::Empty({nq, h}, DType::kF32, device);
-  Zero(ctx, dq_tilde);
-  LaunchRowDot(stream, dim, dout.data<bf16>(), saved.out.data<bf16>(), nq * h, delta.data<float>());
-
   const PreparedTiles tiles = Prepare(ctx, inputs, tau_q, tau_v);
   const AttentionParams p = MakeParams(shape, inputs, tiles);
-  BackwardOutputs out;
-  out.dout = dout.data<bf16>();
-  out.lse = saved.lse.data<float>();
-  out.delta = delta.data<float>();
-  out.dq = dq_tilde.data<float>();
-  out.dk = dk_tilde.data<float>();
-  out.dv = dv_tilde.data<float>();
-  out.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const dim3 grid(static_cast<unsigned>(cuda_utils::CeilDiv(shape.key_count, kKeys)),
-                  static_cast<unsigned>(g), static_cast<unsigned>(shape.batch));
-  DispatchHeadDim(d, [&]<int kD>() {
-    const size_t bytes = sizeof(BackwardSmem<kD>);
-    AllowSharedMemory(BackwardKernel<kD>, bytes);
-    BackwardKernel<kD><<<grid, kThreads, bytes, stream>>>(p, out);
-    KELVIN_CUDA_CHECK_LAUNCH();
-  });
+  // Scratch: the gradients of q~ [Nq, H, d], k~ and v~ [Nk, G, d]; bf16 from the cuDNN core, f32
+  // from the own kernel.
+  Tensor dq_tilde, dk_tilde, dv_tilde;
+  bool done = false;
+#if KELVIN_WITH_CUDNN
+  const CoreChoice choice = ChooseCore(ctx, core, shape, inputs, tiles, p);
+  if (choice.core == AttentionCore::kCudnn) {
+    dq_tilde = Tensor::Empty({nq, h, d}, DType::kBF16, device);
+    dk_tilde = Tensor::Empty({nk, g, d}, DType::kBF16, device);
+    dv_tilde = Tensor::Empty({nk, g, d}, DType::kBF16, device);
+    if (choice.segments.uncovered_keys(nk) > 0) {  // keys no query sees: gradient 0
+      Zero(ctx, dk_tilde);
+      Zero(ctx, dv_tilde);
+    }
+    const absl::Status ran = cudnn_core::Backward(
+        ctx, choice.segments, CudnnTiles(tiles), saved.out.data<bf16>(), saved.lse.data<float>(),
+        dout.data<bf16>(), dq_tilde.data<bf16>(), dk_tilde.data<bf16>(), dv_tilde.data<bf16>());
+    done = ran.ok();
+    if (!done) {
+      LogOnce(absl::StrCat(Describe(shape, p, d), ": cuDNN builds no backward plan (",
+                           ran.message(), "); the own kernel runs"));
+    }
+  }
+#endif
+  if (!done) {
+    dq_tilde = Tensor::Empty({nq, h, d}, DType::kF32, device);
+    dk_tilde = Tensor::Empty({nk, g, d}, DType::kF32, device);
+    dv_tilde = Tensor::Empty({nk, g, d}, DType::kF32, device);
+    FusedBackward(ctx, shape, p, d, dout.data<bf16>(), saved.out.data<bf16>(),
+                  saved.lse.data<float>(), dq_tilde, dk_tilde, dv_tilde);
+  }
+  if (core.core_run != nullptr)
+    *core.core_run = done ? AttentionCore::kCudnn : AttentionCore::kFused;
+  // dL/dx~ of one side for LaunchTokenBackward, in the dtype the core wrote.
+  auto set_grad_tilde = [](TokenBackwardArgs& args, const Tensor& grad_tilde) {
+    if (grad_tilde.dtype() == DType::kBF16) {
+      args.grad_tilde_bf16 = grad_tilde.data<bf16>();
+    } else {
+      args.grad_tilde = grad_tilde.data<float>();
+    }
+  };
 
   // Per token: RoPE^T, the temperatures' chain rule, then the parameter reductions.
   Tensor dz_q, dposition_q, dz_v;  // [Nq, H], [Nq, H], [Nk, G] f32
@@ -715,7 +957,7 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   TokenBackwardArgs q;
   q.tokens = nq;
   q.heads = static_cast<int>(h);
-  q.grad_tilde = dq_tilde.data<float>();
+  set_grad_tilde(q, dq_tilde);
   q.x = inputs.u.data<bf16>();
   q.positions = p.query_positions;
   q.inv_freq = inputs.inv_freq.data<float>();
@@ -733,7 +975,7 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   TokenBackwardArgs k;
   k.tokens = nk;
   k.heads = static_cast<int>(g);
-  k.grad_tilde = dk_tilde.data<float>();
+  set_grad_tilde(k, dk_tilde);
   k.x = inputs.k.data<bf16>();
   k.positions = p.key_positions;
   k.inv_freq = inputs.inv_freq.data<float>();
@@ -745,7 +987,7 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   TokenBackwardArgs v;
   v.tokens = nk;
   v.heads = static_cast<int>(g);
-  v.grad_tilde = dv_tilde.data<float>();
+  set_grad_tilde(v, dv_tilde);
   v.x = inputs.v.data<bf16>();
   v.positions = p.key_positions;
   v.tau = tau_v;

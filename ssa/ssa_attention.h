@@ -1,15 +1,35 @@
 // The SSA attention operator (shared/SSA.md section 6): checks its arguments and dispatches to the
-// tiled CPU kernel (f32, f64) or the fused CUDA kernel (bf16), forward, backward and the merge of
+// tiled CPU kernel (f32, f64) or CUDA (bf16: the RoPE/temperature pass, then Kelvin's fused
+// attention kernel or the cuDNN core, then the adjoint pass), forward, backward and the merge of
 // key blocks. Arguments, shapes and masking rule: ssa/ssa_attention_args.h.
 #pragma once
 
 #include <string>
 
 #include "core/context.h"
+#include "ssa/attention_backend.h"
 #include "ssa/ssa_attention_args.h"
 #include "ssa/ssa_options.h"
 
 namespace kelvin::ssa {
+
+// How the CUDA operator runs its attention core (the CPU operator ignores it). AUTO times both
+// cores once per shape (batch, token ranges, heads, head dim, packed or not) at its first call and
+// keeps the faster; a call the cuDNN core cannot run (ssa/attention_segments.h, or no plan from
+// cuDNN) runs the own kernel, said once in the log.
+struct AttentionCoreOptions {
+  AttentionBackend backend = AttentionBackend::kFused;
+  // Host copies of inputs.query_positions [Nq] and inputs.key_positions [Nk] (i32), from which the
+  // cuDNN core lays out the documents; undefined: it copies the device's (waiting for the stream).
+  // host_key_positions is undefined where inputs.key_positions is.
+  Tensor host_query_positions, host_key_positions;
+  // When set, receives the core that ran the call (tests and benchmarks ask).
+  AttentionCore* core_run = nullptr;
+};
+
+// Empty when the cuDNN core can run on ctx's device, else why not (not built: KELVIN_CUDNN; the
+// library, its version or the device).
+std::string CudnnCoreUnavailableReason(const Context& ctx);
 
 // Dtypes: u, k, v, the sources, the parameters, out, du, dk, dv and the source gradients share one
 // dtype (f32/f64 on the CPU, bf16 on CUDA); lse, the temperatures and the parameter gradients are
@@ -26,7 +46,7 @@ namespace kelvin::ssa {
 // Parameters a temperature that is off does not read may be undefined.
 void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                          const SsaAttentionInputs& inputs, const SsaParameters& params,
-                         SsaAttentionOutputs& outputs);
+                         SsaAttentionOutputs& outputs, const AttentionCoreOptions& core = {});
 
 // Backward from dout [Nq, H, d], given the forward's saved outputs (`saved.out` and `saved.lse`
 // are the MERGED results over all key blocks when the keys were split, FlashAttention-2 style;
@@ -37,7 +57,7 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
 void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
-                          SsaAttentionGrads& grads);
+                          SsaAttentionGrads& grads, const AttentionCoreOptions& core = {});
 
 // out [Nq, H, d], lse [Nq, H] += one key block's partial results (same shapes): the log-sum-exp
 // merge lse' = log(e^lse + e^block_lse), out' = e^(lse - lse') out + e^(block_lse - lse')
@@ -70,11 +90,11 @@ void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
 namespace cuda {
 void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                          const SsaAttentionInputs& inputs, const SsaParameters& params,
-                         SsaAttentionOutputs& outputs);
+                         SsaAttentionOutputs& outputs, const AttentionCoreOptions& core);
 void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
-                          SsaAttentionGrads& grads);
+                          SsaAttentionGrads& grads, const AttentionCoreOptions& core);
 void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse);
 }  // namespace cuda

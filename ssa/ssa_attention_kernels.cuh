@@ -171,9 +171,11 @@ void LaunchTemperatureForward(cudaStream_t stream, int d, const TemperatureTerms
 //   dz and dtau' ln n saved for the parameter gradients (LaunchParameterGrads).
 // With weight sharing dsource == dx and both terms go in with one bf16 read-modify-write.
 struct TokenBackwardArgs {
-  int64_t tokens = 0;                  // N
-  int heads = 0;                       // K
-  const float* grad_tilde = nullptr;   // [N, K, d] dL/dx~
+  int64_t tokens = 0;  // N
+  int heads = 0;       // K
+  // [N, K, d] dL/dx~, exactly one of: f32 (the own kernel's) or bf16 (the cuDNN core's).
+  const float* grad_tilde = nullptr;
+  const bf16* grad_tilde_bf16 = nullptr;
   const bf16* x = nullptr;             // [N, K, d]
   const int32_t* positions = nullptr;  // [N] (RoPE angles and ln n)
   const float* inv_freq = nullptr;     // [d/2]; null: no RoPE on this side

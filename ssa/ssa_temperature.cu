@@ -47,16 +47,21 @@ __global__ void __launch_bounds__(kVectorThreads)
   if (lane == 0) tau[vector] = value;
 }
 
-template <int kD>
-__global__ void __launch_bounds__(kVectorThreads) TokenBackwardKernel(TokenBackwardArgs a) {
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(bf16 x) { return Bf16ToFloat(x); }
+
+// Grad: the element type of dL/dx~ (f32 or bf16), read from `grad_tilde` [N, K, d].
+template <int kD, typename Grad>
+__global__ void __launch_bounds__(kVectorThreads)
+    TokenBackwardKernel(TokenBackwardArgs a, const Grad* grad_tilde) {
   const int64_t vector = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
   if (vector >= a.tokens * a.heads) return;
   const int lane = threadIdx.x % 32;
   const int64_t token = vector / a.heads;
   const int head = static_cast<int>(vector % a.heads);
   constexpr int kPairs = LanePairs<kD>::kPairs;
-  const float* g = a.grad_tilde + vector * kD;  // [d] dL/dx~
-  const bf16* x = a.x + vector * kD;            // [d]
+  const Grad* g = grad_tilde + vector * kD;  // [d] dL/dx~
+  const bf16* x = a.x + vector * kD;         // [d]
   const float position = a.inv_freq != nullptr ? static_cast<float>(a.positions[token]) : 0.0f;
   const float tau = a.tau != nullptr ? a.tau[vector] : 1.0f;
 
@@ -65,7 +70,7 @@ __global__ void __launch_bounds__(kVectorThreads) TokenBackwardKernel(TokenBackw
   float dtau_partial = 0.0f;
   for (int j = 0; j < kPairs; ++j) {
     const int e0 = LanePairs<kD>::First(lane, j), e1 = LanePairs<kD>::Second(lane, j);
-    const float g0 = g[e0], g1 = g[e1];
+    const float g0 = ToFloat(g[e0]), g1 = ToFloat(g[e1]);
     float x0 = Bf16ToFloat(x[e0]), x1 = Bf16ToFloat(x[e1]);
     const float t0 = a.tau != nullptr ? tau * g0 : g0, t1 = a.tau != nullptr ? tau * g1 : g1;
     if (a.inv_freq != nullptr) {
@@ -219,9 +224,15 @@ void LaunchTemperatureForward(cudaStream_t stream, int d, const TemperatureTerms
 
 void LaunchTokenBackward(cudaStream_t stream, int d, const TokenBackwardArgs& args) {
   if (args.tokens == 0) return;
+  KELVIN_CHECK((args.grad_tilde == nullptr) != (args.grad_tilde_bf16 == nullptr))
+      << "LaunchTokenBackward: exactly one of grad_tilde (f32) and grad_tilde_bf16";
+  const unsigned blocks = VectorBlocks(args.tokens * args.heads);
   DispatchHeadDim(d, [&]<int kD>() {
-    TokenBackwardKernel<kD>
-        <<<VectorBlocks(args.tokens * args.heads), kVectorThreads, 0, stream>>>(args);
+    if (args.grad_tilde != nullptr) {
+      TokenBackwardKernel<kD><<<blocks, kVectorThreads, 0, stream>>>(args, args.grad_tilde);
+    } else {
+      TokenBackwardKernel<kD><<<blocks, kVectorThreads, 0, stream>>>(args, args.grad_tilde_bf16);
+    }
     KELVIN_CUDA_CHECK_LAUNCH();
   });
 }

@@ -25,6 +25,7 @@
 #include "data/tasks/passkey_task.h"
 #include "launcher/config/job_config.h"
 #include "models/llama/llama_config.h"
+#include "ssa/attention_backend.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -256,6 +257,22 @@ void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
   }
 }
 
+// model.attention_backend=CUDNN needs a build with the cuDNN core and a CUDA run (whether the
+// library loads there is checked when the model is built).
+void CheckAttentionBackend(const config::JobConfig& job, Problems& problems) {
+  if (job.model().attention_backend() != config::AttentionBackend::CUDNN) return;
+  if (!ssa::CudnnCoreBuilt()) {
+    problems.Add(
+        "model.attention_backend=CUDNN, but this build has no cuDNN attention core (configured "
+        "with KELVIN_CUDNN=OFF, or without CUDA, cudnn.h or the cuDNN frontend): rebuild with "
+        "scripts/setup.sh, which fetches the frontend, or use AUTO or FUSED");
+  } else if (job.training().device() == config::TrainingConfig::CPU) {
+    problems.Add(
+        "model.attention_backend=CUDNN runs on CUDA only, but training.device=CPU: use AUTO or "
+        "FUSED, or train on CUDA");
+  }
+}
+
 void CheckModel(const config::JobConfig& job, Problems& problems) {
   const config::ModelConfig& model = job.model();
   const std::vector<std::string> presets = models::LlamaPresetNames();
@@ -283,6 +300,7 @@ void CheckModel(const config::JobConfig& job, Problems& problems) {
   }
   if (model.has_architecture()) CheckArchitecture(model.architecture(), problems);
   CheckSsa(model.ssa(), problems);
+  CheckAttentionBackend(job, problems);
 }
 
 void CheckMegatronDataset(const config::MegatronDataset& dataset, const std::string& path,

@@ -53,12 +53,21 @@ ssa::SsaAttentionInputs QueryBlockInputs(const ssa::SsaAttentionInputs& in, int 
   return part;
 }
 
+// How the SSA operator runs query block `block`'s attention core: the model's backend and the
+// host copies of the block's position ids (llama_model.h, LlamaMicroBatchActivations).
+ssa::AttentionCoreOptions CoreOptions(ssa::AttentionBackend backend,
+                                      const LlamaMicroBatchActivations& slot, int block,
+                                      int blocks) {
+  return {backend, QueryRows(slot.host_positions, block, blocks), slot.host_key_positions};
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism,
                        const LlamaRecompute& recompute, const LlamaPlacement& placement)
     : config_(config),
       attention_options_(config.AttentionOptions()),
+      attention_backend_(placement.attention_backend),
       dtype_(dtype),
       ctx_(placement.ctx),
       parallelism_(parallelism),
@@ -371,23 +380,37 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
   LlamaMicroBatchActivations& slot = slots_[free];
   AllocateSlot(slot, tokens.dim(0), tokens.dim(1));
   slot.micro_batch = micro_batch;
-  if (ctx_.is_cuda() && positions.is_cpu()) {
+  const bool host_copies = ctx_.is_cuda() && positions.is_cpu();
+  if (host_copies) {
     // The CUDA attention's tile skipping relies on the position-id rule without checking it (the
     // CPU kernels check it on every call).
     ssa::CheckPositionIds(positions.View({-1}), tokens.dim(0), 0, tokens.dim(1),
                           "the micro-batch's position ids");
   }
+  // A host tensor of t's values (the caller may reuse t once the micro-batch has begun).
+  auto host_copy = [&](const Tensor& t) {
+    Tensor copy = Tensor::Empty(t.shape(), t.dtype());
+    CopyTensor(ctx_, t, copy);
+    return copy;
+  };
+  slot.host_positions = slot.host_key_positions = Tensor();
   if (!SplitsRows()) {
     CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
     CopyTensor(ctx_, positions.View({-1}), slot.positions);
+    if (host_copies) slot.host_positions = host_copy(positions.View({-1}));
     return;
   }
   KELVIN_CHECK(tokens.is_cpu() && positions.is_cpu())
       << "context parallelism takes the micro-batch's tokens and positions on the host";
   const int rank = cp_->rank(), ranks = ContextParallelSize();
+  const Tensor local_positions = parallel::LocalSequence(positions, tokens.dim(0), rank, ranks);
   CopyTensor(ctx_, parallel::LocalSequence(tokens, tokens.dim(0), rank, ranks), slot.tokens);
-  CopyTensor(ctx_, parallel::LocalSequence(positions, tokens.dim(0), rank, ranks), slot.positions);
+  CopyTensor(ctx_, local_positions, slot.positions);
   CopyTensor(ctx_, positions.View({-1}), slot.key_positions);
+  if (host_copies) {
+    slot.host_positions = local_positions;  // LocalSequence's own new tensor
+    slot.host_key_positions = host_copy(positions.View({-1}));
+  }
 }
 
 bool LlamaModel::HoldsMicroBatch(int micro_batch) const {
@@ -504,7 +527,8 @@ void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActiv
                                      QueryRows(a.lse, block, blocks),
                                      QueryRows(a.tau_q, block, blocks), a.tau_v};
     ssa::SsaAttentionForward(ctx, attention_options_, AttentionShape(slot, block),
-                             QueryBlockInputs(inputs, block, blocks), w.ssa, outputs);
+                             QueryBlockInputs(inputs, block, blocks), w.ssa, outputs,
+                             CoreOptions(attention_backend_, slot, block, blocks));
   }
 }
 
@@ -617,7 +641,8 @@ void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& s
     block_grads.dquery_source = QueryRows(grads.dquery_source, block, blocks);
     ssa::SsaAttentionBackward(ctx, attention_options_, AttentionShape(slot, block),
                               QueryRows(scratch_.dattn, block, blocks),
-                              QueryBlockInputs(inputs, block, blocks), w.ssa, saved, block_grads);
+                              QueryBlockInputs(inputs, block, blocks), w.ssa, saved, block_grads,
+                              CoreOptions(attention_backend_, slot, block, blocks));
   }
   // With context parallelism the key-side gradients cover the whole sequence, partial over this
   // rank's queries: summed over the group, each rank keeps its tokens'.

@@ -25,6 +25,7 @@
 #include "models/llama/llama_sharding.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/pipeline/pipeline_stage.h"
+#include "ssa/attention_backend.h"
 #include "ssa/ssa_attention_args.h"
 #include "ssa/temperature.h"
 
@@ -55,14 +56,19 @@ struct LlamaPlacement {
   // A model that only runs forward (generation, scoring): its values alone, no master weights or
   // gradients (ParameterSet::AllocateForwardOnly); a backward is an error.
   bool forward_only = false;
+  // The attention core of the SSA operator on CUDA (model.attention_backend; ssa_attention.h).
+  ssa::AttentionBackend attention_backend = ssa::AttentionBackend::kFused;
 };
 
 // One micro-batch's activations on this rank: every layer of its chunks and the stage buffers.
 struct LlamaMicroBatchActivations {
   int micro_batch = -1;  // the micro-batch using the slot; -1: free
   int64_t batch = 0, seq = 0;
-  Tensor tokens, positions;                   // [N] i32 copies of this rank's inputs
-  Tensor key_positions;                       // [Nk] i32 whole rows (context parallel only)
+  Tensor tokens, positions;  // [N] i32 copies of this rank's inputs
+  Tensor key_positions;      // [Nk] i32 whole rows (context parallel only)
+  // Host copies of positions [N] and key_positions [Nk] (i32) on CUDA when the micro-batch's
+  // position ids came from the host: the cuDNN attention core lays out the documents from them.
+  Tensor host_positions, host_key_positions;
   std::vector<LlamaLayerActivations> layers;  // [local layers]; a chunk's input is its first x
   // [V] each [Nl, D]: the chunk's output (on the last virtual stage the final norm's input).
   std::vector<Tensor> outputs;
@@ -283,6 +289,7 @@ class LlamaModel : public parallel::PipelineStage {
 
   LlamaConfig config_;
   ssa::SsaOptions attention_options_;  // config_.AttentionOptions()
+  ssa::AttentionBackend attention_backend_;
   DType dtype_;
   Context ctx_;  // the device of every buffer
   LlamaParallelism parallelism_;

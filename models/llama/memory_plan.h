@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "models/llama/llama_config.h"
+#include "ssa/attention_backend.h"
 
 namespace kelvin::models {
 
@@ -30,6 +31,9 @@ struct MemoryPlanOptions {
   int64_t micro_batches_in_flight = 1;
   int data_parallel = 1;
   bool distributed_optimizer = false;  // ZeRO-1: moments and separate masters sharded over DP x CP
+  // The SSA attention core on CUDA (model.attention_backend): its backward's scratch is counted;
+  // AUTO counts the larger of the two.
+  ssa::AttentionBackend attention_backend = ssa::AttentionBackend::kFused;
 };
 
 struct MemoryPlan {
@@ -43,8 +47,9 @@ struct MemoryPlan {
   int64_t backward_scratch = 0;       // one layer's gradients and recomputed activations, chunk
                                       // gradients per slot
   // The most any one operator call takes for itself and gives back (the device allocator keeps
-  // it cached): on CUDA (bf16 plans) the SSA attention backward's bf16 q~, k~, v~ and f32 dq~,
-  // dk~, dv~ and row terms, plus the cuBLASLt workspace; 0 for CPU (f32) plans.
+  // it cached): on CUDA (bf16 plans) the SSA attention backward's bf16 q~, k~, v~, its core's
+  // gradients of them and workspace, and row terms, plus the cuBLASLt workspace; 0 for CPU (f32)
+  // plans.
   int64_t operator_scratch = 0;
   int64_t Total() const;
   std::string ToString() const;  // every category, in GiB

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "models/llama/llama_model.h"
 #include "tests/models/memory_plan_check.h"
 #include "tests/testing/tensors.h"
@@ -50,6 +52,24 @@ TEST(MemoryPlan, Llama3_8BAt8KTokensInBf16) {
             s * kv * 2 + s * 32 * 4 * 2 + s * 8 * 4);
   EXPECT_EQ(models::PlanLlamaMemory(config, {1, 8192}).operator_scratch, 0);
   std::printf("Llama-3-8B, 1 x 8192 tokens, bf16: %s\n", plan.ToString().c_str());
+}
+
+// The cuDNN attention core's backward scratch in place of the own kernel's: bf16 dq~ [s, 32, 128],
+// dk~, dv~ [s, 8, 128], the frontend's f32 dQ accumulator [s, 32, 128] and row sums [s, 32], and
+// with GQA f32 full-head dK, dV [s, 32, 128]; AUTO plans for the larger of the two cores.
+TEST(MemoryPlan, AttentionScratchFollowsTheChosenCore) {
+  const models::LlamaConfig config = *models::LlamaPreset("llama3-8b");
+  models::MemoryPlanOptions options{1, 8192, DType::kBF16, DType::kBF16, /*separate_master=*/true};
+  const int64_t fused = models::PlanLlamaMemory(config, options).operator_scratch;
+  options.attention_backend = ssa::AttentionBackend::kCudnn;
+  const int64_t cudnn = models::PlanLlamaMemory(config, options).operator_scratch;
+  options.attention_backend = ssa::AttentionBackend::kAuto;
+  const int64_t automatic = models::PlanLlamaMemory(config, options).operator_scratch;
+  const int64_t s = 8192, q = 32 * 128, kv = 8 * 128;
+  const int64_t fused_core = (s * q + 2 * s * kv + s * 32) * 4;
+  const int64_t cudnn_core = (s * q + 2 * s * kv) * 2 + (s * q + s * 32) * 4 + 2 * s * q * 4;
+  EXPECT_EQ(cudnn - fused, cudnn_core - fused_core);
+  EXPECT_EQ(automatic, std::max(fused, cudnn));
 }
 
 // Llama-3-8B at 8K tokens on a TP4 (sequence parallel) x PP2 x DP8 layout with ZeRO-1, bf16:

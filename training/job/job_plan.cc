@@ -132,6 +132,7 @@ models::MemoryPlan PlanRankMemoryHolding(const config::JobConfig& job,
   o.virtual_stages = g.virtual_pipeline_stages;
   o.data_parallel = g.data_parallel;
   o.distributed_optimizer = layout.distributed_optimizer;
+  o.attention_backend = AttentionBackendOf(job);
   if (in_flight > 0) o.micro_batches_in_flight = in_flight;
   return models::PlanLlamaMemory(arch, o);
 }

@@ -13,6 +13,7 @@
 #include "core/io/hf_checkpoint.h"
 #include "core/logging.h"
 #include "google/protobuf/text_format.h"
+#include "ssa/ssa_attention.h"
 
 namespace kelvin::training {
 namespace {
@@ -290,17 +291,44 @@ absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job,
   return TrainingPlacement{Context::Cuda(local_rank % CudaDeviceCount()), dtype};
 }
 
+ssa::AttentionBackend AttentionBackendOf(const config::JobConfig& job) {
+  switch (job.model().attention_backend()) {
+    case config::AttentionBackend::FUSED:
+      return ssa::AttentionBackend::kFused;
+    case config::AttentionBackend::CUDNN:
+      return ssa::AttentionBackend::kCudnn;
+    default:
+      return ssa::AttentionBackend::kAuto;
+  }
+}
+
+absl::StatusOr<ssa::AttentionBackend> AttentionBackendFor(const config::JobConfig& job,
+                                                          const Context& ctx) {
+  const ssa::AttentionBackend backend = AttentionBackendOf(job);
+  if (backend != ssa::AttentionBackend::kCudnn) return backend;
+  const std::string unavailable = ssa::CudnnCoreUnavailableReason(ctx);
+  if (!unavailable.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model.attention_backend=CUDNN, but the cuDNN attention core cannot run on ",
+                     ctx.device().ToString(), ": ", unavailable, "; use AUTO or FUSED"));
+  }
+  return backend;
+}
+
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
     const config::JobConfig& job, const models::LlamaConfig& arch,
     const models::LlamaParallelism& parallelism, const TrainingPlacement& placement,
     int64_t gradient_shards) {
   const models::LlamaRecompute recompute{job.model().recompute_attention(),
                                          job.model().recompute_mlp()};
+  KELVIN_ASSIGN_OR_RETURN(const ssa::AttentionBackend backend,
+                          AttentionBackendFor(job, placement.ctx));
   auto model = std::make_unique<models::LlamaModel>(
       arch, placement.dtype, parallelism, recompute,
       models::LlamaPlacement{.ctx = placement.ctx,
                              .separate_master = placement.separate_master,
-                             .gradient_shards = gradient_shards});
+                             .gradient_shards = gradient_shards,
+                             .attention_backend = backend});
   if (job.model().has_hf_dir()) {
     KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
                             io::HfCheckpoint::Open(job.model().hf_dir()));

@@ -49,6 +49,13 @@ absl::StatusOr<DType> ResolveModelDType(const config::JobConfig& job, bool cuda)
 // communicators allow (they stage device tensors through host memory).
 absl::StatusOr<TrainingPlacement> ResolvePlacement(const config::JobConfig& job, int local_rank);
 
+// model.attention_backend as the SSA operator takes it.
+ssa::AttentionBackend AttentionBackendOf(const config::JobConfig& job);
+// The same, FailedPrecondition naming the field when it is CUDNN and the cuDNN core cannot run on
+// ctx's device (the CPU included), with why.
+absl::StatusOr<ssa::AttentionBackend> AttentionBackendFor(const config::JobConfig& job,
+                                                          const Context& ctx);
+
 // This rank's part of the model (the whole model without parallelism) placed as `placement` says,
 // loaded from model.hf_dir or randomly initialised from the seed; gradient_shards: the
 // distributed optimizer's shard count (1 without it).

@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "launcher/config/job_config.h"
+#include "ssa/attention_backend.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -283,6 +284,23 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
 // launch.hardware: a preset fills its numbers (each field overrides it); a bad rate, an empty
 // node or a machine without a preset that leaves a rate unset is one problem naming the field,
 // its value and what to do; an unknown preset is refused with the valid ones.
+// model.attention_backend=CUDNN: an error naming the field in a build without the cuDNN core,
+// and with one on the CPU; AUTO and FUSED are valid everywhere.
+TEST(JobConfigValidation, CudnnAttentionNeedsTheCoreAndCuda) {
+  EXPECT_EQ(ProblemsWith({"model.attention_backend=AUTO"}), "");
+  EXPECT_EQ(ProblemsWith({"model.attention_backend=FUSED", "training.device=CPU"}), "");
+  if (!ssa::CudnnCoreBuilt()) {
+    EXPECT_THAT(ProblemsWith({"model.attention_backend=CUDNN"}),
+                HasSubstr("model.attention_backend=CUDNN, but this build has no cuDNN attention "
+                          "core"));
+    return;
+  }
+  EXPECT_EQ(ProblemsWith({"model.attention_backend=CUDNN", "training.device=CUDA"}), "");
+  EXPECT_THAT(ProblemsWith({"model.attention_backend=CUDNN", "training.device=CPU"}),
+              HasSubstr("model.attention_backend=CUDNN runs on CUDA only, but "
+                        "training.device=CPU: use AUTO or FUSED"));
+}
+
 TEST(JobConfigValidation, HardwareFieldsNameFieldValueAndRemedy) {
   EXPECT_EQ(ProblemsWith({"launch.hardware.preset=H200"}), "");
   EXPECT_EQ(ProblemsWith({"launch.hardware.preset=H100_SXM", "launch.hardware.inter_node_gbps=25",
