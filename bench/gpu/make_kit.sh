@@ -2,7 +2,8 @@
 # Run HERE (a Debian machine set up by scripts/setup.sh) before a GPU session. The GPU machine has
 # the CUDA toolkit, CMake and Python with PyTorch but none of the Debian packages Kelvin links, and
 # building there would spend its scarce device time; so this builds the whole project here (CUDA
-# on, sm_90, Release) into a build directory (argument 1, relative to the root; default
+# on, sm_90, Release, the cuDNN attention core on: scripts/fetch_cudnn_frontend.sh first) into a
+# build directory (argument 1, relative to the root; default
 # build/gpu-prebuilt; an existing CUDA build is reused and brought up to date) and packs
 # build/device-kit/kit.tar.xz with:
 #   <build directory>/...    the test programs, the GPU benchmarks, `kelvin` and CTest's files, at
@@ -15,7 +16,9 @@
 #   openmpi/                 mpirun and OpenMPI's and PMIx's plugins and help files, found there
 #                            through OPAL_* / PMIX_* variables (run.sh sets them);
 #   root.txt, build-dir.txt  this repository's root path and the build directory under it.
-# The CUDA libraries come from the GPU machine's toolkit and NCCL from PyTorch's nvidia-nccl wheel.
+# The CUDA libraries come from the GPU machine's toolkit and NCCL from PyTorch's nvidia-nccl wheel;
+# cuDNN (~500 MB, past what a device call carries) is opened at run time from the toolkit there or
+# PyTorch's nvidia-cudnn wheel (run.sh finds it), so the kit holds none.
 # Then: device run with carry ["build/device-kit"] and command `bash bench/gpu/run.sh`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -25,7 +28,8 @@ build_dir="${1:-build/gpu-prebuilt}"
 build="$root/$build_dir"
 arch=x86_64-linux-gnu
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKELVIN_CUDA=ON \
+"$root/scripts/fetch_cudnn_frontend.sh"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKELVIN_CUDA=ON -DKELVIN_CUDNN=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
 cmake --build "$build" -j "$(nproc)"
 

@@ -1,8 +1,10 @@
-// GPU throughput of the fused SSA attention operator (bf16, causal, GQA H = 32, G = 8, d = 128,
-// batch x tokens = 16K) with every temperature on ("ssa") and off ("vanilla",
-// VanillaAttentionOptions), for the ratios against torch SDPA (torch_sdpa.py) in bench/gpu/run.sh.
-// FLOPs as FlashAttention reports them: causal forward 4 B H T^2 d / 2, backward 2.5 x forward.
-// Prints one JSON object per (mode, shape).
+// GPU throughput of the SSA attention operator on each attention core (Kelvin's fused kernel,
+// the cuDNN core) with every temperature on ("ssa") and off ("vanilla", VanillaAttentionOptions):
+// bf16, causal, GQA H = 32, G = 8, d = 128, batch x tokens = 16K, for T = 1K..16K and a packed
+// case (rows of 8K tokens holding documents of 1K, whose positions restart), for the ratios against
+// torch SDPA (torch_sdpa.py) in bench/gpu/run.sh. FLOPs as FlashAttention reports them: causal
+// forward 4 B H T^2 d / 2 per document, backward 2.5 x forward. Prints one JSON object per (core,
+// mode, shape), or per core it cannot run with the reason.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -48,15 +50,23 @@ double TimeMs(const Context& ctx, const std::function<void()>& fn) {
   return bench::MeanCudaMs(ctx, kWarmup, kIters, fn);
 }
 
-void Run(const Context& ctx, const std::string& mode, const ssa::SsaOptions& options, int64_t seq) {
-  const int64_t batch = kTokens / seq, n = kTokens;
+// One benchmark shape: rows of `seq` tokens made of documents of `document` tokens each.
+struct Case {
+  int64_t seq, document;
+};
+
+void Run(const Context& ctx, ssa::AttentionBackend backend, const std::string& mode,
+         const ssa::SsaOptions& options, const Case& c) {
+  const int64_t batch = kTokens / c.seq, n = kTokens;
   const int64_t h = kHeads, g = kKvHeads, d = kHeadDim;
   ssa::SsaAttentionInputs in;
   in.u = RandomDeviceBf16(ctx, {n, h, d}, 1, -2, 2);   // [N, H, d]
   in.k = RandomDeviceBf16(ctx, {n, g, d}, 2, -2, 2);   // [N, G, d]
   in.v = RandomDeviceBf16(ctx, {n, g, d}, 3, -1, 1);   // [N, G, d]
-  Tensor positions = Tensor::Empty({n}, DType::kI32);  // [N]: 0..T-1 per row
-  for (int64_t t = 0; t < n; ++t) positions.data<int32_t>()[t] = static_cast<int32_t>(t % seq);
+  Tensor positions = Tensor::Empty({n}, DType::kI32);  // [N]: 0..document-1 repeated
+  for (int64_t t = 0; t < n; ++t) {
+    positions.data<int32_t>()[t] = static_cast<int32_t>(t % c.seq % c.document);
+  }
   in.query_positions = CopyToDevice(ctx, positions, ctx.device());
   in.inv_freq = CopyToDevice(ctx, ops::RopeInverseFrequencies(ops::RopeConfig{}, d, DType::kF32),
                              ctx.device());
@@ -74,21 +84,31 @@ void Run(const Context& ctx, const std::string& mode, const ssa::SsaOptions& opt
   grads.dv = DeviceZeros(ctx, {n, g, d}, DType::kBF16);
   grads.params = {DeviceZeros(ctx, {h, d}, DType::kF32), DeviceZeros(ctx, {g, d}, DType::kF32),
                   DeviceZeros(ctx, {h}, DType::kF32)};
-  const ssa::SsaBlockShape shape = ssa::SsaBlockShape::Full(batch, seq);
+  const ssa::SsaBlockShape shape = ssa::SsaBlockShape::Full(batch, c.seq);
+  ssa::AttentionCore forward_core = ssa::AttentionCore::kFused;
+  ssa::AttentionCore backward_core = ssa::AttentionCore::kFused;
+  ssa::AttentionCoreOptions forward{backend, positions, Tensor(), &forward_core};
+  ssa::AttentionCoreOptions backward{backend, positions, Tensor(), &backward_core};
 
   const double fwd_ms =
-      TimeMs(ctx, [&] { ssa::SsaAttentionForward(ctx, options, shape, in, params, out); });
-  const double bwd_ms = TimeMs(
-      ctx, [&] { ssa::SsaAttentionBackward(ctx, options, shape, dout, in, params, out, grads); });
-  const double fwd_flops = 4.0 * batch * h * static_cast<double>(seq) * seq * d / 2;
+      TimeMs(ctx, [&] { ssa::SsaAttentionForward(ctx, options, shape, in, params, out, forward); });
+  const double bwd_ms = TimeMs(ctx, [&] {
+    ssa::SsaAttentionBackward(ctx, options, shape, dout, in, params, out, grads, backward);
+  });
+  const double documents = static_cast<double>(n / c.document);
+  const double fwd_flops =
+      4.0 * documents * h * static_cast<double>(c.document) * c.document * d / 2;
   const double bwd_flops = 2.5 * fwd_flops;
   auto tflops = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
   std::printf(
-      "{\"impl\": \"kelvin_%s\", \"batch\": %ld, \"seq\": %ld, \"heads\": %ld, \"kv_heads\": %ld, "
-      "\"head_dim\": %ld, \"fwd_ms\": %.3f, \"bwd_ms\": %.3f, \"fwd_tflops\": %.1f, "
-      "\"bwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f}\n",
-      mode.c_str(), batch, seq, h, g, d, fwd_ms, bwd_ms, tflops(fwd_flops, fwd_ms),
-      tflops(bwd_flops, bwd_ms), tflops(fwd_flops + bwd_flops, fwd_ms + bwd_ms));
+      "{\"impl\": \"kelvin_%s_%s\", \"core_run\": \"%s/%s\", \"batch\": %ld, \"seq\": %ld, "
+      "\"document\": %ld, \"heads\": %ld, \"kv_heads\": %ld, \"head_dim\": %ld, \"fwd_ms\": %.3f, "
+      "\"bwd_ms\": %.3f, \"fwd_tflops\": %.1f, \"bwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f}\n",
+      backend == ssa::AttentionBackend::kCudnn ? "cudnn" : "fused", mode.c_str(),
+      std::string(ssa::AttentionCoreName(forward_core)).c_str(),
+      std::string(ssa::AttentionCoreName(backward_core)).c_str(), batch, c.seq, c.document, h, g, d,
+      fwd_ms, bwd_ms, tflops(fwd_flops, fwd_ms), tflops(bwd_flops, bwd_ms),
+      tflops(fwd_flops + bwd_flops, fwd_ms + bwd_ms));
   std::fflush(stdout);
 }
 
@@ -103,9 +123,19 @@ int main() {
     return 1;
   }
   const Context ctx = Context::Cuda(0);
-  for (const int64_t seq : {1024, 2048, 4096, 8192, 16384}) {
-    Run(ctx, "ssa", ssa::SsaOptions{}, seq);
-    Run(ctx, "vanilla", ssa::VanillaAttentionOptions(), seq);
+  const std::vector<Case> cases = {{1024, 1024}, {2048, 2048},   {4096, 4096},
+                                   {8192, 8192}, {16384, 16384}, {8192, 1024}};
+  const std::string cudnn_unavailable = ssa::CudnnCoreUnavailableReason(ctx);
+  for (const ssa::AttentionBackend backend :
+       {ssa::AttentionBackend::kFused, ssa::AttentionBackend::kCudnn}) {
+    if (backend == ssa::AttentionBackend::kCudnn && !cudnn_unavailable.empty()) {
+      std::printf("{\"impl\": \"kelvin_cudnn\", \"skipped\": \"%s\"}\n", cudnn_unavailable.c_str());
+      continue;
+    }
+    for (const Case& c : cases) {
+      Run(ctx, backend, "ssa", ssa::SsaOptions{}, c);
+      Run(ctx, backend, "vanilla", ssa::VanillaAttentionOptions(), c);
+    }
   }
   return 0;
 }
