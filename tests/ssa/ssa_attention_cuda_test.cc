@@ -180,7 +180,8 @@ Result RunOn(const SsaProblem& pr, AttentionBackend backend) {
 // v~ (the shared-memory tiles), P before P v~ and P^T dO, dS before dS k~ and dS^T q~ (register
 // fragments), out, and du, dk, dv and the source gradients. Temperatures, RoPE, lse and the
 // parameter gradients stay f64 (the kernel keeps them in f32); with the cuDNN core also dq~, dk~
-// and dv~ (it writes them in bf16; the own kernel keeps them in f32). Full operator only.
+// and dv~ (it writes them in bf16; the own kernel keeps them in f32), and with GQA each query
+// head's share of dk~ and dv~ before the group sum (its graph stores them so). Full operator only.
 Result NaiveBf16(const SsaProblem& pr, AttentionBackend backend) {
   const SsaOptions& o = pr.options;
   const int64_t seq = pr.shape.query_count, n = pr.n(), h = pr.h(), g = pr.g(), d = pr.d();
@@ -209,6 +210,8 @@ Result NaiveBf16(const SsaProblem& pr, AttentionBackend backend) {
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+  // Each query head's share of dk~ and dv~ [n, H, d] before the group sum.
+  std::vector<double> dk_head(q.size(), 0.0), dv_head(q.size(), 0.0);
   double* out = r.fwd.out.data<double>();
   double* lse = r.fwd.lse.data<double>();
   const double* dout = pr.dout.data<double>();
@@ -242,9 +245,10 @@ Result NaiveBf16(const SsaProblem& pr, AttentionBackend backend) {
         for (int64_t b = first; b <= a; ++b) {
           const double prob = std::exp(s[b] - row_lse);
           const double ds = Bf16(prob * (dot(&dout[qi], &v[key(b)]) - delta));
+          const int64_t key_head = ((row * seq + b) * h + head) * d;
           for (int64_t e = 0; e < d; ++e) {
-            dv[key(b) + e] += Bf16(prob) * dout[qi + e];
-            dk[key(b) + e] += ds * q[qi + e] * scale;
+            dv_head[key_head + e] += Bf16(prob) * dout[qi + e];
+            dk_head[key_head + e] += ds * q[qi + e] * scale;
             dq[qi + e] += ds * k[key(b) + e] * scale;
           }
         }
@@ -252,7 +256,16 @@ Result NaiveBf16(const SsaProblem& pr, AttentionBackend backend) {
     }
   }
 
-  if (backend == AttentionBackend::kCudnn) {
+  // The group sums. cuDNN's backward graph (the frontend's sdpa_backward with GQA) writes each
+  // query head's dk~ and dv~ in bf16 before reducing them over the group.
+  const bool cudnn = backend == AttentionBackend::kCudnn;
+  for (int64_t i = 0; i < n * h * d; ++i) {
+    const int64_t t = i / (h * d), head = i / d % h, e = i % d;
+    const int64_t kv = (t * g + head / group) * d + e;
+    dk[kv] += cudnn && group > 1 ? Bf16(dk_head[i]) : dk_head[i];
+    dv[kv] += cudnn && group > 1 ? Bf16(dv_head[i]) : dv_head[i];
+  }
+  if (cudnn) {
     for (std::vector<double>* grad : {&dq, &dk, &dv}) {
       for (double& x : *grad) x = Bf16(x);
     }

@@ -286,7 +286,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
 // its value and what to do; an unknown preset is refused with the valid ones.
 // model.attention_backend=CUDNN: an error naming the field in a build without the cuDNN core,
 // and with one on the CPU; AUTO and FUSED are valid everywhere.
-TEST(JobConfigValidation, CudnnAttentionNeedsTheCoreAndCuda) {
+TEST(JobConfigValidation, CudnnBackendNeedsTheCoreAndAGpu) {
   EXPECT_EQ(ProblemsWith({"model.attention_backend=AUTO"}), "");
   EXPECT_EQ(ProblemsWith({"model.attention_backend=FUSED", "training.device=CPU"}), "");
   if (!ssa::CudnnCoreBuilt()) {
