@@ -158,8 +158,8 @@ AttentionCoreOptions CoreOptions(AttentionBackend backend, const SsaAttentionInp
 }
 
 // The full operator on the GPU through the public dispatcher, forward and backward on `backend`'s
-// core, which must be the one that ran.
-Result RunOn(const SsaProblem& pr, AttentionBackend backend) {
+// core, which must be the one that ran (AUTO: either, the same for both; `ran` receives it).
+Result RunOn(const SsaProblem& pr, AttentionBackend backend, AttentionCore* ran = nullptr) {
   const Context& ctx = testing::ContextFor(kGpu.device);
   const SsaAttentionInputs in = InputsOn(pr.in, kGpu);
   const SsaParameters params = ParametersOn(pr.params, kGpu);
@@ -170,8 +170,11 @@ Result RunOn(const SsaProblem& pr, AttentionBackend backend) {
   SsaAttentionBackward(ctx, pr.options, pr.shape, On(pr.dout, kGpu.dtype, kGpu.device), in, params,
                        r.fwd, r.grads, CoreOptions(backend, pr.in, &backward_core));
   ctx.Synchronize();
-  EXPECT_EQ(forward_core, CoreOf(backend)) << "the forward ran another core";
-  EXPECT_EQ(backward_core, CoreOf(backend)) << "the backward ran another core";
+  if (backend != AttentionBackend::kAuto) {
+    EXPECT_EQ(forward_core, CoreOf(backend)) << "the forward ran another core";
+  }
+  EXPECT_EQ(backward_core, forward_core) << "the backward ran another core than the forward";
+  if (ran != nullptr) *ran = forward_core;
   return r;
 }
 
@@ -519,6 +522,19 @@ TEST_P(SsaAttentionCudaCore, EveryFlagVariantMatchesTheReference) {
     ExpectWithinNaiveBf16(pr.options, RunOn(pr, GetParam()), NaiveBf16(pr, GetParam()),
                           RunReference(pr));
   }
+}
+
+// AUTO times both cores at a shape's first call and runs the faster: within the rule of the core
+// it chose, forward and backward on the same one.
+TEST(SsaAttentionCudaAuto, TheChosenCoreMatchesTheReference) {
+  SKIP_WITHOUT_CORE(AttentionBackend::kFused);
+  const SsaProblem pr = Bf16Problem(SsaOptions{}, 2, 100, 4, 2, 64, true, 43);
+  AttentionCore ran = AttentionCore::kFused;
+  const Result result = RunOn(pr, AttentionBackend::kAuto, &ran);
+  std::printf("  AUTO ran the %s core\n", std::string(AttentionCoreName(ran)).c_str());
+  const AttentionBackend chosen =
+      ran == AttentionCore::kCudnn ? AttentionBackend::kCudnn : AttentionBackend::kFused;
+  ExpectWithinNaiveBf16(pr.options, result, NaiveBf16(pr, chosen), RunReference(pr));
 }
 
 // Zero read-outs without the position term: every temperature is exactly 1, and SSA gives the
