@@ -71,7 +71,10 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
     }
     const int64_t rows = static_cast<int64_t>(given.size());
     std::vector<SampledToken> sampled(given.size());
-#pragma omp parallel for schedule(static) if (rows > 1)
+    // Threads only where the passes outweigh starting them (a large vocabulary, several rows).
+    constexpr int64_t kParallelElements = int64_t{1} << 18;
+    const bool parallel = rows > 1 && rows * host.dim(1) >= kParallelElements;
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t r = 0; r < rows; ++r) {
       sampled[r] = samplers[given[r]].Next(host.Slice(r, r + 1).View({-1}));
     }
