@@ -112,6 +112,15 @@ __device__ void LoadTileAsync(bf16* dst, const bf16* x, int64_t x_stride, int va
   }
 }
 
+// dst [kD][kRows + kPad] = src [kRows][kD + kPad] transposed (shared memory to shared memory).
+template <int kD, int kRows>
+__device__ void TransposeTile(const bf16* src, bf16* dst) {
+  for (int item = threadIdx.x; item < kRows * kD; item += kThreads) {
+    const int r = item % kRows, e = item / kRows;
+    dst[e * (kRows + kPad) + r] = src[r * (kD + kPad) + e];
+  }
+}
+
 // The A fragment of rows [row0, row0 + 16) and columns [col0, col0 + 16) of a row-major bf16
 // shared tile with `stride` elements per row.
 __device__ __forceinline__ void LoadA(const bf16* tile, int stride, int row0, int col0, int group,
@@ -316,10 +325,13 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kD>
 struct BackwardSmem {
-  bf16 k[kKeys][kD + kPad];                 // k~ (A of S^T; B of dQ by transposing loads)
+  bf16 k[kKeys][kD + kPad];                 // k~ (A of S^T)
+  bf16 kt[kD][kKeys + kPad];                // k~ transposed (B of dQ)
   bf16 v[kKeys][kD + kPad];                 // v~ (A of dP^T)
-  bf16 q[kBackwardQueries][kD + kPad];      // q~ (B of S^T; B of dK by transposing loads)
-  bf16 dout[kBackwardQueries][kD + kPad];   // dO (B of dP^T; B of dV by transposing loads)
+  bf16 q[kBackwardQueries][kD + kPad];      // q~ (B of S^T)
+  bf16 qt[kD][kBackwardQueries + kPad];     // q~ transposed (B of dK)
+  bf16 dout[kBackwardQueries][kD + kPad];   // dO (B of dP^T)
+  bf16 doutt[kD][kBackwardQueries + kPad];  // dO transposed (B of dV)
   bf16 ds[kBackwardQueries][kKeys + kPad];  // dS (A of dQ)
   float lse[kBackwardQueries];              // log2 units
   float delta[kBackwardQueries];            // rowsum(dO * O)
@@ -340,10 +352,7 @@ struct BackwardOutputs {
 // grid (key tiles, G, B), kThreads threads: one CTA per 64 keys of one kv head of one row loops
 // over the group's heads and the query tiles that see its keys, recomputing P from lse. Warp w
 // owns keys 16w..16w+15 for S^T, dP^T, dV and dK (registers, f32); dQ~ of each query tile goes
-// through shared dS and f32 atomics. q~ and dO tiles come by cp.async; the B operands of dV, dK
-// and dQ (dO, q~ and k~ with the reduction index as their row) are read from the row-major tiles
-// by transposing ldmatrix, as the forward reads v~: the same bf16 values the MMAs took from
-// transposed copies in shared memory before (2026-12-06; not yet run on a GPU).
+// through shared dS and f32 atomics.
 template <int kD>
 __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, BackwardOutputs g) {
   extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -360,6 +369,7 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
   LoadTile<kD, kKeys>(&s.v[0][0], p.v + (k_token0 * p.kv_heads + kv_head) * kD,
                       static_cast<int64_t>(p.kv_heads) * kD, k_valid);
   __syncthreads();
+  TransposeTile<kD, kKeys>(&s.k[0][0], &s.kt[0][0]);  // read after the loop's first barrier
 
   // This thread's two key rows (16w + group and + 8) as global indices; rows past the end get
   // INT32_MAX, which no query sees (j <= i fails).
@@ -387,11 +397,10 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
       if (p.query_begin + a0 - p.query_positions[q_token0] > j_last) break;
       __syncthreads();  // every warp is done with the previous query tile
       const int64_t q_vector0 = q_token0 * p.heads + head;
-      LoadTileAsync<kD, kBackwardQueries>(&s.q[0][0], p.q + q_vector0 * kD,
-                                          static_cast<int64_t>(p.heads) * kD, q_valid);
-      LoadTileAsync<kD, kBackwardQueries>(&s.dout[0][0], g.dout + q_vector0 * kD,
-                                          static_cast<int64_t>(p.heads) * kD, q_valid);
-      CopyAsyncCommit();
+      LoadTile<kD, kBackwardQueries>(&s.q[0][0], p.q + q_vector0 * kD,
+                                     static_cast<int64_t>(p.heads) * kD, q_valid);
+      LoadTile<kD, kBackwardQueries>(&s.dout[0][0], g.dout + q_vector0 * kD,
+                                     static_cast<int64_t>(p.heads) * kD, q_valid);
       if (threadIdx.x < kBackwardQueries) {
         const int r = threadIdx.x;
         const bool valid = r < q_valid;
@@ -401,8 +410,9 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
         s.lse[r] = valid ? g.lse[vector] * kLog2e : 0.0f;
         s.delta[r] = valid ? g.delta[vector] : 0.0f;
       }
-      CopyAsyncWait<0>();
-      __syncthreads();  // every thread's copies and row terms have landed
+      __syncthreads();
+      TransposeTile<kD, kBackwardQueries>(&s.q[0][0], &s.qt[0][0]);
+      TransposeTile<kD, kBackwardQueries>(&s.dout[0][0], &s.doutt[0][0]);
 
       // S^T = k~ q~^T and dP^T = v~ dO^T: 16 keys x 32 queries per warp.
       float st[kBackwardQueries / 8][4], dpt[kBackwardQueries / 8][4];
@@ -431,23 +441,18 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
           dpt[n][e] = pv * (dpt[n][e] - s.delta[col]);
         }
       }
-      // dV += P^T dO and dK += dS^T q~ (the 1/sqrt(d) of dK applied at the end); the B fragments
-      // of dims 8n.. and 8(n + 1).. by transposing loads: lane l addresses query
-      // 16 kk + 8 ((l / 8) % 2) + l % 8, dims 8 n + 8 (l / 16).
+      __syncthreads();  // the transposes are complete
+      // dV += P^T dO and dK += dS^T q~ (the 1/sqrt(d) of dK applied at the end).
       for (int kk = 0; kk < kBackwardQueries / 16; ++kk) {
         uint32_t pa[4], da[4];
         AccumulatorsAsA(st[2 * kk], st[2 * kk + 1], pa);
         AccumulatorsAsA(dpt[2 * kk], dpt[2 * kk + 1], da);
-        const int query = kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;
-        for (int n = 0; n < kD / 8; n += 2) {
-          const int offset = query * (kD + kPad) + n * 8 + (lane / 16) * 8;
-          uint32_t ob[4], qb[4];
-          LoadMatricesTransposed(&s.dout[0][0] + offset, ob);
-          LoadMatricesTransposed(&s.q[0][0] + offset, qb);
-          MmaBf16(dv[n], pa, ob[0], ob[1]);
-          MmaBf16(dv[n + 1], pa, ob[2], ob[3]);
-          MmaBf16(dk[n], da, qb[0], qb[1]);
-          MmaBf16(dk[n + 1], da, qb[2], qb[3]);
+        for (int n = 0; n < kD / 8; ++n) {
+          uint32_t ob0, ob1, qb0, qb1;
+          LoadB(&s.doutt[0][0], kBackwardQueries + kPad, n * 8, kk * 16, group, quad, ob0, ob1);
+          LoadB(&s.qt[0][0], kBackwardQueries + kPad, n * 8, kk * 16, group, quad, qb0, qb1);
+          MmaBf16(dv[n], pa, ob0, ob1);
+          MmaBf16(dk[n], da, qb0, qb1);
         }
       }
       // dS to shared memory as [query][key].
@@ -466,13 +471,10 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
         for (int kk = 0; kk < kKeys / 16; ++kk) {
           uint32_t a[4];
           LoadA(&s.ds[0][0], kKeys + kPad, m0, kk * 16, group, quad, a);
-          const int key = kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;  // as dO's query above
-          for (int n = 0; n < kColumnTiles; n += 2) {
-            uint32_t kb[4];
-            LoadMatricesTransposed(&s.k[0][0] + key * (kD + kPad) + (n0 + n) * 8 + (lane / 16) * 8,
-                                   kb);
-            MmaBf16(dq[n], a, kb[0], kb[1]);
-            MmaBf16(dq[n + 1], a, kb[2], kb[3]);
+          for (int n = 0; n < kColumnTiles; ++n) {
+            uint32_t kb0, kb1;
+            LoadB(&s.kt[0][0], kKeys + kPad, (n0 + n) * 8, kk * 16, group, quad, kb0, kb1);
+            MmaBf16(dq[n], a, kb0, kb1);
           }
         }
         for (int h = 0; h < 2; ++h) {
