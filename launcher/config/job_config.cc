@@ -397,6 +397,8 @@ void ResolveDefaults(config::JobConfig& config) {
   if (!ssa.has_alpha_init()) ssa.set_alpha_init(-8.0);
   if (!ssa.has_temperature_lr_scale()) ssa.set_temperature_lr_scale(1.0);
   if (!ssa.has_log_statistics()) ssa.set_log_statistics(true);
+  // The cuDNN core is built but has not run on a GPU yet: not chosen unless asked for.
+  if (!model.has_attention_backend()) model.set_attention_backend(config::AttentionBackend::FUSED);
   if (model.has_architecture() && model.architecture().has_rope_scaling() &&
       model.architecture().rope_scaling().rope_type().empty()) {
     model.mutable_architecture()->mutable_rope_scaling()->set_rope_type("default");

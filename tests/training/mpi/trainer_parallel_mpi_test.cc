@@ -66,6 +66,15 @@ struct Layout {
   int world() const { return tp * dp * pp * cp; }
 };
 
+// ZeRO-1 with f32 masters apart from the model (bf16 training's bookkeeping): the masters sharded
+// over the two data-parallel ranks too.
+constexpr Layout kDp2ZeroOneSeparateMasters = {.name = "DP2_ZeRO1_separate_masters",
+                                               .tp = 1,
+                                               .dp = 2,
+                                               .sequence_parallel = false,
+                                               .distributed_optimizer = true,
+                                               .separate_master = true};
+
 // Rank 0 writes the tiny preset (`layers` layers, `hidden` wide) with SSA and non-zero
 // temperature parameters; everyone waits.
 std::string StartingCheckpoint(int layers, int hidden, bool tied) {
@@ -389,12 +398,7 @@ TEST_P(OverlappedCommunication, EqualsTheReductionAfterTheBackwardAndTheGatherIn
 INSTANTIATE_TEST_SUITE_P(
     Layouts, OverlappedCommunication,
     ::testing::Values(Layout{"DP2", 1, 2, false}, Layout{"DP2_ZeRO1", 1, 2, false, true},
-                      Layout{.name = "DP2_ZeRO1_separate_masters",
-                             .tp = 1,
-                             .dp = 2,
-                             .sequence_parallel = false,
-                             .distributed_optimizer = true,
-                             .separate_master = true},
+                      kDp2ZeroOneSeparateMasters,
                       Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
                       Layout{"TP2_SPxDP2_ZeRO1", 2, 2, true, true},
                       Layout{.name = "PP2xDP2_ZeRO1_tied_separate_masters",
@@ -450,12 +454,7 @@ void ExpectSameTensors(const std::string& a, const std::string& b) {
 // pipeline and data-parallel splits, ZeRO-1 shards of another size, replicated KV heads (TP4).
 Layout ReshardedLayout() {
   if (WorldSize() == 2) {  // the f32 masters restored into their shards
-    return Layout{.name = "DP2_ZeRO1_separate_masters",
-                  .tp = 1,
-                  .dp = 2,
-                  .sequence_parallel = false,
-                  .distributed_optimizer = true,
-                  .separate_master = true};
+    return kDp2ZeroOneSeparateMasters;
   }
   if (WorldSize() == 4) return Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2};
   return Layout{"TP4xDP2", 4, 2, false};
@@ -693,14 +692,7 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"TP2xPP2", 2, 1, false, false, 2}, Layout{"TP2_SPxPP2", 2, 1, true, false, 2},
         Layout{"TP2_SPxPP2_recompute", 2, 1, true, false, 2, 1, "ONE_F_ONE_B", 4, true},
         Layout{"PP2xDP2_ZeRO1", 1, 2, false, true, 2}, Layout{"TP2xPP2xDP2", 2, 2, false, false, 2},
-        // ZeRO-1 with f32 masters apart from the model (bf16 training's bookkeeping): the
-        // masters sharded too.
-        Layout{.name = "DP2_ZeRO1_separate_masters",
-               .tp = 1,
-               .dp = 2,
-               .sequence_parallel = false,
-               .distributed_optimizer = true,
-               .separate_master = true},
+        kDp2ZeroOneSeparateMasters,
         Layout{.name = "TP2xDP2_ZeRO1_separate_masters",
                .tp = 2,
                .dp = 2,
