@@ -25,7 +25,6 @@
 #include "data/tasks/passkey_task.h"
 #include "launcher/config/job_config.h"
 #include "models/llama/llama_config.h"
-#include "ssa/attention_backend.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -257,16 +256,12 @@ void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
   }
 }
 
-// model.attention_backend=CUDNN needs a build with the cuDNN core and a CUDA run (whether the
-// library loads there is checked when the model is built).
+// model.attention_backend=CUDNN needs a CUDA run. Whether the binary has the core and the library
+// loads is checked where the model is built (job_setup's AttentionBackendFor), not here: plan and
+// launch run on machines without the GPUs, often from a CPU-only build.
 void CheckAttentionBackend(const config::JobConfig& job, Problems& problems) {
-  if (job.model().attention_backend() != config::AttentionBackend::CUDNN) return;
-  if (!ssa::CudnnCoreBuilt()) {
-    problems.Add(
-        "model.attention_backend=CUDNN, but this build has no cuDNN attention core (configured "
-        "with KELVIN_CUDNN=OFF, or without CUDA, cudnn.h or the cuDNN frontend): rebuild with "
-        "scripts/setup.sh, which fetches the frontend, or use AUTO or FUSED");
-  } else if (job.training().device() == config::TrainingConfig::CPU) {
+  if (job.model().attention_backend() == config::AttentionBackend::CUDNN &&
+      job.training().device() == config::TrainingConfig::CPU) {
     problems.Add(
         "model.attention_backend=CUDNN runs on CUDA only, but training.device=CPU: use AUTO or "
         "FUSED, or train on CUDA");

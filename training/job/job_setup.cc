@@ -306,6 +306,11 @@ absl::StatusOr<ssa::AttentionBackend> AttentionBackendFor(const config::JobConfi
                                                           const Context& ctx) {
   const ssa::AttentionBackend backend = AttentionBackendOf(job);
   if (backend != ssa::AttentionBackend::kCudnn) return backend;
+  if (!ctx.is_cuda()) {
+    return absl::FailedPreconditionError(
+        "model.attention_backend=CUDNN runs on CUDA only, but this job runs on the CPU "
+        "(training.device=AUTO found no usable GPU): use AUTO or FUSED, or run where a GPU is");
+  }
   const std::string unavailable = ssa::CudnnCoreUnavailableReason(ctx);
   if (!unavailable.empty()) {
     return absl::FailedPreconditionError(

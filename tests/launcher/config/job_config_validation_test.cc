@@ -11,7 +11,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "launcher/config/job_config.h"
-#include "ssa/attention_backend.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -284,17 +283,12 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
 // launch.hardware: a preset fills its numbers (each field overrides it); a bad rate, an empty
 // node or a machine without a preset that leaves a rate unset is one problem naming the field,
 // its value and what to do; an unknown preset is refused with the valid ones.
-// model.attention_backend=CUDNN: an error naming the field in a build without the cuDNN core,
-// and with one on the CPU; AUTO and FUSED are valid everywhere.
-TEST(JobConfigValidation, CudnnBackendNeedsTheCoreAndAGpu) {
+// model.attention_backend=CUDNN: an error naming the field on the CPU; a CUDA job is valid in any
+// build (it is planned and launched from machines without the core; the trainer checks the core
+// where it runs). AUTO and FUSED are valid everywhere.
+TEST(JobConfigValidation, CudnnBackendNeedsAGpu) {
   EXPECT_EQ(ProblemsWith({"model.attention_backend=AUTO"}), "");
   EXPECT_EQ(ProblemsWith({"model.attention_backend=FUSED", "training.device=CPU"}), "");
-  if (!ssa::CudnnCoreBuilt()) {
-    EXPECT_THAT(ProblemsWith({"model.attention_backend=CUDNN"}),
-                HasSubstr("model.attention_backend=CUDNN, but this build has no cuDNN attention "
-                          "core"));
-    return;
-  }
   EXPECT_EQ(ProblemsWith({"model.attention_backend=CUDNN", "training.device=CUDA"}), "");
   EXPECT_THAT(ProblemsWith({"model.attention_backend=CUDNN", "training.device=CPU"}),
               HasSubstr("model.attention_backend=CUDNN runs on CUDA only, but "

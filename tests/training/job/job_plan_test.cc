@@ -38,6 +38,20 @@ Planned Job(const std::vector<std::string>& overrides) {
   return {*job, *arch};
 }
 
+// model.attention_backend=CUDNN is checked where the model is built: on the CPU (training.device
+// AUTO without a GPU) it is an error saying so; FUSED and AUTO run anywhere.
+TEST(JobSetup, TheCudnnCoreIsRefusedWhereTheModelRunsOnTheCpu) {
+  const absl::StatusOr<ssa::AttentionBackend> refused =
+      AttentionBackendFor(Job({"model.attention_backend=CUDNN"}).job, Context::Cpu());
+  EXPECT_THAT(refused.status().message(),
+              ::testing::HasSubstr("model.attention_backend=CUDNN runs on CUDA only, but this job "
+                                   "runs on the CPU"));
+  const absl::StatusOr<ssa::AttentionBackend> runs =
+      AttentionBackendFor(Job({"model.attention_backend=FUSED"}).job, Context::Cpu());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, ssa::AttentionBackend::kFused);
+}
+
 TEST(JobPlan, DurationsReadAtEveryScale) {
   EXPECT_EQ(FormatDuration(0.8523), "0.9s");
   EXPECT_EQ(FormatDuration(59.94), "59.9s");
