@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -273,6 +274,13 @@ std::string ParseInteger(const std::string& text, int64_t min, const std::string
 
 std::string ParseNumber(const std::string& text, const std::string& what, double& value) {
   return absl::SimpleAtod(text, &value) ? "" : "give " + what;
+}
+
+std::string ParseDevice(const std::string& text, bool& cuda) {
+  const std::string name = absl::AsciiStrToLower(text);
+  if (name != "cpu" && name != "cuda") return "give cpu or cuda";
+  cuda = name == "cuda";
+  return "";
 }
 
 }  // namespace kelvin::launcher

@@ -98,5 +98,8 @@ std::string ParseInteger(const std::string& text, int64_t min, const std::string
                          int64_t& value, int64_t max = INT64_MAX);
 std::string ParseInteger(const std::string& text, int64_t min, const std::string& what, int& value);
 std::string ParseNumber(const std::string& text, const std::string& what, double& value);
+// --device's value: cpu or cuda, in any case (training.device spells them CPU and CUDA), into
+// `cuda`; "" or what to give.
+std::string ParseDevice(const std::string& text, bool& cuda);
 
 }  // namespace kelvin::launcher

@@ -15,9 +15,10 @@ void AddDeviceOption(CommandLine& line, CLI::App* command, InferenceDevice& devi
   line.AddValue(command, "--device", "cpu|cuda", "cpu or cuda",
                 "cpu in f32 or cuda in bf16 (default: the job's training.device)",
                 [&device](const std::string& text) {
-                  if (text != "cpu" && text != "cuda") return std::string("give cpu or cuda");
-                  device = text == "cpu" ? InferenceDevice::kCpu : InferenceDevice::kCuda;
-                  return std::string();
+                  bool cuda = false;
+                  const std::string error = ParseDevice(text, cuda);
+                  if (error.empty()) device = cuda ? InferenceDevice::kCuda : InferenceDevice::kCpu;
+                  return error;
                 });
 }
 

@@ -118,9 +118,10 @@ void AddPlanCommand(CommandLine& line) {
   line.AddValue(command, "--device", "cpu|cuda", "cpu or cuda",
                 "default: training.device (AUTO: cuda with launch.gpus_per_node)",
                 [a](const std::string& text) {
-                  if (text != "cpu" && text != "cuda") return std::string("use cpu or cuda");
-                  a->device = text;
-                  return std::string();
+                  bool cuda = false;
+                  const std::string error = ParseDevice(text, cuda);
+                  if (error.empty()) a->device = cuda ? "cuda" : "cpu";
+                  return error;
                 });
   line.AddFlag(command, "--layouts", "instead: every valid layout of the processes, ranked",
                a->layouts);

@@ -162,8 +162,9 @@ std::string FormatLayoutSearch(const config::JobConfig& job, const LayoutSearch&
   }
   absl::StrAppendFormat(&out, "%d of %d valid layouts fit", fitting, search.candidates.size());
   if (search.invalid > 0) {
-    absl::StrAppend(&out, "; ", search.invalid, " other splits are invalid for this job, e.g. ",
-                    search.invalid_reasons.front());
+    absl::StrAppend(&out, "; ", search.invalid,
+                    search.invalid == 1 ? " other split is" : " other splits are",
+                    " invalid for this job, e.g. ", search.invalid_reasons.front());
   }
   absl::StrAppend(
       &out, "\norder: fits, then ",
