@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/strings/did_you_mean.h"
+#include "launcher/commands/rank_failures.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -32,7 +33,7 @@ std::string LongName(const CLI::Option& option) {
 }  // namespace
 
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "kelvin: %s\n", std::string(status.message()).c_str());
+  ReportFailure(absl::StrCat("kelvin: ", status.message(), "\n"));
   return status.code() == absl::StatusCode::kCancelled ? kExitPreempted : kExitFailed;
 }
 

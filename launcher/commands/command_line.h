@@ -22,7 +22,8 @@ inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitPreempted = 3;
 
-// Prints "kelvin: <message>" on stderr; kExitPreempted for a cancelled status, else kExitFailed.
+// Prints "kelvin: <message>" on stderr (held while several ranks run: rank_failures.h);
+// kExitPreempted for a cancelled status, else kExitFailed.
 int Fail(const absl::Status& status);
 // Prints "kelvin: <problem>" and where the help is; kExitUsage.
 int UsageError(const std::string& problem);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "launcher/commands/rank_failures.h"
 #include "launcher/config/job_config.h"
 #include "parallel/comm/communicator_factory.h"
 #include "parallel/comm/self_communicator.h"
@@ -25,7 +26,8 @@ namespace kelvin::launcher {
 namespace {
 
 // MPI initialised, the launcher's variables checked against it, then `run` with the world's rank
-// and size; a failure on one rank aborts the others.
+// and size; a failure is reported once when every rank meets it, and one rank's alone aborts the
+// others (rank_failures.h).
 int UnderMpi(const std::function<int(int world_rank, int world_size)>& run) {
   // The launcher's variables as it set them (a singleton MPI_Init adds PMIX_RANK).
   const absl::StatusOr<parallel::RankInfo> launched =
@@ -39,11 +41,15 @@ int UnderMpi(const std::function<int(int world_rank, int world_size)>& run) {
   if (!rank.ok()) {
     result = Fail(rank.status());  // every process finds it alike: none waits for another
   } else {
-    if (rank->world_size > 1) SetLogRank(rank->rank);  // progress lines from rank 0 only
-    result = run(rank->rank, rank->world_size);
-    // A failure may be one rank's alone: abort the others. A preemption stop is every rank's.
-    if (result != 0 && result != kExitPreempted && rank->world_size > 1) {
-      MPI_Abort(MPI_COMM_WORLD, result);
+    if (rank->world_size == 1) {
+      result = run(rank->rank, rank->world_size);
+    } else {
+      SetLogRank(rank->rank);             // progress lines from rank 0 only
+      MPI_Comm failures = MPI_COMM_NULL;  // where the ranks compare their failures, and only that
+      MPI_Comm_dup(MPI_COMM_WORLD, &failures);
+      HoldFailures();
+      result = SettleFailures(failures, rank->rank, run(rank->rank, rank->world_size));
+      MPI_Comm_free(&failures);
     }
   }
   MPI_Finalize();

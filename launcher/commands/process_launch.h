@@ -14,7 +14,8 @@ namespace kelvin::launcher {
 
 // Initialises MPI (whether or not a launcher started several processes), checks the launcher's
 // variables against MPI's world, loads the job and runs `run` on it with this process's world
-// rank; a failure on one rank aborts the others (a preemption stop is every rank's and does not).
+// rank; a failure every rank meets alike (a preemption stop, a bad job file) is printed once and
+// ends every process with its exit code, one rank's alone aborts the others (rank_failures.h).
 int RunOnEveryRank(const JobArguments& job,
                    const std::function<int(const config::JobConfig& job, int world_rank)>& run);
 
