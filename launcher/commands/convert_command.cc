@@ -22,6 +22,8 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
     return absl::InvalidArgumentError(
         "kelvin convert reads the job's checkpoints: set checkpoint.dir");
   }
+  KELVIN_RETURN_IF_ERROR(
+      training::CheckExportDirectory(absl::StrCat("--out ", directory), directory, job));
   KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
       << "convert writes f32 or bf16";
   KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> chosen,

@@ -236,12 +236,9 @@ absl::Status CheckOutputLocations(const config::JobConfig& job) {
     KELVIN_RETURN_IF_ERROR(CheckDirectoryCanBeWritten(field, path));
   }
   const std::string& export_dir = job.training().export_hf_dir();
-  if (!export_dir.empty() && job.model().has_hf_dir() &&
-      SameDirectory(export_dir, job.model().hf_dir())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "training.export_hf_dir=\"", export_dir, "\" is model.hf_dir=\"", job.model().hf_dir(),
-        "\": the export would replace the model this job starts from; export to another "
-        "directory"));
+  if (!export_dir.empty()) {
+    KELVIN_RETURN_IF_ERROR(CheckExportDirectory(
+        absl::StrCat("training.export_hf_dir=\"", export_dir, "\""), export_dir, job));
   }
   const std::string& metrics = job.logging().metrics_file();
   if (metrics.empty()) return absl::OkStatus();
@@ -252,6 +249,21 @@ absl::Status CheckOutputLocations(const config::JobConfig& job) {
   }
   const std::filesystem::path parent = std::filesystem::path(metrics).parent_path();
   return CheckDirectoryCanBeWritten("logging.metrics_file", parent.empty() ? "." : parent.string());
+}
+
+absl::Status CheckExportDirectory(const std::string& label, const std::string& directory,
+                                  const config::JobConfig& job) {
+  if (IsFilesystemRoot(directory)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, ": is the filesystem root; give the model a directory of its own"));
+  }
+  if (job.model().has_hf_dir() && SameDirectory(directory, job.model().hf_dir())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        label, " is model.hf_dir=\"", job.model().hf_dir(),
+        "\": the export would replace the model this job starts from; export to another "
+        "directory"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch) {

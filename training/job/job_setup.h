@@ -24,6 +24,11 @@ absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::Mode
 // and logging.metrics_file is not a directory and its directory can be made. Train checks at
 // start (not after its steps), launch before the job queues; the error names the field.
 absl::Status CheckOutputLocations(const config::JobConfig& job);
+// `directory` can take an export of the job's model (training.export_hf_dir, kelvin convert's
+// --out): not the filesystem root, not model.hf_dir (the model the job starts from). `label` names
+// it in errors ("training.export_hf_dir=\"DIR\"", "--out DIR").
+absl::Status CheckExportDirectory(const std::string& label, const std::string& directory,
+                                  const config::JobConfig& job);
 // training.seq_length within the model's max_position_embeddings.
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);
 // What an export of the job's model says produced it: the source model (model.hf_dir, whose
