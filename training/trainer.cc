@@ -481,6 +481,11 @@ absl::StatusOr<std::vector<std::pair<std::string, EvalStats>>> Trainer::Evaluate
 }
 
 absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) {
+  if (data_.eval == nullptr && job_.data().has_passkey()) {
+    return absl::FailedPreconditionError(
+        "the job has no held-out data: data.passkey draws held-out samples only with "
+        "training.eval_interval > 0; set it (e.g. --set training.eval_interval=50)");
+  }
   if (data_.eval == nullptr) {
     return absl::FailedPreconditionError(
         "the job has no held-out data: use data.passkey, or give a corpus data.eval_fraction or "
