@@ -261,7 +261,13 @@ std::optional<int> CheckCheckpointChoice(const std::string& command,
 
 std::string ParseInteger(const std::string& text, int64_t min, const std::string& what,
                          int64_t& value, int64_t max) {
-  if (absl::SimpleAtoi(text, &value) && value >= min && value <= max) return "";
+  int64_t parsed = 0;
+  const bool integer = absl::SimpleAtoi(text, &parsed);
+  if (integer && parsed >= min && parsed <= max) {
+    value = parsed;
+    return "";
+  }
+  if (integer && parsed > max) return absl::StrCat("give ", what, ", at most ", max);
   return "give " + what;
 }
 

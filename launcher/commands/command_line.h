@@ -94,7 +94,7 @@ std::optional<int> CheckCheckpointChoice(const std::string& command,
                                          const training::CheckpointChoice& checkpoint);
 
 // Parsers for AddValue: the integer or number in `text` within the bounds, into `value`; "" or
-// "give <what>".
+// "give <what>" (", at most <max>" added for an integer above it).
 std::string ParseInteger(const std::string& text, int64_t min, const std::string& what,
                          int64_t& value, int64_t max = INT64_MAX);
 std::string ParseInteger(const std::string& text, int64_t min, const std::string& what, int& value);
