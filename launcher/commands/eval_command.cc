@@ -17,6 +17,7 @@
 #include "launcher/commands/process_launch.h"
 #include "launcher/commands/score_command.h"
 #include "launcher/config/job_config.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 
@@ -156,20 +157,31 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
   return std::nullopt;
 }
 
-// --json's file: its directory made before the (long) evaluation, not after it.
-absl::Status MakeJsonDirectory(const std::string& path) {
+// --json's file, checked before the (long) evaluation, not after it: not a directory, and its
+// directory writable or creatable (nothing is made, so a failed evaluation leaves nothing).
+absl::Status CheckJsonPath(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--json ", path, ": is a directory; give the path of a file"));
+  }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return training::CheckDirectoryCanBeWritten("--json's directory",
+                                              parent.empty() ? "." : parent.string());
+}
+
+// --json's file, when one is asked for (`path` not empty): its directory made, `json` written
+// atomically, then "wrote the <what> to <path>"; 0, or 1 after printing why it could not be
+// written.
+int WriteJsonResult(const std::string& path, const std::string& json, const char* what) {
+  if (path.empty()) return 0;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code error;
   if (!parent.empty()) std::filesystem::create_directories(parent, error);
-  if (!error) return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat("--json ", path, ": cannot create its directory (", error.message(), ")"));
-}
-
-// --json's file, when one is asked for (`path` not empty): `json` written atomically, then
-// "wrote the <what> to <path>"; 0, or 1 after printing why it could not be written.
-int WriteJsonResult(const std::string& path, const std::string& json, const char* what) {
-  if (path.empty()) return 0;
+  if (error) {
+    return Fail(absl::PermissionDeniedError(
+        absl::StrCat("--json ", path, ": cannot create its directory (", error.message(), ")")));
+  }
   const absl::Status written = io::WriteFileAtomically(path, {json});
   if (!written.ok()) return Fail(written);
   KLOG(INFO) << "wrote the " << what << " to " << path;
@@ -188,7 +200,7 @@ void LogEvaluation(const config::JobConfig& job, const JobEvaluation& eval) {
 // The job's held-out sets, every rank.
 int EvaluateHeldOut(const EvalArguments& a, const config::JobConfig& job, int world_rank) {
   if (!a.json.empty() && world_rank == 0) {
-    if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
+    if (const absl::Status made = CheckJsonPath(a.json); !made.ok()) return Fail(made);
   }
   std::vector<JobEvaluation> evaluations;
   if (a.every_checkpoint) {
@@ -205,18 +217,18 @@ int EvaluateHeldOut(const EvalArguments& a, const config::JobConfig& job, int wo
   return WriteJsonResult(a.json, EvaluationsJson(job, evaluations), "evaluation");
 }
 
-// --needle on the model alone, one process.
-int EvaluateNeedle(const EvalArguments& a, const config::JobConfig& job) {
-  if (!a.json.empty()) {
-    if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
+// --needle on the model alone, split over the processes of a launcher (`tp`); rank 0 reports.
+int EvaluateNeedle(const EvalArguments& a, const config::JobConfig& job,
+                   const training::TrainingPlacement& placement, parallel::Communicator& tp) {
+  const bool reports = tp.rank() == 0;
+  if (!a.json.empty() && reports) {
+    if (const absl::Status made = CheckJsonPath(a.json); !made.ok()) return Fail(made);
   }
   NeedleOptions grid = a.needle_grid;
   grid.checkpoint = a.checkpoint;
-  const absl::StatusOr<training::TrainingPlacement> placement =
-      ResolveInferencePlacement(job, a.device, /*local_rank=*/0);
-  if (!placement.ok()) return Fail(placement.status());
-  const absl::StatusOr<NeedleReport> report = RunNeedle(job, grid, *placement);
+  const absl::StatusOr<NeedleReport> report = RunNeedle(job, grid, placement, &tp);
   if (!report.ok()) return Fail(WithWorkingDirectory(report.status(), RelativePathsOf(job)));
+  if (!reports) return 0;
   KLOG(INFO) << FormatNeedle(job, *report);
   return WriteJsonResult(a.json, NeedleJson(job, *report), "needle grid");
 }
@@ -227,7 +239,7 @@ int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
                    const training::TrainingPlacement& placement, parallel::Communicator& tp) {
   const bool reports = tp.rank() == 0;
   if (!a.json.empty() && reports) {
-    if (const absl::Status made = MakeJsonDirectory(a.json); !made.ok()) return Fail(made);
+    if (const absl::Status made = CheckJsonPath(a.json); !made.ok()) return Fail(made);
   }
   ScoreOptions score = a.score;
   score.checkpoint = a.checkpoint;
@@ -263,10 +275,10 @@ int Eval(const EvalArguments& a) {
     return UsageError("--set changes a job file, not a model directory");
   }
   if (a.needle) {
-    return RunOnRankZero([&a] {
-      const absl::StatusOr<config::JobConfig> job = ModelAloneJob(a);
-      return job.ok() ? EvaluateNeedle(a, *job) : Fail(job.status());
-    });
+    return RunSplitOverProcesses(
+        "eval --needle", a.device, [&a] { return ModelAloneJob(a); },
+        [&a](const config::JobConfig& job, const training::TrainingPlacement& placement,
+             parallel::Communicator& tp) { return EvaluateNeedle(a, job, placement, tp); });
   }
   if (a.scores()) {
     return RunSplitOverProcesses(

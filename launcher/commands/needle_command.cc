@@ -65,6 +65,42 @@ void CollectTemperatureHistograms(const models::LlamaModel& model, NeedleReport&
   });
 }
 
+// The histograms of a model split over `tp` (each rank's of its own heads) made the whole
+// model's on every rank: bins and counts summed, sigma(alpha) per head gathered in head order
+// (rank r holds the r-th contiguous block of heads).
+void MergeTemperatureHistograms(parallel::Communicator& tp, NeedleReport& report) {
+  constexpr int64_t kFields = ssa::TemperatureHistogram::kBins + 5;  // bins, 4 counts, the sum
+  for (LayerTemperatureHistograms& layer : report.temperatures) {
+    for (ssa::TemperatureHistogram* h : {&layer.query, &layer.value}) {
+      Tensor fields = Tensor::Empty({kFields}, DType::kF64);  // [kBins + 5] on the host
+      double* f = fields.data<double>();
+      std::copy(h->counts.begin(), h->counts.end(), f);
+      double* tail = f + ssa::TemperatureHistogram::kBins;
+      tail[0] = static_cast<double>(h->count);
+      tail[1] = static_cast<double>(h->near_lower);
+      tail[2] = static_cast<double>(h->near_upper);
+      tail[3] = static_cast<double>(h->at_clamp);
+      tail[4] = h->sum;
+      tp.AllReduce(fields, parallel::ReduceOp::kSum);
+      for (int b = 0; b < ssa::TemperatureHistogram::kBins; ++b) {
+        h->counts[static_cast<size_t>(b)] = static_cast<int64_t>(f[b]);
+      }
+      h->count = static_cast<int64_t>(tail[0]);
+      h->near_lower = static_cast<int64_t>(tail[1]);
+      h->near_upper = static_cast<int64_t>(tail[2]);
+      h->at_clamp = static_cast<int64_t>(tail[3]);
+      h->sum = tail[4];
+    }
+    if (layer.sigma_alpha.empty()) continue;
+    const auto heads = static_cast<int64_t>(layer.sigma_alpha.size());  // this rank's
+    Tensor mine = Tensor::Empty({heads}, DType::kF64);
+    std::copy(layer.sigma_alpha.begin(), layer.sigma_alpha.end(), mine.data<double>());
+    Tensor all = Tensor::Empty({heads * tp.size()}, DType::kF64);  // [H] in rank order
+    tp.AllGather(mine, all);
+    layer.sigma_alpha.assign(all.data<double>(), all.data<double>() + all.numel());
+  }
+}
+
 nlohmann::ordered_json HistogramJson(const ssa::TemperatureHistogram& h) {
   return {{"count", h.count},
           {"mean", h.mean()},
@@ -79,11 +115,12 @@ nlohmann::ordered_json HistogramJson(const ssa::TemperatureHistogram& h) {
 }  // namespace
 
 absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options,
-                                       const training::TrainingPlacement& placement) {
+                                       const training::TrainingPlacement& placement,
+                                       parallel::Communicator* tp) {
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
                           LoadModelTokenizer(job, "", ""));
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint, placement));
+                          LoadInferenceModel(job, options.checkpoint, placement, tp));
   const models::LlamaConfig& arch = model->config();
   NeedleReport report;
   training::NeedleText text;
@@ -134,6 +171,7 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
         KLOG(INFO) << absl::StrFormat("needle length %d depth %.0f%%: %d of %d retrieved",
                                       cell.length, 100 * cell.depth, cell.retrieved, cell.samples);
       }));
+  if (tp != nullptr && tp->size() > 1) MergeTemperatureHistograms(*tp, report);
   return report;
 }
 

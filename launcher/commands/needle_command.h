@@ -1,6 +1,7 @@
 // `kelvin eval MODEL_OR_JOB --needle`: the needle-in-a-haystack grid by generation
-// (training/needle_grid.h) of a job's model or a Hugging Face directory, one process on the CPU or
-// one GPU, with the model's tokenizer (model.hf_dir's tokenizer.json) or the passkey task's bytes.
+// (training/needle_grid.h) of a job's model or a Hugging Face directory, on the CPU or a GPU, the
+// model whole or split over the processes of a launcher (tensor parallelism), with the model's
+// tokenizer (model.hf_dir's tokenizer.json) or the passkey task's bytes.
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
+#include "parallel/comm/communicator.h"
 #include "ssa/temperature_histogram.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/job/job_setup.h"
@@ -38,10 +40,13 @@ struct NeedleReport {
   std::vector<LayerTemperatureHistograms> temperatures;  // [L] with --temperatures and SSA
 };
 
-// The grid of the job's model, run where `placement` says (launcher/commands/inference_model.h);
-// the decoys are data.passkey.distractors when the job has it.
+// The grid of the job's model, run where `placement` says (launcher/commands/inference_model.h),
+// split over `tp` (nullptr: held whole; every rank decodes the same tokens and gets the whole
+// report, its temperatures over every head); the decoys are data.passkey.distractors when the job
+// has it.
 absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options,
-                                       const training::TrainingPlacement& placement = {});
+                                       const training::TrainingPlacement& placement = {},
+                                       parallel::Communicator* tp = nullptr);
 
 // The grid as a table: a row per length, a column per depth, accuracies in percent, each row's
 // mean at the end.

@@ -1,6 +1,6 @@
 // How the commands run under a launcher: on every rank with MPI (train, eval), split over the ranks
-// by tensor parallelism (generate, eval --data), or as one process that only rank 0 of an mpirun /
-// srun job carries out (convert, eval --needle).
+// by tensor parallelism (generate, eval --data / --text / --needle), or as one process that only
+// rank 0 of an mpirun / srun job carries out (convert).
 #pragma once
 
 #include <functional>
@@ -25,9 +25,9 @@ int RunOnRankZero(const std::function<int()>& run);
 // How many processes the launcher (mpirun, srun) started: 1 without one.
 absl::StatusOr<int> LaunchedProcesses();
 
-// A forward-only command (generate, eval --data) on the processes the launcher started, the model
-// split over all of them by tensor parallelism (checked against the model: an error naming the
-// split and `command`): each rank runs `run`(job, where its part of the model runs
+// A forward-only command (generate, eval --data / --text / --needle) on the processes the launcher
+// started, the model split over all of them by tensor parallelism (checked against the model: an
+// error naming the split and `command`): each rank runs `run`(job, where its part of the model runs
 // (ResolveInferencePlacement on `device`: on CUDA a GPU per rank as in training), the group: one
 // process's own, else the world's, on that device: NCCL where every process of a node has a GPU of
 // its own, else MPI, as parallel.communication_backend AUTO gives in training). `load` gives the

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# kelvin generate and eval --data under mpirun split the model over the processes (tensor
-# parallelism): 2 and 4 ranks generate the greedy tokens of one process from the same checkpoint
-# and score a corpus to its loss (within f32 rounding), rank 0 alone reports, and a process count
-# the model does not divide by is refused naming it.
+# kelvin generate, eval --data and eval --needle under mpirun split the model over the processes
+# (tensor parallelism): 2 and 4 ranks generate the greedy tokens of one process from the same
+# checkpoint and score a corpus to its loss (within f32 rounding), 2 ranks give one process's needle
+# grid and temperature histograms, rank 0 alone reports, and a process count the model does not
+# divide by is refused naming it.
 # Usage: forward_tp_test.sh KELVIN SOURCE_DIR MPIEXEC
 set -u
 kelvin=$1 source_dir=$2 mpiexec=$3
@@ -55,6 +56,32 @@ done
   > "$dir/score_hf.log" 2>&1 || fail "eval of a model directory on 2 ranks: $(grep 'kelvin:' "$dir/score_hf.log" | head -n 1)"
 awk -v a="$(loss "$dir/score_hf.log")" -v b="$one" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * b) }' ||
   fail "eval of a model directory on 2 ranks: loss $(loss "$dir/score_hf.log"), one process $one"
+
+# eval --needle of an SSA model that retrieves at its trained length (160) and not at 320, with its
+# temperature histograms: on 2 ranks the cells and every histogram's counts and sigma(alpha) per
+# head equal one process's (each rank's heads merged), the means within f32 rounding.
+"$kelvin" train "$job" --set training.steps=120 --set training.eval_interval=0 \
+  --set training.export_hf_dir=\"\" --set model.ssa.enabled=true \
+  --set checkpoint.dir=\""$dir/ssa_ckpt"\" --set launch.run_dir=\""$dir/ssa_run"\" > "$dir/ssa_train.log" 2>&1 ||
+  { tail -n 5 "$dir/ssa_train.log"; fail "training the SSA model"; }
+needle=(eval "$job" --set model.ssa.enabled=true --set checkpoint.dir=\""$dir/ssa_ckpt"\" --needle
+        --lengths 160,320 --depths 0,0.5,1 --samples 4 --temperatures)
+"$kelvin" "${needle[@]}" --json "$dir/needle1.json" > "$dir/needle1.log" 2>&1 ||
+  fail "eval --needle, one process: $(tail -n 1 "$dir/needle1.log")"
+"$mpiexec" -np 2 --oversubscribe "$kelvin" "${needle[@]}" --json "$dir/needle2.json" > "$dir/needle2.log" 2>&1 ||
+  fail "eval --needle on 2 ranks: $(grep 'kelvin:' "$dir/needle2.log" | head -n 1)"
+grep -q '"retrieved": 4' "$dir/needle1.json" && grep -q '"retrieved": 0' "$dir/needle1.json" ||
+  fail "the SSA model's grid does not both retrieve and miss: $(grep '"accuracy"' "$dir/needle1.json" | tr -d ' \n')"
+grep -q '"sigma_alpha": \[' "$dir/needle1.json" || fail "the needle grid has no temperatures"
+[ "$(grep -c '"count": 0,' "$dir/needle1.json")" -eq 0 ] || fail "a temperature histogram is empty"
+exact() { grep -v '"mean' "$1" | tr -d ' \n'; }  # every line but the means
+[ "$(exact "$dir/needle2.json")" = "$(exact "$dir/needle1.json")" ] ||
+  fail "eval --needle on 2 ranks differs from one process: $(diff <(grep -v '"mean' "$dir/needle1.json") <(grep -v '"mean' "$dir/needle2.json") | head -n 6)"
+means() { sed -n 's/.*"mean[a-z_]*": \([-0-9.e+]*\).*/\1/p' "$1"; }
+paste <(means "$dir/needle1.json") <(means "$dir/needle2.json") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * ($1 < 0 ? -$1 : $1) + 1e-12) bad = 1; n++ }
+       END { exit !(n > 0 && !bad) }' ||
+  fail "eval --needle on 2 ranks: the means differ beyond f32 rounding"
 
 [ "$failed" -eq 0 ] && echo "PASS"
 exit "$failed"
