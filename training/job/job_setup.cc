@@ -165,9 +165,6 @@ ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa) {
   return options;
 }
 
-namespace {
-
-// `path` (of `field`) is a writable directory, or one that can be created there.
 absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code error;
@@ -200,6 +197,8 @@ absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::str
   ::unlink(probe.c_str());
   return absl::OkStatus();
 }
+
+namespace {
 
 // The filesystem root: a run's outputs would be written straight into it.
 bool IsFilesystemRoot(const std::string& path) {

@@ -24,6 +24,9 @@ absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::Mode
 // and logging.metrics_file is not a directory and its directory can be made. Train checks at
 // start (not after its steps), launch before the job queues; the error names the field.
 absl::Status CheckOutputLocations(const config::JobConfig& job);
+// `path` (named `field` in errors) is a writable directory, or one that can be created (its nearest
+// existing ancestor takes the probe file; nothing is created).
+absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::string& path);
 // `directory` can take an export of the job's model (training.export_hf_dir, kelvin convert's
 // --out): not the filesystem root, not model.hf_dir (the model the job starts from). `label` names
 // it in errors ("training.export_hf_dir=\"DIR\"", "--out DIR").
