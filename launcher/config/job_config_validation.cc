@@ -454,15 +454,17 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
       }
       if (passkey.distractors() < 0) {
         problems.Add("data.passkey.distractors=", passkey.distractors(), ": must be >= 0");
-      } else if (job.training().seq_length() <
-                 data::MinPasskeySequenceLength(passkey.distractors())) {
+      } else if (const int64_t need = data::MinPasskeySequenceLength(passkey.distractors());
+                 job.training().seq_length() < need) {
+        int64_t suggested = 256;  // a power of two with room for filler
+        while (suggested <= need) suggested *= 2;
         problems.Add(
             "training.seq_length=", job.training().seq_length(),
             " is too short for data.passkey: the key sentence, ",
             passkey.distractors() > 0 ? absl::StrCat(passkey.distractors(), " decoy sentences, ")
                                       : std::string(),
-            "question and answer need ", data::MinPasskeySequenceLength(passkey.distractors()),
-            " tokens (use 256 or more for filler)");
+            "question and answer need ", need, " tokens (use ", suggested, " or more for filler",
+            passkey.distractors() > 0 ? ", or fewer data.passkey.distractors)" : ")");
       }
       if (data.eval_fraction() != 0) {
         problems.Add("data.eval_fraction=", data.eval_fraction(),

@@ -141,6 +141,10 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"training.seq_length=20"},
        "training.seq_length=20 is too short for data.passkey: the key sentence, question and "
        "answer need "},
+      {{"data.passkey.distractors=3"},
+       "training.seq_length=128 is too short for data.passkey: the key sentence, 3 decoy "
+       "sentences, question and answer need 285 tokens (use 512 or more for filler, or fewer "
+       "data.passkey.distractors)"},
       {{"data.eval_fraction=0.1"},
        "data.eval_fraction=0.1: the passkey task evaluates on fresh samples"},
       {{"data.megatron.path_prefix=/d/corpus.bin"},
