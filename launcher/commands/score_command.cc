@@ -88,6 +88,15 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   const int64_t max_positions = model->config().max_position_embeddings;
   ScoreReport report;
   report.source = options.text.empty() ? options.data : options.text;
+  // Every id checked before the first window, not when scoring reaches it.
+  const int64_t vocab = model->config().vocab_size;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= 0 && tokens[i] < vocab) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.text.empty() ? "--data " : "--text ", report.source, ": token ", i,
+                     " is ", tokens[i], ", outside the model's vocabulary [0, ", vocab,
+                     "): it was tokenized for another model; score it with that model"));
+  }
   report.seq_length = options.seq_length > 0            ? options.seq_length
                       : job.training().seq_length() > 0 ? job.training().seq_length()
                                                         : std::min(kDefaultWindow, max_positions);
