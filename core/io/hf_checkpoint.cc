@@ -196,6 +196,32 @@ absl::Status WriteHfCheckpoint(const std::string& directory,
 
 namespace {
 
+// The file that marks "<directory>.partial" as a staging directory of WriteHfCheckpoint's: one
+// that an interrupted export left may be removed, anything else at that path is the user's.
+constexpr const char* kStagingMarker = ".kelvin-export-in-progress";
+
+// `staging` made empty for a new export: created, or emptied when an interrupted export left it
+// (it holds the marker); another directory or file there is refused, never removed.
+absl::Status PrepareStaging(const std::string& directory, const std::string& staging) {
+  std::error_code error;
+  if (fs::exists(fs::symlink_status(staging, error))) {
+    if (!fs::is_directory(fs::symlink_status(staging, error)) ||
+        !fs::exists(fs::path(staging) / kStagingMarker, error)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write checkpoint ", directory, ": its staging path ", staging,
+                       " exists and is not what an interrupted export leaves (it has no ",
+                       kStagingMarker, "); move or remove it, or export to another directory"));
+    }
+    fs::remove_all(staging, error);
+  }
+  fs::create_directories(staging, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create checkpoint directory ", staging, " (", error.message(), ")"));
+  }
+  return WriteFileAtomically((fs::path(staging) / kStagingMarker).string(), {""});
+}
+
 // WriteHfCheckpoint's files, written into the fresh directory `staging`; returns their names.
 absl::StatusOr<std::set<std::string>> WriteHfFiles(
     const std::string& directory, const std::string& staging,
@@ -252,13 +278,7 @@ absl::StatusOr<std::set<std::string>> WriteHfFiles(
     return made;
   };
 
-  std::error_code error;
-  fs::remove_all(staging, error);
-  fs::create_directories(staging, error);
-  if (error) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create checkpoint directory ", staging, " (", error.message(), ")"));
-  }
+  KELVIN_RETURN_IF_ERROR(PrepareStaging(directory, staging));
   const std::map<std::string, std::string> shard_metadata = {{"format", "pt"}};
   std::set<std::string> written;
   if (shards.size() == 1) {
@@ -301,7 +321,8 @@ absl::Status WriteHfCheckpoint(
       WriteHfFiles(directory, staging, tensors, max_shard_bytes, extra_files);
   std::error_code error;
   if (!staged.ok()) {
-    fs::remove_all(staging, error);
+    // What this call staged (its marker is there); a path it refused to touch stays.
+    if (fs::exists(fs::path(staging) / kStagingMarker, error)) fs::remove_all(staging, error);
     return staged.status();
   }
   const std::set<std::string>& written = *staged;

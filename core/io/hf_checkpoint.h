@@ -64,7 +64,8 @@ struct HfTensorSource {
 // (a larger tensor gets a shard of its own), filled in the given order and named
 // model-00001-of-0000N.safetensors, plus model.safetensors.index.json, plus `extra_files`
 // (name, contents: config.json). The files are written into "<directory>.partial" first, which a
-// failure removes (a full disk leaves neither an empty nor a half-written directory), then
+// failure removes (a full disk leaves neither an empty nor a half-written directory; one that an
+// interrupted export left is reused, any other file or directory at that path is refused), then
 // renamed into `directory` (created), where the files of an earlier checkpoint layout (other
 // shards, index or single file) are removed and other files kept. Each file has {"format": "pt"}
 // metadata. Only one shard's tensors are made and held at a time.

@@ -187,6 +187,37 @@ TEST(HfCheckpointTest, WritingAnotherLayoutRemovesTheStaleFiles) {
   ExpectHolds(OpenOrDie(dir.path()), tensors);
 }
 
+TEST(HfCheckpointTest, AStagingPathThatIsNotAnInterruptedExportIsRefusedAndKept) {
+  testing::ScratchDir dir;
+  const std::string out = dir.Path("export");
+  fs::create_directories(out + ".partial");
+  testing::WriteFile(out + ".partial/notes.txt", "the user's");
+  const absl::Status refused = WriteHfCheckpoint(out, SmallModel());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("its staging path " + out +
+                        ".partial exists and is not what an interrupted export leaves"));
+  EXPECT_EQ(testing::ReadFile(out + ".partial/notes.txt"), "the user's");
+  EXPECT_FALSE(fs::exists(out));
+  testing::WriteFile(dir.Path("file.partial"), "a file");  // a file at the path: the same
+  EXPECT_EQ(WriteHfCheckpoint(dir.Path("file"), SmallModel()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(testing::ReadFile(dir.Path("file.partial")), "a file");
+}
+
+TEST(HfCheckpointTest, WhatAnInterruptedExportLeftIsReplaced) {
+  testing::ScratchDir dir;
+  const std::string out = dir.Path("export");
+  fs::create_directories(out + ".partial");
+  testing::WriteFile(out + ".partial/.kelvin-export-in-progress", "");
+  testing::WriteFile(out + ".partial/model-00001-of-00002.safetensors", "half written");
+  const NamedTensors tensors = SmallModel();
+  ASSERT_TRUE(WriteHfCheckpoint(out, tensors).ok());
+  EXPECT_THAT(FileNames(out), ElementsAre(kHfSingleFileName));
+  EXPECT_FALSE(fs::exists(out + ".partial"));
+  ExpectHolds(OpenOrDie(out), tensors);
+}
+
 TEST(HfCheckpointTest, WriteRejectsDuplicateNamesAndZeroShardSize) {
   testing::ScratchDir dir;
   const Tensor t = Tensor::ZerosCpu({1}, DType::kF32);
