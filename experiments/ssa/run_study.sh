@@ -96,9 +96,10 @@ run_cell() {
       return 1
     fi
     echo $((SECONDS - start)) >"$dir/train_seconds"
-    # The binary that trained it: a change in the last bits of the arithmetic moves a run's outcome
-    # (RESULTS.md, the noise floor), so runs are compared only within one build.
-    "$kelvin" --version | head -n 1 >"$dir/kelvin_version"
+    # The binary that trained it and the GEMM kernels OpenBLAS chose for this CPU (its second
+    # line): a change in the last bits of the arithmetic moves a run's outcome (RESULTS.md, the
+    # noise floor), so runs are compared only where both agree.
+    "$kelvin" --version | paste -sd ';' >"$dir/kelvin_version"
   fi
   if [[ ! -f "$dir/needle.json" ]]; then
     local start=$SECONDS

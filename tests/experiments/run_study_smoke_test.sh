@@ -18,8 +18,8 @@ study > "$dir/first.log" 2>&1 || fail "the study failed: $(cat "$dir/first.log")
 for variant in vanilla ssa; do
   line=$(grep -F "{\"task\": \"smoke\", \"variant\": \"$variant\", \"seed\": 3," "$dir/study.jsonl")
   [[ -n "$line" ]] || fail "no line for $variant"
-  for field in '"steps": 2' '"train_seconds": ' '"kelvin": "kelvin ' '"eval/passkey_retrieval":' \
-    '"needle": {' '"lengths": [ 128 ]' '"by_length": ['; do
+  for field in '"steps": 2' '"train_seconds": ' '"kelvin": "kelvin ' ';OpenBLAS ' \
+    '"eval/passkey_retrieval":' '"needle": {' '"lengths": [ 128 ]' '"by_length": ['; do
     [[ "$line" == *"$field"* ]] || fail "$variant's line lacks $field"
   done
 done
