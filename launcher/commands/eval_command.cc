@@ -146,6 +146,12 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
         "--lengths, --depths, --samples, --seed and --temperatures shape the needle grid: add "
         "--needle");
   }
+  const bool corpus = !a.score.data.empty() || !a.score.text.empty();
+  if ((a.score.seq_length > 0 || a.score.stride > 0) && !corpus) {
+    return UsageError(
+        "--seq-length and --stride shape the windows of --data and --text: add one of them (the "
+        "held-out sets use training.seq_length, the needle grid its --lengths)");
+  }
   if (a.device != InferenceDevice::kJob && !a.scores()) {
     return UsageError(
         "--device places --data, --text and --needle; the held-out sets are evaluated where the "
