@@ -164,6 +164,16 @@ absl::Status Trainer::RestoreFrom(const std::string& path) {
     KLOG_RANK0(INFO) << "the checkpoint was written by kelvin " << restored.saved_by
                      << "; this is kelvin " << KelvinVersion();
   }
+  if (!restored.saved_with.empty() && restored.saved_with != LibraryVersions()) {
+    // OpenBLAS picks its GEMM kernels per CPU: a requeue onto another CPU model changes the last
+    // bits of every step (experiments/ssa/RESULTS.md measured it).
+    KLOG_RANK0(WARNING) << "the checkpoint was written with " << restored.saved_with
+                        << "; this run has " << LibraryVersions()
+                        << ": other kernels round differently, so the run continues within "
+                           "rounding of the one it would have been, not bit-identically (on a "
+                           "partition of mixed CPUs, OPENBLAS_CORETYPE in the batch script, e.g. "
+                           "Haswell, pins OpenBLAS's kernels)";
+  }
   for (const auto& [setting, value] : state.data_order) {
     const auto saved = restored.saved_data_order.find(setting);
     if (saved != restored.saved_data_order.end() && saved->second != value) {

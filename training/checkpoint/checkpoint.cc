@@ -89,8 +89,9 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
   absl::Status created = absl::OkStatus();
   if (rank == 0) {
     created = CreatePartialDirectory(
-        checkpoint.partial_, {job_name, state.layout, steps_completed, state.optimizer_steps, parts,
-                              state.data_order, state.eval_loss, KelvinVersion(), state.run_id});
+        checkpoint.partial_,
+        {job_name, state.layout, steps_completed, state.optimizer_steps, parts, state.data_order,
+         state.eval_loss, KelvinVersion(), state.run_id, LibraryVersions()});
   }
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
       world, created, "creating checkpoint " + checkpoint.partial_.string()));
@@ -217,7 +218,8 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
   }
   const CheckpointIndex& index = reader.index();
   return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout,
-                       index.data_order,      index.kelvin_version,  index.run_id};
+                       index.data_order,      index.kelvin_version,  index.run_id,
+                       index.libraries};
 }
 
 absl::Status CheckNoOtherTensors(const CheckpointReader& reader,

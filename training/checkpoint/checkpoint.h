@@ -97,8 +97,9 @@ struct RestoredSteps {
   int64_t optimizer_steps = 0;
   std::string saved_layout;
   std::map<std::string, std::string> saved_data_order;
-  std::string saved_by;  // the Kelvin version that wrote it ("" when not recorded)
-  std::string run_id;    // the run that wrote it ("" for a kelvin-checkpoint-3)
+  std::string saved_by;    // the Kelvin version that wrote it ("" when not recorded)
+  std::string run_id;      // the run that wrote it ("" for a kelvin-checkpoint-3)
+  std::string saved_with;  // the libraries that wrote it (LibraryVersions(); "" when not recorded)
 };
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
                                              const TrainingState& state, const Context& ctx);

@@ -99,6 +99,9 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
   const auto kelvin = json.find("kelvin");
   if (kelvin != json.end() && kelvin->is_string())
     index.kelvin_version = kelvin->get<std::string>();
+  const auto libraries = json.find("libraries");
+  if (libraries != json.end() && libraries->is_string())
+    index.libraries = libraries->get<std::string>();
   if (written == kCheckpointFormat) {
     KELVIN_ASSIGN_OR_RETURN(index.run_id, string_field("run"));
   }
@@ -131,6 +134,7 @@ absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIn
   }
   json["kelvin"] = index.kelvin_version;
   json["run"] = index.run_id;
+  json["libraries"] = index.libraries;
   return io::WriteFileAtomically((checkpoint / kIndexFile).string(), {json.dump(2) + "\n"});
 }
 

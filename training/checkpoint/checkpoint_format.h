@@ -47,6 +47,9 @@ struct CheckpointIndex {
   // The run that wrote it: 32 hex digits drawn when the run started afresh, kept by its resumes
   // ("" in a kelvin-checkpoint-3, which has none).
   std::string run_id;
+  // LibraryVersions() of the process that wrote it: OpenBLAS with the kernels it chose for that
+  // CPU, the CUDA libraries ("" before it was kept).
+  std::string libraries;
 };
 
 // A new run's identity: 32 random hex digits.

@@ -45,6 +45,7 @@ CheckpointIndex ValidIndex() {
   index.eval_loss = 2.375;
   index.kelvin_version = "0.1.0";
   index.run_id = "0123456789abcdef0123456789abcdef";
+  index.libraries = "OpenBLAS 0.3.21 DYNAMIC_ARCH Zen; built without CUDA";
   return index;
 }
 
@@ -60,7 +61,7 @@ bool SameIndex(const CheckpointIndex& a, const CheckpointIndex& b) {
   return a.job == b.job && a.layout == b.layout && a.steps_completed == b.steps_completed &&
          a.optimizer_steps == b.optimizer_steps && a.parts == b.parts &&
          a.data_order == b.data_order && a.eval_loss == b.eval_loss &&
-         a.kelvin_version == b.kelvin_version && a.run_id == b.run_id;
+         a.kelvin_version == b.kelvin_version && a.run_id == b.run_id && a.libraries == b.libraries;
 }
 
 Json SpecialValue(std::mt19937_64& rng) {
@@ -106,7 +107,7 @@ Json SpecialValue(std::mt19937_64& rng) {
 const std::vector<std::string>& Keys() {
   static const std::vector<std::string> keys = {"format", "job",   "step",       "optimizer_steps",
                                                 "layout", "parts", "data_order", "eval_loss",
-                                                "kelvin", "run",   "other"};
+                                                "kelvin", "run",   "libraries",  "other"};
   return keys;
 }
 

@@ -158,7 +158,7 @@ void WriteIndexOnly(const std::string& dir, int64_t step, std::optional<double> 
   const fs::path path = fs::path(dir) / absl::StrFormat("step_%08d", step);
   fs::create_directories(path);
   ASSERT_TRUE(WriteCheckpointIndex(
-                  path, {"job", "one process", step, step, 1, {}, eval_loss, "test", "run"})
+                  path, {"job", "one process", step, step, 1, {}, eval_loss, "test", "run", "libs"})
                   .ok());
 }
 
@@ -395,6 +395,38 @@ TEST(Checkpoint, ResumingWithAnotherDataOrderWarnsWhatChanged) {
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
               HasSubstr("the checkpoint's run had training.global_batch_size=4, this job has 8: "
                         "the training data from here on is not what that run would have read"));
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, ResumingWithOtherKernelsWarnsThatTheRunIsNotBitIdentical) {
+  const std::string dir = CheckpointDir("libraries");
+  {
+    std::unique_ptr<Trainer> trainer =
+        CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
+    ASSERT_NE(trainer, nullptr);
+    ASSERT_TRUE(trainer->Run().ok());
+  }
+  const fs::path saved = fs::path(dir) / "step_00000001";
+  absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(saved);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->libraries, LibraryVersions());
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Trainer> same = CreateOrDie(SmallJob(dir, {"lr_schedule.warmup_steps=0"}));
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              Not(HasSubstr("the checkpoint was written with")));
+  // As a requeue onto a CPU where OpenBLAS picks other kernels records it.
+  index->libraries = "OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell; built without CUDA";
+  ASSERT_TRUE(WriteCheckpointIndex(saved, *index).ok());
+  ::testing::internal::CaptureStderr();
+  std::unique_ptr<Trainer> moved = CreateOrDie(SmallJob(dir, {"lr_schedule.warmup_steps=0"}));
+  ASSERT_NE(moved, nullptr);
+  EXPECT_EQ(moved->start_step(), 1);
+  EXPECT_THAT(
+      ::testing::internal::GetCapturedStderr(),
+      HasSubstr("the checkpoint was written with OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell; built "
+                "without CUDA; this run has " +
+                LibraryVersions() +
+                ": other kernels round differently, so the run continues within rounding"));
   fs::remove_all(dir);
 }
 
