@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "google/protobuf/text_format.h"
 #include "ssa/ssa_attention.h"
+#include "training/checkpoint/checkpoint_format.h"
 
 namespace kelvin::training {
 namespace {
@@ -219,6 +220,24 @@ bool SameDirectory(const std::string& a, const std::string& b) {
   return normal(a) == normal(b) || fs::equivalent(a, b, error);
 }
 
+// The checkpoint directory of `checkpoint_dir` that `path` lies in (step_<N> or its .partial, at
+// any depth below it), or "" where it lies in none.
+std::string CheckpointHolding(const std::string& path, const std::string& checkpoint_dir) {
+  namespace fs = std::filesystem;
+  const auto resolved = [](const std::string& p) {  // symbolic links followed where they exist
+    std::error_code error;
+    fs::path at = fs::weakly_canonical(fs::absolute(p, error).lexically_normal(), error);
+    return error ? fs::path() : at;
+  };
+  const fs::path at = resolved(path), dir = resolved(checkpoint_dir);
+  if (at.empty() || dir.empty()) return "";
+  const fs::path inside = at.lexically_relative(dir);
+  if (inside.empty() || *inside.begin() == "..") return "";
+  std::string first = inside.begin()->string();
+  const std::string step = first.ends_with(".partial") ? fs::path(first).stem().string() : first;
+  return StepOfDirectoryName(step).has_value() ? first : "";
+}
+
 }  // namespace
 
 absl::Status CheckOutputLocations(const config::JobConfig& job) {
@@ -261,6 +280,15 @@ absl::Status CheckExportDirectory(const std::string& label, const std::string& d
         label, " is model.hf_dir=\"", job.model().hf_dir(),
         "\": the export would replace the model this job starts from; export to another "
         "directory"));
+  }
+  if (const std::string& checkpoints = job.checkpoint().dir(); !checkpoints.empty()) {
+    if (const std::string holding = CheckpointHolding(directory, checkpoints); !holding.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          label, " is inside the checkpoint ", holding, " of checkpoint.dir=\"", checkpoints,
+          "\": checkpoint.keep_last and keep_best delete that directory with the export in it; "
+          "export beside the checkpoints (e.g. ",
+          (std::filesystem::path(checkpoints) / "hf").string(), ")"));
+    }
   }
   return absl::OkStatus();
 }

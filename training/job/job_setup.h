@@ -28,7 +28,8 @@ absl::Status CheckOutputLocations(const config::JobConfig& job);
 // existing ancestor takes the probe file; nothing is created).
 absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::string& path);
 // `directory` can take an export of the job's model (training.export_hf_dir, kelvin convert's
-// --out): not the filesystem root, not model.hf_dir (the model the job starts from). `label` names
+// --out): not the filesystem root, not model.hf_dir (the model the job starts from), not inside
+// one of checkpoint.dir's checkpoints (their rotation would delete it). `label` names
 // it in errors ("training.export_hf_dir=\"DIR\"", "--out DIR").
 absl::Status CheckExportDirectory(const std::string& label, const std::string& directory,
                                   const config::JobConfig& job);
