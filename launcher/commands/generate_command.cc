@@ -6,6 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -29,9 +30,16 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
                                                  : std::string("text prompts and --stop"),
                                              "give token ids with --tokens instead"));
   std::vector<std::vector<int32_t>> prompts = options.token_prompts;
-  for (const std::string& text : options.prompts) {
+  for (size_t p = 0; p < options.prompts.size(); ++p) {
     std::vector<int32_t> ids;
-    KELVIN_RETURN_IF_ERROR(tokenizer->Encode(text, /*add_special_tokens=*/true, ids));
+    if (const absl::Status encoded =
+            tokenizer->Encode(options.prompts[p], /*add_special_tokens=*/true, ids);
+        !encoded.ok()) {
+      const std::string source = p < options.prompt_sources.size()
+                                     ? options.prompt_sources[p]
+                                     : absl::StrCat("text prompt ", p + 1);
+      return absl::Status(encoded.code(), absl::StrCat(source, ": ", encoded.message()));
+    }
     prompts.push_back(std::move(ids));
   }
   if (prompts.empty()) {
@@ -115,8 +123,12 @@ int Generate(GenerateArguments a, const config::JobConfig& job,
     const absl::StatusOr<std::string> text =
         io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
     if (!text.ok()) return Fail(WithWorkingDirectory(text.status(), {a.prompt_file}));
-    for (const absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+    int64_t number = 0;  // of the line, from 1
+    for (const absl::string_view line : absl::StrSplit(*text, '\n')) {
+      ++number;
+      if (absl::StripAsciiWhitespace(line).empty()) continue;
       a.options.prompts.emplace_back(line);
+      a.options.prompt_sources.push_back(absl::StrCat(a.prompt_file, " line ", number));
     }
   }
   models::GenerationTiming timing;
@@ -160,6 +172,7 @@ void AddGenerateCommand(CommandLine& line) {
   line.AddValue(command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
                 [&o](const std::string& text) {
                   o.prompts.push_back(text);
+                  o.prompt_sources.push_back(absl::StrCat("--prompt ", o.prompts.size()));
                   return std::string();
                 },
                 {.repeatable = true, .allow_empty = true});

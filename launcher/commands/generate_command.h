@@ -19,7 +19,10 @@ namespace kelvin::launcher {
 
 struct GenerateOptions {
   training::CheckpointChoice checkpoint;
-  std::vector<std::string> prompts;                 // text (needs the tokenizer)
+  std::vector<std::string> prompts;  // text (needs the tokenizer)
+  // Where each of `prompts` came from, for its errors ("--prompt 2", "FILE line 7"); a prompt
+  // without one is named by its place ("text prompt 3").
+  std::vector<std::string> prompt_sources;
   std::vector<std::vector<int32_t>> token_prompts;  // ids, used as they are
   int64_t max_new_tokens = 64;
   models::SamplingOptions sampling;

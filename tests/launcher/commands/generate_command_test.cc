@@ -96,5 +96,20 @@ TEST(GenerateCommand, BatchesGiveEachPromptItsOwnLineInOrder) {
   EXPECT_EQ(batched[0]["prompt_tokens"], (std::vector<int32_t>{4096, 17}));  // ids come first
 }
 
+TEST(GenerateCommand, ATextPromptThatIsNotUtf8IsNamedBySource) {
+  static const std::string model = ModelWithTokenizer();
+  GenerateOptions options;
+  options.prompts = {"fine", "bad \xc3", "also bad \xff"};
+  options.prompt_sources = {"--prompt 1", "prompts.txt line 4", "prompts.txt line 9"};
+  absl::StatusOr<std::vector<std::string>> lines =
+      GenerateFromJob(JobOfModelDirectory(model), options);
+  EXPECT_THAT(std::string(lines.status().message()),
+              ::testing::StartsWith("prompts.txt line 4: the text is not valid UTF-8 at byte"));
+  options.prompt_sources.clear();  // a caller that names none: its place
+  lines = GenerateFromJob(JobOfModelDirectory(model), options);
+  EXPECT_THAT(std::string(lines.status().message()),
+              ::testing::StartsWith("text prompt 2: the text is not valid UTF-8 at byte"));
+}
+
 }  // namespace
 }  // namespace kelvin::launcher
