@@ -83,6 +83,13 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   KELVIN_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, options.text.empty()
                                                                  ? CorpusTokens(options.data)
                                                                  : TextTokens(job, options.text));
+  if (tokens.size() < 2) {  // before the model is loaded
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.text.empty() ? "--data " : "--text ",
+        options.text.empty() ? options.data : options.text, ": holds ", tokens.size(), " token",
+        tokens.size() == 1 ? "" : "s",
+        "; scoring needs at least 2 (a token and the next one it predicts): give a longer corpus"));
+  }
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
                           LoadInferenceModel(job, options.checkpoint, placement, tp));
   const int64_t max_positions = model->config().max_position_embeddings;
