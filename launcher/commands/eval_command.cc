@@ -206,7 +206,7 @@ void LogEvaluation(const config::JobConfig& job, const JobEvaluation& eval) {
 // The job's held-out sets, every rank.
 int EvaluateHeldOut(const EvalArguments& a, const config::JobConfig& job, int world_rank) {
   if (!a.json.empty() && world_rank == 0) {
-    if (const absl::Status made = CheckJsonPath(a.json); !made.ok()) return Fail(made);
+    if (const absl::Status usable = CheckJsonPath(a.json); !usable.ok()) return Fail(usable);
   }
   std::vector<JobEvaluation> evaluations;
   if (a.every_checkpoint) {
@@ -228,7 +228,7 @@ int EvaluateNeedle(const EvalArguments& a, const config::JobConfig& job,
                    const training::TrainingPlacement& placement, parallel::Communicator& tp) {
   const bool reports = tp.rank() == 0;
   if (!a.json.empty() && reports) {
-    if (const absl::Status made = CheckJsonPath(a.json); !made.ok()) return Fail(made);
+    if (const absl::Status usable = CheckJsonPath(a.json); !usable.ok()) return Fail(usable);
   }
   NeedleOptions grid = a.needle_grid;
   grid.checkpoint = a.checkpoint;
@@ -245,7 +245,7 @@ int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
                    const training::TrainingPlacement& placement, parallel::Communicator& tp) {
   const bool reports = tp.rank() == 0;
   if (!a.json.empty() && reports) {
-    if (const absl::Status made = CheckJsonPath(a.json); !made.ok()) return Fail(made);
+    if (const absl::Status usable = CheckJsonPath(a.json); !usable.ok()) return Fail(usable);
   }
   ScoreOptions score = a.score;
   score.checkpoint = a.checkpoint;
