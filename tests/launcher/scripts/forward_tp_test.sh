@@ -7,11 +7,8 @@
 # Usage: forward_tp_test.sh KELVIN SOURCE_DIR MPIEXEC
 set -u
 kelvin=$1 source_dir=$2 mpiexec=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+source "$source_dir/tests/testing/script_testing.sh"
 job="$source_dir/configs/passkey_tiny_cpu.textproto"
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
 "$kelvin" train "$job" --set training.steps=30 --set lr_schedule.warmup_steps=1 \
   --set training.eval_interval=0 --set training.export_hf_dir=\"\" \
   --set checkpoint.dir=\""$dir/ckpt"\" --set launch.run_dir=\""$dir/run"\" > "$dir/train.log" 2>&1 ||
@@ -83,5 +80,4 @@ paste <(means "$dir/needle1.json") <(means "$dir/needle2.json") |
        END { exit !(n > 0 && !bad) }' ||
   fail "eval --needle on 2 ranks: the means differ beyond f32 rounding"
 
-[ "$failed" -eq 0 ] && echo "PASS"
-exit "$failed"
+finish

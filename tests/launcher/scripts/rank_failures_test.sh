@@ -6,11 +6,8 @@
 # Usage: rank_failures_test.sh KELVIN SOURCE_DIR MPIEXEC
 set -u
 kelvin=$1 source_dir=$2 mpiexec=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+source "$source_dir/tests/testing/script_testing.sh"
 job="$source_dir/configs/passkey_tiny_cpu.textproto"
-failed=0
-fail() { echo "FAIL: $*"; failed=1; }
 run() {  # run NAME MPIEXEC-ARGUMENTS...: its output in $dir/NAME.log, its exit code in $rc
   local name=$1
   shift
@@ -45,5 +42,4 @@ run one -np 1 "$kelvin" train "$job" --set launch.run_dir=\""$dir/run"\" \
 [[ $((SECONDS - start)) -le 60 ]] || fail "one rank's failure took $((SECONDS - start)) s to end"
 [[ -e "$dir/run" ]] && fail "the aborted job left its run directory: $(ls -R "$dir/run")"
 
-[[ $failed -eq 0 ]] && echo "PASS"
-exit "$failed"
+finish
