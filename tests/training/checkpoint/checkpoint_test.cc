@@ -66,6 +66,13 @@ std::unique_ptr<Trainer> CreateOrDie(const config::JobConfig& job) {
   return trainer.ok() ? std::move(*trainer) : nullptr;
 }
 
+// The small job's first step trained and checkpointed into `dir`; whether it ran.
+bool TrainOneStep(const std::string& dir) {
+  std::unique_ptr<Trainer> trainer =
+      CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
+  return trainer != nullptr && trainer->Run().ok();
+}
+
 TEST(Checkpoint, PreemptedAndResumedRunEqualsTheUninterruptedOneBitForBit) {
   std::unique_ptr<Trainer> whole = CreateOrDie(SmallJob(""));
   ASSERT_NE(whole, nullptr);
@@ -377,12 +384,7 @@ TEST(Checkpoint, RequiredWithoutACheckpointIsAClearError) {
 
 TEST(Checkpoint, ResumingWithAnotherDataOrderWarnsWhatChanged) {
   const std::string dir = CheckpointDir("data_order");
-  {
-    std::unique_ptr<Trainer> trainer =
-        CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
-    ASSERT_NE(trainer, nullptr);
-    ASSERT_TRUE(trainer->Run().ok());
-  }
+  ASSERT_TRUE(TrainOneStep(dir));
   ::testing::internal::CaptureStderr();
   std::unique_ptr<Trainer> same = CreateOrDie(SmallJob(dir, {"lr_schedule.warmup_steps=0"}));
   EXPECT_THAT(::testing::internal::GetCapturedStderr(),
@@ -400,12 +402,7 @@ TEST(Checkpoint, ResumingWithAnotherDataOrderWarnsWhatChanged) {
 
 TEST(Checkpoint, ResumingWithOtherKernelsWarnsThatTheRunIsNotBitIdentical) {
   const std::string dir = CheckpointDir("libraries");
-  {
-    std::unique_ptr<Trainer> trainer =
-        CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
-    ASSERT_NE(trainer, nullptr);
-    ASSERT_TRUE(trainer->Run().ok());
-  }
+  ASSERT_TRUE(TrainOneStep(dir));
   const fs::path saved = fs::path(dir) / "step_00000001";
   absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(saved);
   ASSERT_TRUE(index.ok()) << index.status();
@@ -458,12 +455,7 @@ void FlipBitFromEnd(const fs::path& path, std::streamoff offset) {
 // part after the save (its checksum) and another version's format are errors naming the problem.
 TEST(Checkpoint, DamagedForeignOrMismatchedCheckpointsAreClearErrors) {
   const std::string dir = CheckpointDir("damaged");
-  {
-    std::unique_ptr<Trainer> trainer =
-        CreateOrDie(SmallJob(dir, {"training.steps=1", "lr_schedule.warmup_steps=0"}));
-    ASSERT_NE(trainer, nullptr);
-    ASSERT_TRUE(trainer->Run().ok());
-  }
+  ASSERT_TRUE(TrainOneStep(dir));
   const fs::path checkpoint = fs::path(dir) / "step_00000001";
   ASSERT_TRUE(fs::exists(checkpoint));
 
