@@ -5,10 +5,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/io/atomic_file.h"
 #include "core/io/regular_file.h"
 #include "core/status.h"
@@ -38,6 +42,28 @@ absl::StatusOr<std::string> KeptRecords(const fs::path& path, int64_t steps) {
   return kept;
 }
 
+// OK when `path` is missing, empty or starts with a metrics record ({"step": N, ...}): Open
+// empties or rewrites it, so any other file (the job file, a data file, a resolved config) is
+// refused rather than destroyed.
+absl::Status CheckIsMetricsFile(const fs::path& path) {
+  std::error_code fs_error;
+  if (!fs::is_regular_file(path, fs_error)) return absl::OkStatus();  // fopen reports the rest
+  std::ifstream in(path, std::ios::binary);
+  std::string start(64, '\0');  // enough for the record's opening {"step"
+  in.read(start.data(), static_cast<std::streamsize>(start.size()));
+  start.resize(static_cast<size_t>(in.gcount()));
+  absl::string_view rest = absl::StripLeadingAsciiWhitespace(start);
+  if (rest.empty()) return absl::OkStatus();
+  if (absl::ConsumePrefix(&rest, "{") &&
+      absl::StartsWith(absl::StripLeadingAsciiWhitespace(rest), "\"step\"")) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "logging.metrics_file=\"", path.string(),
+      "\" exists and is not a metrics file (its first line is no {\"step\": ...} record): a run "
+      "empties or rewrites it, so give the path of a new file or of an earlier run's metrics"));
+}
+
 }  // namespace
 
 absl::StatusOr<MetricsFile> MetricsFile::Open(const std::string& path, int64_t resumed_steps) {
@@ -48,6 +74,7 @@ absl::StatusOr<MetricsFile> MetricsFile::Open(const std::string& path, int64_t r
   std::error_code fs_error;
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent, fs_error);  // fopen below reports a failure
+  KELVIN_RETURN_IF_ERROR(CheckIsMetricsFile(path));
   if (resumed_steps > 0 && fs::exists(path, fs_error)) {  // the kept records replace it whole
     KELVIN_ASSIGN_OR_RETURN(const std::string kept, KeptRecords(path, resumed_steps));
     const absl::Status rewritten = io::WriteFileAtomically(path, {kept});

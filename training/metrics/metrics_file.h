@@ -20,7 +20,8 @@ class MetricsFile {
   // Opens `path` for appending (its directory is created), keeping the records of steps up to
   // `resumed_steps` (0: a fresh run, an existing file is emptied). A resumed run thus drops the
   // records of the steps after its checkpoint (the stopped run had gone past it) and a line a
-  // crash cut short, so the file holds one history, no step recorded twice.
+  // crash cut short, so the file holds one history, no step recorded twice. An existing file that
+  // does not start with a record (the job file, a data file) is an error, left as it is.
   static absl::StatusOr<MetricsFile> Open(const std::string& path, int64_t resumed_steps);
 
   // One record: {"step": step, tag: value, ...}; a non-finite value is written as null. Each

@@ -67,6 +67,30 @@ TEST(MetricsFile, RecordsAreKeyedByTagAndNonFiniteValuesAreNull) {
               ::testing::HasSubstr("logging.metrics_file=\"/proc/kelvin/metrics.jsonl\": cannot"));
 }
 
+TEST(MetricsFile, AnotherFileAtThePathIsRefusedAndKept) {
+  // A metrics_file naming the job file or a data file: emptying it would destroy the user's file.
+  const std::string dir = Fresh("other");
+  fs::create_directories(dir);
+  for (const std::string contents :
+       {std::string("name: \"job\"\n"), std::string("MMIDIDX\0\0", 9)}) {
+    const std::string path = dir + "/not_metrics";
+    std::ofstream(path, std::ios::binary) << contents;
+    for (const int64_t resumed_steps : {0, 5}) {
+      const absl::StatusOr<MetricsFile> metrics = MetricsFile::Open(path, resumed_steps);
+      EXPECT_THAT(std::string(metrics.status().message()),
+                  ::testing::HasSubstr("logging.metrics_file=\"" + path +
+                                       "\" exists and is not a metrics file"));
+      EXPECT_EQ(testing::FileBytes(path), contents);
+    }
+  }
+  // An empty file, and one of records written with spaces, are taken.
+  std::ofstream(dir + "/empty");
+  EXPECT_TRUE(MetricsFile::Open(dir + "/empty", 0).ok());
+  std::ofstream(dir + "/spaced") << "{ \"step\": 1, \"train/loss\": 2}\n";
+  EXPECT_TRUE(MetricsFile::Open(dir + "/spaced", 1).ok());
+  EXPECT_EQ(testing::FileBytes(dir + "/spaced"), "{ \"step\": 1, \"train/loss\": 2}\n");
+}
+
 config::JobConfig DemoJob(const std::string& dir, int steps) {
   absl::StatusOr<config::JobConfig> job = launcher::LoadJobConfig(
       testing::DemoJobPath(),
