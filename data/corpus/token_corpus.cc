@@ -145,6 +145,23 @@ absl::Status TokenCorpus::AttachLossMask(TokenCorpus mask) {
         mask.path(), d, mask.document_start(d + 1) - mask.document_start(d), d, path(),
         document_start(d + 1) - document_start(d)));
   }
+  // A mask without a target would train on nothing (every step skipped, a held-out loss of 0).
+  constexpr int64_t kChunk = int64_t{1} << 16;  // tokens read at a time; the scan stops at a target
+  std::vector<int64_t> values;                  // [<= kChunk]
+  bool any_target = false;
+  for (int64_t begin = 0; begin < num_tokens() && !any_target; begin += kChunk) {
+    values.resize(static_cast<size_t>(std::min(kChunk, num_tokens() - begin)));
+    mask.Read(begin, values);
+    any_target = std::find_if(values.begin(), values.end(), [](int64_t v) { return v != 0; }) !=
+                 values.end();
+  }
+  if (!any_target) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "loss mask '%s' marks none of the %d tokens of '%s' as a training target (every value is "
+        "0): a run would learn nothing; mark the answers' tokens with 1 (prepare-data: labels "
+        "other than -100, or loss_mask 1), or drop the loss mask to train on every token",
+        mask.path(), num_tokens(), path()));
+  }
   loss_mask_ = std::make_shared<const TokenCorpus>(std::move(mask));
   return absl::OkStatus();
 }

@@ -50,7 +50,8 @@ class TokenCorpus {
   // Attaches `mask` as this corpus's loss mask (fine-tuning data): a second corpus of the same
   // documents whose token i is 1 when stream token i is a training target (its prediction counts
   // in the loss) and 0 when it is not (a prompt, a system message). Its documents must have the
-  // same lengths, else the error names both files and the first document that differs.
+  // same lengths, else the error names both files and the first document that differs; a mask
+  // of zeros only (no target: nothing to learn) is an error too.
   absl::Status AttachLossMask(TokenCorpus mask);
   bool has_loss_mask() const { return loss_mask_ != nullptr; }
   // Whether (1) or not (0) each of stream tokens [begin, begin + out.size()) is a training target;

@@ -1,6 +1,6 @@
 // Loss masks: stream rows (CorpusSampler) keep the labels whose targets the mask marks and ignore
-// the others; a mask written from other samples, or holding a value other than 0/1, is an error
-// naming the files, the document and the position.
+// the others; a mask written from other samples, holding a value other than 0/1, or without any
+// target, is an error naming the files (and the document and the position).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -51,6 +51,19 @@ TEST(LossMask, AMaskOfOtherSamplesIsAnError) {
   EXPECT_THAT(corpus->AttachLossMask(std::move(*other_count)).message(),
               HasSubstr("has 1 documents of 10 tokens, but the corpus '" + written +
                         "mask_owner.bin' has 2 documents of 10 tokens"));
+  EXPECT_FALSE(corpus->has_loss_mask());
+}
+
+TEST(LossMask, AMaskWithoutTargetsIsAnError) {
+  // Every sample's labels -100: a run would skip every step and report a held-out loss of 0.
+  WrittenCorpus("mask_none", {4, 6});  // its mask is all zeros
+  const std::string written = ::testing::TempDir() + "/written_corpus_mask_none";
+  absl::StatusOr<TokenCorpus> corpus = OpenMegatronDataset(written);
+  absl::StatusOr<TokenCorpus> mask = OpenMegatronDataset(written + "_mask");
+  ASSERT_TRUE(corpus.ok() && mask.ok());
+  EXPECT_THAT(corpus->AttachLossMask(std::move(*mask)).message(),
+              HasSubstr("loss mask '" + written + "_mask.bin' marks none of the 10 tokens of '" +
+                        written + ".bin' as a training target (every value is 0)"));
   EXPECT_FALSE(corpus->has_loss_mask());
 }
 
