@@ -109,6 +109,13 @@ class DuplicateKeyFinder final : public Json::json_sax_t {
 
 absl::StatusOr<Json> ParseStrictJson(std::string_view text, std::string_view where,
                                      std::string_view top_level_key_kind) {
+  // nlohmann ends its input at a NUL byte, so what follows one would be dropped unread.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    const auto [line, column] = LineAndColumn(text, nul);
+    return absl::InvalidArgumentError(absl::StrCat(std::string(where),
+                                                   ": not well-formed JSON at line ", line,
+                                                   ", column ", column, " (a NUL byte)"));
+  }
   DuplicateKeyFinder finder(text, top_level_key_kind);
   if (!Json::sax_parse(text.begin(), text.end(), &finder) || !finder.error.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(where), ": ", finder.error));

@@ -163,6 +163,12 @@ absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& 
   const auto line_error = [&](absl::string_view detail) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", detail));
   };
+  // nlohmann ends its input at a NUL byte, so what follows one would be dropped unread.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return line_error(absl::StrCat("column ", nul + 1,
+                                   " is a NUL byte: a JSON Lines file is UTF-8 text (is the file "
+                                   "damaged, or not JSON Lines?)"));
+  }
   if (text_encoder_ != nullptr) {
     // Text samples are parsed whole (their strings are the payload); input_ids lines and lines
     // that are no JSON object go on to the event parser below, which names their problem.

@@ -25,6 +25,9 @@ TEST(StrictJson, ErrorsNameTheLineColumnAndFlaw) {
   EXPECT_THAT(Error("{\"a\": 1e400}"), HasSubstr("number overflow parsing '1e400'"));
   EXPECT_THAT(Error("{\"a\": \"\xff\"}"), HasSubstr("ill-formed UTF-8"));
   EXPECT_THAT(Error("{\"a\": 1"), HasSubstr("line 1, column 8"));
+  // nlohmann alone stops at a NUL byte and would take what precedes it as the whole file.
+  EXPECT_EQ(Error(std::string("{\"a\": 1}\n\0{\"b\"", 14)),
+            "f.json: not well-formed JSON at line 2, column 1 (a NUL byte)");
   EXPECT_EQ(Error("{\"w\": 1, \"w\": 2}"), "f.json: tensor name \"w\" appears twice");
   EXPECT_EQ(Error("{\"m\": {\"k\": 1, \"k\": 2}}"), "f.json: key \"k\" appears twice in \"m\"");
   EXPECT_THAT(Error(std::string(100, '[') + std::string(100, ']')),

@@ -206,6 +206,9 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
       {R"({"input_ids": [1, 2]} x)",
        ":2: not valid JSON (each line must be one JSON object): "
        "column 23: syntax error while parsing value - invalid literal"},
+      // nlohmann alone stops at a NUL byte: the rest of the line would be dropped unread.
+      {std::string("{\"input_ids\": [1, 2]}\0{\"input_ids\": [3]}", 40),
+       ":2: column 22 is a NUL byte: a JSON Lines file is UTF-8 text"},
       {R"([1, 2])", ":2: the line is an array, not an object with \"input_ids\""},
       {R"("text")", ":2: the line is a string, not an object with \"input_ids\""},
       {R"({"labels": [1]})", ":2: no \"input_ids\""},
