@@ -15,6 +15,7 @@
 #include "google/protobuf/text_format.h"
 #include "ssa/ssa_attention.h"
 #include "training/checkpoint/checkpoint_format.h"
+#include "training/metrics/metrics_file.h"
 
 namespace kelvin::training {
 namespace {
@@ -265,6 +266,7 @@ absl::Status CheckOutputLocations(const config::JobConfig& job) {
     return absl::FailedPreconditionError(absl::StrCat(
         "logging.metrics_file=\"", metrics, "\": is a directory; give the path of a file"));
   }
+  KELVIN_RETURN_IF_ERROR(CheckIsMetricsFile(metrics));  // before a batch job is queued
   const std::filesystem::path parent = std::filesystem::path(metrics).parent_path();
   return CheckDirectoryCanBeWritten("logging.metrics_file", parent.empty() ? "." : parent.string());
 }

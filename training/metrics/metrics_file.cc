@@ -42,9 +42,8 @@ absl::StatusOr<std::string> KeptRecords(const fs::path& path, int64_t steps) {
   return kept;
 }
 
-// OK when `path` is missing, empty or starts with a metrics record ({"step": N, ...}): Open
-// empties or rewrites it, so any other file (the job file, a data file, a resolved config) is
-// refused rather than destroyed.
+}  // namespace
+
 absl::Status CheckIsMetricsFile(const fs::path& path) {
   std::error_code fs_error;
   if (!fs::is_regular_file(path, fs_error)) return absl::OkStatus();  // fopen reports the rest
@@ -63,8 +62,6 @@ absl::Status CheckIsMetricsFile(const fs::path& path) {
       "\" exists and is not a metrics file (its first line is no {\"step\": ...} record): a run "
       "empties or rewrites it, so give the path of a new file or of an earlier run's metrics"));
 }
-
-}  // namespace
 
 absl::StatusOr<MetricsFile> MetricsFile::Open(const std::string& path, int64_t resumed_steps) {
   const auto error = [&](absl::string_view what) {

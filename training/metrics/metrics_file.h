@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,6 +15,11 @@
 #include "absl/status/statusor.h"
 
 namespace kelvin::training {
+
+// OK when `path` is missing, empty or starts with a metrics record ({"step": N, ...}): a run
+// empties or rewrites it, so any other file there (the job file, a data file, a resolved config)
+// is an error naming logging.metrics_file, and is left as it is.
+absl::Status CheckIsMetricsFile(const std::filesystem::path& path);
 
 class MetricsFile {
  public:

@@ -71,7 +71,7 @@ TEST(MetricsFile, AnotherFileAtThePathIsRefusedAndKept) {
   // A metrics_file naming the job file or a data file: emptying it would destroy the user's file.
   const std::string dir = Fresh("other");
   fs::create_directories(dir);
-  for (const std::string contents :
+  for (const std::string& contents :
        {std::string("name: \"job\"\n"), std::string("MMIDIDX\0\0", 9)}) {
     const std::string path = dir + "/not_metrics";
     std::ofstream(path, std::ios::binary) << contents;
