@@ -122,7 +122,7 @@ absl::Status WriteSamples(const std::string& jsonl_path, const TextSampleEncoder
                           MegatronDatasetWriter& tokens, MegatronDatasetWriter& mask,
                           PreparedSamples& prepared, bool& any_mask) {
   KELVIN_ASSIGN_OR_RETURN(const io::MappedFile file,
-                          io::MappedFile::Open(jsonl_path, "the samples file"));
+                          io::MappedFile::Open(jsonl_path, "samples file"));
   const std::string_view text(file.data(), file.size());
   size_t offset = 0;
   std::vector<ParsedLine> batch(kBatchLines);
@@ -142,6 +142,12 @@ absl::Status WriteSamples(const std::string& jsonl_path, const TextSampleEncoder
   if (prepared.samples == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the samples file '", jsonl_path, "' has no sample (no non-blank line)"));
+  }
+  if (prepared.targets == 0) {  // training on it would learn nothing (the trainer refuses it too)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the samples file '", jsonl_path, "': none of its ", prepared.samples,
+        " samples has a training target (every label is -100): mark the tokens to learn (the "
+        "answers) with their ids in \"labels\", or leave \"labels\" out to learn every token"));
   }
   prepared.lengths = SummarizeLengths(std::move(lengths));
   return absl::OkStatus();

@@ -256,10 +256,20 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
       HasSubstr("bad.jsonl:2: no \"input_ids\""));
   EXPECT_FALSE(std::filesystem::exists(dir.Path("new")));
   EXPECT_THAT(PrepareJsonlSamples(dir.Path("missing.jsonl"), dir.Path("out")).status().message(),
-              HasSubstr("the samples file " + dir.Path("missing.jsonl") + ": no such file"));
+              HasSubstr("samples file " + dir.Path("missing.jsonl") + ": no such file"));
   testing::WriteFile(dir.Path("blank.jsonl"), "\n  \n");
   EXPECT_THAT(PrepareJsonlSamples(dir.Path("blank.jsonl"), dir.Path("out")).status().message(),
               HasSubstr("has no sample (no non-blank line)"));
+  // Samples that mark nothing to learn: refused, and no dataset is left for a training to load.
+  testing::WriteFile(dir.Path("untaught.jsonl"),
+                     "{\"input_ids\": [1, 2], \"labels\": [-100, -100]}\n"
+                     "{\"input_ids\": [3], \"labels\": [-100]}\n");
+  EXPECT_THAT(
+      PrepareJsonlSamples(dir.Path("untaught.jsonl"), dir.Path("untaught")).status().message(),
+      HasSubstr("untaught.jsonl': none of its 2 samples has a training target (every label is "
+                "-100)"));
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("untaught.bin")));
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("untaught_loss_mask.bin")));
 }
 
 }  // namespace
