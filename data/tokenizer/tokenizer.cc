@@ -292,6 +292,7 @@ absl::StatusOr<Tokenizer> Tokenizer::FromDirectory(const std::string& directory)
   KELVIN_ASSIGN_OR_RETURN(const std::string config_text,
                           io::ReadRegularFile(config_path, "tokenizer config", 64 << 20));
   KELVIN_ASSIGN_OR_RETURN(const json config, io::ParseStrictJson(config_text, config_path));
+  if (!config.is_object()) return WrongType(config_path, "an object", config);
   if (const auto it = config.find("chat_template"); it != config.end() && it->is_string()) {
     tokenizer.chat_template_ = it->get<std::string>();
   }

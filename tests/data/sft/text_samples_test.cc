@@ -179,6 +179,9 @@ TEST(TextSamples, ChatNeedsAChatTemplateAndTextNeedsAnEosToken) {
   testing::WriteFile(dir.Path("tokenizer_config.json"), R"({"eos_token": "<|nope|>"})");
   EXPECT_THAT(std::string(TextSampleEncoder::FromDirectory(dir.Path("")).status().message()),
               HasSubstr("eos_token \"<|nope|>\" is no token of"));
+  testing::WriteFile(dir.Path("tokenizer_config.json"), "[]");  // not the object it must be
+  EXPECT_THAT(std::string(TextSampleEncoder::FromDirectory(dir.Path("")).status().message()),
+              HasSubstr("tokenizer_config.json is [], expected an object"));
 }
 
 TEST(TextSamples, AFiftyMegabyteDocumentIsOneSample) {
