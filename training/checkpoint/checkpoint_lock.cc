@@ -44,8 +44,21 @@ std::string HolderRecordedIn(int fd) {
 }  // namespace
 
 absl::StatusOr<CheckpointDirectoryLock> CheckpointDirectoryLock::Acquire(const std::string& dir) {
+  namespace fs = std::filesystem;
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
+  fs::create_directories(dir, error);
+  if (error) {
+    std::error_code ignored;
+    const bool dangling =
+        fs::is_symlink(fs::symlink_status(dir, ignored)) && !fs::exists(dir, ignored);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint.dir=\"", dir, "\": cannot create it (", error.message(), ")",
+        dangling
+            ? absl::StrCat(": it is a symbolic link to ", fs::read_symlink(dir, ignored).string(),
+                           ", which does not exist; create that directory or point the link "
+                           "elsewhere")
+            : std::string("; give a directory this run can create and write")));
+  }
   const std::string path = (std::filesystem::path(dir) / kLockFile).string();
   // The holder removes the file as it lets go; a file locked after its removal is not the lock:
   // then again with the new one.

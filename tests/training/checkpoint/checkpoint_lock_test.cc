@@ -45,8 +45,20 @@ TEST(CheckpointDirectoryLock, AnUnwritableDirectoryIsAnErrorNamingIt) {
       CheckpointDirectoryLock::Acquire("/proc/kelvin_no_such_dir");
   ASSERT_FALSE(lock.ok());
   EXPECT_THAT(std::string(lock.status().message()),
-              HasSubstr("checkpoint.dir=\"/proc/kelvin_no_such_dir\": cannot open "
-                        "/proc/kelvin_no_such_dir/kelvin.lock"));
+              HasSubstr("checkpoint.dir=\"/proc/kelvin_no_such_dir\": cannot create it ("));
+}
+
+TEST(CheckpointDirectoryLock, ADanglingSymbolicLinkIsNamedWithItsTarget) {
+  testing::ScratchDir scratch;
+  const std::string link = scratch.Path("checkpoints");
+  std::filesystem::create_directory_symlink(scratch.Path("gone"), link);
+  const absl::StatusOr<CheckpointDirectoryLock> lock = CheckpointDirectoryLock::Acquire(link);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_THAT(std::string(lock.status().message()),
+              HasSubstr("it is a symbolic link to " + scratch.Path("gone") +
+                        ", which does not exist; create that directory or point the link "
+                        "elsewhere"));
+  EXPECT_FALSE(std::filesystem::exists(scratch.Path("gone")));
 }
 
 }  // namespace
