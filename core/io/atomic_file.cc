@@ -265,11 +265,15 @@ absl::Status RenameDurably(const std::string& from, const std::string& to) {
   return SyncDirectory(ParentOf(to));
 }
 
-void InstallTemporaryFileCleanup() {
+void RemoveTemporariesOn(int signal) {
   struct sigaction action = {};
   action.sa_handler = RemoveTemporariesAndDie;
   sigemptyset(&action.sa_mask);
-  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) sigaction(signal, &action, nullptr);
+  sigaction(signal, &action, nullptr);
+}
+
+void InstallTemporaryFileCleanup() {
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) RemoveTemporariesOn(signal);
   std::signal(SIGXFSZ, SIG_IGN);
 }
 

@@ -76,5 +76,8 @@ absl::Status FileError(const std::string& path, std::string_view step, int error
 // fail with EFBIG and are reported. Called first thing by `kelvin` (a handler installed later for
 // one of these signals, e.g. the trainer's preemption handlers, takes its place).
 void InstallTemporaryFileCleanup();
+// The same for `signal` too (a command that writes without a handler of its own for it, e.g.
+// prepare-data and SLURM's SIGUSR1 warning; the trainer keeps SIGUSR1 for its preemption stop).
+void RemoveTemporariesOn(int signal);
 
 }  // namespace kelvin::io

@@ -2,10 +2,12 @@
 // section for them printed.
 #include "launcher/commands/prepare_data_command.h"
 
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
 
+#include "core/io/atomic_file.h"
 #include "data/sft/jsonl_samples.h"
 #include "launcher/config/job_config.h"
 
@@ -17,6 +19,8 @@ struct PrepareDataArguments {
 };
 
 int PrepareData(const PrepareDataArguments& a) {
+  // A batch job's warning signals end it as they would, without its temporaries.
+  for (const int signal : {SIGUSR1, SIGUSR2}) io::RemoveTemporariesOn(signal);
   std::optional<data::TextSampleEncoder> encoder;
   if (!a.tokenizer.empty()) {
     absl::StatusOr<data::TextSampleEncoder> loaded =

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# kelvin prepare-data stopped by SIGINT or SIGTERM while it writes leaves nothing of its output
-# (the signal handler removes its temporaries) and an earlier dataset under the prefix whole:
+# kelvin prepare-data stopped by SIGINT, SIGTERM or SIGUSR1 (a batch job's warning) while it writes
+# leaves nothing of its output (the signal handler removes its temporaries) and an earlier dataset
+# under the prefix whole:
 #   prepare_data_signal_test.sh KELVIN
 set -u
 kelvin=$1
@@ -16,7 +17,7 @@ before=$(cd "$dir/out" && ls && cat data.bin data.idx | md5sum)
 line='{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], "labels": [-100, -100, -100, -100, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]}'
 yes "$line" | head -n 1500000 > "$dir/big.jsonl"
 
-for signal in INT TERM; do
+for signal in INT TERM USR1; do
   "$kelvin" prepare-data "$dir/big.jsonl" --out "$dir/out/data" > "$dir/log" 2>&1 &
   pid=$!
   for _ in $(seq 1 400); do  # until it writes its temporaries
