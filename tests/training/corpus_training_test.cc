@@ -179,6 +179,18 @@ TEST(CorpusTraining, AFractionLeavingLessThanARowIsAClearError) {
                         "tokens"));
 }
 
+TEST(CorpusTraining, ASeparatorOutsideTheVocabularyIsAClearError) {
+  // The demo model's 260 tokens: id 100000 never occurs, so no document would end.
+  const absl::StatusOr<config::JobConfig> job =
+      CorpusJob({"data.token_file.document_separator_token=100000"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  const absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_THAT(std::string(trainer.status().message()),
+              HasSubstr("data.token_file.document_separator_token=100000 is outside the model's "
+                        "vocabulary [0, 260): no token of the corpus can be it"));
+}
+
 // The demo job with `data` as its data section, written to a file and loaded with `overrides`.
 absl::StatusOr<config::JobConfig> JobWithData(const std::string& data,
                                               const std::vector<std::string>& overrides) {

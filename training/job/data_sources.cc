@@ -73,11 +73,20 @@ absl::StatusOr<data::TokenCorpus> OpenMegatron(const config::MegatronDataset& da
 }
 
 // The corpus a DataConfig, BlendedCorpus or HeldOutCorpus names (each has megatron and
-// token_file); `field` is the source's path in the config ("data", "data.blend.corpora[1]").
+// token_file) for a model of `vocab_size` tokens; `field` is the source's path in the config
+// ("data", "data.blend.corpora[1]").
 template <typename Source>
-absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source, const std::string& field) {
+absl::StatusOr<data::TokenCorpus> OpenCorpus(const Source& source, int64_t vocab_size,
+                                             const std::string& field) {
   if (source.has_megatron()) return OpenMegatron(source.megatron(), field + ".megatron");
   const config::TokenFile& file = source.token_file();
+  if (file.has_document_separator_token() && file.document_separator_token() >= vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".token_file.document_separator_token=", file.document_separator_token(),
+        " is outside the model's vocabulary [0, ", vocab_size,
+        "): no token of the corpus can be it, so no document would end; give the id that ends "
+        "each document (e.g. the tokenizer's eos)"));
+  }
   absl::StatusOr<data::TokenCorpus> corpus = data::OpenTokenFile(
       file.path(),
       file.dtype() == config::TokenFile::UINT16 ? data::TokenType::kUInt16
@@ -204,7 +213,7 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
   for (int j = 0; j < blend.corpora_size(); ++j) {
     const config::BlendedCorpus& corpus = blend.corpora(j);
     const std::string field = absl::StrCat("data.blend.corpora[", j, "]");
-    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(corpus, field));
+    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(corpus, arch.vocab_size, field));
     // Each corpus shuffles its rows with its own seed.
     absl::StatusOr<CorpusSamplers> samplers =
         SamplersOf(std::move(opened), job, arch,
@@ -236,7 +245,7 @@ absl::StatusOr<DataSources> BlendSources(const config::JobConfig& job,
 absl::StatusOr<std::unique_ptr<data::RowSampler>> HeldOutCorpusSampler(
     const config::JobConfig& job, const models::LlamaConfig& arch,
     const config::HeldOutCorpus& corpus, const std::string& path, std::string& fingerprint) {
-  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(corpus, path));
+  KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus opened, OpenCorpus(corpus, arch.vocab_size, path));
   fingerprint = CorpusFingerprint(opened);
   absl::StatusOr<std::unique_ptr<data::RowSampler>> sampler =
       RowSamplerOf(std::make_shared<const data::TokenCorpus>(std::move(opened)),
@@ -318,7 +327,7 @@ absl::StatusOr<DataSources> BuildDataSources(const config::JobConfig& job,
   if (data.has_blend()) {
     KELVIN_ASSIGN_OR_RETURN(sources, BlendSources(job, arch));
   } else {
-    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus, OpenCorpus(data, "data"));
+    KELVIN_ASSIGN_OR_RETURN(data::TokenCorpus corpus, OpenCorpus(data, arch.vocab_size, "data"));
     KELVIN_ASSIGN_OR_RETURN(CorpusSamplers samplers,
                             SamplersOf(std::move(corpus), job, arch, job.training().seed()));
     LogEpochs(job, *samplers.train, 1.0, "");
