@@ -36,9 +36,16 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& path)
   std::vector<io::SafetensorsFile> parts;
   std::map<std::string, std::vector<Piece>> pieces;
   for (int r = 0; r < index.parts; ++r) {
-    absl::StatusOr<io::SafetensorsFile> opened = io::SafetensorsFile::Open(
-        (std::filesystem::path(path) / PartFileName(r, index.parts)).string());
-    if (!opened.ok() && !absl::IsNotFound(opened.status())) {  // a damaged part, whatever the flaw
+    const std::string part_path =
+        (std::filesystem::path(path) / PartFileName(r, index.parts)).string();
+    absl::StatusOr<io::SafetensorsFile> opened = io::SafetensorsFile::Open(part_path);
+    if (absl::IsNotFound(opened.status())) {  // NotFound: damage (checkpoint.skip_damaged)
+      return absl::NotFoundError(absl::StrCat(
+          part_path, " is missing: the checkpoint's checkpoint.json names ", index.parts,
+          index.parts == 1 ? " part file" : " part files", "; put it back, or delete ", path,
+          " (or set checkpoint.skip_damaged: true) to resume from the checkpoint before it"));
+    }
+    if (!opened.ok()) {  // a damaged part, whatever the flaw
       return absl::DataLossError(opened.status().message());
     }
     KELVIN_ASSIGN_OR_RETURN(io::SafetensorsFile file, std::move(opened));

@@ -400,6 +400,22 @@ TEST(Checkpoint, ResumingWithAnotherDataOrderWarnsWhatChanged) {
   fs::remove_all(dir);
 }
 
+TEST(Checkpoint, AMissingPartNamesItAndWhatToDo) {
+  const std::string dir = CheckpointDir("missing_part");
+  ASSERT_TRUE(TrainOneStep(dir));
+  const fs::path step = fs::path(dir) / "step_00000001";
+  fs::remove(step / "part_0_of_1.safetensors");
+  const absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(SmallJob(dir));
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.status().code(), absl::StatusCode::kNotFound);  // damage: skip_damaged skips it
+  EXPECT_THAT(std::string(resumed.status().message()),
+              HasSubstr((step / "part_0_of_1.safetensors").string() +
+                        " is missing: the checkpoint's checkpoint.json names 1 part file; put it "
+                        "back, or delete " +
+                        step.string() + " (or set checkpoint.skip_damaged: true)"));
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, ResumingWithOtherKernelsWarnsThatTheRunIsNotBitIdentical) {
   const std::string dir = CheckpointDir("libraries");
   ASSERT_TRUE(TrainOneStep(dir));
