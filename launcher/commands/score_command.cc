@@ -83,11 +83,12 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   KELVIN_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, options.text.empty()
                                                                  ? CorpusTokens(options.data)
                                                                  : TextTokens(job, options.text));
+  // The corpus as the command line named it, for errors: "--data PATH" or "--text FILE".
+  const std::string named = options.text.empty() ? absl::StrCat("--data ", options.data)
+                                                 : absl::StrCat("--text ", options.text);
   if (tokens.size() < 2) {  // before the model is loaded
     return absl::InvalidArgumentError(absl::StrCat(
-        options.text.empty() ? "--data " : "--text ",
-        options.text.empty() ? options.data : options.text, ": holds ", tokens.size(), " token",
-        tokens.size() == 1 ? "" : "s",
+        named, ": holds ", tokens.size(), " token", tokens.size() == 1 ? "" : "s",
         "; scoring needs at least 2 (a token and the next one it predicts): give a longer corpus"));
   }
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
@@ -99,10 +100,9 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   const int64_t vocab = model->config().vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= 0 && tokens[i] < vocab) continue;
-    return absl::InvalidArgumentError(
-        absl::StrCat(options.text.empty() ? "--data " : "--text ", report.source, ": token ", i,
-                     " is ", tokens[i], ", outside the model's vocabulary [0, ", vocab,
-                     "): it was tokenized for another model; score it with that model"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        named, ": token ", i, " is ", tokens[i], ", outside the model's vocabulary [0, ", vocab,
+        "): it was tokenized for another model; score it with that model"));
   }
   report.seq_length = options.seq_length > 0            ? options.seq_length
                       : job.training().seq_length() > 0 ? job.training().seq_length()
