@@ -1,5 +1,5 @@
 // Which core computes the SSA operator's causal GQA attention on CUDA between the temperature/RoPE
-// pass and its adjoint (DESIGN.md, "The attention on a GPU"): Kelvin's own fused kernel or cuDNN's
+// pass and its adjoint (docs/design.md, "Attention on a GPU"): Kelvin's own fused kernel or cuDNN's
 // fused flash attention; the choice a caller asks for (model.attention_backend) and AUTO's rule
 // for picking one from timings of both.
 #pragma once

@@ -1,4 +1,4 @@
-// The cuDNN attention core (DESIGN.md, "The attention on a GPU"): cuDNN's fused flash attention
+// The cuDNN attention core (docs/design.md, "Attention on a GPU"): cuDNN's fused flash attention
 // through the cuDNN frontend's SDPA graphs, forward (O and the natural-log log-sum-exp) and
 // backward (dq~, dk~, dv~), on the bf16 q~, k~, v~ that the SSA operator's RoPE/temperature pass
 // writes, in cuDNN's ragged (THD) layout over the call's AttentionSegments. H query heads, G kv

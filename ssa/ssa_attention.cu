@@ -576,7 +576,7 @@ const int32_t* KeyPositions(const SsaAttentionInputs& in) {
 
 // Writes q~ = bf16(tau^q R(u)), k~ = bf16(R(k)) and v~ = bf16(tau^v v) into bf16 scratch
 // (PrepareKernel, O(N)), so the attention kernels copy plain tiles, the forward with cp.async
-// while it computes. Against the letter of SSA.md section 6 ("never writing q~ or v~ to memory:
+// while it computes. Against the letter of docs/ssa.md ("never writing q~ or v~ to memory:
 // applied as tiles are loaded"): applying them on load repeated the rotation of every key for each
 // of the T/64 query tiles that visit it (and of every query for each key tile in the backward),
 // and a tile that must be transformed cannot be copied by cp.async. The values are the same bf16;

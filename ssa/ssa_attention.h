@@ -1,4 +1,4 @@
-// The SSA attention operator (shared/SSA.md section 6): checks its arguments and dispatches to the
+// The SSA attention operator (docs/ssa.md): checks its arguments and dispatches to the
 // tiled CPU kernel (f32, f64) or CUDA (bf16: the RoPE/temperature pass, then Kelvin's fused
 // attention kernel or the cuDNN core, then the adjoint pass), forward, backward and the merge of
 // key blocks. Arguments, shapes and masking rule: ssa/ssa_attention_args.h.

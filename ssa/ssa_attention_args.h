@@ -1,4 +1,4 @@
-// The arguments of the SSA attention operator (shared/SSA.md section 6), shared by its naive
+// The arguments of the SSA attention operator (docs/ssa.md "Kernel contract"), shared by its naive
 // reference (ssa/reference/), the tiled CPU kernel and the CUDA kernel. B rows; H query heads, G
 // key/value heads (H divisible by G), d head dim. Token indices and position ids are always
 // global: query i (index within its row) sees key j iff i - p_i <= j <= i.

@@ -1,4 +1,4 @@
-// The flags of Selective Self-Attention (shared/SSA.md section 4) as the SSA code sees them, and
+// The flags of Selective Self-Attention (docs/ssa.md "Variants") as the SSA code sees them, and
 // their validation. The job config's model.ssa section maps onto SsaOptions one field to one field.
 #pragma once
 

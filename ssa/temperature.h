@@ -1,4 +1,4 @@
-// The SSA temperatures (shared/SSA.md sections 2, 5, 7) on the CPU, f32 and f64: the query
+// The SSA temperatures (docs/ssa.md) on the CPU, f32 and f64: the query
 // temperature tau^q [N, H] and the value temperature tau^v [N, G], their backward, and their
 // statistics. N tokens, H query heads, G key/value heads, d head dim.
 #pragma once
@@ -56,7 +56,7 @@ struct TemperatureSummary {
   double mean = 0, std = 0, min = 0, max = 0;
 };
 
-// What a layer's temperatures look like (SSA.md section 7): the values of the paper's open
+// What a layer's temperatures look like (docs/ssa.md "Statistics"): the values of the paper's open
 // question, to log per layer and step.
 struct TemperatureStatistics {
   TemperatureSummary query;         // over tau^q [N, H]

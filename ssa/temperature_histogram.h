@@ -1,4 +1,4 @@
-// Histograms of the temperatures a model produces, the SSA study's view of SSA.md's open question
+// Histograms of the temperatures a model produces, the SSA study's view of docs/ssa.md's question
 // (do the temperatures use their range, or sit at its bounds?): counts in fixed bins, and how often
 // the token-aware term tanh(z) = tau - 1 - sigma(alpha) ln n lies within 5% of the range's ends
 // (|tanh z| >= 0.95, the temperature near sigma(alpha) ln n or 2 + sigma(alpha) ln n) or, with a

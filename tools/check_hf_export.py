@@ -6,10 +6,11 @@ Run:    python tools/check_hf_export.py BUILD/launcher/kelvin [--write-fixture]
 
 Trains nothing in Python. It gives the golden tiny Llama (tests/fixtures/llama_tiny/model, cut
 to 2 layers by model.architecture) a tokenizer, a generation config and special token ids, and
-lets `kelvin train` fine-tune it for 40 steps with SSA under every flag set of SSA.md section 4
-(alpha_init -1 and a temperature learning-rate scale of 30, so the read-outs and alphas end far
-from their initial values), each run exporting with training.export_hf_dir. Each export is then
-loaded with AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True) and checked:
+lets `kelvin train` fine-tune it for 40 steps with SSA under every flag set of docs/ssa.md
+("Variants"; alpha_init -1 and a temperature learning-rate scale of 30, so the read-outs and
+alphas end far from their initial values), each run exporting with training.export_hf_dir. Each
+export is then loaded with AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True) and
+checked:
   - no missing or unexpected tensors, and the class is SsaLlamaForCausalLM;
   - the loss on the held-out rows equals `kelvin eval`'s (its --json result, which is the final
     evaluation loss in the metrics file bit for bit) within 1e-6, under the eager and the SDPA

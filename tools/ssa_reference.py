@@ -3,7 +3,8 @@
 Pinned: torch==2.15.0, safetensors==0.8.0 (tools/requirements.txt).
 Run:    /work/venv-tools/bin/python tools/ssa_reference.py     (writes tests/fixtures/ssa/)
 
-Written from shared/SSA.md alone (sections 1-5), in float64, with autograd for every gradient:
+Written from docs/ssa.md alone ("Notation" to "Backward"), in float64, with autograd for every
+gradient:
   z^q = a^q_h . GeLU(src_q)  (exact erf GeLU)     tau^q = tanh(z^q) + 1 + sigmoid(alpha_h) ln(p + 1)
   z^v = a^v_g . GeLU(src_v)                       tau^v = tanh(z^v) + 1
   q~ = tau^q RoPE(u, p), k~ = RoPE(k, p), v~ = tau^v v, O = softmax(q~ k~^T / sqrt(d)) v~ with a

@@ -50,7 +50,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 // One line per layer: tau^q and tau^v as mean +- std [min, max], and the range of sigma(alpha)
-// over the heads (SSA.md section 7).
+// over the heads (docs/ssa.md, "Statistics").
 void LogTemperatureStatistics(const std::vector<ssa::TemperatureStatistics>& layers) {
   auto summary = [](const ssa::TemperatureSummary& s) {
     return s.count == 0 ? std::string("off")

@@ -51,7 +51,7 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   ops::RopeConfig rope;
   SpecialTokenIds special_tokens;
-  // Selective Self-Attention (shared/SSA.md); unset = vanilla attention. From the job config's
+  // Selective Self-Attention (docs/ssa.md); unset = vanilla attention. From the job config's
   // model.ssa, or the "ssa" object of an SSA export's config.json.
   std::optional<ssa::SsaOptions> ssa;
 

@@ -129,7 +129,7 @@ class LlamaModel : public parallel::PipelineStage {
   // InitSsaParameters) from `seed`: each rank takes its slice of the same full draw, so every
   // layout starts from the one model.
   void InitRandom(uint64_t seed);
-  // SSA's fine-tuning start (SSA.md section 3): read-outs 0, alpha = alpha_init, and each W_tmp
+  // SSA's fine-tuning start (docs/ssa.md): read-outs 0, alpha = alpha_init, and each W_tmp
   // (weight_sharing off) a copy of the W_q / W_v rows of its head (choice: the temperatures then
   // start by reading what the weight-shared variant reads). LoadHfCheckpoint calls it for a
   // checkpoint without SSA tensors (a pretrained Llama).
@@ -205,7 +205,7 @@ class LlamaModel : public parallel::PipelineStage {
   BufferBytes AllocatedBufferBytes() const;
 
   // Per layer of this rank (stage().chunks order), the temperatures of the layer's last recorded
-  // forward (SSA.md section 7); empty without SSA and before the first.
+  // forward (docs/ssa.md, "Statistics"); empty without SSA and before the first.
   std::vector<ssa::TemperatureStatistics> TemperatureStatistics() const;
   // Records the statistics in the forwards of micro-batch `micro_batch` only, of every one
   // (kEveryMicroBatch, the default) or of none (kNoMicroBatch). Each recording reduces the layer's

@@ -14,7 +14,7 @@ namespace kelvin::models {
 // Query heads, FFN columns and the vocabulary are split evenly over the TP ranks; KV heads are
 // split when TP divides G and replicated (each rank keeping the one its query heads use) when G
 // divides TP; the SSA read-outs, alphas and temperature projections follow their heads
-// (shared/SSA.md section 2: no extra communication); norms are replicated.
+// (docs/ssa.md, "Forward": no extra communication); norms are replicated.
 struct LlamaShardLayout {
   int tp_rank = 0, tp_size = 1;
   int64_t head_begin = 0, heads = 0;   // query heads [head_begin, head_begin + heads)

@@ -1,7 +1,7 @@
 // Naive SSA attention in f64: the temperatures from ssa/temperature.h, RoPE from core/ops/rope.h,
 // then every visible score S = q~ . k~ / sqrt(d) with q~ = tau^q RoPE(u), k~ = RoPE(k),
 // v~ = tau^v v. Backward: dS = P (dP - dO.O), dq~ = dS k~ / sqrt(d), dk~ = dS^T q~ / sqrt(d),
-// dv~ = P^T dO, then through the temperatures and RoPE by the chain rule of SSA.md section 5.
+// dv~ = P^T dO, then through the temperatures and RoPE by the chain rule of docs/ssa.md "Backward".
 #include "ssa/reference/ssa_attention_reference.h"
 
 #include <algorithm>

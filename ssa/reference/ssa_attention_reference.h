@@ -1,4 +1,4 @@
-// Naive SSA attention (shared/SSA.md sections 2, 5, 6) in f64, materialising every score: the
+// Naive SSA attention (docs/ssa.md) in f64, materialising every score: the
 // reference the tiled CPU and CUDA kernels are tested against. Full operator, the key-block
 // variant for ring attention, the merge of block results, and the backward of both. Arguments as
 // in ssa/ssa_attention_args.h; every tensor is an f64 host tensor (cast low-precision inputs

@@ -1,7 +1,7 @@
 // The KV-cache decoder on CUDA in bf16 (every case skips without a GPU, saying why): a batch of
 // prompts of different lengths prefilled, then decoded a token at a time as sequences drop out,
 // gives at every position the logits of the f64 model holding the same weights within twice the
-// error of the bf16 training forward of the whole sequence on the same device (DESIGN.md's bf16
+// error of the bf16 training forward of the whole sequence on the same device (docs/design.md, bf16
 // rule), SSA on and off; greedy generation gives the f32 CPU run's tokens where the margins allow.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Llama with SSA attention (shared/SSA.md): with zero read-outs and no position term it is the
+// Llama with SSA attention (docs/ssa.md): with zero read-outs and no position term it is the
 // vanilla model bit for bit (logits and gradients); with non-zero temperatures the whole model's
 // backward matches f64 finite differences (weight sharing on and off, packed documents); the
 // temperature statistics describe the last forward; SSA tensors survive export and import, and a

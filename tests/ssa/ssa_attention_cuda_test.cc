@@ -274,7 +274,7 @@ Result NaiveBf16(const SsaProblem& pr, AttentionBackend backend) {
     }
   }
 
-  // Through RoPE and the temperatures (SSA.md section 5), in f64.
+  // Through RoPE and the temperatures (docs/ssa.md "Backward"), in f64.
   Tensor dtau_q = Zeros({n, h}), drope_u = Zeros(pr.in.u.shape());
   for (int64_t i = 0; i < n * h * d; ++i) {
     dtau_q.data<double>()[i / d] += rope_u.data<double>()[i] * dq[i];
@@ -304,7 +304,7 @@ Result NaiveBf16(const SsaProblem& pr, AttentionBackend backend) {
   return r;
 }
 
-// The acceptance rule (DESIGN.md "Tests") for one tensor (out, lse, the temperatures, du, dk, dv,
+// The acceptance rule (docs/design.md) for one tensor (out, lse, the temperatures, du, dk, dv,
 // the source gradients, d a^q, d a^v): the kernel's max error against f64 <= 2 x the max error of
 // NaiveBf16 against f64, + 1e-3 x max(1, the tensor's largest magnitude) (f32 cancellation noise
 // where the exact value is 0, e.g. T = 1). d alpha is held to it on the mean over seeds

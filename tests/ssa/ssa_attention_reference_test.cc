@@ -1,7 +1,7 @@
 // The naive SSA attention reference: equal to the independent PyTorch implementation
 // (tools/ssa_reference.py) on every output and gradient; its backward against f64 finite
 // differences for every input and parameter under each flag; with zero read-outs and no position
-// term equal to plain attention on RoPE'd inputs (SSA.md section 3); and key blocks (with query
+// term equal to plain attention on RoPE'd inputs (docs/ssa.md); and key blocks (with query
 // chunks) merged by log-sum-exp equal to the full operator, forward and backward.
 #include "ssa/reference/ssa_attention_reference.h"
 

@@ -101,7 +101,7 @@ TEST(SsaTemperature, FlagsSelectTheTerms) {
                                     "tau^q off"));
   EXPECT_TRUE(testing::BitIdentical(pr.Tau(off, false), testing::Full({pr.n, pr.h}, DType::kF64, 1),
                                     "tau^v off"));
-  // Zero read-outs: the token term is exactly 1 (SSA.md section 3).
+  // Zero read-outs: the token term is exactly 1 (docs/ssa.md "Initialisation").
   Problem zero;
   zero.readout = Tensor::ZerosCpu({zero.h, zero.d}, DType::kF64);
   EXPECT_TRUE(testing::BitIdentical(zero.Tau(all, false),

@@ -1,4 +1,4 @@
-// The project's tolerances, in one place (DESIGN.md "Tests"). Norm-wise relative errors
+// The project's tolerances, in one place (docs/design.md). Norm-wise relative errors
 // ||actual - expected|| / ||expected|| against the f64 reference.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The trainer fine-tunes with SSA: the demo job with model.ssa on trains a few steps, the loss is
 // finite, every step records per-layer temperature statistics (what the progress lines log), the
-// first step's are those of SSA.md with zero read-outs (tau^v = 1, tau^q = 1 + sigma(alpha)
+// first step's are those of docs/ssa.md with zero read-outs (tau^v = 1, tau^q = 1 + sigma(alpha)
 // ln(p + 1)), and the read-outs then leave zero.
 #include <gtest/gtest.h>
 

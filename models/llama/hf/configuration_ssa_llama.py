@@ -3,7 +3,7 @@
 Written for Kelvin (models/llama/hf/); Kelvin copies this file into every SSA export. Tested with
 transformers 5.23.0 and torch 2.15.0 (tools/requirements.txt).
 
-config.json holds the plain Llama settings plus an "ssa" object with the flags of SSA.md section 4:
+config.json holds the plain Llama settings plus an "ssa" object with Kelvin's SSA flags:
 query_temperature, value_temperature, token_aware, position_aware, weight_sharing (booleans),
 temperature_clamp ({"lo": .., "hi": ..} or null), and the training settings alpha_init and
 temperature_lr_scale (recorded for the record; inference does not use them).

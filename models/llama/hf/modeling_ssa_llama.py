@@ -5,7 +5,7 @@ AutoModelForCausalLM.from_pretrained(directory, trust_remote_code=True) builds t
 trained. Tested with transformers 5.23.0 and torch 2.15.0 (tools/requirements.txt); it subclasses
 transformers' Llama classes and changes only the attention's queries and values.
 
-The temperatures follow Kelvin's specification (shared/SSA.md), per token t, query head h and
+The temperatures follow the Kelvin project's SSA specification, per token t, query head h and
 key/value head g, with u = W_q x before RoPE and p_t the position id the model is given:
     tau^q[t, h] = tanh(a^q_h . GeLU(u[t, h])) + 1 + sigmoid(alpha_h) ln(p_t + 1)
     tau^v[t, g] = tanh(a^v_g . GeLU(v[t, g])) + 1
@@ -165,7 +165,7 @@ class SsaLlamaPreTrainedModel(LlamaPreTrainedModel):
     config: SsaLlamaConfig
 
     def _init_weights(self, module):
-        """SSA starts as the pretrained model (SSA.md section 3): read-outs 0, alpha alpha_init.
+        """SSA starts as the pretrained model: read-outs 0 (so tanh(z) = 0), alpha alpha_init.
         The separate temperature projections get Linear's usual initialisation (Kelvin starts
         them as copies of W_q and W_v)."""
         super()._init_weights(module)
