@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Records the per-step losses and gradient norms of a fixed set of short jobs (the demo with and
-# without SSA, the README's SFT example, and the demo under every parallel layout and through a
-# checkpoint resume) from one kelvin binary, so that a refactor can show it changed no bit:
+# without SSA, the SFT example of docs/data.md, and the demo under every parallel layout and
+# through a checkpoint resume) from one kelvin binary, so that a refactor can show it changed no
+# bit:
 #   tools/loss_parity.sh record KELVIN OUT_DIR     (before and after, each into its own OUT_DIR)
 #   tools/loss_parity.sh compare DIR_A DIR_B       (exit 1 and the first difference unless equal)
 # Needs mpirun; runs on the CPU, one thread per process; about 5 minutes on 2 cores.
@@ -77,7 +78,7 @@ run resume_zero1_continued 2 "$demo" --set checkpoint.dir=\"$work/ckpt\" \
   --set parallel.distributed_optimizer=true
 run resume_one 1 "$demo" --set training.steps=20 --set checkpoint.dir=\"$work/ckpt1\"
 run resume_one_continued 1 "$demo" --set checkpoint.dir=\"$work/ckpt1\"
-# The README's SFT example: samples prepared with the tokenizer fixture, then trained.
+# The SFT example of docs/data.md: samples prepared with the tokenizer fixture, then trained.
 (cd "$work" && "$kelvin" prepare-data "$root/tests/fixtures/sft/copy_digits_chat.jsonl" \
    --out "$work/sft/copy_digits_chat" --tokenizer "$root/tests/fixtures/tokenizer/llama3_style" \
    >"$work/prepare.log" 2>&1) || { tail -5 "$work/prepare.log" >&2; fail "prepare-data failed"; }

@@ -1,5 +1,5 @@
 // JsonlSampleParser: one line of a fine-tuning JSON Lines file into its token ids and training
-// targets (the line formats: README, Formats; text samples: text_sample_encoder.h). It reads
+// targets (the line formats: docs/formats.md; text samples: text_sample_encoder.h). It reads
 // the line as a stream of JSON events (nlohmann's SAX interface), so the integer arrays go straight
 // into the sample's vectors without a JSON document in between, and the first problem stops it with
 // an error naming the file, the line and the field.

@@ -1,5 +1,5 @@
 // Fine-tuning samples from a JSON Lines file into a Megatron indexed dataset PREFIX and its loss
-// mask PREFIX_loss_mask: what `kelvin prepare-data` runs (formats: README, Formats).
+// mask PREFIX_loss_mask: what `kelvin prepare-data` runs (formats: docs/formats.md).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // TextSampleEncoder: fine-tuning samples given as text ("text", "prompt"/"completion" or chat
 // "messages" lines), tokenized with the model's tokenizer for `kelvin prepare-data --tokenizer DIR`
-// (formats: README, Formats).
+// (formats: docs/formats.md).
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

@@ -1,6 +1,6 @@
 // Chat formats: a conversation as token ids, the loss on the assistant's turns. Kelvin does not run
 // a model's Jinja chat template; it implements the formats by name and tells from the template's
-// text which one the model uses (token layouts: README, Formats).
+// text which one the model uses (token layouts: docs/formats.md).
 #pragma once
 
 #include <string>
