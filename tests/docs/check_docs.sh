@@ -42,13 +42,18 @@ has_anchor() {
   grep -qxF -- "$2" <<< "$all"
 }
 
-# The files to scan for citations: tracked files, or every file outside build outputs.
+# The files to scan for citations: tracked files, or (outside a git checkout) the project's folders
+# and top-level files, never build outputs or fetched code.
 tracked_files() {
   if git -C "$root" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
     git -C "$root" ls-files
   else
-    find . -type f -not -path './.git/*' -not -path './build/*' -not -path './third_party/*' \
-      -not -path './runs/*' | sed 's|^\./||'
+    local folders=(.ci bench cmake configs core data docs experiments launcher models parallel
+                   scripts ssa tests tools training)
+    find . -maxdepth 1 -type f | sed 's|^\./||'
+    for folder in "${folders[@]}"; do
+      [[ -d "$folder" ]] && find "$folder" -type f
+    done
   fi
 }
 
