@@ -1,9 +1,11 @@
 // The flags of Selective Self-Attention (docs/ssa.md "Variants") as the SSA code sees them, and
-// their validation. The job config's model.ssa section maps onto SsaOptions one field to one field.
+// their rules, stated here once: the job validation and the model's config.json check both call
+// SsaOptionsProblems. The job config's model.ssa section maps onto SsaOptions field to field.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -40,10 +42,13 @@ inline SsaOptions VanillaAttentionOptions() {
   return options;
 }
 
-// OK, or InvalidArgument naming the first offending field as `<where>.<field>` (e.g.
-// "model.ssa.temperature_clamp"), its value and what to do: non-finite alpha_init; clamp bounds
-// not finite, lo <= 0 or lo >= hi; temperature_lr_scale negative or not finite; and flags that keep
-// every temperature at exactly 1 (vanilla attention under the cost of SSA).
+// Every rule `options` breaks, one line each as "<where>.<field>=<value>: <rule>; <what to do>"
+// (where e.g. "model.ssa"): alpha_init not finite; a clamp that is not finite 0 < lo < hi;
+// temperature_lr_scale negative or not finite; flags that keep every temperature at exactly 1
+// (vanilla attention at the cost of SSA). Empty when the options are valid.
+std::vector<std::string> SsaOptionsProblems(const SsaOptions& options, const std::string& where);
+
+// OK, or InvalidArgument with SsaOptionsProblems' lines (joined by "; ").
 absl::Status ValidateSsaOptions(const SsaOptions& options, const std::string& where = "ssa");
 
 }  // namespace kelvin::ssa

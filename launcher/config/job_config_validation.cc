@@ -25,6 +25,8 @@
 #include "data/tasks/passkey_task.h"
 #include "launcher/config/job_config.h"
 #include "models/llama/llama_config.h"
+#include "ssa/ssa_options.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -228,31 +230,25 @@ void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
   if (arch.has_rope_scaling()) CheckRopeScaling(arch.rope_scaling(), problems);
 }
 
+// The SSA rules are ssa::SsaOptionsProblems'; only what the options cannot hold (a clamp with one
+// bound) is checked here. A disabled SSA section is ignored, its values as its flags.
 void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
-  if (ssa.has_temperature_clamp()) {
-    const config::TemperatureClamp& clamp = ssa.temperature_clamp();
-    const std::string path = "model.ssa.temperature_clamp";
-    if (!clamp.has_lo() || !clamp.has_hi()) {
-      problems.Add(path, ": set both lo and hi (e.g. lo: 0.9 hi: 1.1), or remove it for no clamp");
-    } else {
-      Positive(problems, path + ".lo", clamp.lo());
-      if (std::isfinite(clamp.lo()) && std::isfinite(clamp.hi()) && !(clamp.lo() < clamp.hi())) {
-        problems.Add(path, ": lo=", clamp.lo(), " must be < hi=", clamp.hi());
-      }
-    }
-  }
-  NonNegative(problems, "model.ssa.temperature_lr_scale", ssa.temperature_lr_scale());
   if (!ssa.enabled()) return;
-  const bool query_varies = ssa.query_temperature() && (ssa.token_aware() || ssa.position_aware());
-  const bool value_varies = ssa.value_temperature() && ssa.token_aware();
-  if (!query_varies && !value_varies) {
-    const auto flag = [](bool on) { return on ? "true" : "false"; };
-    problems.Add("model.ssa.enabled=true, but query_temperature=", flag(ssa.query_temperature()),
-                 " value_temperature=", flag(ssa.value_temperature()),
-                 " token_aware=", flag(ssa.token_aware()),
-                 " position_aware=", flag(ssa.position_aware()),
-                 " keep every temperature at 1 (vanilla attention): turn a temperature on, or set "
-                 "model.ssa.enabled=false");
+  if (ssa.has_temperature_clamp() &&
+      (!ssa.temperature_clamp().has_lo() || !ssa.temperature_clamp().has_hi())) {
+    problems.Add("model.ssa.temperature_clamp: set both lo and hi (e.g. lo: 0.9 hi: 1.1), or "
+                 "remove it for no clamp");
+    return;
+  }
+  // Non-finite values were reported by CheckNumbersAndEnums.
+  const ssa::SsaOptions options = training::SsaOptionsFromConfig(ssa);
+  if (!std::isfinite(options.alpha_init) || !std::isfinite(options.temperature_lr_scale) ||
+      (options.temperature_clamp && (!std::isfinite(options.temperature_clamp->lo) ||
+                                     !std::isfinite(options.temperature_clamp->hi)))) {
+    return;
+  }
+  for (const std::string& problem : ssa::SsaOptionsProblems(options, "model.ssa")) {
+    problems.Add(problem);
   }
 }
 

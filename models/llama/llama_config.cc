@@ -500,8 +500,9 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c, std::string_view source) 
   for (const int64_t id : c.special_tokens.eos) token_id_in_vocabulary("eos_token_id", id);
   if (c.special_tokens.pad) token_id_in_vocabulary("pad_token_id", *c.special_tokens.pad);
   if (c.ssa.has_value()) {
-    const absl::Status ssa = ssa::ValidateSsaOptions(*c.ssa, "model.ssa");
-    if (!ssa.ok()) problems.emplace_back(ssa.message());
+    for (std::string& problem : ssa::SsaOptionsProblems(*c.ssa, "model.ssa")) {
+      problems.push_back(std::move(problem));
+    }
   }
   if (problems.empty()) return absl::OkStatus();
   const std::string from = source.empty() ? "" : absl::StrCat(" (", std::string(source), ")");

@@ -316,7 +316,7 @@ TEST(LlamaSsa, ConfigValidationNamesTheSsaField) {
   options.temperature_clamp = ssa::TemperatureClamp{1.2, 1.1};
   config.ssa = options;
   EXPECT_THAT(std::string(models::ValidateLlamaConfig(config).message()),
-              HasSubstr("model.ssa.temperature_clamp = [1.2, 1.1]"));
+              HasSubstr("model.ssa.temperature_clamp=[1.2, 1.1]"));
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ TEST(SsaOptions, BadAlphaInit) {
   o.alpha_init = std::numeric_limits<double>::quiet_NaN();
   const absl::Status status = ValidateSsaOptions(o, "model.ssa");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("model.ssa.alpha_init = nan is not a finite number"));
+  EXPECT_THAT(status.message(), HasSubstr("model.ssa.alpha_init=nan: must be a finite number"));
 }
 
 TEST(SsaOptions, BadClamp) {
@@ -52,7 +52,7 @@ TEST(SsaOptions, BadClamp) {
     o.temperature_clamp = clamp;
     const absl::Status status = ValidateSsaOptions(o);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(status.message(), HasSubstr("ssa.temperature_clamp = ["));
+    EXPECT_THAT(status.message(), HasSubstr("ssa.temperature_clamp=["));
     EXPECT_THAT(status.message(), HasSubstr("need finite 0 < lo < hi"));
   }
   SsaOptions o;
@@ -66,7 +66,7 @@ TEST(SsaOptions, BadLearningRateScale) {
     o.temperature_lr_scale = scale;
     const absl::Status status = ValidateSsaOptions(o);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(status.message(), HasSubstr("ssa.temperature_lr_scale = "));
+    EXPECT_THAT(status.message(), HasSubstr("ssa.temperature_lr_scale="));
     EXPECT_THAT(status.message(), HasSubstr("must be a finite number >= 0"));
   }
 }
@@ -84,6 +84,11 @@ TEST(SsaOptions, FlagsThatKeepEveryTemperatureAtOneAreRefused) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(status.message(), HasSubstr("keep every temperature at 1 (vanilla attention)"));
   }
+  SsaOptions everything_wrong = both_off;  // every problem at once, one line each
+  everything_wrong.alpha_init = std::numeric_limits<double>::infinity();
+  everything_wrong.temperature_lr_scale = -1;
+  everything_wrong.temperature_clamp = TemperatureClamp{2, 1};
+  EXPECT_EQ(SsaOptionsProblems(everything_wrong, "model.ssa").size(), 4u);
   EXPECT_THAT(ValidateSsaOptions(both_off).message(),
               HasSubstr("ssa: query_temperature=false value_temperature=false token_aware=true "
                         "position_aware=true"));

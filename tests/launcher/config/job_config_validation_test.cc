@@ -83,20 +83,24 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"training.gradient_accumulation_steps=2", "parallel.data_parallel=4"},
        "training.global_batch_size=4 must equal micro_batch_size * gradient_accumulation_steps "
        "* parallel.data_parallel = 1 * 2 * 4"},
-      {{"model.ssa.temperature_clamp.lo=1.2", "model.ssa.temperature_clamp.hi=1.1"},
-       "model.ssa.temperature_clamp: lo=1.2 must be < hi=1.1"},
-      {{"model.ssa.temperature_clamp.lo=0", "model.ssa.temperature_clamp.hi=1.1"},
-       "model.ssa.temperature_clamp.lo=0: must be > 0"},
-      {{"model.ssa.temperature_clamp.hi=1.1"},
+      {{"model.ssa.enabled=true", "model.ssa.temperature_clamp.lo=1.2",
+        "model.ssa.temperature_clamp.hi=1.1"},
+       "model.ssa.temperature_clamp=[1.2, 1.1]: not an interval of positive temperatures; need "
+       "finite 0 < lo < hi (e.g. lo 0.9, hi 1.1), or no clamp"},
+      {{"model.ssa.enabled=true", "model.ssa.temperature_clamp.lo=0",
+        "model.ssa.temperature_clamp.hi=1.1"},
+       "model.ssa.temperature_clamp=[0, 1.1]: not an interval of positive temperatures"},
+      {{"model.ssa.enabled=true", "model.ssa.temperature_clamp.hi=1.1"},
        "model.ssa.temperature_clamp: set both lo and hi (e.g. lo: 0.9 hi: 1.1)"},
-      {{"model.ssa.temperature_lr_scale=-1"}, "model.ssa.temperature_lr_scale=-1: must be >= 0"},
+      {{"model.ssa.enabled=true", "model.ssa.temperature_lr_scale=-1"},
+       "model.ssa.temperature_lr_scale=-1: must be a finite number >= 0"},
       {{"model.ssa.enabled=true", "model.ssa.query_temperature=false",
         "model.ssa.value_temperature=false"},
-       "model.ssa.enabled=true, but query_temperature=false value_temperature=false "
-       "token_aware=true position_aware=true keep every temperature at 1 (vanilla attention): "
-       "turn a temperature on, or set model.ssa.enabled=false"},
+       "model.ssa: query_temperature=false value_temperature=false token_aware=true "
+       "position_aware=true keep every temperature at 1 (vanilla attention); turn a temperature "
+       "on, or turn SSA off"},
       {{"model.ssa.enabled=true", "model.ssa.token_aware=false", "model.ssa.position_aware=false"},
-       "model.ssa.enabled=true, but query_temperature=true value_temperature=true "
+       "model.ssa: query_temperature=true value_temperature=true "
        "token_aware=false position_aware=false keep every temperature at 1"},
       {{"model.architecture.num_attention_heads=32", "model.architecture.num_key_value_heads=6"},
        "model.architecture.num_key_value_heads=6 does not divide num_attention_heads=32"},
@@ -481,6 +485,9 @@ TEST(JobConfigValidation, UnrelatedProblemsAllReportedAtOnce) {
 TEST(JobConfigValidation, DisabledSsaIgnoresItsFlags) {
   EXPECT_EQ(
       ProblemsWith({"model.ssa.query_temperature=false", "model.ssa.value_temperature=false"}), "");
+  EXPECT_EQ(ProblemsWith({"model.ssa.temperature_clamp.lo=1.2", "model.ssa.temperature_clamp.hi=1.1",
+                          "model.ssa.temperature_lr_scale=-1"}),
+            "");
   EXPECT_EQ(ProblemsWith({"model.ssa.enabled=true", "model.ssa.token_aware=false",
                           "model.ssa.value_temperature=false"}),
             "");  // position-only query temperature (the paper's ablation)
