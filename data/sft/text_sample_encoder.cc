@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "data/chat_template/chat.h"
 
 namespace kelvin::data {
 namespace {
@@ -41,7 +42,8 @@ absl::Status Tokenize(const Tokenizer& tokenizer, std::string_view text, bool ad
 
 }  // namespace
 
-absl::StatusOr<TextSampleEncoder> TextSampleEncoder::FromDirectory(const std::string& directory) {
+absl::StatusOr<TextSampleEncoder> TextSampleEncoder::FromDirectory(const std::string& directory,
+                                                                  const std::string& chat_date) {
   KELVIN_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromDirectory(directory));
   if (!tokenizer.eos_id().has_value()) {
     return absl::InvalidArgumentError(
@@ -51,8 +53,20 @@ absl::StatusOr<TextSampleEncoder> TextSampleEncoder::FromDirectory(const std::st
   }
   const int32_t eos = *tokenizer.eos_id();
   TextSampleEncoder encoder(std::move(tokenizer), eos);
-  encoder.chat_format_ =
-      DetectChatFormat(encoder.tokenizer_.chat_template(), absl::StrCat("--tokenizer ", directory));
+  if (!chat_date.empty()) {
+    KELVIN_ASSIGN_OR_RETURN(encoder.chat_date_,
+                            chat_template::ParseFixedDate(chat_date, "--chat-date"));
+  }
+  encoder.chat_template_ = chat_template::ModelTemplate::FromDirectory(directory);
+  if (absl::IsNotFound(encoder.chat_template_.status())) {
+    encoder.chat_template_ = absl::InvalidArgumentError(
+        absl::StrCat("--tokenizer ", encoder.chat_template_.status().message(),
+                     ": \"messages\" samples need one; give text, prompt/completion or input_ids "
+                     "samples instead"));
+  } else if (!encoder.chat_template_.ok()) {
+    // A broken template is an error now, even before a chat line needs it.
+    return encoder.chat_template_.status();
+  }
   return encoder;
 }
 
@@ -70,12 +84,13 @@ absl::StatusOr<bool> TextSampleEncoder::Encode(const json& object, JsonlSample& 
   sample.targets.clear();
   sample.ignored_keys.clear();
   for (const auto& [key, value] : object.items()) {
-    if (key != "text" && key != "prompt" && key != "completion" && key != "messages") {
+    if (key != "text" && key != "prompt" && key != "completion" && key != "messages" &&
+        (key != "tools" || !messages)) {
       sample.ignored_keys.push_back(key);
     }
   }
   if (messages) {
-    KELVIN_RETURN_IF_ERROR(EncodeMessages(object["messages"], sample));
+    KELVIN_RETURN_IF_ERROR(EncodeMessages(object, sample));
     return true;
   }
   if (text) {
@@ -97,14 +112,14 @@ absl::StatusOr<bool> TextSampleEncoder::Encode(const json& object, JsonlSample& 
   return true;
 }
 
-absl::Status TextSampleEncoder::EncodeMessages(const json& messages, JsonlSample& sample) const {
-  if (!chat_format_.ok()) return chat_format_.status();
+absl::Status TextSampleEncoder::EncodeMessages(const json& object, JsonlSample& sample) const {
+  if (!chat_template_.ok()) return chat_template_.status();
+  const json& messages = object["messages"];
   if (!messages.is_array() || messages.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("\"messages\" is ", messages.dump().substr(0, 80),
                      ", not a non-empty array of {\"role\": ..., \"content\": ...}"));
   }
-  std::vector<ChatMessage> turns;
   bool any_assistant = false;
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string field = absl::StrCat("\"messages\"[", i, "]");
@@ -113,23 +128,46 @@ absl::Status TextSampleEncoder::EncodeMessages(const json& messages, JsonlSample
           absl::StrCat(field, " is ", messages[i].dump().substr(0, 80), ", not an object"));
     }
     KELVIN_ASSIGN_OR_RETURN(const std::string_view role, TextField(messages[i], "role", field));
-    if (role != "system" && role != "user" && role != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "\"role\" of ", field, " is \"", std::string(role), "\": use system, user or assistant"));
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat("\"role\" of ", field, " is \"",
+                                                     std::string(role),
+                                                     "\": use system, user, assistant or tool"));
     }
-    KELVIN_ASSIGN_OR_RETURN(const std::string_view content,
-                            TextField(messages[i], "content", field));
+    // An assistant turn that calls tools may have no text; the template renders its tool_calls.
+    const auto tool_calls = messages[i].find("tool_calls");
+    const bool calls_tools = tool_calls != messages[i].end() && !tool_calls->is_null();
+    if (calls_tools && (role != "assistant" || !tool_calls->is_array())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"tool_calls\" of ", field, " is ", tool_calls->dump().substr(0, 80),
+          role != "assistant" ? ": only an assistant message calls tools"
+                              : ", not an array of tool calls"));
+    }
+    const auto content = messages[i].find("content");
+    if (!calls_tools || (content != messages[i].end() && !content->is_null() &&
+                         !(content->is_string() && content->get_ref<const std::string&>().empty()))) {
+      KELVIN_RETURN_IF_ERROR(TextField(messages[i], "content", field).status());
+    }
     any_assistant |= role == "assistant";
-    turns.push_back({std::string(role), std::string(content)});
   }
   if (!any_assistant) {
     return absl::InvalidArgumentError(
         "\"messages\" has no assistant message: the sample would have nothing to train on");
   }
-  const absl::Status encoded =
-      EncodeChat(tokenizer_, *chat_format_, turns, sample.tokens, sample.targets);
-  if (!encoded.ok())
-    return absl::InvalidArgumentError(absl::StrCat("\"messages\": ", encoded.message()));
+  const auto tools = object.find("tools");
+  if (tools != object.end() && !tools->is_null() && !tools->is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat("\"tools\" is ", tools->dump().substr(0, 80),
+                                                   ", not an array of tool schemas"));
+  }
+  chat_template::ChatOptions options;
+  options.tools = tools != object.end() && !tools->is_null() ? &*tools : nullptr;
+  options.render.now = chat_date_;
+  absl::StatusOr<chat_template::EncodedChat> encoded =
+      chat_template::EncodeChatSample(tokenizer_, *chat_template_, messages, options);
+  if (!encoded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("\"messages\": ", encoded.status().message()));
+  }
+  sample.tokens = std::move(encoded->ids);
+  sample.targets = std::move(encoded->targets);
   return absl::OkStatus();
 }
 

@@ -4,12 +4,13 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <ctime>
 #include <optional>
 #include <string>
 
 #include "core/status.h"
 #include "data/sft/jsonl_sample_parser.h"
-#include "data/tokenizer/chat_format.h"
+#include "data/chat_template/model_template.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace kelvin::data {
@@ -17,14 +18,18 @@ namespace kelvin::data {
 // A "text" line is a document: the tokenizer's template (Llama-3: BOS), the text and the eos token,
 // the loss on every token. A prompt line is the template + prompt without loss, then the completion
 // + eos with loss, the two encoded apart (so the prompt's ids are those a generation from it starts
-// with). A "messages" line is in the model's chat format (chat_format.h), the loss on the
-// assistant's turns only. Other keys are ignored (and counted); an input_ids line is not this
-// encoder's.
+// with). A "messages" line (with optional "tools") is rendered by the model's own chat template
+// and encoded as transformers' apply_chat_template encodes it, the loss on the assistant's spans
+// of the rendering (data/chat_template/chat.h). Other keys are ignored (and counted); an
+// input_ids line is not this encoder's.
 class TextSampleEncoder {
  public:
   // The tokenizer of model directory `directory` (tokenizer.json, tokenizer_config.json with its
   // eos_token, the chat template when it has one).
-  static absl::StatusOr<TextSampleEncoder> FromDirectory(const std::string& directory);
+  // `chat_date`: what the template's strftime_now() gives ("2026-12-07"), for reproducible data;
+  // empty: the current date.
+  static absl::StatusOr<TextSampleEncoder> FromDirectory(const std::string& directory,
+                                                         const std::string& chat_date = "");
 
   // True when `object` holds "text", "prompt"/"completion" or "messages": then `sample` holds its
   // ids and targets (empty targets: every token trains). Problems are errors naming the field
@@ -36,11 +41,13 @@ class TextSampleEncoder {
  private:
   TextSampleEncoder(Tokenizer tokenizer, int32_t eos)
       : tokenizer_(std::move(tokenizer)), eos_(eos) {}
-  absl::Status EncodeMessages(const nlohmann::json& messages, JsonlSample& sample) const;
+  absl::Status EncodeMessages(const nlohmann::json& object, JsonlSample& sample) const;
 
   Tokenizer tokenizer_;
   int32_t eos_;
-  absl::StatusOr<ChatFormat> chat_format_ = absl::UnknownError("unset");
+  // The model's chat template, or why there is none (reported by the first "messages" line).
+  absl::StatusOr<chat_template::ModelTemplate> chat_template_ = absl::UnknownError("unset");
+  std::optional<std::tm> chat_date_;
 };
 
 }  // namespace kelvin::data

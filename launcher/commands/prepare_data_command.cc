@@ -15,7 +15,7 @@ namespace kelvin::launcher {
 namespace {
 
 struct PrepareDataArguments {
-  std::string samples, out, tokenizer;
+  std::string samples, out, tokenizer, chat_date;
 };
 
 int PrepareData(const PrepareDataArguments& a) {
@@ -24,7 +24,7 @@ int PrepareData(const PrepareDataArguments& a) {
   std::optional<data::TextSampleEncoder> encoder;
   if (!a.tokenizer.empty()) {
     absl::StatusOr<data::TextSampleEncoder> loaded =
-        data::TextSampleEncoder::FromDirectory(a.tokenizer);
+        data::TextSampleEncoder::FromDirectory(a.tokenizer, a.chat_date);
     if (!loaded.ok()) return Fail(WithWorkingDirectory(loaded.status(), {a.tokenizer}));
     encoder = *std::move(loaded);
   }
@@ -44,9 +44,9 @@ void AddPrepareDataCommand(CommandLine& line) {
       "SAMPLES.jsonl holds one JSON object per line: \"input_ids\", optional \"labels\" with -100\n"
       "where there is no loss, or \"loss_mask\". With --tokenizer, lines may also be\n"
       "{\"text\": ...} (BOS + text + eos, loss on all), {\"prompt\": ..., \"completion\": ...}\n"
-      "(loss on the completion) or {\"messages\": [{\"role\", \"content\"}, ...]} (the model's\n"
-      "chat format, llama3 or chatml; loss on assistant turns). Prints the job's data section\n"
-      "for the written dataset.",
+      "(loss on the completion) or {\"messages\": [{\"role\", \"content\"}, ...], \"tools\": [...]}\n"
+      "(rendered by the model's own chat template; loss on the assistant's turns). Prints the\n"
+      "job's data section for the written dataset.",
       [a] { return PrepareData(*a); });
   line.AddInput(command, a->samples, "SAMPLES.jsonl", "samples file");
   line.AddText(command, "--out", "PREFIX", "a path prefix",
@@ -54,6 +54,10 @@ void AddPrepareDataCommand(CommandLine& line) {
       ->required();
   line.AddText(command, "--tokenizer", "DIR", "the model directory",
                "the model directory whose tokenizer.json encodes text", a->tokenizer);
+  line.AddText(command, "--chat-date", "YYYY-MM-DD", "a date",
+               "what the chat template's strftime_now() formats (e.g. Llama-3.1's \"Today Date\"), "
+               "for reproducible data; default: today",
+               a->chat_date);
 }
 
 }  // namespace kelvin::launcher

@@ -1,8 +1,8 @@
 // Text samples in prepare-data (--tokenizer): text, prompt/completion and chat lines, mixed with
 // input_ids lines, read back with the ids and loss masks the tokenizer and the chat format give;
-// the chat formats equal transformers' apply_chat_template on 100 recorded conversations (ids and
-// the assistant-only loss mask) for Llama-3's template and ChatML; every bad text line is an error
-// naming the file, line and field, after which nothing is left.
+// chats rendered by the model's template equal transformers' apply_chat_template on 100 recorded
+// conversations (ids and the assistant-only loss mask) for Llama-3's template and ChatML; every bad
+// text line is an error naming the file, line and field, after which nothing is left.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/corpus/mmap_indexed_dataset.h"
+#include "data/chat_template/chat.h"
 #include "data/sft/jsonl_samples.h"
 #include "tests/core/io/test_files.h"
 
@@ -81,11 +82,18 @@ TEST(TextSamples, TextPromptChatAndInputIdsLinesReadBack) {
   EXPECT_EQ(Document(*corpus, 1), prompt);
   EXPECT_EQ(Document(*mask, 1), targets);
 
-  std::vector<int64_t> chat, chat_targets;
-  ASSERT_TRUE(EncodeChat(tokenizer, ChatFormat::kLlama3,
-                         {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", " Hello! "}}, chat,
-                         chat_targets)
-                  .ok());
+  absl::StatusOr<chat_template::ModelTemplate> model =
+      chat_template::ModelTemplate::FromDirectory(kTokenizers + "llama3_style");
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<chat_template::EncodedChat> encoded = chat_template::EncodeChatSample(
+      tokenizer, *model,
+      nlohmann::json::parse(R"([{"role": "system", "content": "Be brief."}, )"
+                            R"({"role": "user", "content": "Hi"}, )"
+                            R"({"role": "assistant", "content": " Hello! "}])"),
+      {});
+  ASSERT_TRUE(encoded.ok()) << encoded.status();
+  const std::vector<int64_t>& chat = encoded->ids;
+  const std::vector<int64_t>& chat_targets = encoded->targets;
   EXPECT_EQ(Document(*corpus, 2), chat);
   EXPECT_EQ(Document(*mask, 2), chat_targets);
   // The assistant's trimmed content and <|eot_id|> train: "Hello! " trimmed to "Hello!".
@@ -102,20 +110,19 @@ class ChatParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ChatParity, IdsAndLossMaskEqualApplyChatTemplate) {
   const TextSampleEncoder encoder = LoadEncoder(GetParam());
-  absl::StatusOr<ChatFormat> format =
-      DetectChatFormat(encoder.tokenizer().chat_template(), GetParam());
-  ASSERT_TRUE(format.ok()) << format.status();
-  EXPECT_EQ(*format, GetParam() == "llama3_style" ? ChatFormat::kLlama3 : ChatFormat::kChatMl);
+  absl::StatusOr<chat_template::ModelTemplate> model =
+      chat_template::ModelTemplate::FromDirectory(kTokenizers + GetParam());
+  ASSERT_TRUE(model.ok()) << model.status();
   std::ifstream cases(kTokenizers + "chat_cases.jsonl");
   std::string line;
   int checked = 0;
   while (std::getline(cases, line)) {
     const nlohmann::json record = nlohmann::json::parse(line);
-    std::vector<ChatMessage> messages;
-    for (const nlohmann::json& m : record["messages"])
-      messages.push_back({m["role"], m["content"]});
-    std::vector<int64_t> ids, targets;
-    ASSERT_TRUE(EncodeChat(encoder.tokenizer(), *format, messages, ids, targets).ok());
+    absl::StatusOr<chat_template::EncodedChat> encoded =
+        chat_template::EncodeChatSample(encoder.tokenizer(), *model, record["messages"], {});
+    ASSERT_TRUE(encoded.ok()) << encoded.status();
+    const std::vector<int64_t>& ids = encoded->ids;
+    const std::vector<int64_t>& targets = encoded->targets;
     EXPECT_EQ(ids, record[GetParam()]["ids"].get<std::vector<int64_t>>()) << "case " << checked;
     EXPECT_EQ(targets, record[GetParam()]["loss_mask"].get<std::vector<int64_t>>())
         << "case " << checked;
@@ -139,7 +146,7 @@ TEST(TextSamples, BadTextLinesAreErrorsNamingTheLineAndField) {
       {R"({"messages": [5]})", "\"messages\"[0] is 5, not an object"},
       {R"({"messages": [{"content": "x"}]})", "no \"role\" in \"messages\"[0]"},
       {R"({"messages": [{"role": "bot", "content": "x"}]})",
-       "\"role\" of \"messages\"[0] is \"bot\": use system, user or assistant"},
+       "\"role\" of \"messages\"[0] is \"bot\": use system, user, assistant or tool"},
       {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant"}]})",
        "no \"content\" in \"messages\"[1]"},
       {R"({"messages": [{"role": "user", "content": ["a"]}]})",
@@ -166,11 +173,6 @@ TEST(TextSamples, BadTextLinesAreErrorsNamingTheLineAndField) {
 
 TEST(TextSamples, ChatNeedsAChatTemplateAndTextNeedsAnEosToken) {
   const TextSampleEncoder encoder = LoadEncoder("llama3_style");
-  EXPECT_THAT(std::string(DetectChatFormat("{{ messages }}", "--tokenizer /m").status().message()),
-              HasSubstr("--tokenizer /m's chat template is neither of the chat formats Kelvin has "
-                        "(llama3: "));
-  EXPECT_THAT(std::string(DetectChatFormat("", "--tokenizer /m").status().message()),
-              HasSubstr("--tokenizer /m has no chat template"));
   testing::ScratchDir dir;
   std::filesystem::copy_file(kTokenizers + "gpt2_style/tokenizer.json", dir.Path("tokenizer.json"));
   testing::WriteFile(dir.Path("tokenizer_config.json"), "{}");

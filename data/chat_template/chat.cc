@@ -1,0 +1,208 @@
+// Rendering and encoding conversations with the loss mask the rendering implies (see chat.h).
+#include "data/chat_template/chat.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "data/chat_template/text.h"
+
+namespace kelvin::chat_template {
+namespace {
+
+using nlohmann::json;
+
+// transformers' _alias_reasoning_fields: a message's reasoning under any of its names is also
+// given as "thinking" (first) and "reasoning_content" (last).
+absl::StatusOr<Value> MessageValue(const json& message) {
+  KELVIN_ASSIGN_OR_RETURN(Value value, FromJson(message, kMaxChatJsonDepth));
+  if (!value.is_dict()) return value;
+  const Value* reasoning = nullptr;
+  for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
+    const Value* found = value.dict().Find(key);
+    if (found != nullptr && !found->is_none()) {
+      reasoning = found;
+      break;
+    }
+  }
+  if (reasoning == nullptr) return value;
+  Dict aliased;
+  aliased.items.emplace_back("thinking", *reasoning);
+  for (const auto& [key, item] : value.dict().items) aliased.Set(key, item);
+  const Value copy = *reasoning;
+  std::erase_if(aliased.items, [](const auto& item) { return item.first == "reasoning_content"; });
+  aliased.items.emplace_back("reasoning_content", copy);
+  return Value::FromDict(std::move(aliased));
+}
+
+absl::StatusOr<std::string> Render(const ModelTemplate& model, const List& messages,
+                                   size_t count, bool add_generation_prompt,
+                                   const Value& tools, const ChatOptions& options) {
+  KELVIN_ASSIGN_OR_RETURN(const Template* chosen,
+                          model.Select(!tools.is_none(), options.template_name));
+  Dict context = model.special_tokens();
+  context.Set("messages", Value::FromList(List(messages.begin(),
+                                               messages.begin() + static_cast<long>(count))));
+  context.Set("tools", tools);
+  context.Set("documents", Value::None());
+  context.Set("add_generation_prompt", Value::Bool(add_generation_prompt));
+  KELVIN_ASSIGN_OR_RETURN(RenderResult result, chosen->Render(context, options.render));
+  return std::move(result.text);
+}
+
+struct ChatValues {
+  List messages;
+  Value tools = Value::None();
+};
+
+absl::StatusOr<ChatValues> ToValues(const json& messages, const ChatOptions& options) {
+  if (!messages.is_array()) {
+    return absl::InvalidArgumentError("the messages are not a JSON array");
+  }
+  ChatValues values;
+  for (const json& message : messages) {
+    KELVIN_ASSIGN_OR_RETURN(Value value, MessageValue(message));
+    values.messages.push_back(std::move(value));
+  }
+  if (options.tools != nullptr && !options.tools->is_null()) {
+    KELVIN_ASSIGN_OR_RETURN(values.tools, FromJson(*options.tools, kMaxChatJsonDepth));
+  }
+  return values;
+}
+
+bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
+  const absl::StatusOr<std::string> skipped = tokenizer.Decode({id}, true);
+  const absl::StatusOr<std::string> kept = tokenizer.Decode({id}, false);
+  return skipped.ok() && kept.ok() && skipped->empty() && !kept->empty();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const json& messages,
+                                       const ChatOptions& options) {
+  KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
+  return Render(model, values.messages, values.messages.size(), options.add_generation_prompt,
+                values.tools, options);
+}
+
+absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
+                                             const ModelTemplate& model, const json& messages,
+                                             const ChatOptions& options) {
+  KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
+  const size_t n = values.messages.size();
+  KELVIN_ASSIGN_OR_RETURN(const std::string text,
+                          Render(model, values.messages, n, false, values.tools, options));
+  std::vector<int32_t> encoded;
+  KELVIN_RETURN_IF_ERROR(tokenizer.Encode(text, /*add_special_tokens=*/false, encoded));
+  // starts[t]: the byte offset in `text` where id t starts (its decoded bytes laid end to end).
+  // `spelled`: the ids' text, which differs from `text` where a normalizer (NFC) changed it.
+  std::vector<size_t> starts;
+  std::vector<bool> special;
+  std::string spelled;
+  for (const int32_t id : encoded) {
+    starts.push_back(spelled.size());
+    KELVIN_ASSIGN_OR_RETURN(const std::string bytes, tokenizer.Decode({id}, false));
+    spelled += bytes;
+    special.push_back(IsSpecial(tokenizer, id));
+  }
+  starts.push_back(spelled.size());
+  // Where byte `offset` of `text` lies in `spelled`: the length of the prefix's own encoding.
+  const auto spelled_offset = [&](size_t offset) -> absl::StatusOr<size_t> {
+    if (spelled == text) return offset;
+    std::vector<int32_t> prefix;
+    KELVIN_RETURN_IF_ERROR(tokenizer.Encode(text.substr(0, offset), false, prefix));
+    KELVIN_ASSIGN_OR_RETURN(const std::string prefix_text, tokenizer.Decode(prefix, false));
+    return prefix_text.size();
+  };
+  EncodedChat chat;
+  chat.ids.assign(encoded.begin(), encoded.end());
+  chat.targets.assign(encoded.size(), 0);
+
+  KELVIN_ASSIGN_OR_RETURN(const Template* chosen,
+                          model.Select(!values.tools.is_none(), options.template_name));
+  if (chosen->has_generation_blocks()) {
+    Dict context = model.special_tokens();
+    context.Set("messages", Value::FromList(values.messages));
+    context.Set("tools", values.tools);
+    context.Set("documents", Value::None());
+    context.Set("add_generation_prompt", Value::Bool(false));
+    KELVIN_ASSIGN_OR_RETURN(const RenderResult rendered, chosen->Render(context, options.render));
+    for (const auto& [text_begin, text_end] : rendered.generation_spans) {
+      KELVIN_ASSIGN_OR_RETURN(const size_t begin, spelled_offset(text_begin));
+      KELVIN_ASSIGN_OR_RETURN(const size_t end, spelled_offset(text_end));
+      for (size_t t = 0; t < encoded.size(); ++t) {
+        if (starts[t + 1] > begin && starts[t] < end) chat.targets[t] = 1;
+      }
+    }
+    return chat;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Value* role =
+        values.messages[i].is_dict() ? values.messages[i].dict().Find("role") : nullptr;
+    if (role == nullptr || !role->is_string() || role->str() != "assistant") continue;
+    KELVIN_ASSIGN_OR_RETURN(const std::string prompt,
+                            Render(model, values.messages, i, true, values.tools, options));
+    KELVIN_ASSIGN_OR_RETURN(const std::string turn,
+                            Render(model, values.messages, i + 1, false, values.tools, options));
+    const std::string where = absl::StrCat("message ", i, " (an assistant turn)");
+    if (!turn.starts_with(prompt)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the chat template's generation prompt before ", where,
+          " is not how the template renders the turn, so the assistant's span cannot be read "
+          "from the rendering (give the turns as separate samples, or use a template with "
+          "{% generation %} blocks)"));
+    }
+    if (!text.starts_with(turn)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the chat template renders ", where,
+          " differently once later messages follow (e.g. it drops an earlier turn's reasoning), "
+          "so its loss mask is ambiguous: give each assistant turn as its own sample, ending "
+          "with that turn"));
+    }
+    KELVIN_ASSIGN_OR_RETURN(const size_t begin, spelled_offset(prompt.size()));
+    KELVIN_ASSIGN_OR_RETURN(const size_t end, spelled_offset(turn.size()));
+    size_t first = encoded.size(), last = 0;  // the ids [first, last) that start in the span
+    for (size_t t = 0; t < encoded.size(); ++t) {
+      if (starts[t] >= begin && starts[t] < end) {
+        first = std::min(first, t);
+        last = t + 1;
+      }
+    }
+    if (first >= last) continue;
+    size_t trained_end = last;
+    for (size_t t = last; t-- > first;) {
+      if (special[t]) {
+        const std::string_view after(spelled.data() + starts[t + 1], starts[last] - starts[t + 1]);
+        if (StripPythonSpace(after, true, true).empty()) trained_end = t + 1;
+        break;
+      }
+    }
+    for (size_t t = first; t < trained_end; ++t) chat.targets[t] = 1;
+  }
+  return chat;
+}
+
+absl::StatusOr<std::vector<int32_t>> EndOfTurnIds(const data::Tokenizer& tokenizer,
+                                                  const ModelTemplate& model,
+                                                  const ChatOptions& options) {
+  std::vector<int32_t> ids;
+  if (const std::optional<std::string> eos = model.SpecialToken("eos_token")) {
+    if (const std::optional<int32_t> id = tokenizer.TokenId(*eos)) ids.push_back(*id);
+  }
+  const json probe = json::array({{{"role", "user"}, {"content", "Hello"}},
+                                  {{"role", "assistant"}, {"content", "Hi"}}});
+  ChatOptions probe_options = options;
+  probe_options.add_generation_prompt = false;
+  KELVIN_ASSIGN_OR_RETURN(const EncodedChat chat,
+                          EncodeChatSample(tokenizer, model, probe, probe_options));
+  for (size_t t = 0; t < chat.ids.size(); ++t) {
+    const int32_t id = static_cast<int32_t>(chat.ids[t]);
+    if (chat.targets[t] == 1 && IsSpecial(tokenizer, id) &&
+        std::find(ids.begin(), ids.end(), id) == ids.end()) {
+      ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
+}  // namespace kelvin::chat_template
