@@ -2,7 +2,6 @@
 #include "data/chat_template/chat.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "data/chat_template/text.h"
@@ -10,12 +9,9 @@
 namespace kelvin::chat_template {
 namespace {
 
-using nlohmann::json;
-
 // transformers' _alias_reasoning_fields: a message's reasoning under any of its names is also
 // given as "thinking" (first) and "reasoning_content" (last).
-absl::StatusOr<Value> MessageValue(const json& message) {
-  KELVIN_ASSIGN_OR_RETURN(Value value, FromJson(message, kMaxChatJsonDepth));
+Value MessageValue(const Value& value) {
   if (!value.is_dict()) return value;
   const Value* reasoning = nullptr;
   for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
@@ -55,18 +51,14 @@ struct ChatValues {
   Value tools = Value::None();
 };
 
-absl::StatusOr<ChatValues> ToValues(const json& messages, const ChatOptions& options) {
-  if (!messages.is_array()) {
-    return absl::InvalidArgumentError("the messages are not a JSON array");
+absl::StatusOr<ChatValues> ToValues(const Value& messages, const ChatOptions& options) {
+  if (!messages.is_list()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the messages are a ", messages.TypeName(), ", not a list"));
   }
   ChatValues values;
-  for (const json& message : messages) {
-    KELVIN_ASSIGN_OR_RETURN(Value value, MessageValue(message));
-    values.messages.push_back(std::move(value));
-  }
-  if (options.tools != nullptr && !options.tools->is_null()) {
-    KELVIN_ASSIGN_OR_RETURN(values.tools, FromJson(*options.tools, kMaxChatJsonDepth));
-  }
+  for (const Value& message : messages.list()) values.messages.push_back(MessageValue(message));
+  values.tools = options.tools;
   return values;
 }
 
@@ -78,7 +70,7 @@ bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
 
 }  // namespace
 
-absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const json& messages,
+absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const Value& messages,
                                        const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
   return Render(model, values.messages, values.messages.size(), options.add_generation_prompt,
@@ -86,7 +78,7 @@ absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const json& m
 }
 
 absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
-                                             const ModelTemplate& model, const json& messages,
+                                             const ModelTemplate& model, const Value& messages,
                                              const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
   const size_t n = values.messages.size();
@@ -189,8 +181,10 @@ absl::StatusOr<std::vector<int32_t>> EndOfTurnIds(const data::Tokenizer& tokeniz
   if (const std::optional<std::string> eos = model.SpecialToken("eos_token")) {
     if (const std::optional<int32_t> id = tokenizer.TokenId(*eos)) ids.push_back(*id);
   }
-  const json probe = json::array({{{"role", "user"}, {"content", "Hello"}},
-                                  {{"role", "assistant"}, {"content", "Hi"}}});
+  KELVIN_ASSIGN_OR_RETURN(
+      const Value probe,
+      ParseJson(R"([{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"}])",
+                4));
   ChatOptions probe_options = options;
   probe_options.add_generation_prompt = false;
   KELVIN_ASSIGN_OR_RETURN(const EncodedChat chat,

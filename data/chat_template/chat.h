@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -23,19 +22,16 @@
 
 namespace kelvin::chat_template {
 
-// JSON values of a conversation nest at most this deep (messages, tool calls, tools).
-inline constexpr int kMaxChatJsonDepth = 64;
-
 struct ChatOptions {
   bool add_generation_prompt = false;
-  const nlohmann::json* tools = nullptr;  // a JSON array of tool schemas, or null: none
+  Value tools = Value::None();  // a list of tool schemas, or none
   std::string template_name;              // empty: as transformers picks
   RenderOptions render;                   // strftime_now's date, bounds
 };
 
-// The text of `messages` (a JSON array of message objects, passed to the template as they are,
-// with reasoning_content / thinking aliased as transformers aliases them).
-absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const nlohmann::json& messages,
+// The text of `messages` (a list of message dicts, e.g. ParseJson of a JSON array, passed to the
+// template as they are, with reasoning_content / thinking aliased as transformers aliases them).
+absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const Value& messages,
                                        const ChatOptions& options);
 
 struct EncodedChat {
@@ -48,7 +44,7 @@ struct EncodedChat {
 // changes once later turns follow (a template that drops earlier reasoning) is an error naming it.
 absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
                                              const ModelTemplate& model,
-                                             const nlohmann::json& messages,
+                                             const Value& messages,
                                              const ChatOptions& options);
 
 // The ids that end an assistant turn: the eos token and the special tokens the template writes

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "data/chat_template/text.h"
@@ -295,6 +296,87 @@ absl::StatusOr<Value> FromJson(const nlohmann::json& json, int max_depth) {
 
 namespace {
 
+// Builds a Value from nlohmann's SAX events: open containers on a stack, keys kept in order.
+class ValueBuilder final : public nlohmann::json::json_sax_t {
+ public:
+  explicit ValueBuilder(int max_depth) : max_depth_(max_depth) {}
+
+  std::string error;
+  Value result;
+
+  bool null() override { return Add(Value::None()); }
+  bool boolean(bool value) override { return Add(Value::Bool(value)); }
+  bool number_integer(number_integer_t value) override { return Add(Value::Int(value)); }
+  bool number_unsigned(number_unsigned_t value) override {
+    if (value > static_cast<uint64_t>(INT64_MAX)) return Add(Value::Float(static_cast<double>(value)));
+    return Add(Value::Int(static_cast<int64_t>(value)));
+  }
+  bool number_float(number_float_t value, const string_t&) override {
+    return Add(Value::Float(value));
+  }
+  bool string(string_t& value) override { return Add(Value::String(std::move(value))); }
+  bool binary(binary_t&) override { return Stop("binary data is no JSON text"); }
+  bool start_object(std::size_t) override { return Open(false); }
+  bool start_array(std::size_t) override { return Open(true); }
+  bool end_object() override { return Close(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& name) override {
+    Container& top = stack_.back();
+    if (!top.keys.insert(name).second) {
+      return Stop(absl::StrCat("the key \"", name.substr(0, 80), "\" appears twice in an object"));
+    }
+    top.key = std::move(name);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& exception) override {
+    const std::string what = exception.what();
+    const size_t column = what.find("column ");
+    return Stop(absl::StrCat("not valid JSON: ",
+                             column == std::string::npos ? what : what.substr(column)));
+  }
+
+ private:
+  struct Container {
+    bool is_array;
+    List items;
+    Dict dict;
+    std::string key;
+    std::unordered_set<std::string> keys;
+  };
+
+  bool Stop(std::string message) {
+    error = std::move(message);
+    return false;
+  }
+  bool Add(Value value) {
+    if (stack_.empty()) {
+      result = std::move(value);
+    } else if (stack_.back().is_array) {
+      stack_.back().items.push_back(std::move(value));
+    } else {
+      stack_.back().dict.items.emplace_back(std::move(stack_.back().key), std::move(value));
+    }
+    return true;
+  }
+  bool Open(bool is_array) {
+    if (static_cast<int>(stack_.size()) >= max_depth_) {
+      return Stop(absl::StrCat("arrays and objects nest more than ", max_depth_, " levels deep"));
+    }
+    stack_.push_back({is_array, {}, {}, {}, {}});
+    return true;
+  }
+  bool Close() {
+    Container top = std::move(stack_.back());
+    stack_.pop_back();
+    return Add(top.is_array ? Value::FromList(std::move(top.items))
+                            : Value::FromDict(std::move(top.dict)));
+  }
+
+  int max_depth_;
+  std::vector<Container> stack_;
+};
+
 void AppendJsonString(std::string_view text, std::string& out) {
   out += '"';
   for (const char c : text) {
@@ -406,6 +488,14 @@ struct JsonWriter {
 };
 
 }  // namespace
+
+absl::StatusOr<Value> ParseJson(std::string_view text, int max_depth) {
+  ValueBuilder builder(max_depth);
+  if (!nlohmann::json::sax_parse(text.data(), text.data() + text.size(), &builder)) {
+    return absl::InvalidArgumentError(builder.error);
+  }
+  return std::move(builder.result);
+}
 
 absl::StatusOr<std::string> ToJson(const Value& value, int indent, bool sort_keys,
                                    std::string_view item_separator,

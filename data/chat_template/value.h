@@ -112,6 +112,11 @@ inline constexpr int kMaxValueDepth = 256;
 // A JSON value (messages, tools) as a template value; deeper than `max_depth` is an error.
 absl::StatusOr<Value> FromJson(const nlohmann::json& json, int max_depth);
 
+// JSON text (a line of a samples file, a conversation) as a value, keys in the order written, as
+// Python's json reads them for transformers. A key that appears twice in an object, nesting deeper
+// than `max_depth`, or text that is no JSON is an error.
+absl::StatusOr<Value> ParseJson(std::string_view text, int max_depth);
+
 // Python's json.dumps(value, ensure_ascii=False, indent=indent, separators=..., sort_keys=...),
 // as transformers' tojson filter calls it; indent < 0: none. Undefined and callables are errors.
 absl::StatusOr<std::string> ToJson(const Value& value, int indent, bool sort_keys,

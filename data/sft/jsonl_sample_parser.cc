@@ -208,7 +208,7 @@ absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& 
     // that are no JSON object go on to the event parser below, which names their problem.
     const json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (object.is_object()) {
-      const absl::StatusOr<bool> encoded = text_encoder_->Encode(object, sample_);
+      const absl::StatusOr<bool> encoded = text_encoder_->Encode(object, text, sample_);
       if (!encoded.ok()) return line_error(encoded.status().message());
       if (*encoded) return absl::OkStatus();
       if (!object.contains("input_ids")) {

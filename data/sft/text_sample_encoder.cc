@@ -11,6 +11,10 @@ namespace {
 
 using nlohmann::json;
 
+// A chat line's arrays and objects nest at most this deep (messages, tool calls and their
+// arguments, tool schemas).
+constexpr int kMaxChatDepth = 32;
+
 // `object`[key] as text: a non-empty string; else an error naming the key and `field`.
 absl::StatusOr<std::string_view> TextField(const json& object, const char* key,
                                            const std::string& field) {
@@ -70,7 +74,8 @@ absl::StatusOr<TextSampleEncoder> TextSampleEncoder::FromDirectory(const std::st
   return encoder;
 }
 
-absl::StatusOr<bool> TextSampleEncoder::Encode(const json& object, JsonlSample& sample) const {
+absl::StatusOr<bool> TextSampleEncoder::Encode(const json& object, std::string_view line,
+                                               JsonlSample& sample) const {
   const bool text = object.contains("text"), prompt = object.contains("prompt"),
              messages = object.contains("messages");
   // An input_ids sample may carry its text besides (as Hugging Face datasets do): not ours.
@@ -90,7 +95,7 @@ absl::StatusOr<bool> TextSampleEncoder::Encode(const json& object, JsonlSample& 
     }
   }
   if (messages) {
-    KELVIN_RETURN_IF_ERROR(EncodeMessages(object, sample));
+    KELVIN_RETURN_IF_ERROR(EncodeMessages(object, line, sample));
     return true;
   }
   if (text) {
@@ -112,7 +117,8 @@ absl::StatusOr<bool> TextSampleEncoder::Encode(const json& object, JsonlSample& 
   return true;
 }
 
-absl::Status TextSampleEncoder::EncodeMessages(const json& object, JsonlSample& sample) const {
+absl::Status TextSampleEncoder::EncodeMessages(const json& object, std::string_view line,
+                                               JsonlSample& sample) const {
   if (!chat_template_.ok()) return chat_template_.status();
   const json& messages = object["messages"];
   if (!messages.is_array() || messages.empty()) {
@@ -158,11 +164,14 @@ absl::Status TextSampleEncoder::EncodeMessages(const json& object, JsonlSample& 
     return absl::InvalidArgumentError(absl::StrCat("\"tools\" is ", tools->dump().substr(0, 80),
                                                    ", not an array of tool schemas"));
   }
+  // The line again, its keys in order and none twice (the check above read nlohmann's sorted copy).
+  absl::StatusOr<chat_template::Value> ordered = chat_template::ParseJson(line, kMaxChatDepth);
+  if (!ordered.ok()) return ordered.status();
   chat_template::ChatOptions options;
-  options.tools = tools != object.end() && !tools->is_null() ? &*tools : nullptr;
+  if (const chat_template::Value* given = ordered->dict().Find("tools")) options.tools = *given;
   options.render.now = chat_date_;
-  absl::StatusOr<chat_template::EncodedChat> encoded =
-      chat_template::EncodeChatSample(tokenizer_, *chat_template_, messages, options);
+  absl::StatusOr<chat_template::EncodedChat> encoded = chat_template::EncodeChatSample(
+      tokenizer_, *chat_template_, *ordered->dict().Find("messages"), options);
   if (!encoded.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("\"messages\": ", encoded.status().message()));
   }

@@ -31,17 +31,20 @@ class TextSampleEncoder {
   static absl::StatusOr<TextSampleEncoder> FromDirectory(const std::string& directory,
                                                          const std::string& chat_date = "");
 
-  // True when `object` holds "text", "prompt"/"completion" or "messages": then `sample` holds its
-  // ids and targets (empty targets: every token trains). Problems are errors naming the field
-  // (the caller adds the file and line).
-  absl::StatusOr<bool> Encode(const nlohmann::json& object, JsonlSample& sample) const;
+  // True when `object` (parsed from `line`) holds "text", "prompt"/"completion" or "messages":
+  // then `sample` holds its ids and targets (empty targets: every token trains). A chat line is
+  // read again from `line` so its messages keep their keys' order (the template sees them as
+  // transformers does). Problems are errors naming the field (the caller adds the file and line).
+  absl::StatusOr<bool> Encode(const nlohmann::json& object, std::string_view line,
+                              JsonlSample& sample) const;
 
   const Tokenizer& tokenizer() const { return tokenizer_; }
 
  private:
   TextSampleEncoder(Tokenizer tokenizer, int32_t eos)
       : tokenizer_(std::move(tokenizer)), eos_(eos) {}
-  absl::Status EncodeMessages(const nlohmann::json& object, JsonlSample& sample) const;
+  absl::Status EncodeMessages(const nlohmann::json& object, std::string_view line,
+                              JsonlSample& sample) const;
 
   Tokenizer tokenizer_;
   int32_t eos_;

@@ -87,9 +87,10 @@ TEST(TextSamples, TextPromptChatAndInputIdsLinesReadBack) {
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<chat_template::EncodedChat> encoded = chat_template::EncodeChatSample(
       tokenizer, *model,
-      nlohmann::json::parse(R"([{"role": "system", "content": "Be brief."}, )"
-                            R"({"role": "user", "content": "Hi"}, )"
-                            R"({"role": "assistant", "content": " Hello! "}])"),
+      *chat_template::ParseJson(R"([{"role": "system", "content": "Be brief."}, )"
+                                R"({"role": "user", "content": "Hi"}, )"
+                                R"({"role": "assistant", "content": " Hello! "}])",
+                                4),
       {});
   ASSERT_TRUE(encoded.ok()) << encoded.status();
   const std::vector<int64_t>& chat = encoded->ids;
@@ -118,8 +119,11 @@ TEST_P(ChatParity, IdsAndLossMaskEqualApplyChatTemplate) {
   int checked = 0;
   while (std::getline(cases, line)) {
     const nlohmann::json record = nlohmann::json::parse(line);
+    absl::StatusOr<chat_template::Value> messages =
+        chat_template::ParseJson(record["messages"].dump(), 4);
+    ASSERT_TRUE(messages.ok()) << messages.status();
     absl::StatusOr<chat_template::EncodedChat> encoded =
-        chat_template::EncodeChatSample(encoder.tokenizer(), *model, record["messages"], {});
+        chat_template::EncodeChatSample(encoder.tokenizer(), *model, *messages, {});
     ASSERT_TRUE(encoded.ok()) << encoded.status();
     const std::vector<int64_t>& ids = encoded->ids;
     const std::vector<int64_t>& targets = encoded->targets;
