@@ -136,7 +136,101 @@ def kelvin_loss_mask(compiled, tokenizer, messages, tools, special_tokens, text,
     return mask
 
 
+# Constructs of the engine one at a time: (template, variables). Python's output (or its error
+# class) goes to engine_cases.jsonl for tests/data/chat_template/template_test.cc.
+ENGINE_CASES = [
+    ("a\n{% if x %}\n  yes\n{% endif %}\nb\n", {"x": True}),
+    ("  {% if x %}in{% endif %}  \n{#- c -#}  end", {"x": False}),
+    ("{%+ if true %}x{% endif +%}\ny", {}),
+    ("{{- '  a  ' -}}   {{ 'b' }}\n\n{{- 'c' }}", {}),
+    ("line\r\nnext\r\n", {}),
+    ("{# a {{ comment }} #}\n{{ 1 }}", {}),
+    ("{{ 1 + 2 * 3 - 4 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }}", {}),
+    ("{{ 1.5 }} {{ 0.1 + 0.2 }} {{ 1e-5 }} {{ 1e16 }} {{ 3.0 }} {{ 10 / 4 }}", {}),
+    ("{{ 'a' ~ 1 ~ none ~ true }} {{ 'x' + 'y' }} {{ [1] + [2, 'b'] }}", {}),
+    ("{{ 1 == 1.0 }} {{ 'a' != 'b' }} {{ 2 < 3 }} {{ 'b' >= 'a' }} {{ true == 1 }}", {}),
+    ("{{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 3 not in [1] }}", {}),
+    ("{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ not [] }} {{ none or [] }}", {}),
+    ("{{ 'y' if x else 'n' }} {{ 'y' if not x }}|", {"x": False}),
+    ("{{ m[1:] }} {{ m[:-1] }} {{ m[::-1] }} {{ m[-1] }} {{ s[1:3] }} {{ s[-2:] }} {{ s[0] }}",
+     {"m": [1, 2, 3], "s": "héllo"}),
+    ("{{ d.role }} {{ d['role'] }} {{ d.missing is defined }} {{ d.items() | list }}",
+     {"d": {"role": "user", "content": "c"}}),
+    ("{{ d.get('role') }} {{ d.get('x', 5) }} {{ d.get('x') }} {{ d.keys() | list }} "
+     "{{ d.values() | list }}", {"d": {"role": "user", "n": 1}}),
+    ("{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.strip(' x') }}|{{ s.split() }}"
+     "|{{ 'a,b,,c'.split(',') }}|{{ 'a b c'.split(' ', 1) }}", {"s": " x hi there \n"}),
+    ("{{ 'Hello'.startswith('He') }} {{ 'Hello'.endswith(('x', 'lo')) }} {{ 'ab'.upper() }} "
+     "{{ 'AB'.lower() }} {{ 'hello world'.title() }} {{ 'aXb'.replace('X', '-') }} "
+     "{{ 'abc'.find('c') }}", {}),
+    ("{{ s | trim }}|{{ s | length }}|{{ [1, 2] | length }}|{{ s | upper }}|{{ 'ab' | capitalize }}"
+     "|{{ 'a b' | title }}|{{ 'AB' | lower }}", {"s": "  ok  "}),
+    ("{{ x | default('d') }} {{ '' | default('d') }} {{ '' | default('d', true) }} "
+     "{{ [1, 2, 3] | join('-') }} {{ [1, 2] | first }} {{ [1, 2] | last }} {{ 'ab' | list }}",
+     {}),
+    ("{{ ms | map(attribute='role') | join(',') }} {{ ms | selectattr('role', 'equalto', 'user') "
+     "| list | length }} {{ ms | rejectattr('role', 'eq', 'user') | map(attribute='c') | list }} "
+     "{{ ms | selectattr('c') | list | length }}",
+     {"ms": [{"role": "user", "c": "a"}, {"role": "assistant", "c": ""}, {"role": "user", "c": "b"}]}),
+    ("{{ {'b': 1, 'a': [1, 'é', none, true, 1.5]} | tojson }} {{ {'b': 1, 'a': 2} | tojson(indent=2) }}"
+     " {{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }} {{ 'x\n\"' | tojson }} {{ [] | tojson(indent=4) }}",
+     {}),
+    ("{{ '42' | int }} {{ '4.5' | float }} {{ 'x' | int }} {{ 4.7 | int }} {{ 2.5 | round }} "
+     "{{ 3.14159 | round(2) }} {{ -3 | abs }} {{ 'a-b' | replace('-', '+') }} {{ 'x' | safe }} "
+     "{{ 5 | string }} {{ {'a': 1} | items | list }}", {}),
+    ("{{ x is defined }} {{ y is undefined }} {{ none is none }} {{ 's' is string }} "
+     "{{ {} is mapping }} {{ [] is iterable }} {{ 's' is sequence }} {{ 1.5 is number }} "
+     "{{ true is boolean }} {{ true is true }} {{ false is false }} {{ 3 is equalto 3 }} "
+     "{{ 3 is eq(4) }} {{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ x is not none }}",
+     {"x": 1}),
+    ("{% for m in ms %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}"
+     "{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }};{% endfor %}", {"ms": ["a", "b"]}),
+    ("{% for m in ms if m != 'b' %}{{ m }}{{ loop.index }}{% else %}none{% endfor %}"
+     "{% for m in [] %}x{% else %}empty{% endfor %}", {"ms": ["a", "b", "c"]}),
+    ("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
+     {"d": {"z": 1, "a": 2}}),
+    ("{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}"
+     "{% endif %}{{ i }}{% endfor %} {{ range(2, 8, 3) | list }}", {}),
+    ("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{{ x }}{% endfor %}{{ x }}"
+     "{% set ns = namespace(x=1, found=false) %}{% for i in [1, 2] %}{% set ns.x = ns.x + i %}"
+     "{% endfor %}{{ ns.x }}{{ ns.found }}", {}),
+    ("{% set a, b = [1, 2] %}{{ a }}{{ b }}{% set block %}in {{ a }}{% endset %}[{{ block }}]", {}),
+    ("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
+     "{{ greet('A') }} {{ greet('B', punct='?') }} {{ greet(name='C') }}", {}),
+    ("{% if a %}1{% elif b %}2{% elif c %}3{% else %}4{% endif %}", {"a": 0, "b": "", "c": [0]}),
+    ("{{ messages[0]['content'] | trim + '|' }}{{ 'a' + 'b' | upper }}{{ -2 ** 2 }}", {
+        "messages": [{"content": "  x  "}]}),
+    ("{{ x }}|{{ x.y is defined }}|{{ x | length }}|{% for i in x %}no{% endfor %}|"
+     "{{ x | default('u') }}|{{ x ~ 'a' }}", {}),
+    ("{{ 'a' * 3 }} {{ [0] * 2 }} {{ none }} {{ [none, true, 'q', \"it's\"] }} {{ {'k': 'v'} }}", {}),
+    ("{{ raise_exception('bad role: ' ~ r) }}", {"r": "bot"}),
+    ("{{ strftime_now('%Y-%m-%d %A %d %b %B') }}", {}),
+    ("{{ x.y }}", {}),
+    ("{{ [].append(1) }}", {}),
+    ("{{ 1 + 'a' }}", {}),
+    ("{{ none.x }}", {}),
+]
+
+
+def engine_cases():
+    records = []
+    for template, variables in ENGINE_CASES:
+        record = {"template": template, "variables": variables}
+        try:
+            record["output"] = chat_template_utils._compile_jinja_template(template).render(
+                **variables)
+        except Exception as error:  # the C++ side must fail too; its message is its own
+            record["error"] = type(error).__name__ + ": " + str(error)
+        records.append(record)
+    path = os.path.join(TEMPLATES, "engine_cases.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    print(f"{len(records)} engine cases ({sum('error' in r for r in records)} errors) into {path}")
+
+
 def main():
+    engine_cases()
     rng = random.Random(7)
     records = []
     for name, (tokenizer_dir, with_tools) in STYLES.items():

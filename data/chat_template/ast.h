@@ -60,13 +60,13 @@ struct MacroStatement {
 
 struct Statement {
   enum class Kind {
-    kText,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // branches: (condition, body), the else branch's condition null
-    kFor,         // for targets in expr [if filter]: body [else: else_body]
-    kSet,         // set targets = expr, or set targets[0].attribute = expr
-    kSetBlock,    // set targets[0] %}body{% endset
-    kMacro,       // macro
+    kText,      // text
+    kOutput,    // {{ expr }}
+    kIf,        // branches: (condition, body), the else branch's condition null
+    kFor,       // for targets in expr [if filter]: body [else: else_body]
+    kSet,       // set targets = expr, or set targets[0].attribute = expr
+    kSetBlock,  // set targets[0] %}body{% endset
+    kMacro,     // macro
     kBreak,
     kContinue,
     kGeneration,  // transformers' {% generation %}body{% endgeneration %}: assistant text
@@ -79,6 +79,7 @@ struct Statement {
   std::vector<std::string> targets;
   std::string attribute;  // kSet on a namespace attribute
   ExprPtr filter;
+  bool uses_loop = false;  // kFor: its body reads `loop` (else the loop object is not built)
   Body body, else_body;
   std::unique_ptr<MacroStatement> macro;
 };

@@ -14,9 +14,7 @@ namespace {
 
 using Kind = Value::Kind;
 
-absl::Status Invalid(const std::string& message) {
-  return absl::InvalidArgumentError(message);
-}
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // The argument at `index` or named `name`, or null when not given.
 const Value* Argument(const CallArgs& args, size_t index, const std::string& name) {
@@ -31,8 +29,7 @@ absl::Status CheckArguments(const std::string& what, const CallArgs& args, size_
                             std::initializer_list<std::string_view> names) {
   if (args.positional.size() > max_positional) {
     return Invalid(absl::StrCat(what, " takes at most ", max_positional, " positional argument",
-                                max_positional == 1 ? "" : "s", ", got ",
-                                args.positional.size()));
+                                max_positional == 1 ? "" : "s", ", got ", args.positional.size()));
   }
   for (const auto& [key, value] : args.named) {
     if (std::find(names.begin(), names.end(), key) == names.end()) {
@@ -55,8 +52,9 @@ absl::StatusOr<std::string> AsciiCase(const std::string& what, std::string_view 
   std::string out(text);
   for (size_t i = 0; i < out.size(); ++i) {
     if (static_cast<unsigned char>(out[i]) >= 0x80) {
-      return Invalid(absl::StrCat(what, " of text with non-ASCII characters is not supported "
-                                        "(Kelvin changes the case of ASCII letters only)"));
+      return Invalid(absl::StrCat(what,
+                                  " of text with non-ASCII characters is not supported "
+                                  "(Kelvin changes the case of ASCII letters only)"));
     }
     out[i] = map(out[i], i);
   }
@@ -77,7 +75,8 @@ absl::StatusOr<std::string> Title(std::string_view text) {
 }
 
 absl::StatusOr<std::string> Capitalize(std::string_view text) {
-  return AsciiCase("capitalize", text, [](char c, size_t i) { return i == 0 ? Upper(c) : Lower(c); });
+  return AsciiCase("capitalize", text,
+                   [](char c, size_t i) { return i == 0 ? Upper(c) : Lower(c); });
 }
 
 absl::StatusOr<int64_t> Length(const Value& value) {
@@ -148,7 +147,8 @@ absl::StatusOr<Value> ToJsonFilter(const Value& input, const CallArgs& args, Wor
   }
   const Value* sort_keys = Argument(args, 99, "sort_keys");
   std::string item_separator = indent >= 0 ? "," : ", ", key_separator = ": ";
-  if (const Value* value = Argument(args, 99, "separators"); value != nullptr && !value->is_none()) {
+  if (const Value* value = Argument(args, 99, "separators");
+      value != nullptr && !value->is_none()) {
     if (!value->is_list() || value->list().size() != 2 || !value->list()[0].is_string() ||
         !value->list()[1].is_string()) {
       return Invalid("tojson: separators is a pair of strings (item, key)");
@@ -156,9 +156,11 @@ absl::StatusOr<Value> ToJsonFilter(const Value& input, const CallArgs& args, Wor
     item_separator = value->list()[0].str();
     key_separator = value->list()[1].str();
   }
-  if (const Value* value = Argument(args, 99, "ensure_ascii"); value != nullptr && value->Truthy()) {
-    return Invalid("tojson(ensure_ascii=true) is not supported: Kelvin writes UTF-8 as "
-                   "transformers' default (ensure_ascii=False) does");
+  if (const Value* value = Argument(args, 99, "ensure_ascii");
+      value != nullptr && value->Truthy()) {
+    return Invalid(
+        "tojson(ensure_ascii=true) is not supported: Kelvin writes UTF-8 as "
+        "transformers' default (ensure_ascii=False) does");
   }
   KELVIN_ASSIGN_OR_RETURN(std::string json,
                           ToJson(input, indent, sort_keys != nullptr && sort_keys->Truthy(),
@@ -212,7 +214,8 @@ absl::StatusOr<Value> Split(const std::string& text, const Value* separator, con
       while (pos < text.size() && PythonSpaceAt(text, pos) > 0) pos += PythonSpaceAt(text, pos);
       if (pos >= text.size()) break;
       if (splits == 0) {
-        parts.push_back(Value::String(std::string(StripPythonSpace(text.substr(pos), false, true))));
+        parts.push_back(
+            Value::String(std::string(StripPythonSpace(text.substr(pos), false, true))));
         break;
       }
       size_t end = pos;
@@ -407,6 +410,10 @@ Value Reverse(const List& items) {
 }  // namespace
 
 absl::Status WorkBudget::Charge(int64_t bytes) {
+  if (bytes > max_piece_) {
+    return Invalid(absl::StrCat("the template builds a piece of ", bytes,
+                                " bytes, more than the rendering may hold"));
+  }
   left_ -= bytes;
   if (left_ >= 0) return absl::OkStatus();
   return Invalid(
@@ -422,21 +429,19 @@ absl::Status UndefinedError(const Value& undefined) {
 
 bool IsFilter(const std::string& name) {
   static constexpr std::string_view kFilters[] = {
-      "trim",   "length",     "count",      "tojson",  "string", "lower", "upper",
-      "title",  "capitalize", "default",    "d",       "join",   "first", "last",
-      "list",   "map",        "selectattr", "rejectattr", "select", "reject", "items",
-      "int",    "float",      "replace",    "safe",    "round",  "abs",   "reverse",
-      "unique"};
+      "trim",       "length",     "count",  "tojson",  "string", "lower", "upper", "title",
+      "capitalize", "default",    "d",      "join",    "first",  "last",  "list",  "map",
+      "selectattr", "rejectattr", "select", "reject",  "items",  "int",   "float", "replace",
+      "safe",       "round",      "abs",    "reverse", "unique"};
   return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
 }
 
 bool IsTest(const std::string& name) {
   static constexpr std::string_view kTests[] = {
-      "defined", "undefined", "none",    "string",  "mapping", "iterable", "sequence",
-      "number",  "integer",   "float",   "boolean", "true",    "false",    "equalto",
-      "eq",      "==",        "ne",      "!=",      "lt",      "<",        "le",
-      "<=",      "gt",        ">",       "ge",      ">=",      "in",       "odd",
-      "even",    "divisibleby", "callable", "sameas"};
+      "defined", "undefined", "none",    "string", "mapping", "iterable",    "sequence", "number",
+      "integer", "float",     "boolean", "true",   "false",   "equalto",     "eq",       "==",
+      "ne",      "!=",        "lt",      "<",      "le",      "<=",          "gt",       ">",
+      "ge",      ">=",        "in",      "odd",    "even",    "divisibleby", "callable", "sameas"};
   return std::find(std::begin(kTests), std::end(kTests), name) != std::end(kTests);
 }
 
@@ -515,7 +520,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& input, c
     if (!input.is_dict()) return Invalid(absl::StrCat("items of a ", input.TypeName()));
     List pairs;
     for (const auto& [key, value] : input.dict().items) {
-      pairs.push_back(Value::FromList({Value::String(key), value}));
+      pairs.push_back(Value::FromTuple({Value::String(key), value}));
     }
     return Value::FromList(std::move(pairs));
   }
@@ -578,7 +583,8 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& input, cons
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
     if (kind != Kind::kInt && kind != Kind::kBool) {
-      return Invalid(absl::StrCat("the test '", name, "' needs an integer, got ", input.TypeName()));
+      return Invalid(
+          absl::StrCat("the test '", name, "' needs an integer, got ", input.TypeName()));
     }
     if (name != "divisibleby") return (input.as_int() % 2 != 0) == (name == "odd");
     KELVIN_RETURN_IF_ERROR(need_other());
@@ -657,8 +663,8 @@ std::optional<Value> BoundMethod(const Value& receiver, const std::string& name,
     }
     return std::nullopt;
   }
-  static constexpr std::string_view kMutators[] = {"append", "extend", "insert", "pop",
-                                                   "remove", "clear",  "sort",   "reverse",
+  static constexpr std::string_view kMutators[] = {"append", "extend",     "insert", "pop",
+                                                   "remove", "clear",      "sort",   "reverse",
                                                    "update", "setdefault", "popitem"};
   if ((receiver.is_list() || (receiver.is_dict() && !receiver.dict().is_namespace)) &&
       std::find(std::begin(kMutators), std::end(kMutators), name) != std::end(kMutators)) {

@@ -31,14 +31,14 @@ Value MessageValue(const Value& value) {
   return Value::FromDict(std::move(aliased));
 }
 
-absl::StatusOr<std::string> Render(const ModelTemplate& model, const List& messages,
-                                   size_t count, bool add_generation_prompt,
-                                   const Value& tools, const ChatOptions& options) {
+absl::StatusOr<std::string> Render(const ModelTemplate& model, const List& messages, size_t count,
+                                   bool add_generation_prompt, const Value& tools,
+                                   const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const Template* chosen,
                           model.Select(!tools.is_none(), options.template_name));
   Dict context = model.special_tokens();
-  context.Set("messages", Value::FromList(List(messages.begin(),
-                                               messages.begin() + static_cast<long>(count))));
+  context.Set("messages",
+              Value::FromList(List(messages.begin(), messages.begin() + static_cast<long>(count))));
   context.Set("tools", tools);
   context.Set("documents", Value::None());
   context.Set("add_generation_prompt", Value::Bool(add_generation_prompt));

@@ -25,8 +25,8 @@ namespace kelvin::chat_template {
 struct ChatOptions {
   bool add_generation_prompt = false;
   Value tools = Value::None();  // a list of tool schemas, or none
-  std::string template_name;              // empty: as transformers picks
-  RenderOptions render;                   // strftime_now's date, bounds
+  std::string template_name;    // empty: as transformers picks
+  RenderOptions render;         // strftime_now's date, bounds
 };
 
 // The text of `messages` (a list of message dicts, e.g. ParseJson of a JSON array, passed to the
@@ -43,8 +43,7 @@ struct EncodedChat {
 // add_special_tokens=False) and the loss mask of the rule above. A message whose rendering
 // changes once later turns follow (a template that drops earlier reasoning) is an error naming it.
 absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
-                                             const ModelTemplate& model,
-                                             const Value& messages,
+                                             const ModelTemplate& model, const Value& messages,
                                              const ChatOptions& options);
 
 // The ids that end an assistant turn: the eos token and the special tokens the template writes

@@ -122,8 +122,8 @@ class Lexer {
     while (true) {
       while (pos < src_.size() && std::isspace(static_cast<unsigned char>(src_[pos]))) ++pos;
       if (pos >= src_.size()) {
-        return Error(tag, absl::StrCat("this ", block ? "{%" : "{{", " is never closed by ",
-                                       close));
+        return Error(tag,
+                     absl::StrCat("this ", block ? "{%" : "{{", " is never closed by ", close));
       }
       const std::string_view rest = std::string_view(src_).substr(pos);
       if (brackets.empty()) {
@@ -138,7 +138,8 @@ class Lexer {
       const char c = src_[pos];
       if (c == '\'' || c == '"') {
         KELVIN_ASSIGN_OR_RETURN(pos, LexString(pos));
-      } else if (std::isdigit(static_cast<unsigned char>(c)) && (pos == 0 || src_[pos - 1] != '.')) {
+      } else if (std::isdigit(static_cast<unsigned char>(c)) &&
+                 (pos == 0 || src_[pos - 1] != '.')) {
         pos = LexNumber(pos);
       } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t end = pos;
@@ -200,17 +201,40 @@ class Lexer {
         return code;
       };
       switch (e) {
-        case 'n': value += '\n'; break;
-        case 't': value += '\t'; break;
-        case 'r': value += '\r'; break;
-        case 'a': value += '\a'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'v': value += '\v'; break;
-        case '0': value += '\0'; break;
-        case '\\': case '\'': case '"': value += e; break;
-        case '\n': break;  // a line continuation
-        case 'x': case 'u': case 'U': {
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'v':
+          value += '\v';
+          break;
+        case '0':
+          value += '\0';
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          value += e;
+          break;
+        case '\n':
+          break;  // a line continuation
+        case 'x':
+        case 'u':
+        case 'U': {
           KELVIN_ASSIGN_OR_RETURN(const uint32_t code, hex(e == 'x' ? 2 : e == 'u' ? 4 : 8));
           if (code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
             return Error(start, "a string escape names no Unicode character");
@@ -274,12 +298,10 @@ class Lexer {
 
 std::string LexedTemplate::Where(size_t offset) const {
   offset = std::min(offset, source.size());
-  const size_t line = 1 + static_cast<size_t>(std::count(source.begin(),
-                                                         source.begin() + static_cast<long>(offset),
-                                                         '\n'));
+  const size_t line = 1 + static_cast<size_t>(std::count(
+                              source.begin(), source.begin() + static_cast<long>(offset), '\n'));
   const size_t newline = source.rfind('\n', offset == 0 ? 0 : offset - 1);
-  const size_t column =
-      newline == std::string::npos || offset == 0 ? offset + 1 : offset - newline;
+  const size_t column = newline == std::string::npos || offset == 0 ? offset + 1 : offset - newline;
   return absl::StrCat("line ", line, ", column ", column);
 }
 

@@ -46,8 +46,9 @@ absl::StatusOr<ModelTemplate> ModelTemplate::FromDirectory(const std::string& di
   const fs::path config_path = dir / "tokenizer_config.json";
   std::error_code error;
   if (fs::exists(config_path, error)) {
-    KELVIN_ASSIGN_OR_RETURN(const std::string text,
-                            io::ReadRegularFile(config_path.string(), "tokenizer config", 64 << 20));
+    KELVIN_ASSIGN_OR_RETURN(
+        const std::string text,
+        io::ReadRegularFile(config_path.string(), "tokenizer config", 64 << 20));
     KELVIN_ASSIGN_OR_RETURN(const json config, io::ParseStrictJson(text, config_path.string()));
     if (!config.is_object()) {
       return absl::InvalidArgumentError(
@@ -75,9 +76,10 @@ absl::StatusOr<ModelTemplate> ModelTemplate::FromDirectory(const std::string& di
           return absl::InvalidArgumentError(absl::StrCat(field, " is an empty list"));
         }
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, " is ", Shown(*it), ", not a string (a template) or a list of {\"name\", "
-            "\"template\"} objects"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " is ", Shown(*it),
+                         ", not a string (a template) or a list of {\"name\", "
+                         "\"template\"} objects"));
       }
     }
     for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
@@ -107,9 +109,10 @@ absl::StatusOr<ModelTemplate> ModelTemplate::FromDirectory(const std::string& di
   }
   if (!files.empty()) sources = std::move(files);
   if (sources.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        directory, " has no chat template (no chat_template.jinja, and no \"chat_template\" in "
-        "tokenizer_config.json)"));
+    return absl::NotFoundError(
+        absl::StrCat(directory,
+                     " has no chat template (no chat_template.jinja, and no \"chat_template\" in "
+                     "tokenizer_config.json)"));
   }
   for (auto& [name, source] : sources) {
     KELVIN_ASSIGN_OR_RETURN(Template parsed, Template::Parse(source.first, source.second));
@@ -137,7 +140,8 @@ absl::StatusOr<const Template*> ModelTemplate::Select(bool has_tools,
   }
   if (const auto it = templates_.find(chosen); it != templates_.end()) return &it->second;
   std::string names;
-  for (const auto& [known, parsed] : templates_) absl::StrAppend(&names, names.empty() ? "" : ", ", known);
+  for (const auto& [known, parsed] : templates_)
+    absl::StrAppend(&names, names.empty() ? "" : ", ", known);
   return absl::InvalidArgumentError(absl::StrCat(
       source_, " has no chat template named \"", chosen, "\" (it has ", names,
       name.empty() ? "; transformers renders \"default\", or \"tool_use\" when tools are given)"

@@ -143,8 +143,8 @@ class Parser {
     return statement;
   }
 
-  absl::StatusOr<std::unique_ptr<Statement>> ParseStatement(
-      const std::string& name, size_t offset, const std::vector<std::string>& ends) {
+  absl::StatusOr<std::unique_ptr<Statement>> ParseStatement(const std::string& name, size_t offset,
+                                                            const std::vector<std::string>& ends) {
     if (name == "if") return ParseIf(offset);
     if (name == "for") return ParseFor(offset);
     if (name == "set") return ParseSet(offset);
@@ -165,13 +165,14 @@ class Parser {
       return NewStatement(name == "break" ? Statement::Kind::kBreak : Statement::Kind::kContinue,
                           offset);
     }
-    static constexpr std::string_view kEnds[] = {"endif", "endfor", "endset", "endmacro",
-                                                  "elif", "else", "endgeneration"};
+    static constexpr std::string_view kEnds[] = {"endif", "endfor", "endset",       "endmacro",
+                                                 "elif",  "else",   "endgeneration"};
     for (const std::string_view known_end : kEnds) {
       if (name == known_end) {
-        return Error(offset, absl::StrCat("{% ", name, " %} without its opening tag",
-                                          ends.empty() ? "" : absl::StrCat(" (expected {% ",
-                                                                           ends.back(), " %})")));
+        return Error(
+            offset,
+            absl::StrCat("{% ", name, " %} without its opening tag",
+                         ends.empty() ? "" : absl::StrCat(" (expected {% ", ends.back(), " %})")));
       }
     }
     return Error(offset, absl::StrCat("{% ", name,
@@ -381,8 +382,8 @@ class Parser {
       std::string op;
       const size_t offset = Peek().offset;
       if (Peek().kind == Kind::kOperator &&
-          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" ||
-           Peek().text == ">" || Peek().text == "<=" || Peek().text == ">=")) {
+          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == ">" ||
+           Peek().text == "<=" || Peek().text == ">=")) {
         op = Next().text;
       } else if (IsName("in")) {
         op = Next().text;
@@ -425,19 +426,21 @@ class Parser {
     }
   }
 
-  absl::StatusOr<ExprPtr> ParseUnary() {
+  // `-x | f` is (-x) | f: filters and tests apply to the outermost unary operand, as in Jinja2.
+  absl::StatusOr<ExprPtr> ParseUnary(bool with_filters = true) {
     Nest nest(depth_);
     KELVIN_RETURN_IF_ERROR(CheckDepth(Peek().offset));
     ExprPtr node;
     if (IsOperator("-") || IsOperator("+")) {
       const Token& op = Next();
       node = NewExpr(Expr::Kind::kUnary, op.offset, op.text);
-      KELVIN_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary());
+      KELVIN_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(/*with_filters=*/false));
       KELVIN_RETURN_IF_ERROR(Adopt(*node, std::move(operand)));
     } else {
       KELVIN_ASSIGN_OR_RETURN(node, ParsePrimary());
       KELVIN_ASSIGN_OR_RETURN(node, ParsePostfix(std::move(node)));
     }
+    if (!with_filters) return node;
     return ParseFiltersAndTests(std::move(node));
   }
 
@@ -535,7 +538,7 @@ class Parser {
       } else if (Accept("[")) {
         KELVIN_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node), offset));
       } else if (IsOperator("(")) {
-        ExprPtr call = NewExpr(Expr::Kind::kCall, offset);
+        ExprPtr call = NewExpr(Expr::Kind::kCall, node->offset);  // errors point at the callee
         KELVIN_RETURN_IF_ERROR(Adopt(*call, std::move(node)));
         KELVIN_RETURN_IF_ERROR(ParseArguments(*call));
         node = std::move(call);

@@ -42,17 +42,61 @@ bool HasGeneration(const Body& body) {
   return false;
 }
 
+bool UsesName(const Expr* expr, const std::string& name) {
+  if (expr == nullptr) return false;
+  if (expr->kind == Expr::Kind::kName && expr->name == name) return true;
+  for (const ExprPtr& arg : expr->args) {
+    if (UsesName(arg.get(), name)) return true;
+  }
+  for (const auto& [keyword, arg] : expr->keywords) {
+    if (UsesName(arg.get(), name)) return true;
+  }
+  return false;
+}
+
+bool UsesName(const Body& body, const std::string& name) {
+  for (const auto& statement : body) {
+    if (UsesName(statement->expr.get(), name) || UsesName(statement->filter.get(), name) ||
+        UsesName(statement->body, name) || UsesName(statement->else_body, name)) {
+      return true;
+    }
+    for (const auto& [condition, branch] : statement->branches) {
+      if (UsesName(condition.get(), name) || UsesName(branch, name)) return true;
+    }
+    if (statement->macro) {
+      for (const MacroParameter& parameter : statement->macro->parameters) {
+        if (UsesName(parameter.default_value.get(), name)) return true;
+      }
+      if (UsesName(statement->macro->body, name)) return true;
+    }
+  }
+  return false;
+}
+
+// Marks the for loops whose body reads `loop`.
+void MarkLoopUse(Body& body) {
+  for (auto& statement : body) {
+    if (statement->kind == Statement::Kind::kFor) {
+      statement->uses_loop = UsesName(statement->body, "loop");
+    }
+    MarkLoopUse(statement->body);
+    MarkLoopUse(statement->else_body);
+    for (auto& [condition, branch] : statement->branches) MarkLoopUse(branch);
+    if (statement->macro) MarkLoopUse(statement->macro->body);
+  }
+}
+
 // Checks every filter and test name before rendering, so an unknown one is an error when the
 // template is loaded.
 absl::Status CheckNames(const Expr* expr, const LexedTemplate& lexed) {
   if (expr == nullptr) return absl::OkStatus();
   if (expr->kind == Expr::Kind::kFilter && !IsFilter(expr->name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        lexed.Where(expr->offset), ": the filter '", expr->name, "' is not supported"));
+    return absl::InvalidArgumentError(absl::StrCat(lexed.Where(expr->offset), ": the filter '",
+                                                   expr->name, "' is not supported"));
   }
   if (expr->kind == Expr::Kind::kTest && !IsTest(expr->name)) {
-    return absl::InvalidArgumentError(absl::StrCat(lexed.Where(expr->offset), ": the test '",
-                                                   expr->name, "' is not supported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(lexed.Where(expr->offset), ": the test '", expr->name, "' is not supported"));
   }
   for (const ExprPtr& arg : expr->args) KELVIN_RETURN_IF_ERROR(CheckNames(arg.get(), lexed));
   for (const auto& [name, arg] : expr->keywords) {
@@ -86,7 +130,9 @@ enum class Flow { kNormal, kBreak, kContinue };
 class Renderer {
  public:
   Renderer(const ParsedTemplate& parsed, const RenderOptions& options)
-      : parsed_(parsed), options_(options), budget_(options.max_bytes_built) {}
+      : parsed_(parsed),
+        options_(options),
+        budget_(options.max_bytes_built, options.max_output_bytes) {}
 
   absl::StatusOr<RenderResult> Run(const Dict& context) {
     frames_.emplace_back();
@@ -116,8 +162,8 @@ class Renderer {
 
   absl::Status Write(std::string_view text, size_t offset) {
     if (static_cast<int64_t>(out_.size() + text.size()) > options_.max_output_bytes) {
-      return Error(offset, absl::StrCat("the rendering exceeds ", options_.max_output_bytes,
-                                        " bytes"));
+      return Error(offset,
+                   absl::StrCat("the rendering exceeds ", options_.max_output_bytes, " bytes"));
     }
     KELVIN_RETURN_IF_ERROR(At(offset, budget_.Charge(static_cast<int64_t>(text.size()))));
     out_.append(text);
@@ -147,30 +193,31 @@ class Renderer {
     globals["raise_exception"] = Builtin("raise_exception", [](const CallArgs& args) {
       const std::string message =
           args.positional.empty() ? "raise_exception()" : args.positional[0].ToString();
-      return absl::StatusOr<Value>(absl::InvalidArgumentError(
-          absl::StrCat("the template raised an exception: ", message)));
+      return absl::StatusOr<Value>(
+          absl::InvalidArgumentError(absl::StrCat("the template raised an exception: ", message)));
     });
-    globals["strftime_now"] = Builtin("strftime_now", [this](const CallArgs& args)
-                                                          -> absl::StatusOr<Value> {
-      if (args.positional.size() != 1 || !args.positional[0].is_string()) {
-        return absl::InvalidArgumentError("strftime_now takes one format string");
-      }
-      std::tm now{};
-      if (options_.now.has_value()) {
-        now = *options_.now;
-      } else {
-        const std::time_t seconds = std::time(nullptr);
-        localtime_r(&seconds, &now);
-      }
-      const std::string& format = args.positional[0].str();
-      if (format.size() > 256) return absl::InvalidArgumentError("strftime_now: format too long");
-      char buffer[4096];
-      const size_t written = std::strftime(buffer, sizeof(buffer), format.c_str(), &now);
-      if (written == 0 && !format.empty()) {
-        return absl::InvalidArgumentError("strftime_now: the format gives no text");
-      }
-      return Value::String(std::string(buffer, written));
-    });
+    globals["strftime_now"] =
+        Builtin("strftime_now", [this](const CallArgs& args) -> absl::StatusOr<Value> {
+          if (args.positional.size() != 1 || !args.positional[0].is_string()) {
+            return absl::InvalidArgumentError("strftime_now takes one format string");
+          }
+          std::tm now{};
+          if (options_.now.has_value()) {
+            now = *options_.now;
+          } else {
+            const std::time_t seconds = std::time(nullptr);
+            localtime_r(&seconds, &now);
+          }
+          const std::string& format = args.positional[0].str();
+          if (format.size() > 256)
+            return absl::InvalidArgumentError("strftime_now: format too long");
+          char buffer[4096];
+          const size_t written = std::strftime(buffer, sizeof(buffer), format.c_str(), &now);
+          if (written == 0 && !format.empty()) {
+            return absl::InvalidArgumentError("strftime_now: the format gives no text");
+          }
+          return Value::String(std::string(buffer, written));
+        });
     globals["namespace"] = Builtin("namespace", [](const CallArgs& args) -> absl::StatusOr<Value> {
       Dict attributes;
       attributes.is_namespace = true;
@@ -337,47 +384,56 @@ class Renderer {
       return Error(statement.expr->offset,
                    absl::StrCat("'", iterable.TypeName(), "' object is not iterable"));
     }
-    KELVIN_ASSIGN_OR_RETURN(const Value listed, ApplyFilter("list", iterable, {}, budget_));
-    List items = listed.list();
+    Value listed = iterable;  // a list is gone through as it is; a dict, string, ... listed first
+    if (!listed.is_list()) {
+      KELVIN_ASSIGN_OR_RETURN(listed, ApplyFilter("list", iterable, {}, budget_));
+    }
+    const List* items = &listed.list();
+    List kept;
     if (statement.filter != nullptr) {  // {% for x in xs if cond %}: loop.* counts what is kept
-      List kept;
-      for (const Value& item : items) {
+      for (const Value& item : *items) {
         frames_.emplace_back();
-        absl::StatusOr<Value> keep = Unpack(statement.targets, item, statement.offset,
-                                            [&](const std::string& name, Value v) {
-                                              Assign(name, std::move(v));
-                                            })
-                                             .ok()
-                                         ? Evaluate(*statement.filter)
-                                         : absl::StatusOr<Value>(Error(
-                                               statement.offset, "cannot unpack a loop item"));
+        absl::StatusOr<Value> keep =
+            Unpack(
+                statement.targets, item, statement.offset,
+                [&](const std::string& name, Value v) {
+                  Assign(name, std::move(v));
+                }).ok()
+                ? Evaluate(*statement.filter)
+                : absl::StatusOr<Value>(Error(statement.offset, "cannot unpack a loop item"));
         frames_.pop_back();
         if (!keep.ok()) return keep.status();
         if (keep->Truthy()) kept.push_back(item);
       }
-      items = std::move(kept);
+      items = &kept;
     }
-    if (items.empty()) {
+    if (items->empty()) {
       Flow flow = Flow::kNormal;
       return Execute(statement.else_body, flow);
     }
-    const int64_t length = static_cast<int64_t>(items.size());
+    const int64_t length = static_cast<int64_t>(items->size());
     for (int64_t i = 0; i < length; ++i) {
       KELVIN_RETURN_IF_ERROR(Step(statement.offset));
-      Dict loop;
-      loop.items = {{"index", Value::Int(i + 1)},       {"index0", Value::Int(i)},
-                    {"revindex", Value::Int(length - i)}, {"revindex0", Value::Int(length - i - 1)},
-                    {"first", Value::Bool(i == 0)},      {"last", Value::Bool(i == length - 1)},
-                    {"length", Value::Int(length)},      {"depth", Value::Int(1)},
-                    {"depth0", Value::Int(0)}};
-      if (i > 0) loop.items.emplace_back("previtem", items[static_cast<size_t>(i - 1)]);
-      if (i + 1 < length) loop.items.emplace_back("nextitem", items[static_cast<size_t>(i + 1)]);
       frames_.emplace_back();
-      Assign("loop", Value::FromDict(std::move(loop)));
-      absl::Status status = Unpack(statement.targets, items[static_cast<size_t>(i)],
-                                   statement.offset, [&](const std::string& name, Value v) {
-                                     Assign(name, std::move(v));
-                                   });
+      if (statement.uses_loop) {
+        Dict loop;
+        loop.items = {{"index", Value::Int(i + 1)},
+                      {"index0", Value::Int(i)},
+                      {"revindex", Value::Int(length - i)},
+                      {"revindex0", Value::Int(length - i - 1)},
+                      {"first", Value::Bool(i == 0)},
+                      {"last", Value::Bool(i == length - 1)},
+                      {"length", Value::Int(length)},
+                      {"depth", Value::Int(1)},
+                      {"depth0", Value::Int(0)}};
+        if (i > 0) loop.items.emplace_back("previtem", (*items)[static_cast<size_t>(i - 1)]);
+        if (i + 1 < length)
+          loop.items.emplace_back("nextitem", (*items)[static_cast<size_t>(i + 1)]);
+        Assign("loop", Value::FromDict(std::move(loop)));
+      }
+      absl::Status status =
+          Unpack(statement.targets, (*items)[static_cast<size_t>(i)], statement.offset,
+                 [&](const std::string& name, Value v) { Assign(name, std::move(v)); });
       Flow flow = Flow::kNormal;
       if (status.ok()) status = Execute(statement.body, flow);
       frames_.pop_back();
@@ -404,7 +460,8 @@ class Renderer {
           KELVIN_ASSIGN_OR_RETURN(Value item, Evaluate(*arg));
           items.push_back(std::move(item));
         }
-        KELVIN_RETURN_IF_ERROR(At(expr.offset, budget_.Charge(16 * static_cast<int64_t>(items.size()))));
+        KELVIN_RETURN_IF_ERROR(
+            At(expr.offset, budget_.Charge(16 * static_cast<int64_t>(items.size()))));
         return Value::FromList(std::move(items));
       }
       case Expr::Kind::kDict: {
@@ -508,9 +565,6 @@ class Renderer {
       return Value::Undefined(
           absl::StrCat("'", object.TypeName(), " object' has no attribute '", name, "'"));
     }
-    if (object.is_none()) {
-      return Error(offset, absl::StrCat("'NoneType' object has no attribute '", name, "'"));
-    }
     return Value::Undefined(
         absl::StrCat("'", object.TypeName(), " object' has no attribute '", name, "'"));
   }
@@ -543,9 +597,8 @@ class Renderer {
       const size_t i = static_cast<size_t>(index);
       return Value::String(object.str().substr(offsets[i], offsets[i + 1] - offsets[i]));
     }
-    if (object.is_none()) return Error(offset, "'NoneType' object is not subscriptable");
-    return Value::Undefined(absl::StrCat("'", object.TypeName(), " object' has no item ",
-                                         key.Repr()));
+    return Value::Undefined(
+        absl::StrCat("'", object.TypeName(), " object' has no item ", key.Repr()));
   }
 
   absl::StatusOr<Value> Slice(const Expr& expr) {
@@ -589,8 +642,8 @@ class Renderer {
         text.append(object.str(), offsets[index], offsets[index + 1] - offsets[index]);
       }
     }
-    KELVIN_RETURN_IF_ERROR(At(expr.offset, budget_.Charge(static_cast<int64_t>(
-                                               text.size() + 16 * items.size()))));
+    KELVIN_RETURN_IF_ERROR(
+        At(expr.offset, budget_.Charge(static_cast<int64_t>(text.size() + 16 * items.size()))));
     if (object.is_string()) return Value::String(std::move(text));
     return Value::FromList(std::move(items));
   }
@@ -625,15 +678,15 @@ class Renderer {
       return Error(offset, absl::StrCat("macro calls nest more than ", kMaxMacroDepth, " deep"));
     }
     if (args.positional.size() > macro.parameters.size()) {
-      return Error(offset, absl::StrCat("the macro '", macro.name, "' takes ",
-                                        macro.parameters.size(), " arguments, got ",
-                                        args.positional.size()));
+      return Error(offset,
+                   absl::StrCat("the macro '", macro.name, "' takes ", macro.parameters.size(),
+                                " arguments, got ", args.positional.size()));
     }
     for (const auto& [name, value] : args.named) {
       if (std::none_of(macro.parameters.begin(), macro.parameters.end(),
                        [&](const MacroParameter& p) { return p.name == name; })) {
-        return Error(offset, absl::StrCat("the macro '", macro.name, "' has no parameter '",
-                                          name, "'"));
+        return Error(offset,
+                     absl::StrCat("the macro '", macro.name, "' has no parameter '", name, "'"));
       }
     }
     const size_t saved_barrier = barrier_;
@@ -670,9 +723,9 @@ class Renderer {
     if (op == "==") return Value::Bool(left.Equals(right));
     if (op == "!=") return Value::Bool(!left.Equals(right));
     if (op == "~") {
-      std::string text = left.ToString() + right.ToString();
-      KELVIN_RETURN_IF_ERROR(At(offset, budget_.Charge(static_cast<int64_t>(text.size()))));
-      return Value::String(std::move(text));
+      const std::string a = left.ToString(), b = right.ToString();
+      KELVIN_RETURN_IF_ERROR(At(offset, budget_.Charge(static_cast<int64_t>(a.size() + b.size()))));
+      return Value::String(a + b);
     }
     if (op == "in" || op == "not in") {
       CallArgs args;
@@ -680,7 +733,8 @@ class Renderer {
       if (right.is_undefined()) return Value::Bool(op != "in");
       if (right.is_string() && !left.is_string()) {
         return Error(offset, absl::StrCat("'in <string>' requires a string as the left operand, "
-                                          "not ", left.TypeName()));
+                                          "not ",
+                                          left.TypeName()));
       }
       absl::StatusOr<bool> found = ApplyTest("in", left, args);
       if (!found.ok()) return At(offset, found.status());
@@ -714,8 +768,8 @@ class Renderer {
         return Value::Float(op == "+" ? a + b : op == "-" ? a - b : a * b);
       }
       if (op == "+" && left.is_string() && right.is_string()) {
-        KELVIN_RETURN_IF_ERROR(
-            At(offset, budget_.Charge(static_cast<int64_t>(left.str().size() + right.str().size()))));
+        KELVIN_RETURN_IF_ERROR(At(
+            offset, budget_.Charge(static_cast<int64_t>(left.str().size() + right.str().size()))));
         return Value::String(left.str() + right.str());
       }
       if (op == "+" && left.is_list() && right.is_list()) {
@@ -768,8 +822,8 @@ class Renderer {
     if (op == "%" && left.is_string()) {
       return Error(offset, "string formatting with % is not supported: use ~ or +");
     }
-    return Error(offset, absl::StrCat("unsupported operand types for ", op, ": '",
-                                      left.TypeName(), "' and '", right.TypeName(), "'"));
+    return Error(offset, absl::StrCat("unsupported operand types for ", op, ": '", left.TypeName(),
+                                      "' and '", right.TypeName(), "'"));
   }
 
   absl::StatusOr<Value> Repeat(const Value& sequence, int64_t times, size_t offset) {
@@ -820,6 +874,7 @@ absl::StatusOr<Template> Template::Parse(std::string_view source, std::string na
     return named(names);
   }
   parsed->has_generation = HasGeneration(parsed->body);
+  MarkLoopUse(parsed->body);
   parsed->name = std::move(name);
   return Template(std::move(parsed));
 }
@@ -843,13 +898,13 @@ absl::StatusOr<std::tm> ParseFixedDate(std::string_view text, const std::string&
   const std::string copy(text);
   const int date_fields = std::sscanf(copy.c_str(), "%4d-%2d-%2d%c", &year, &month, &day, &tail);
   const bool date_only = date_fields == 3 && copy.size() == 10;
-  const bool with_time = date_fields == 4 && tail == 'T' && copy.size() == 19 &&
-                         std::sscanf(copy.c_str() + 11, "%2d:%2d:%2d", &hour, &minute, &second) == 3;
+  const bool with_time =
+      date_fields == 4 && tail == 'T' && copy.size() == 19 &&
+      std::sscanf(copy.c_str() + 11, "%2d:%2d:%2d", &hour, &minute, &second) == 3;
   if ((!date_only && !with_time) || month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 ||
       minute > 59 || second > 59 || hour < 0 || minute < 0 || second < 0 || year < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " \"", copy.substr(0, 40),
-                     "\" is no date: give YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " \"", copy.substr(0, 40), "\" is no date: give YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS"));
   }
   time.tm_year = year - 1900;
   time.tm_mon = month - 1;

@@ -23,7 +23,7 @@ struct RenderOptions {
   // What strftime_now() formats: a fixed time for reproducible data, else the local time now.
   std::optional<std::tm> now;
   int64_t max_output_bytes = int64_t{64} << 20;
-  int64_t max_steps = 5'000'000;                // statements and expressions evaluated
+  int64_t max_steps = 2'000'000;               // statements and expressions evaluated
   int64_t max_bytes_built = int64_t{1} << 30;  // strings and lists built along the way
 };
 

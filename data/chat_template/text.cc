@@ -16,7 +16,11 @@ constexpr std::string_view kPythonSpaces[] = {
 
 size_t CodePointLength(std::string_view text, size_t pos) {
   const unsigned char lead = static_cast<unsigned char>(text[pos]);
-  const size_t length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  const size_t length = lead < 0x80    ? 1
+                        : lead >= 0xF0 ? 4
+                        : lead >= 0xE0 ? 3
+                        : lead >= 0xC0 ? 2
+                                       : 1;
   if (pos + length > text.size()) return 1;
   for (size_t i = 1; i < length; ++i) {
     if ((static_cast<unsigned char>(text[pos + i]) & 0xC0) != 0x80) return 1;
@@ -61,7 +65,8 @@ std::string_view StripPythonSpace(std::string_view text, bool front, bool back) 
     while (size_t n = text.empty() ? 0 : PythonSpaceAt(text, 0)) text.remove_prefix(n);
   }
   if (back) {
-    while (size_t n = text.empty() ? 0 : PythonSpaceBefore(text, text.size())) text.remove_suffix(n);
+    while (size_t n = text.empty() ? 0 : PythonSpaceBefore(text, text.size()))
+      text.remove_suffix(n);
   }
   return text;
 }
@@ -71,7 +76,8 @@ std::string_view StripCharacters(std::string_view text, std::string_view chars, 
   const std::vector<size_t> char_offsets = CodePointOffsets(chars);
   const auto strippable = [&](std::string_view piece) {
     for (size_t i = 0; i + 1 < char_offsets.size(); ++i) {
-      if (chars.substr(char_offsets[i], char_offsets[i + 1] - char_offsets[i]) == piece) return true;
+      if (chars.substr(char_offsets[i], char_offsets[i + 1] - char_offsets[i]) == piece)
+        return true;
     }
     return false;
   };

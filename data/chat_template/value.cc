@@ -56,6 +56,12 @@ Value Value::FromList(List items) {
   value.list_ = std::make_shared<const List>(std::move(items));
   return value;
 }
+Value Value::FromTuple(List items) {
+  Value value = FromList(std::move(items));
+  value.tuple_ = true;
+  return value;
+}
+
 Value Value::FromDict(Dict dict) {
   Value value;
   value.kind_ = Kind::kDict;
@@ -156,11 +162,12 @@ std::string Value::Repr(int level) const {
     case Kind::kString:
       return PythonStringRepr(*string_);
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         absl::StrAppend(&out, i ? ", " : "", (*list_)[i].Repr(level + 1));
       }
-      return out + "]";
+      if (tuple_ && list_->size() == 1) out += ",";
+      return out + (tuple_ ? ")" : "]");
     }
     case Kind::kDict: {
       std::string out = dict_->is_namespace ? "<Namespace {" : "{";
@@ -308,7 +315,8 @@ class ValueBuilder final : public nlohmann::json::json_sax_t {
   bool boolean(bool value) override { return Add(Value::Bool(value)); }
   bool number_integer(number_integer_t value) override { return Add(Value::Int(value)); }
   bool number_unsigned(number_unsigned_t value) override {
-    if (value > static_cast<uint64_t>(INT64_MAX)) return Add(Value::Float(static_cast<double>(value)));
+    if (value > static_cast<uint64_t>(INT64_MAX))
+      return Add(Value::Float(static_cast<double>(value)));
     return Add(Value::Int(static_cast<int64_t>(value)));
   }
   bool number_float(number_float_t value, const string_t&) override {
@@ -332,8 +340,8 @@ class ValueBuilder final : public nlohmann::json::json_sax_t {
                    const nlohmann::detail::exception& exception) override {
     const std::string what = exception.what();
     const size_t column = what.find("column ");
-    return Stop(absl::StrCat("not valid JSON: ",
-                             column == std::string::npos ? what : what.substr(column)));
+    return Stop(
+        absl::StrCat("not valid JSON: ", column == std::string::npos ? what : what.substr(column)));
   }
 
  private:
@@ -479,10 +487,9 @@ struct JsonWriter {
         return absl::OkStatus();
       }
       default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("tojson: a value of type ", value.TypeName(), " is not JSON serializable",
-                         value.is_undefined() ? absl::StrCat(" ('", value.str(), "' is undefined)")
-                                              : ""));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tojson: a value of type ", value.TypeName(), " is not JSON serializable",
+            value.is_undefined() ? absl::StrCat(" ('", value.str(), "' is undefined)") : ""));
     }
   }
 };

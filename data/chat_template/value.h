@@ -26,7 +26,7 @@ class Value {
  public:
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kCallable };
 
-  Value() = default;  // undefined
+  Value() = default;                         // undefined
   static Value Undefined(std::string name);  // `name`: what was looked up, for error messages
   static Value None();
   static Value Bool(bool value);
@@ -34,6 +34,7 @@ class Value {
   static Value Float(double value);
   static Value String(std::string value);
   static Value FromList(List items);
+  static Value FromTuple(List items);  // a list that prints as Python's tuple: ('a', 1)
   static Value FromDict(Dict dict);
   static Value FromCallable(Callable callable);
 
@@ -77,6 +78,7 @@ class Value {
   int64_t int_ = 0;
   double float_ = 0;
   int depth_ = 0;
+  bool tuple_ = false;
   std::shared_ptr<const std::string> string_;
   std::shared_ptr<const List> list_;
   std::shared_ptr<Dict> dict_;
@@ -120,8 +122,7 @@ absl::StatusOr<Value> ParseJson(std::string_view text, int max_depth);
 // Python's json.dumps(value, ensure_ascii=False, indent=indent, separators=..., sort_keys=...),
 // as transformers' tojson filter calls it; indent < 0: none. Undefined and callables are errors.
 absl::StatusOr<std::string> ToJson(const Value& value, int indent, bool sort_keys,
-                                   std::string_view item_separator,
-                                   std::string_view key_separator);
+                                   std::string_view item_separator, std::string_view key_separator);
 
 // Python's repr() of a float (1.0, 0.1, 1e-05, 1e+16, inf, nan).
 std::string PythonFloatRepr(double value);

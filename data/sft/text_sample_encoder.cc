@@ -47,7 +47,7 @@ absl::Status Tokenize(const Tokenizer& tokenizer, std::string_view text, bool ad
 }  // namespace
 
 absl::StatusOr<TextSampleEncoder> TextSampleEncoder::FromDirectory(const std::string& directory,
-                                                                  const std::string& chat_date) {
+                                                                   const std::string& chat_date) {
   KELVIN_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromDirectory(directory));
   if (!tokenizer.eos_id().has_value()) {
     return absl::InvalidArgumentError(
@@ -143,14 +143,15 @@ absl::Status TextSampleEncoder::EncodeMessages(const json& object, std::string_v
     const auto tool_calls = messages[i].find("tool_calls");
     const bool calls_tools = tool_calls != messages[i].end() && !tool_calls->is_null();
     if (calls_tools && (role != "assistant" || !tool_calls->is_array())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "\"tool_calls\" of ", field, " is ", tool_calls->dump().substr(0, 80),
-          role != "assistant" ? ": only an assistant message calls tools"
-                              : ", not an array of tool calls"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"tool_calls\" of ", field, " is ", tool_calls->dump().substr(0, 80),
+                       role != "assistant" ? ": only an assistant message calls tools"
+                                           : ", not an array of tool calls"));
     }
     const auto content = messages[i].find("content");
-    if (!calls_tools || (content != messages[i].end() && !content->is_null() &&
-                         !(content->is_string() && content->get_ref<const std::string&>().empty()))) {
+    if (!calls_tools ||
+        (content != messages[i].end() && !content->is_null() &&
+         !(content->is_string() && content->get_ref<const std::string&>().empty()))) {
       KELVIN_RETURN_IF_ERROR(TextField(messages[i], "content", field).status());
     }
     any_assistant |= role == "assistant";

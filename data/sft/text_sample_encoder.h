@@ -3,14 +3,14 @@
 // (formats: docs/formats.md).
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
 #include <ctime>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 
 #include "core/status.h"
-#include "data/sft/jsonl_sample_parser.h"
 #include "data/chat_template/model_template.h"
+#include "data/sft/jsonl_sample_parser.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace kelvin::data {

@@ -78,8 +78,7 @@ TEST(TemplateRenderings, EqualJinja2AndApplyChatTemplate) {
               record["ids"].get<std::vector<int64_t>>());
     ++rendered;
     if (!record.contains("loss_mask")) continue;
-    absl::StatusOr<EncodedChat> encoded =
-        EncodeChatSample(tokenizer, model, messages, options);
+    absl::StatusOr<EncodedChat> encoded = EncodeChatSample(tokenizer, model, messages, options);
     if (record["loss_mask"].is_null()) {
       EXPECT_FALSE(encoded.ok());
       ++refused;
@@ -99,11 +98,12 @@ TEST(TemplateRenderings, EqualJinja2AndApplyChatTemplate) {
 }
 
 TEST(TemplateRenderings, EndOfTurnIdsAreTheTokensThatCloseAnAssistantTurn) {
-  for (const auto& [style, expected] : {std::pair{"llama3_style", "<|eot_id|>"},
-                                        std::pair{"qwen2_style", "<|im_end|>"}}) {
+  for (const auto& [style, expected] :
+       {std::pair{"llama3_style", "<|eot_id|>"}, std::pair{"qwen2_style", "<|im_end|>"}}) {
     absl::StatusOr<data::Tokenizer> tokenizer =
         data::Tokenizer::FromDirectory(kFixtures + "tokenizer/" + style);
-    absl::StatusOr<ModelTemplate> model = ModelTemplate::FromDirectory(kFixtures + "tokenizer/" + style);
+    absl::StatusOr<ModelTemplate> model =
+        ModelTemplate::FromDirectory(kFixtures + "tokenizer/" + style);
     ASSERT_TRUE(tokenizer.ok() && model.ok());
     absl::StatusOr<std::vector<int32_t>> ids = EndOfTurnIds(*tokenizer, *model, {});
     ASSERT_TRUE(ids.ok()) << ids.status();

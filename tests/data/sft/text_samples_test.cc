@@ -10,8 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/corpus/mmap_indexed_dataset.h"
 #include "data/chat_template/chat.h"
+#include "data/corpus/mmap_indexed_dataset.h"
 #include "data/sft/jsonl_samples.h"
 #include "tests/core/io/test_files.h"
 
