@@ -50,7 +50,7 @@ OUT = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 # Meta-Llama-3-8B-Instruct's chat template, and plain ChatML (Qwen2's without its default system
-# prompt), which Kelvin's chat formats llama3 and chatml implement (data/tokenizer/chat_format.h).
+# prompt); Kelvin renders them with its chat template engine (data/chat_template/).
 LLAMA3_CHAT_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
     "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim "
@@ -202,9 +202,9 @@ def make_conversations(rng, count):
 
 
 def chat_ids_and_mask(style, conversation):
-    """transformers' apply_chat_template ids, and the loss mask Kelvin's formats promise: 1 on the
-    ids that start inside an assistant message's (trimmed, for llama3) content and on its
-    end-of-turn token."""
+    """transformers' apply_chat_template ids, and the loss mask Kelvin's rule gives on these
+    templates: 1 on the ids that start inside an assistant message's (trimmed, for llama3) content
+    and on its end-of-turn token."""
     tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.join(OUT, style))
     rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
     ids = tokenizer.apply_chat_template(conversation, tokenize=True)
