@@ -1,8 +1,8 @@
 // A Hugging Face chat template, parsed once and rendered per conversation: the subset of Jinja2
-// that chat templates use (README, Chat templates, lists it), rendered as transformers renders it
-// (trim_blocks, lstrip_blocks, loop controls, raise_exception, strftime_now, a tojson that keeps
-// UTF-8). Errors name the template, the line, the column and the construct. A render is bounded
-// in output, steps and the bytes it builds, so a hostile template ends in an error, not a hang.
+// that chat templates use (docs/formats.md, Chat templates, lists it), rendered as transformers
+// renders it (trim_blocks, lstrip_blocks, loop controls, raise_exception, strftime_now, a tojson
+// that keeps UTF-8). Errors name the template, the line, the column and the construct. A render
+// is bounded in output, steps and the bytes it builds, so a hostile template ends in an error.
 #pragma once
 
 #include <cstdint>
