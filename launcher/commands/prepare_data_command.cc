@@ -44,9 +44,9 @@ void AddPrepareDataCommand(CommandLine& line) {
       "SAMPLES.jsonl holds one JSON object per line: \"input_ids\", optional \"labels\" with -100\n"
       "where there is no loss, or \"loss_mask\". With --tokenizer, lines may also be\n"
       "{\"text\": ...} (BOS + text + eos, loss on all), {\"prompt\": ..., \"completion\": ...}\n"
-      "(loss on the completion) or {\"messages\": [{\"role\", \"content\"}, ...], \"tools\": [...]}\n"
-      "(rendered by the model's own chat template; loss on the assistant's turns). Prints the\n"
-      "job's data section for the written dataset.",
+      "(loss on the completion) or {\"messages\": [{\"role\", \"content\"}, ...]} with optional\n"
+      "\"tools\" (rendered by the model's own chat template; loss on the assistant's turns).\n"
+      "Prints the job's data section for the written dataset.",
       [a] { return PrepareData(*a); });
   line.AddInput(command, a->samples, "SAMPLES.jsonl", "samples file");
   line.AddText(command, "--out", "PREFIX", "a path prefix",
