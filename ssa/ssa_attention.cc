@@ -105,6 +105,9 @@ Dims CheckInputs(const Context& ctx, const SsaOptions& options, const SsaBlockSh
         << "queries [" << s.query_begin << ", +" << s.query_count << ") differ from keys ["
         << s.key_begin << ", +" << s.key_count << "): pass the keys' position ids";
   }
+  if (in.keys_prepared) {
+    CheckUndefined(in.value_source, "value_source", "with prepared keys (v already holds tau^v v)");
+  }
   if (options.weight_sharing) {
     CheckUndefined(in.query_source, "query_source", "with weight sharing (u is the source)");
     CheckUndefined(in.value_source, "value_source", "with weight sharing (v is the source)");
@@ -167,26 +170,75 @@ void CheckSaved(const Context& ctx, const SsaOptions& options, const Dims& dims,
   }
 }
 
+// The options the kernels run a call with: prepared keys carry tau^v in v already, so the
+// operator treats the value temperature as off (v~ = v, tau^v neither read nor written).
+SsaOptions KernelOptions(const SsaOptions& options, const SsaAttentionInputs& inputs) {
+  SsaOptions kernel = options;
+  if (inputs.keys_prepared) kernel.value_temperature = false;
+  return kernel;
+}
+
 }  // namespace
 
 void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                          const SsaAttentionInputs& inputs, const SsaParameters& params,
                          SsaAttentionOutputs& outputs, const AttentionCoreOptions& core) {
-  const Dims dims = CheckInputs(ctx, options, shape, inputs, params);
-  CheckSaved(ctx, options, dims, outputs, "out", "lse");
+  const SsaOptions kernel = KernelOptions(options, inputs);
+  const Dims dims = CheckInputs(ctx, kernel, shape, inputs, params);
+  CheckSaved(ctx, kernel, dims, outputs, "out", "lse");
   CheckCoreOptions(ctx, dims, inputs, core);
 #if KELVIN_WITH_CUDA
   if (ctx.is_cuda()) {
-    return cuda::SsaAttentionForward(ctx, options, shape, inputs, params, outputs, core);
+    return cuda::SsaAttentionForward(ctx, kernel, shape, inputs, params, outputs, core);
   }
 #endif
-  cpu::SsaAttentionForward(options, shape, inputs, params, outputs);
+  cpu::SsaAttentionForward(kernel, shape, inputs, params, outputs);
+}
+
+void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
+                          const Tensor& v, const Tensor& value_source, const Tensor& positions,
+                          const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
+                          Tensor& v_prepared, Tensor& tau_v) {
+  KELVIN_CHECK(k.defined() && k.ndim() == 3)
+      << Name("k") << " to prepare must be [N, G, d], got " << k.ToString();
+  const int64_t n = k.dim(0), g = k.dim(1), d = k.dim(2);
+  const DType dtype = k.dtype();
+  KELVIN_CHECK(d % 2 == 0) << Name("k") << ": head dim " << d << " must be even for RoPE, got "
+                           << k.ToString();
+  KELVIN_CHECK(ctx.is_cuda() ? dtype == DType::kBF16 : dtype == DType::kF32 || dtype == DType::kF64)
+      << Name("k") << " is " << k.ToString() << ", expected bf16 on CUDA, f32 or f64 on the CPU";
+  const Shape heads{n, g, d};
+  CheckTensor(ctx, v, heads, dtype, "v");
+  CheckTensor(ctx, k_prepared, heads, dtype, "k_prepared");
+  CheckTensor(ctx, v_prepared, heads, dtype, "v_prepared");
+  CheckTensor(ctx, positions, {n}, DType::kI32, "positions");
+  CheckTensor(ctx, inv_freq, {d / 2}, AccumDType(dtype), "inv_freq");
+  if (options.value_temperature) {
+    if (options.weight_sharing) {
+      CheckUndefined(value_source, "value_source", "with weight sharing (v is the source)");
+    } else {
+      CheckTensor(ctx, value_source, heads, dtype, "value_source");
+    }
+    CheckTensor(ctx, value_readout, {g, d}, dtype, "value_readout");
+    CheckTensor(ctx, tau_v, {n, g}, AccumDType(dtype), "value_temperature");
+  }
+#if KELVIN_WITH_CUDA
+  if (ctx.is_cuda()) {
+    return cuda::PrepareKeysAndValues(ctx, options, k, v, value_source, positions, inv_freq,
+                                      value_readout, k_prepared, v_prepared, tau_v);
+  }
+#endif
+  cpu::PrepareKeysAndValues(options, k, v, value_source, positions, inv_freq, value_readout,
+                            k_prepared, v_prepared, tau_v);
 }
 
 void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
                           SsaAttentionGrads& grads, const AttentionCoreOptions& core) {
+  KELVIN_CHECK(!inputs.keys_prepared)
+      << "ssa_attention: the backward needs the keys and values as projected (keys_prepared is "
+         "forward only)";
   const Dims dims = CheckInputs(ctx, options, shape, inputs, params);
   CheckCoreOptions(ctx, dims, inputs, core);
   const Shape query_heads{dims.nq, dims.h, dims.d}, key_heads{dims.nk, dims.g, dims.d};

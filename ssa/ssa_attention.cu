@@ -591,10 +591,12 @@ PreparedTiles Prepare(const Context& ctx, const SsaAttentionInputs& in, const fl
   CheckAligned(in.v, "v");
   cudaStream_t stream = StreamOf(ctx);
   const float* inv_freq = in.inv_freq.data<float>();
-  PreparedTiles t{Tensor::Empty(in.u.shape(), DType::kBF16, ctx.device()),
-                  Tensor::Empty(in.k.shape(), DType::kBF16, ctx.device()), in.v};
+  PreparedTiles t{Tensor::Empty(in.u.shape(), DType::kBF16, ctx.device()), in.k, in.v};
   LaunchPrepare(stream, in.u, in.query_positions.data<int32_t>(), inv_freq, tau_q, t.q);
-  LaunchPrepare(stream, in.k, KeyPositions(in), inv_freq, nullptr, t.k);
+  if (!in.keys_prepared) {  // prepared keys are k~ already (PrepareKeysAndValues)
+    t.k = Tensor::Empty(in.k.shape(), DType::kBF16, ctx.device());
+    LaunchPrepare(stream, in.k, KeyPositions(in), inv_freq, nullptr, t.k);
+  }
   if (tau_v != nullptr) {
     t.v = Tensor::Empty(in.v.shape(), DType::kBF16, ctx.device());
     LaunchPrepare(stream, in.v, nullptr, nullptr, tau_v, t.v);
@@ -1020,6 +1022,32 @@ void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Ten
                 StreamOf(ctx)>>>(out.data<bf16>(), lse.data<float>(), block_out.data<bf16>(),
                                  block_lse.data<float>(), rows, static_cast<int>(out.dim(2)));
   KELVIN_CUDA_CHECK_LAUNCH();
+}
+
+// k~ and v~ by the PrepareKernel the forward runs on its keys (so the same bf16 values), tau^v by
+// its temperature kernel; in place where the outputs are the inputs (each thread reads its
+// elements before writing them).
+void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
+                          const Tensor& v, const Tensor& value_source, const Tensor& positions,
+                          const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
+                          Tensor& v_prepared, Tensor& tau_v) {
+  CheckAligned(k, "k");
+  CheckAligned(v, "v");
+  CheckAligned(k_prepared, "k_prepared");
+  CheckAligned(v_prepared, "v_prepared");
+  cudaStream_t stream = StreamOf(ctx);
+  LaunchPrepare(stream, k, positions.data<int32_t>(), inv_freq.data<float>(), nullptr, k_prepared);
+  const TemperatureTerms value_terms = ValueTerms(options);
+  if (!value_terms.active) {
+    if (v_prepared.raw_data() != v.raw_data()) CopyTensor(ctx, v, v_prepared);
+    return;
+  }
+  const int64_t n = v.dim(0), g = v.dim(1), d = v.dim(2);
+  const Tensor& source = options.weight_sharing ? v : value_source;
+  LaunchTemperatureForward(stream, static_cast<int>(d), value_terms, source.data<bf16>(),
+                           value_readout.data<bf16>(), nullptr, nullptr, n, static_cast<int>(g),
+                           tau_v.data<float>());
+  LaunchPrepare(stream, v, nullptr, nullptr, tau_v.data<float>(), v_prepared);
 }
 
 }  // namespace cuda

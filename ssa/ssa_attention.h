@@ -48,6 +48,17 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
                          const SsaAttentionInputs& inputs, const SsaParameters& params,
                          SsaAttentionOutputs& outputs, const AttentionCoreOptions& core = {});
 
+// The key side as SsaAttentionForward with inputs.keys_prepared reads it, for N tokens appended
+// to a cache: k~ [N, G, d] = RoPE(k) at `positions` [N] i32, v~ [N, G, d] = tau^v v, and tau_v
+// [N, G] (AccumDType) from v with weight sharing, else from value_source [N, G, d]. With the value
+// temperature off, v~ = v and tau_v is not written (it may be undefined); value_source and
+// value_readout are read only when it is on. k~ may be k and v~ may be v (in place). The same
+// values, bit for bit, as the operator computes for those keys itself.
+void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
+                          const Tensor& v, const Tensor& value_source, const Tensor& positions,
+                          const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
+                          Tensor& v_prepared, Tensor& tau_v);
+
 // Backward from dout [Nq, H, d], given the forward's saved outputs (`saved.out` and `saved.lse`
 // are the MERGED results over all key blocks when the keys were split, FlashAttention-2 style;
 // `saved.query_temperature` / `saved.value_temperature` are this call's). Every gradient
@@ -85,6 +96,10 @@ void SsaAttentionBackward(const SsaOptions& options, const SsaBlockShape& shape,
                           const SsaAttentionOutputs& saved, SsaAttentionGrads& grads);
 void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse);
+void PrepareKeysAndValues(const SsaOptions& options, const Tensor& k, const Tensor& v,
+                          const Tensor& value_source, const Tensor& positions,
+                          const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
+                          Tensor& v_prepared, Tensor& tau_v);
 }  // namespace cpu
 
 namespace cuda {
@@ -97,6 +112,10 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
                           SsaAttentionGrads& grads, const AttentionCoreOptions& core);
 void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse);
+void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
+                          const Tensor& v, const Tensor& value_source, const Tensor& positions,
+                          const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
+                          Tensor& v_prepared, Tensor& tau_v);
 }  // namespace cuda
 
 }  // namespace kelvin::ssa

@@ -35,6 +35,11 @@ struct SsaAttentionInputs {
   Tensor key_positions;  // [Nk] i32; undefined when the keys are the query tokens themselves
   Tensor value_source;   // [Nk, G, d] temperature source; weight sharing: undefined (v is it)
   Tensor inv_freq;       // [d/2] RoPE inverse frequencies (ops::RopeInverseFrequencies)
+  // Forward only: k holds k~ = RoPE(k) and v holds v~ = tau^v v already (PrepareKeysAndValues,
+  // run once per token as a decoder appends it to its cache), so the operator neither rotates the
+  // keys nor computes or applies tau^v: value_source, value_readout and outputs.value_temperature
+  // are not read (value_source must be undefined). key_positions still carry the keys' positions.
+  bool keys_prepared = false;
 };
 
 // The per-layer SSA parameters (and, in SsaAttentionGrads, their gradients).

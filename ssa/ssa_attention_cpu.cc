@@ -144,7 +144,7 @@ struct Operands {
 };
 
 // rope_u [Nq, H, d] = RoPE(u); tau_q [Nq, H], tau_v [Nk, G] or nullptr for a temperature that
-// is off.
+// is off (always nullptr for prepared keys, whose k is k~ already).
 template <typename T>
 Operands<T> PrepareOperands(const Geometry& geo, const SsaAttentionInputs& in,
                             const Tensor& key_positions, const Tensor& rope_u, const T* tau_q,
@@ -153,8 +153,11 @@ Operands<T> PrepareOperands(const Geometry& geo, const SsaAttentionInputs& in,
   Operands<T> x{std::vector<T>(static_cast<size_t>(geo.batch * geo.tq * h * d)),
                 std::vector<T>(static_cast<size_t>(geo.batch * geo.tk * g * d)),
                 std::vector<T>(static_cast<size_t>(geo.batch * geo.tk * g * d))};
-  Tensor rope_k = Tensor::Empty(in.k.shape(), in.k.dtype());  // [Nk, G, d]
-  ops::cpu::Rope(in.k, key_positions, in.inv_freq, ops::RopeDirection::kForward, rope_k);
+  Tensor rope_k = in.k;  // [Nk, G, d]
+  if (!in.keys_prepared) {
+    rope_k = Tensor::Empty(in.k.shape(), in.k.dtype());
+    ops::cpu::Rope(in.k, key_positions, in.inv_freq, ops::RopeDirection::kForward, rope_k);
+  }
   const T scale = T(1) / std::sqrt(static_cast<T>(d));
   const T* ru = rope_u.data<T>();
   const T* rk = rope_k.data<T>();
@@ -612,6 +615,35 @@ void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tenso
   }
 }
 
+// ---- Keys prepared for a cache ----
+
+// k~ = RoPE(k), tau_v, v~ = tau_v v as Forward computes them for its keys (the same functions,
+// so the same values bit for bit).
+template <typename T>
+void PrepareKeys(const SsaOptions& options, const Tensor& k, const Tensor& v,
+                 const Tensor& value_source, const Tensor& positions, const Tensor& inv_freq,
+                 const Tensor& value_readout, Tensor& k_prepared, Tensor& v_prepared,
+                 Tensor& tau_v) {
+  ops::cpu::Rope(k, positions, inv_freq, ops::RopeDirection::kForward, k_prepared);
+  const int64_t n = v.dim(0), g = v.dim(1), d = v.dim(2);
+  if (!options.value_temperature) {
+    if (v_prepared.raw_data() != v.raw_data())
+      std::copy_n(v.data<T>(), n * g * d, v_prepared.data<T>());
+    return;
+  }
+  Tensor tanh_z = Tensor::Empty(tau_v.shape(), tau_v.dtype());  // [N, G]
+  TemperatureForward<T>(false, options, options.weight_sharing ? v : value_source, value_readout,
+                        Tensor(), Tensor(), tau_v, tanh_z);
+  const T* tau = tau_v.data<T>();
+  const T* from = v.data<T>();
+  T* to = v_prepared.data<T>();
+#pragma omp parallel for schedule(static) if (n * g * d >= kParallelElements)
+  for (int64_t vector = 0; vector < n * g; ++vector) {
+#pragma omp simd
+    for (int64_t e = 0; e < d; ++e) to[vector * d + e] = from[vector * d + e] * tau[vector];
+  }
+}
+
 template <typename T>
 void Merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
   constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
@@ -653,6 +685,16 @@ void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
                          const Tensor& block_lse) {
   ops::DispatchCpuFloat(out.dtype(), "MergeAttentionBlock",
                         [&]<typename T>() { Merge<T>(out, lse, block_out, block_lse); });
+}
+
+void PrepareKeysAndValues(const SsaOptions& options, const Tensor& k, const Tensor& v,
+                          const Tensor& value_source, const Tensor& positions,
+                          const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
+                          Tensor& v_prepared, Tensor& tau_v) {
+  ops::DispatchCpuFloat(k.dtype(), "PrepareKeysAndValues", [&]<typename T>() {
+    PrepareKeys<T>(options, k, v, value_source, positions, inv_freq, value_readout, k_prepared,
+                   v_prepared, tau_v);
+  });
 }
 
 }  // namespace kelvin::ssa::cpu

@@ -1,6 +1,6 @@
 // The decoder's layer: the training forward's ops on the appended tokens of every sequence at
 // once, the attention per sequence: its query block at [start, start + n) against its cached keys
-// [0, start + n).
+// [0, start + n), which hold k~ and v~ (each row rotated and scaled once, when it was appended).
 #include "models/llama/llama_decoder.h"
 
 #include <cstring>
@@ -58,11 +58,8 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t 
                            ctx.device());
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Shape shape = {sequences * max_tokens, model.layout().kv_heads, c.head_dim};
-    cache_.push_back({Tensor::Empty(shape, dtype, ctx.device()),
-                      Tensor::Empty(shape, dtype, ctx.device()),
-                      model.layer_weights(l).value_projection.defined()
-                          ? Tensor::Empty(shape, dtype, ctx.device())
-                          : Tensor()});
+    cache_.push_back(
+        {Tensor::Empty(shape, dtype, ctx.device()), Tensor::Empty(shape, dtype, ctx.device())});
   }
 }
 
@@ -207,35 +204,44 @@ void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Te
   };
   project_into_cache(w.k, cache.k);
   project_into_cache(w.v, cache.v);
-  Tensor query_source;  // [N, H, d] without weight sharing
-  if (w.query_projection.defined()) {
-    query_source = Tensor::Empty({rows, h_count, d}, dtype, device);
-    Tensor source_rows = query_source.View({rows, -1});
-    Linear(ctx, h, w.query_projection, source_rows);
-  }
-  if (cache.value_source.defined()) project_into_cache(w.value_projection, cache.value_source);
+  // The temperature sources [N, H, d] and [N, G, d] without weight sharing.
+  const auto project = [&](const Tensor& weight, int64_t heads) {
+    if (!weight.defined()) return Tensor();
+    Tensor source = Tensor::Empty({rows, heads, d}, dtype, device);
+    Tensor source_rows = source.View({rows, -1});
+    Linear(ctx, h, weight, source_rows);
+    return source;
+  };
+  const Tensor query_source = project(w.query_projection, h_count);
+  const Tensor value_source = project(w.value_projection, g);
 
   Tensor attention = Tensor::Empty({rows, h_count, d}, dtype, device);  // [N, H, d]
   for (const Segment& s : segments) {
     const int64_t end = s.start + s.n;
-    const ssa::SsaAttentionInputs inputs{
+    // The appended rows become k~ and v~ in place, once: every later call reads them as they are.
+    Tensor new_k = cached(cache.k, s, s.start, end), new_v = cached(cache.v, s, s.start, end);
+    Tensor tau_v = options.value_temperature ? Tensor::Empty({s.n, g}, accum, device) : Tensor();
+    ssa::PrepareKeysAndValues(
+        ctx, options, new_k, new_v,
+        value_source.defined() ? value_source.Slice(s.row, s.row + s.n) : Tensor(),
+        positions_.Slice(s.start, end), inv_freq_, w.ssa.value_readout, new_k, new_v, tau_v);
+    ssa::SsaAttentionInputs inputs{
         u.Slice(s.row, s.row + s.n),
         positions_.Slice(s.start, end),
         query_source.defined() ? query_source.Slice(s.row, s.row + s.n) : Tensor(),
         cached(cache.k, s, 0, end),
         cached(cache.v, s, 0, end),
         positions_.Slice(0, end),
-        cache.value_source.defined() ? cached(cache.value_source, s, 0, end) : Tensor(),
+        Tensor(),
         inv_freq_};
+    inputs.keys_prepared = true;
     ssa::SsaAttentionOutputs outputs{
         attention.Slice(s.row, s.row + s.n), Tensor::Empty({s.n, h_count}, accum, device),
         options.query_temperature ? Tensor::Empty({s.n, h_count}, accum, device) : Tensor(),
-        options.value_temperature ? Tensor::Empty({end, g}, accum, device) : Tensor()};
+        Tensor()};
     ssa::SsaAttentionForward(ctx, options, {1, s.start, s.n, 0, end}, inputs, w.ssa, outputs);
     if (observer_ && c.ssa.has_value()) {
-      observer_(layer, positions_.Slice(s.start, end), outputs.query_temperature,
-                outputs.value_temperature.defined() ? outputs.value_temperature.Slice(s.start, end)
-                                                    : Tensor());
+      observer_(layer, positions_.Slice(s.start, end), outputs.query_temperature, tau_v);
     }
   }
 

@@ -1,9 +1,10 @@
 // Forward-only decoding with a KV cache, of one sequence or a batch of different lengths: a prompt
 // prefilled in one call, then a token (or a few) at a time, each call returning the appended
-// tokens' logits (or only the last ones'). SSA exactly: the cache holds keys and values as
-// projected, the attention applies RoPE and tau^v as it loads them, each new token's tau^q comes
-// from its own query and position (positions from 0: one document). On the model's device and in
-// its dtype (f32 on the CPU, bf16 on CUDA), its TP ranks together.
+// tokens' logits (or only the last ones'). SSA exactly: the cache holds k~ = RoPE(k) and
+// v~ = tau^v v, each row written once when its token is appended (tau^v is per token and has no
+// position term), so a call's work on the cache is the attention itself; each new token's tau^q
+// comes from its own query and position (positions from 0: one document). On the model's device
+// and in its dtype (f32 on the CPU, bf16 on CUDA), its TP ranks together.
 #pragma once
 
 #include <algorithm>
@@ -61,9 +62,9 @@ class LlamaDecoder {
 
  private:
   // A layer's cache, [sequences * max_tokens, G, d] each (sequence b's positions from row
-  // b * max_tokens); value_source only without weight sharing.
+  // b * max_tokens): k~ = RoPE(k) and v~ = tau^v v (v itself without the value temperature).
   struct LayerCache {
-    Tensor k, v, value_source;
+    Tensor k, v;
   };
   // The rows of one sequence in a call: its tokens at positions [start, start + n) are rows
   // [row, row + n) of the call's activations.

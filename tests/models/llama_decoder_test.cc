@@ -1,8 +1,9 @@
 // The KV-cache decoder against the training forward, for vanilla Llama and for SSA with non-zero
-// read-outs and alphas, with and without weight sharing and with a clamp: prefill and one token at
-// a time give the whole forward's logits, a batch of sequences of different lengths gives each
-// sequence's logits as if it were decoded alone, the last tokens' logits are those rows, and bad
-// inputs are errors. (On CUDA: llama_decoder_cuda_test.cc.)
+// read-outs and alphas, with and without weight sharing, with a clamp, with one temperature off
+// and with the position term alone: prefill and one token at a time give the whole forward's
+// logits, a batch of sequences of different lengths gives each sequence's logits as if it were
+// decoded alone, the last tokens' logits are those rows, and bad inputs are errors. (On CUDA:
+// llama_decoder_cuda_test.cc.)
 #include "models/llama/llama_decoder.h"
 
 #include <gmock/gmock.h>
@@ -22,19 +23,30 @@ using ::testing::HasSubstr;
 struct DecoderCase {
   std::string name;
   bool ssa, weight_sharing, clamp;
+  bool query_temperature = true, value_temperature = true, token_aware = true;
 };
 
 std::vector<DecoderCase> Cases() {
   return {{"vanilla", false, true, false},
           {"ssa", true, true, false},
           {"ssa_own_projection", true, false, false},
-          {"ssa_clamp", true, true, true}};
+          {"ssa_clamp", true, true, true},
+          {"ssa_own_projection_clamp", true, false, true},
+          {"ssa_query_only", true, false, false, true, false},
+          {"ssa_value_only", true, false, true, false, true},
+          {"ssa_position_only", true, true, false, true, true, false}};
 }
 
 LlamaConfig ConfigOf(const DecoderCase& c) {
   LlamaConfig config = testing::TinySsaLlamaConfig(c.weight_sharing, /*position_aware=*/true);
-  if (!c.ssa) config.ssa.reset();
+  if (!c.ssa) {
+    config.ssa.reset();
+    return config;
+  }
   if (c.clamp) config.ssa->temperature_clamp = ssa::TemperatureClamp{0.8, 1.3};
+  config.ssa->query_temperature = c.query_temperature;
+  config.ssa->value_temperature = c.value_temperature;
+  config.ssa->token_aware = c.token_aware;
   return config;
 }
 

@@ -326,6 +326,47 @@ TEST_P(SsaAttentionCpu, ABlockAQueryCannotSeeGivesZeroAndMinusInfinityAndMergesT
   EXPECT_TRUE(testing::BitIdentical(lse, past.lse, "merged lse"));
 }
 
+// ---- Keys prepared once (a decoder's cache) ----
+
+// k~ and v~ written by PrepareKeysAndValues (in place, as the decoder does), then a forward that
+// takes them as they are, equal the operator's own forward bit for bit under every flag: the
+// out, lse and tau^q of a query chunk against all keys, and tau^v of the keys.
+TEST_P(SsaAttentionCpu, PreparedKeysGiveTheSameResultsBitForBit) {
+  const DType dtype = GetParam(), accum = AccumDType(dtype);
+  for (const fixture::Variant& variant : fixture::Variants()) {
+    SCOPED_TRACE(variant.name);
+    const SsaProblem pr = CastProblem(
+        fixture::RandomProblem(variant.options, 2, 150, 4, 2, 16, /*packed=*/true, 95), dtype);
+    const int64_t b = pr.shape.batch, n = pr.n();
+    const SsaAttentionInputs chunk = fixture::BlockInputs(pr, 130, 20, 0, 150);
+    const SsaAttentionOutputs expected = TiledForward(pr, {b, 130, 20, 0, 150}, chunk);
+
+    SsaAttentionInputs prepared = chunk;
+    prepared.k = testing::Cast(chunk.k, dtype);  // copies, rewritten in place
+    prepared.v = testing::Cast(chunk.v, dtype);
+    Tensor tau_v = Zeros({n, pr.g()}, accum);
+    PrepareKeysAndValues(Cpu(), pr.options, prepared.k, prepared.v, chunk.value_source,
+                         chunk.key_positions, chunk.inv_freq, pr.params.value_readout, prepared.k,
+                         prepared.v, tau_v);
+    prepared.value_source = Tensor();
+    prepared.keys_prepared = true;
+    SsaAttentionOutputs out = NewOutputs(b * 20, n, pr.h(), pr.g(), pr.d(), dtype);
+    out.value_temperature = Tensor();  // not written for prepared keys
+    SsaAttentionForward(Cpu(), pr.options, {b, 130, 20, 0, 150}, prepared, pr.params, out);
+    EXPECT_TRUE(testing::BitIdentical(out.out, expected.out, "out"));
+    EXPECT_TRUE(testing::BitIdentical(out.lse, expected.lse, "lse"));
+    if (pr.options.query_temperature) {
+      EXPECT_TRUE(
+          testing::BitIdentical(out.query_temperature, expected.query_temperature, "tau_q"));
+    }
+    if (pr.options.value_temperature) {
+      EXPECT_TRUE(testing::BitIdentical(tau_v, expected.value_temperature, "tau_v"));
+    } else {
+      EXPECT_TRUE(testing::BitIdentical(prepared.v, chunk.v, "v~ = v"));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, SsaAttentionCpu, ::testing::Values(DType::kF32, DType::kF64),
                          DTypeParamName);
 
@@ -445,6 +486,22 @@ TEST(SsaAttentionCpuDeathTest, MissingKeyPositionsOfAKeyBlockAreRefused) {
   SsaAttentionOutputs out = NewOutputs(3, 3, 2, 1, 4, DType::kF32);
   EXPECT_DEATH(SsaAttentionForward(Cpu(), pr.options, {1, 3, 3, 0, 3}, in, pr.params, out),
                "ssa_attention.key_positions is undefined, so the keys must be the query tokens");
+}
+
+TEST(SsaAttentionCpuDeathTest, PreparedKeysAreForwardOnlyAndTakeNoValueSource) {
+  SsaOptions options;
+  options.weight_sharing = false;
+  const SsaProblem pr =
+      CastProblem(fixture::RandomProblem(options, 1, 5, 4, 2, 8, false, 1), DType::kF32);
+  SsaAttentionInputs in = pr.in;
+  in.keys_prepared = true;
+  SsaAttentionOutputs out = NewOutputs(5, 5, 4, 2, 8, DType::kF32);
+  EXPECT_DEATH(SsaAttentionForward(Cpu(), pr.options, pr.shape, in, pr.params, out),
+               "ssa_attention.value_source must be undefined with prepared keys");
+  SsaAttentionGrads grads = NewGrads(options, 5, 5, 4, 2, 8, DType::kF32);
+  EXPECT_DEATH(
+      SsaAttentionBackward(Cpu(), pr.options, pr.shape, pr.dout, in, pr.params, out, grads),
+      "the backward needs the keys and values as projected");
 }
 
 }  // namespace
