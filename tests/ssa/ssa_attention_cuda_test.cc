@@ -564,6 +564,44 @@ TEST_P(SsaAttentionCudaCore, UnitTemperaturesAreBitIdenticalToVanillaAttention) 
   EXPECT_TRUE(testing::BitIdentical(with_ssa.grads.dv, vanilla.grads.dv, "dv"));
 }
 
+// k~ and v~ written once by PrepareKeysAndValues (in place, as the decoder's cache is), then a
+// forward that takes them as they are, give the operator's own forward bit for bit under every
+// flag: out, lse, tau^q, and tau^v from the preparation (the same kernels write the same bf16).
+TEST_P(SsaAttentionCudaCore, PreparedKeysGiveTheSameResultsBitForBit) {
+  SKIP_WITHOUT_CORE(GetParam());
+  const Context& ctx = testing::ContextFor(kGpu.device);
+  for (const fixture::Variant& variant : fixture::Variants()) {
+    SCOPED_TRACE(variant.name);
+    const SsaProblem pr = Bf16Problem(variant.options, 2, 150, 4, 2, 64, true, 41);
+    const SsaAttentionInputs in = InputsOn(pr.in, kGpu);
+    const SsaParameters params = ParametersOn(pr.params, kGpu);
+    Result expected = NewResult(pr.options, pr.n(), pr.n(), pr.h(), pr.g(), pr.d(), kGpu);
+    SsaAttentionForward(ctx, pr.options, pr.shape, in, params, expected.fwd,
+                        CoreOptions(GetParam(), pr.in, nullptr));
+
+    SsaAttentionInputs prepared = InputsOn(pr.in, kGpu);  // its own k and v, rewritten in place
+    Result got = NewResult(pr.options, pr.n(), pr.n(), pr.h(), pr.g(), pr.d(), kGpu);
+    PrepareKeysAndValues(ctx, pr.options, prepared.k, prepared.v, prepared.value_source,
+                         prepared.query_positions, prepared.inv_freq, params.value_readout,
+                         prepared.k, prepared.v, got.fwd.value_temperature);
+    prepared.value_source = Tensor();
+    prepared.keys_prepared = true;
+    SsaAttentionForward(ctx, pr.options, pr.shape, prepared, params, got.fwd,
+                        CoreOptions(GetParam(), pr.in, nullptr));
+    ctx.Synchronize();
+    EXPECT_TRUE(testing::BitIdentical(got.fwd.out, expected.fwd.out, "out"));
+    EXPECT_TRUE(testing::BitIdentical(got.fwd.lse, expected.fwd.lse, "lse"));
+    if (pr.options.query_temperature) {
+      EXPECT_TRUE(testing::BitIdentical(got.fwd.query_temperature, expected.fwd.query_temperature,
+                                        "tau_q"));
+    }
+    if (pr.options.value_temperature) {
+      EXPECT_TRUE(testing::BitIdentical(got.fwd.value_temperature, expected.fwd.value_temperature,
+                                        "tau_v"));
+    }
+  }
+}
+
 // A second backward into the same gradients adds as much again.
 TEST_P(SsaAttentionCudaCore, GradientsAccumulate) {
   SKIP_WITHOUT_CORE(GetParam());
