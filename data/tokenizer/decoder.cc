@@ -69,7 +69,7 @@ absl::StatusOr<TokenDecoder::Step> TokenDecoder::ParseStep(const json& step,
   } else if (type == "Fuse") {
     parsed.kind = Step::Kind::kFuse;
   } else if (type == "Replace") {
-    const json pattern = step.value("pattern", json());
+    const json pattern = Field(step, "pattern");
     if (!pattern.is_object() || pattern.size() != 1 || !pattern.contains("String") ||
         !pattern["String"].is_string() || pattern["String"].get<std::string>().empty() ||
         !step.contains("content") || !step["content"].is_string()) {
@@ -82,7 +82,7 @@ absl::StatusOr<TokenDecoder::Step> TokenDecoder::ParseStep(const json& step,
     parsed.kind = Step::Kind::kStrip;
     KELVIN_ASSIGN_OR_RETURN(parsed.pattern, OneCharacter(step, "content", where));
     for (auto [key, value] : {std::pair{"start", &parsed.start}, std::pair{"stop", &parsed.stop}}) {
-      const json count = step.value(key, json());
+      const json count = Field(step, key);
       if (!count.is_number_unsigned() || count.get<uint64_t>() > (1u << 20)) {
         return WrongType(absl::StrCat(where, ".", key), "a count of characters", count);
       }
@@ -91,7 +91,7 @@ absl::StatusOr<TokenDecoder::Step> TokenDecoder::ParseStep(const json& step,
   } else if (type == "Metaspace") {
     parsed.kind = Step::Kind::kMetaspace;
     KELVIN_ASSIGN_OR_RETURN(parsed.pattern, OneCharacter(step, "replacement", where));
-    const json scheme = step.value("prepend_scheme", json());
+    const json scheme = Field(step, "prepend_scheme");
     if (scheme.is_null()) {  // files from tokenizers < 0.15 say add_prefix_space instead
       KELVIN_ASSIGN_OR_RETURN(parsed.strip_first_token,
                               OptionalBool(step, where, "add_prefix_space", true));
@@ -119,7 +119,7 @@ absl::StatusOr<TokenDecoder> TokenDecoder::Parse(const json& value, const std::s
   }
   const auto list = value.find("decoders");
   if (list == value.end() || !list->is_array()) {
-    return WrongType(where + ".decoders", "an array", value.value("decoders", json()));
+    return WrongType(where + ".decoders", "an array", Field(value, "decoders"));
   }
   for (size_t i = 0; i < list->size(); ++i) {
     KELVIN_ASSIGN_OR_RETURN(Step step,

@@ -31,7 +31,7 @@ absl::StatusOr<Normalizer> Normalizer::Parse(const json& value, const std::strin
   if (JsonType(value) == "Sequence") {
     const auto list = value.find("normalizers");
     if (list == value.end() || !list->is_array()) {
-      return WrongType(where + ".normalizers", "an array", value.value("normalizers", json()));
+      return WrongType(where + ".normalizers", "an array", Field(value, "normalizers"));
     }
     for (size_t i = 0; i < list->size(); ++i) {
       steps.emplace_back(&(*list)[i], absl::StrCat(where, ".normalizers[", i, "]"));

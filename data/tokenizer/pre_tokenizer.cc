@@ -15,7 +15,7 @@ using nlohmann::json;
 absl::StatusOr<PreTokenizer::Metaspace> PreTokenizer::ParseMetaspace(const json& step,
                                                                      const std::string& where) {
   Metaspace metaspace;
-  const json replacement = step.value("replacement", json());
+  const json replacement = Field(step, "replacement");
   if (!replacement.is_string() || replacement.get<std::string>().empty() ||
       FirstInvalidUtf8(replacement.get<std::string>()).has_value() ||
       Utf8Length(static_cast<uint8_t>(replacement.get<std::string>()[0])) !=
@@ -23,7 +23,7 @@ absl::StatusOr<PreTokenizer::Metaspace> PreTokenizer::ParseMetaspace(const json&
     return WrongType(where + ".replacement", "one character", replacement);
   }
   metaspace.replacement = replacement;
-  const json scheme = step.value("prepend_scheme", json());
+  const json scheme = Field(step, "prepend_scheme");
   if (scheme.is_null()) {  // files from tokenizers < 0.15 say add_prefix_space (default true)
     KELVIN_ASSIGN_OR_RETURN(const bool prepend,
                             OptionalBool(step, where, "add_prefix_space", true));
@@ -48,7 +48,7 @@ absl::StatusOr<PreTokenizer> PreTokenizer::Parse(const json& value, const std::s
   if (JsonType(value) == "Sequence") {
     const auto list = value.find("pretokenizers");
     if (list == value.end() || !list->is_array()) {
-      return WrongType(where + ".pretokenizers", "an array", value.value("pretokenizers", json()));
+      return WrongType(where + ".pretokenizers", "an array", Field(value, "pretokenizers"));
     }
     for (size_t i = 0; i < list->size(); ++i) {
       steps.emplace_back(&(*list)[i], absl::StrCat(where, ".pretokenizers[", i, "]"));
@@ -65,7 +65,7 @@ absl::StatusOr<PreTokenizer> PreTokenizer::Parse(const json& value, const std::s
       const auto pattern = step->find("pattern");
       if (pattern == step->end() || !pattern->is_object() || !pattern->contains("Regex") ||
           !(*pattern)["Regex"].is_string()) {
-        return Unsupported(at + ".pattern", step->value("pattern", json()));
+        return Unsupported(at + ".pattern", Field(*step, "pattern"));
       }
       KELVIN_ASSIGN_OR_RETURN(SplitRegex split,
                               SplitRegex::Compile((*pattern)["Regex"].get<std::string>(), at));
@@ -91,7 +91,7 @@ absl::StatusOr<PreTokenizer> PreTokenizer::Parse(const json& value, const std::s
     } else if (type == "Metaspace") {
       return Unsupported(at + " (Metaspace with other steps)", *step);
     } else {
-      return Unsupported(at + ".type", step->value("type", json()));
+      return Unsupported(at + ".type", Field(*step, "type"));
     }
   }
   return pre_tokenizer;

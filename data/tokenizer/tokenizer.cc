@@ -23,8 +23,6 @@ constexpr uint64_t kMaxTokenizerJsonBytes = uint64_t{1} << 30;  // Llama-3's is 
 
 absl::StatusOr<BpeModel> ParseModel(const json& model, bool byte_level, const std::string& source) {
   const std::string where = source + " model";
-  if (!model.is_object()) return WrongType(where, "an object", model);
-  if (JsonType(model) != "BPE") return Unsupported(where + ".type", model.value("type", json()));
   KELVIN_RETURN_IF_ERROR(RequireAbsentOr(model, where, "dropout", json()));
   KELVIN_RETURN_IF_ERROR(RequireAbsentOr(model, where, "continuing_subword_prefix", ""));
   KELVIN_RETURN_IF_ERROR(RequireAbsentOr(model, where, "end_of_word_suffix", ""));
@@ -41,7 +39,7 @@ absl::StatusOr<BpeModel> ParseModel(const json& model, bool byte_level, const st
   }
   const auto vocab_it = model.find("vocab");
   if (vocab_it == model.end() || !vocab_it->is_object()) {
-    return WrongType(where + ".vocab", "an object of token -> id", model.value("vocab", json()));
+    return WrongType(where + ".vocab", "an object of token -> id", Field(model, "vocab"));
   }
   BpeModel::Vocab vocab;
   vocab.reserve(vocab_it->size());
@@ -55,7 +53,7 @@ absl::StatusOr<BpeModel> ParseModel(const json& model, bool byte_level, const st
   }
   const auto merges_it = model.find("merges");
   if (merges_it == model.end() || !merges_it->is_array()) {
-    return WrongType(where + ".merges", "an array", model.value("merges", json()));
+    return WrongType(where + ".merges", "an array", Field(model, "merges"));
   }
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(merges_it->size());
@@ -101,12 +99,12 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ParseTemplate(const json& root
   for (const auto& [part, at] : processors) {
     const std::string type = JsonType(*part);
     if (type == "ByteLevel") continue;
-    if (type != "TemplateProcessing") return Unsupported(at + ".type", part->value("type", json()));
+    if (type != "TemplateProcessing") return Unsupported(at + ".type", Field(*part, "type"));
     const auto single = part->find("single");
     if (single == part->end() || !single->is_array()) {
-      return WrongType(at + ".single", "an array", part->value("single", json()));
+      return WrongType(at + ".single", "an array", Field(*part, "single"));
     }
-    const json specials = part->value("special_tokens", json::object());
+    const json& specials = Field(*part, "special_tokens");
     for (const json& item : *single) {
       if (item.contains("Sequence")) {
         pieces.emplace_back();
@@ -149,6 +147,15 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view json_text,
                                               const std::string& source) {
   KELVIN_ASSIGN_OR_RETURN(const json root, io::ParseStrictJson(json_text, source));
   if (!root.is_object()) return WrongType(source, "an object (a tokenizer.json)", root);
+  // The model's type first: it says best what a tokenizer of another kind is.
+  const auto model = root.find("model");
+  if (model == root.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, " has no \"model\""));
+  }
+  if (!model->is_object()) return WrongType(source + " model", "an object", *model);
+  if (JsonType(*model) != "BPE") {
+    return Unsupported(source + " model.type", Field(*model, "type"));
+  }
   const auto part = [&root](const char* key) {
     const auto it = root.find(key);
     return it == root.end() ? json() : *it;
@@ -166,12 +173,8 @@ absl::StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view json_text,
         ": a byte-level tokenizer has both, a SentencePiece-style one neither (",
         kTokenizerFamilies, ")"));
   }
-  if (!root.contains("model")) {
-    return absl::InvalidArgumentError(absl::StrCat(source, " has no \"model\""));
-  }
-  KELVIN_ASSIGN_OR_RETURN(BpeModel model,
-                          ParseModel(root["model"], pre_tokenizer.byte_level(), source));
-  Tokenizer tokenizer(std::move(model));
+  KELVIN_ASSIGN_OR_RETURN(BpeModel bpe, ParseModel(*model, pre_tokenizer.byte_level(), source));
+  Tokenizer tokenizer(std::move(bpe));
   tokenizer.source_ = source;
   tokenizer.normalizer_ = std::move(normalizer);
   tokenizer.pre_tokenizer_ = std::move(pre_tokenizer);
@@ -230,7 +233,7 @@ absl::StatusOr<Tokenizer> Tokenizer::FromDirectory(const std::string& directory)
        {std::pair{"bos_token", &tokenizer.bos_id_}, std::pair{"eos_token", &tokenizer.eos_id_}}) {
     const auto it = config.find(key);
     if (it == config.end() || it->is_null()) continue;
-    const json& name = it->is_object() ? it->value("content", json()) : *it;
+    const json& name = it->is_object() ? Field(*it, "content") : *it;
     if (!name.is_string()) return WrongType(absl::StrCat(config_path, " ", key), "a token", *it);
     *id = tokenizer.TokenId(name.get<std::string>());
     if (!id->has_value()) {

@@ -17,6 +17,13 @@ std::string Shown(const json& value) {
 
 }  // namespace
 
+const json& Field(const json& object, const char* key) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  const auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
+}
+
 std::string JsonType(const json& part) {
   if (!part.is_object()) return "";
   const auto it = part.find("type");

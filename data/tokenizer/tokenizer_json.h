@@ -14,6 +14,8 @@ inline constexpr char kTokenizerFamilies[] =
     "Kelvin reads the BPE tokenizers of Llama-3, GPT-2 and Qwen2 (byte-level) and of Llama-2, "
     "TinyLlama and Mistral (SentencePiece-style with byte fallback)";
 
+// `object`[key], or null when `object` is not an object or has no such key.
+const nlohmann::json& Field(const nlohmann::json& object, const char* key);
 // `part`["type"] when it is a string, else "".
 std::string JsonType(const nlohmann::json& part);
 // "`where` is VALUE, which is not supported (families)"; VALUE cut to 200 characters.
