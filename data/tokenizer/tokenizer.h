@@ -1,20 +1,25 @@
-// A Hugging Face tokenizer.json of the byte-level BPE family (Llama-3/3.1/3.2, GPT-2, Qwen2) in
-// C++: encode and decode with the ids tokenizers gives. What tokenizer.json holds beyond that
-// family (another normalizer, another model type, prefix spaces, a WordPiece decoder, ...) is an
-// error naming the unsupported part when it is loaded, never an approximation.
+// A Hugging Face tokenizer.json of the BPE families of Llama-architecture models in C++: encode
+// and decode with the ids and text tokenizers gives. Byte-level BPE (Llama-3/3.1/3.2, GPT-2,
+// Qwen2, SmolLM: vocabularies may lack byte symbols, which encode drops as tokenizers does) and
+// SentencePiece-style BPE with byte fallback (Llama-2, TinyLlama, Mistral). What tokenizer.json
+// holds beyond them (another model type, normalizer, pre-tokenizer or decoder step) is an error
+// naming the unsupported part when it is loaded, never an approximation.
 #pragma once
 
-#include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
+#include "data/tokenizer/added_vocabulary.h"
 #include "data/tokenizer/bpe_model.h"
-#include "data/tokenizer/split_regex.h"
+#include "data/tokenizer/decoder.h"
+#include "data/tokenizer/normalizer.h"
+#include "data/tokenizer/pre_tokenizer.h"
 
 namespace kelvin::data {
 
@@ -26,21 +31,25 @@ class Tokenizer {
   // tokens its tokenizer_config.json names when it has one.
   static absl::StatusOr<Tokenizer> FromDirectory(const std::string& directory);
 
-  // Added and special tokens are matched first (longest at the leftmost place), the NFC normalizer
-  // (Qwen2's; unicode_nfc.h) runs on the text between them, then the pre-tokenizer's splits (Split
-  // regexes, ByteLevel's GPT-2 pattern) run by PCRE2 and the byte-level BPE model.
-  // Appends the ids of `text` to `ids`; with `add_special_tokens`, inside the post-processor's
-  // template (Llama-3: <|begin_of_text|> first), as tokenizers' encode(text). Text that is not
-  // valid UTF-8 is an error naming the byte offset.
+  // As tokenizers' encode(text): added tokens are matched first (leftmost-longest; in the raw
+  // text, or after the normalizer for "normalized" ones), the normalizer (NFC; Prepend/Replace)
+  // runs on the text between them, then the pre-tokenizer's pieces (Split regexes by PCRE2,
+  // Metaspace) go through the BPE model. Appends the ids to `ids`; with `add_special_tokens`,
+  // inside the post-processor's template (<|begin_of_text|> or <s> first). Text that is not valid
+  // UTF-8 is an error naming the byte offset. A byte (or character) that no token spells is
+  // dropped, as tokenizers does; the first time, a warning names the tokenizer and the offset.
   absl::Status Encode(std::string_view text, bool add_special_tokens,
                       std::vector<int32_t>& ids) const;
-  // The text of `ids` (the bytes they spell; an id of no token is an error naming it); special
-  // tokens are left out with `skip_special_tokens`.
+  // The text of `ids` as tokenizers' decode: ids of no token (beyond the tokenizer, inside a
+  // model's padded vocabulary) are skipped, and special tokens with `skip_special_tokens`; the
+  // decoder turns the rest into text. Never an error (the StatusOr stays for callers).
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids,
                                      bool skip_special_tokens) const;
 
   // The id of a token's text (an added token's content or a vocabulary spelling), or nullopt.
   std::optional<int32_t> TokenId(std::string_view token) const;
+  // Whether some token has `id` (what a sampler keeps to generate only spellable ids).
+  bool HasToken(int32_t id) const;
   int64_t vocab_size() const { return vocab_size_; }  // largest id + 1
   // tokenizer_config.json's chat_template (or chat_template.jinja beside it), else "".
   const std::string& chat_template() const { return chat_template_; }
@@ -49,30 +58,25 @@ class Tokenizer {
   std::optional<int32_t> eos_id() const { return eos_id_; }
 
  private:
-  struct AddedToken {
-    std::string content;
-    int32_t id;
-    bool special;
-  };
-  // One step of the post-processor's single-sequence template: a special token's ids, or the
-  // encoded text ($A) when `ids` is empty.
-  struct TemplatePiece {
-    std::vector<int32_t> ids;
-  };
-
   Tokenizer(BpeModel model) : model_(std::move(model)) {}
-  absl::Status EncodeOrdinaryText(std::string_view text, std::vector<int32_t>& ids) const;
+  // Text between raw-matched added tokens, starting at byte `offset` of the input.
+  absl::Status EncodeSegment(std::string_view segment, size_t offset, std::vector<int32_t>& ids,
+                             DroppedUnits& dropped) const;
 
+  std::string source_;  // the file, for warnings
+  Normalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
   BpeModel model_;
-  std::vector<SplitRegex> splits_;        // applied in order, each to every piece of the one before
-  std::vector<AddedToken> added_;         // longest content first
-  std::array<bool, 256> starts_added_{};  // [b]: some added token's content starts with byte b
-  std::unordered_map<int32_t, size_t> added_of_id_;  // id -> index in added_
-  std::vector<TemplatePiece> template_;              // empty: the ids alone
+  AddedVocabulary added_;
+  TokenDecoder decoder_;
+  // The post-processor's single-sequence template: special tokens' ids, and where the encoded
+  // text goes (an empty entry); empty: the ids alone.
+  std::vector<std::vector<int32_t>> template_;
   int64_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_, eos_id_;
   std::string chat_template_;
-  bool nfc_ = false;  // tokenizer.json's "NFC" normalizer, applied to the text between added tokens
+  // Set once an encode dropped a unit and said so (shared by copies: once per loaded file).
+  std::shared_ptr<std::atomic<bool>> reported_drop_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace kelvin::data

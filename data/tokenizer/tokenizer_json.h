@@ -1,0 +1,32 @@
+// The error vocabulary shared by the parsers of tokenizer.json's parts: what a part is, and the
+// messages for a value of the wrong type or a part Kelvin does not implement.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/status.h"
+
+namespace kelvin::data {
+
+// The families Kelvin reads, for "not supported" messages.
+inline constexpr char kTokenizerFamilies[] =
+    "Kelvin reads the BPE tokenizers of Llama-3, GPT-2 and Qwen2 (byte-level) and of Llama-2, "
+    "TinyLlama and Mistral (SentencePiece-style with byte fallback)";
+
+// `object`[key], or null when `object` is not an object or has no such key.
+const nlohmann::json& Field(const nlohmann::json& object, const char* key);
+// `part`["type"] when it is a string, else "".
+std::string JsonType(const nlohmann::json& part);
+// "`where` is VALUE, which is not supported (families)"; VALUE cut to 200 characters.
+absl::Status Unsupported(const std::string& where, const nlohmann::json& value);
+// "`where` is VALUE, expected `expected`"; VALUE cut to 200 characters.
+absl::Status WrongType(const std::string& where, const char* expected, const nlohmann::json& value);
+// OK when `object`[key] is absent, null or equal to `allowed`; else Unsupported(where.key).
+absl::Status RequireAbsentOr(const nlohmann::json& object, const std::string& where,
+                             const char* key, const nlohmann::json& allowed);
+// `object`[key] as a boolean: `fallback` when absent or null, an error when another type.
+absl::StatusOr<bool> OptionalBool(const nlohmann::json& object, const std::string& where,
+                                  const char* key, bool fallback);
+
+}  // namespace kelvin::data
