@@ -178,7 +178,7 @@ bool Trainer::ProfilesStep(int64_t step) const {
 }
 
 Trainer::Trainer(const config::JobConfig& job, const models::LlamaConfig& arch)
-    : job_(job), arch_(arch) {
+    : job_(job), arch_(arch), loss_spike_(job.training().loss_spike()) {
   const config::TrainingConfig& t = job.training();
   micro_batches_ = t.gradient_accumulation_steps() > 0
                        ? t.gradient_accumulation_steps()
@@ -255,12 +255,22 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
                                             job_.optimizer().lr(),
                                             ") or raise lr_schedule.warmup_steps"));
   }
-  stats.grad_norm = ClipGradients(job_.optimizer().grad_clip_norm());
-  KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step + 1, stats.loss, stats.grad_norm,
-                                              job_.optimizer().lr()));
+  // The loss every rank agrees on: every rank judges alike, and stops or skips alike.
+  const LossSpikeRule::Judgement spike = loss_spike_.Judge(stats.loss);
+  if (spike.verdict == LossSpikeRule::Verdict::kStop) {
+    return loss_spike_.StopError(step + 1, stats.loss, spike, job_.optimizer().lr(),
+                                 ResumeAdviceBeforeSpike(step + 1));
+  }
+  stats.skipped = spike.verdict == LossSpikeRule::Verdict::kSkip;
+  // A skipped step's gradients are only measured (max_norm 0: not clipped), not applied.
+  stats.grad_norm = ClipGradients(stats.skipped ? 0.0 : job_.optimizer().grad_clip_norm());
   stats.lr =
       LearningRateAt(job_.lr_schedule(), job_.optimizer().lr(), job_.training().steps(), step);
-  {
+  if (stats.skipped) {
+    KLOG_RANK0(WARNING) << loss_spike_.SkipWarning(step + 1, stats.loss, spike);
+  } else {
+    KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step + 1, stats.loss,
+                                                stats.grad_norm, job_.optimizer().lr()));
     const ProfileRange update("optimizer step");
     optimizer_->Step(ctx_, stats.lr);
   }

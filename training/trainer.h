@@ -23,6 +23,7 @@
 #include "training/checkpoint/checkpoint_lock.h"
 #include "training/job/data_sources.h"
 #include "training/job/job_setup.h"
+#include "training/loss_spike.h"
 #include "training/metrics/metrics_file.h"
 #include "training/metrics/tensorboard_writer.h"
 
@@ -33,6 +34,8 @@ struct StepStats {
   double loss = 0;       // mean over the step's labelled tokens
   double grad_norm = 0;  // before clipping
   double lr = 0;
+  // training.loss_spike judged the loss a spike and SKIP_STEP discarded the update.
+  bool skipped = false;
   int64_t tokens = 0;  // this data-parallel replica's tokens (all positions, labelled or not)
   int64_t labelled_tokens = 0;  // the global batch's tokens with a label (those the loss averages)
   // Wall time of this rank: the whole step, its forwards and backwards (the pipeline's program),
@@ -76,7 +79,8 @@ struct TrainerTestOptions {
 // Per step, each data-parallel rank's micro-batches run forward and backward with the loss
 // normalised by the global batch's labelled tokens, gradients are summed over the data- and
 // context-parallel ranks and clipped by the norm of the full model, the learning rate comes from
-// the schedule, and AdamW steps; then progress lines, periodic evaluation and checkpoints (resume,
+// the schedule, and AdamW steps (unless training.loss_spike judges the loss a spike: the run stops,
+// or the update is skipped); then progress lines, periodic evaluation and checkpoints (resume,
 // every checkpoint.interval_steps, at the end and on a preemption signal; with
 // checkpoint.async_save written in the background), and the export at the end.
 class Trainer {
@@ -228,6 +232,9 @@ class Trainer {
   absl::StatusOr<std::optional<CheckpointDirectoryLock>> LockCheckpointDirectory();
   // What to do after a preemption stop: run the job again, or under SLURM what happens next.
   static std::string ResumeAdvice();
+  // Which checkpoint to resume from after the loss of `step` (1-based) stopped the run as a spike:
+  // the newest of checkpoint.dir before the one of step - 1 (whose weights gave that loss).
+  std::string ResumeAdviceBeforeSpike(int64_t step) const;
   // The run's last line (steps, time, where its outputs are) and the run directory's marker.
   void LogFinished(double seconds);
   int ContextParallelSize() const { return grid_->spec().context_parallel; }
@@ -272,6 +279,7 @@ class Trainer {
   std::unique_ptr<TensorBoardWriter> tensorboard_;      // on world rank 0 with tensorboard_dir
   std::unique_ptr<MetricsFile> metrics_;                // on world rank 0 with metrics_file
   AsyncCheckpointSaver background_save_;                // checkpoint.async_save
+  LossSpikeRule loss_spike_;                            // training.loss_spike, in checkpoints
   int64_t start_step_ = 0;  // steps already done by the run this one resumes
   std::string run_id_;      // the run's identity (its checkpoints carry it)
   std::vector<StepStats> history_;

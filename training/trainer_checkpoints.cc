@@ -160,6 +160,12 @@ absl::Status Trainer::RestoreFrom(const std::string& path) {
   run_id_ = restored.run_id;  // "" for a kelvin-checkpoint-3: Resume draws a new one
   optimizer_->Restored(restored.optimizer_steps);
   KLOG_RANK0(INFO) << "resumed from " << path << " (" << start_step_ << " steps done)";
+  if (restored.loss_spike.has_value()) {
+    loss_spike_.Restore(*restored.loss_spike);
+  } else if (job_.training().loss_spike().action() != config::LossSpikeConfig::OFF) {
+    KLOG_RANK0(INFO) << "the checkpoint records no recent losses (an older Kelvin wrote it): "
+                        "training.loss_spike judges from the steps of this run on";
+  }
   if (!restored.saved_by.empty() && restored.saved_by != KelvinVersion()) {
     KLOG_RANK0(INFO) << "the checkpoint was written by kelvin " << restored.saved_by
                      << "; this is kelvin " << KelvinVersion();
@@ -205,6 +211,30 @@ absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::str
       "; -1: none): the shared filesystem shows the latest save late; run the job again"));
 }
 
+std::string Trainer::ResumeAdviceBeforeSpike(int64_t step) const {
+  const std::string& dir = job_.checkpoint().dir();
+  if (dir.empty()) return "start the run again";
+  // The checkpoint of step - 1 holds the weights that gave the spike; those before it were judged
+  // by a kept loss. Every rank lists the same directory (rank 0 pruned it before this step).
+  const absl::StatusOr<std::vector<int64_t>> listed = CompleteCheckpointSteps(dir);
+  if (!listed.ok()) {
+    return absl::StrCat("resume from a checkpoint before step ", step - 1,
+                        " (checkpoint.dir=", dir, " does not list: ", listed.status().message(),
+                        ")");
+  }
+  std::vector<int64_t> before, newer;
+  for (const int64_t saved : *listed) (saved < step - 1 ? before : newer).push_back(saved);
+  if (before.empty()) {
+    return absl::StrCat("start afresh (checkpoint.dir=", dir,
+                        " holds no checkpoint before step ", step - 1,
+                        ", whose weights gave this loss)");
+  }
+  const std::string path = (std::filesystem::path(dir) / StepDirectoryName(before.back())).string();
+  if (newer.empty()) return absl::StrCat("run the job again: it resumes from ", path);
+  return absl::StrCat("resume from ", path, ": move the newer checkpoints (steps ",
+                      absl::StrJoin(newer, ", "), ") out of checkpoint.dir first");
+}
+
 std::string Trainer::LayoutName() const {
   if (WorldSize() == 1) return "one process";  // what checkpoints have always called it
   return training::LayoutName(grid_->spec(), optimizer_->ShardsState());
@@ -217,6 +247,7 @@ TrainingState Trainer::CurrentTrainingState() const {
                                         optimizer_->steps_taken(), place, LayoutName());
   const config::TrainingConfig& t = job_.training();
   state.run_id = run_id_;
+  state.loss_spike = loss_spike_.Record();
   state.data_order = {{"data", job_.data().ShortDebugString()},
                       {"data.corpora", absl::StrJoin(data_.corpora, "; ")},
                       {"data.eval corpus", data_.eval_corpus},

@@ -419,6 +419,11 @@ void ResolveDefaults(config::JobConfig& config) {
   config::TrainingConfig& training = *config.mutable_training();
   if (!training.has_micro_batch_size()) training.set_micro_batch_size(1);
   if (!training.has_eval_steps() && !training.eval_whole_set()) training.set_eval_steps(10);
+  config::LossSpikeConfig& loss_spike = *training.mutable_loss_spike();
+  if (!loss_spike.has_factor()) loss_spike.set_factor(10.0);
+  if (!loss_spike.has_window()) loss_spike.set_window(20);
+  if (!loss_spike.has_max_skips()) loss_spike.set_max_skips(3);
+  if (!loss_spike.has_min_loss()) loss_spike.set_min_loss(1.0);
 
   config::LrScheduleConfig& schedule = *config.mutable_lr_schedule();
   if (!schedule.has_min_lr_ratio()) schedule.set_min_lr_ratio(0.1);

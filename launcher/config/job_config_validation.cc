@@ -26,6 +26,7 @@
 #include "launcher/config/job_config.h"
 #include "models/llama/llama_config.h"
 #include "ssa/ssa_options.h"
+#include "training/checkpoint/checkpoint_format.h"
 #include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
@@ -551,6 +552,20 @@ void CheckTraining(const config::JobConfig& job, Problems& problems) {
     InIntRange(problems, "training.eval_steps", training.eval_steps(), 1, kMaxEvalSteps);
   }
   InIntRange(problems, "training.threads", training.threads(), 0, kMaxThreads);
+  const config::LossSpikeConfig& loss_spike = training.loss_spike();
+  if (!(loss_spike.factor() > 1) || !std::isfinite(loss_spike.factor())) {
+    problems.Add("training.loss_spike.factor=", loss_spike.factor(),
+                 " must be a finite number > 1 (the loss a spike exceeds is factor times the "
+                 "recent mean; set training.loss_spike.action=OFF for no check)");
+  }
+  if (!(loss_spike.min_loss() >= 0) || !std::isfinite(loss_spike.min_loss())) {
+    problems.Add("training.loss_spike.min_loss=", loss_spike.min_loss(),
+                 " must be a finite number >= 0");
+  }
+  InIntRange(problems, "training.loss_spike.window", loss_spike.window(), 1,
+             training::kMaxLossSpikeWindow);
+  InIntRange(problems, "training.loss_spike.max_skips", loss_spike.max_skips(), 0,
+             training::kMaxLossSpikeWindow);
   const std::optional<int64_t> micro_batch_tokens =
       CheckedProduct(training.micro_batch_size(), training.seq_length());
   const bool sizes_in_range = training.micro_batch_size() <= kMaxBatchSequences &&

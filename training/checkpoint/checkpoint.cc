@@ -91,7 +91,7 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
     created = CreatePartialDirectory(
         checkpoint.partial_,
         {job_name, state.layout, steps_completed, state.optimizer_steps, parts, state.data_order,
-         state.eval_loss, KelvinVersion(), state.run_id, LibraryVersions()});
+         state.eval_loss, KelvinVersion(), state.run_id, LibraryVersions(), state.loss_spike});
   }
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
       world, created, "creating checkpoint " + checkpoint.partial_.string()));
@@ -219,7 +219,7 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
   const CheckpointIndex& index = reader.index();
   return RestoredSteps{index.steps_completed, index.optimizer_steps, index.layout,
                        index.data_order,      index.kelvin_version,  index.run_id,
-                       index.libraries};
+                       index.libraries,       index.loss_spike};
 }
 
 absl::Status CheckNoOtherTensors(const CheckpointReader& reader,

@@ -16,6 +16,7 @@
 #include "core/io/tensor_region.h"
 #include "core/status.h"
 #include "parallel/comm/communicator.h"
+#include "training/checkpoint/checkpoint_format.h"
 #include "training/checkpoint/checkpoint_reader.h"
 
 namespace kelvin::training {
@@ -43,6 +44,8 @@ struct TrainingState {
   std::optional<double> eval_loss;
   // The run's identity (NewRunId), in checkpoint.json and every part.
   std::string run_id;
+  // The loss-spike rule's memory after the step being saved (nullopt: not recorded).
+  std::optional<LossSpikeRecord> loss_spike;
 };
 
 // A checkpoint being saved, in three stages: Begin (collective) creates step_<N>.partial and takes
@@ -100,6 +103,7 @@ struct RestoredSteps {
   std::string saved_by;    // the Kelvin version that wrote it ("" when not recorded)
   std::string run_id;      // the run that wrote it ("" for a kelvin-checkpoint-3)
   std::string saved_with;  // the libraries that wrote it (LibraryVersions(); "" when not recorded)
+  std::optional<LossSpikeRecord> loss_spike;  // nullopt when not recorded
 };
 absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std::string& job_name,
                                              const TrainingState& state, const Context& ctx);

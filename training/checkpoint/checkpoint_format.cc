@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +22,45 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kIndexFile = "checkpoint.json";
+
+// checkpoint.json's "loss_spike": {"recent_losses": [finite numbers, at most
+// kMaxLossSpikeWindow], "skipped_steps": count, "skips_in_a_row": count}; anything else is an
+// error naming the file.
+absl::StatusOr<LossSpikeRecord> ParseLossSpikeRecord(const fs::path& path,
+                                                     const nlohmann::json& json) {
+  const auto damaged = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat(path.string(), ": \"loss_spike\" ", what,
+                                            ": the index was edited or damaged; restore it, or "
+                                            "delete the checkpoint's directory"));
+  };
+  if (!json.is_object()) return damaged("is not an object");
+  LossSpikeRecord record;
+  const auto losses = json.find("recent_losses");
+  if (losses == json.end() || !losses->is_array() ||
+      losses->size() > static_cast<size_t>(kMaxLossSpikeWindow)) {
+    return damaged(absl::StrCat("has no \"recent_losses\" list of at most ", kMaxLossSpikeWindow,
+                                " numbers"));
+  }
+  for (const nlohmann::json& loss : *losses) {
+    if (!loss.is_number() || !std::isfinite(loss.get<double>())) {
+      return damaged(absl::StrCat("holds the loss ", loss.dump(), ", not a finite number"));
+    }
+    record.recent_losses.push_back(loss.get<double>());
+  }
+  for (const auto& [key, count] : {std::pair{"skipped_steps", &record.skipped_steps},
+                                   std::pair{"skips_in_a_row", &record.skips_in_a_row}}) {
+    const auto found = json.find(key);
+    if (found == json.end() || !found->is_number_integer() || found->get<int64_t>() < 0) {
+      return damaged(absl::StrCat("has no count \"", key, "\""));
+    }
+    *count = found->get<int64_t>();
+  }
+  if (record.skips_in_a_row > record.skipped_steps) {
+    return damaged(absl::StrCat("counts ", record.skips_in_a_row, " skips in a row of ",
+                                record.skipped_steps, " skipped steps"));
+  }
+  return record;
+}
 
 }  // namespace
 
@@ -120,6 +160,10 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
     }
     index.eval_loss = eval_loss->get<double>();
   }
+  const auto loss_spike = json.find("loss_spike");
+  if (loss_spike != json.end()) {
+    KELVIN_ASSIGN_OR_RETURN(index.loss_spike, ParseLossSpikeRecord(path, *loss_spike));
+  }
   return index;
 }
 
@@ -135,6 +179,11 @@ absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIn
   json["kelvin"] = index.kelvin_version;
   json["run"] = index.run_id;
   json["libraries"] = index.libraries;
+  if (index.loss_spike.has_value()) {
+    json["loss_spike"] = {{"recent_losses", index.loss_spike->recent_losses},
+                          {"skipped_steps", index.loss_spike->skipped_steps},
+                          {"skips_in_a_row", index.loss_spike->skips_in_a_row}};
+  }
   return io::WriteFileAtomically((checkpoint / kIndexFile).string(), {json.dump(2) + "\n"});
 }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -33,6 +34,17 @@ std::optional<int64_t> StepOfDirectoryName(const std::string& name);
 std::string FormatChecksum(uint32_t crc);
 std::optional<uint32_t> ParseChecksum(const std::string& text);
 
+// The loss-spike rule's memory (training.loss_spike, training/loss_spike.h) after a step, so that
+// a resumed run judges its steps as the uninterrupted run would.
+struct LossSpikeRecord {
+  std::vector<double> recent_losses;  // the last steps kept, oldest first (at most the window)
+  int64_t skipped_steps = 0;          // every step the run skipped (resumes included)
+  int64_t skips_in_a_row = 0;         // the steps skipped since the last one kept
+  bool operator==(const LossSpikeRecord&) const = default;
+};
+// The most recent losses a checkpoint may record (training.loss_spike.window's upper limit).
+inline constexpr int64_t kMaxLossSpikeWindow = 10000;
+
 // What checkpoint.json records.
 struct CheckpointIndex {
   std::string job, layout;
@@ -50,6 +62,9 @@ struct CheckpointIndex {
   // LibraryVersions() of the process that wrote it: OpenBLAS with the kernels it chose for that
   // CPU, the CUDA libraries ("" before it was kept).
   std::string libraries;
+  // The loss-spike rule's memory ("loss_spike"; nullopt before it was kept: the rule starts
+  // afresh).
+  std::optional<LossSpikeRecord> loss_spike;
 };
 
 // A new run's identity: 32 random hex digits.

@@ -46,6 +46,7 @@ CheckpointIndex ValidIndex() {
   index.kelvin_version = "0.1.0";
   index.run_id = "0123456789abcdef0123456789abcdef";
   index.libraries = "OpenBLAS 0.3.21 DYNAMIC_ARCH Zen; built without CUDA";
+  index.loss_spike = LossSpikeRecord{{2.5, 2.4375, 0.1, 1e-300}, 3, 1};
   return index;
 }
 
@@ -61,7 +62,8 @@ bool SameIndex(const CheckpointIndex& a, const CheckpointIndex& b) {
   return a.job == b.job && a.layout == b.layout && a.steps_completed == b.steps_completed &&
          a.optimizer_steps == b.optimizer_steps && a.parts == b.parts &&
          a.data_order == b.data_order && a.eval_loss == b.eval_loss &&
-         a.kelvin_version == b.kelvin_version && a.run_id == b.run_id && a.libraries == b.libraries;
+         a.kelvin_version == b.kelvin_version && a.run_id == b.run_id &&
+         a.libraries == b.libraries && a.loss_spike == b.loss_spike;
 }
 
 Json SpecialValue(std::mt19937_64& rng) {

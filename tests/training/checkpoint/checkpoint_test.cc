@@ -165,7 +165,8 @@ void WriteIndexOnly(const std::string& dir, int64_t step, std::optional<double> 
   const fs::path path = fs::path(dir) / absl::StrFormat("step_%08d", step);
   fs::create_directories(path);
   ASSERT_TRUE(WriteCheckpointIndex(
-                  path, {"job", "one process", step, step, 1, {}, eval_loss, "test", "run", "libs"})
+                  path, {"job", "one process", step, step, 1, {}, eval_loss, "test", "run", "libs",
+                         std::nullopt})
                   .ok());
 }
 
