@@ -1,9 +1,10 @@
-// Liveness probes over their own communicator (see liveness_probe.h): a probe is one int sent
+// Liveness probes over their own communicator (see liveness_probe.h): a question is one int sent
 // with kProbeTag, answered with kAnswerTag by whichever wait loop of the peer runs next.
 #include "parallel/comm/liveness_probe.h"
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "core/mpi_check.h"
 
@@ -19,9 +20,19 @@ std::vector<LivenessProbe*>& Probes() {
   return probes;
 }
 
+// The probe of the process's widest group (the first of equal ones).
+LivenessProbe* WidestProbe() {
+  LivenessProbe* widest = nullptr;
+  for (LivenessProbe* probe : Probes()) {
+    if (widest == nullptr || probe->size() > widest->size()) widest = probe;
+  }
+  return widest;
+}
+
 }  // namespace
 
-LivenessProbe::LivenessProbe(MPI_Comm comm) : comm_(comm) {
+LivenessProbe::LivenessProbe(MPI_Comm comm, std::vector<int> world_ranks)
+    : comm_(comm), world_ranks_(std::move(world_ranks)) {
   PostReceive();
   Probes().push_back(this);
 }
@@ -34,6 +45,10 @@ LivenessProbe::~LivenessProbe() {
   if (finalized) return;
   MPI_Cancel(&incoming_);
   MPI_Wait(&incoming_, MPI_STATUS_IGNORE);
+  for (auto& [member, question] : questions_) {
+    MPI_Cancel(&question.answer);
+    MPI_Wait(&question.answer, MPI_STATUS_IGNORE);
+  }
   for (MPI_Request& answer : answers_) MPI_Request_free(&answer);
 }
 
@@ -63,32 +78,37 @@ void LivenessProbe::Serve() {
                  answers_.end());
 }
 
-std::vector<int> LivenessProbe::Unresponsive(const std::vector<int>& peers,
-                                             std::chrono::steady_clock::duration grace) {
-  static const int kProbe = 1;
-  std::vector<int> answers(peers.size());
-  std::vector<MPI_Request> sent(peers.size()), received(peers.size());
-  for (size_t i = 0; i < peers.size(); ++i) {
-    KELVIN_MPI_CHECK(MPI_Isend(&kProbe, 1, MPI_INT, peers[i], kProbeTag, comm_, &sent[i]));
-    KELVIN_MPI_CHECK(MPI_Irecv(&answers[i], 1, MPI_INT, peers[i], kAnswerTag, comm_, &received[i]));
+void LivenessProbe::ForgetAnswered() {
+  for (auto it = questions_.begin(); it != questions_.end();) {
+    int answered = 0;
+    KELVIN_MPI_CHECK(MPI_Test(&it->second.answer, &answered, MPI_STATUS_IGNORE));
+    it = answered ? questions_.erase(it) : std::next(it);
   }
-  std::vector<bool> answered(peers.size(), false);
-  const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (std::chrono::steady_clock::now() < deadline &&
-         std::count(answered.begin(), answered.end(), false) > 0) {
-    for (size_t i = 0; i < peers.size(); ++i) {
-      int done = 0;
-      if (!answered[i]) KELVIN_MPI_CHECK(MPI_Test(&received[i], &done, MPI_STATUS_IGNORE));
-      if (done) answered[i] = true;
-    }
-    ServeEveryProbe();  // peers probing at the same time
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+void LivenessProbe::AskEveryMember() {
+  ForgetAnswered();
+  int self = 0;
+  KELVIN_MPI_CHECK(MPI_Comm_rank(comm_, &self));
+  static const int kQuestion = 1;
+  for (int member = 0; member < size(); ++member) {
+    if (member == self || questions_.count(member)) continue;
+    Question& question = questions_[member];
+    KELVIN_MPI_CHECK(
+        MPI_Irecv(&question.buffer, 1, MPI_INT, member, kAnswerTag, comm_, &question.answer));
+    MPI_Request sent = MPI_REQUEST_NULL;  // a small message: it leaves whether or not it is read
+    KELVIN_MPI_CHECK(MPI_Isend(&kQuestion, 1, MPI_INT, member, kProbeTag, comm_, &sent));
+    KELVIN_MPI_CHECK(MPI_Request_free(&sent));
   }
+}
+
+std::vector<int> LivenessProbe::Unanswered() {
+  ForgetAnswered();
   std::vector<int> silent;
-  for (size_t i = 0; i < peers.size(); ++i) {
-    if (!answered[i]) silent.push_back(peers[i]);
+  for (const auto& [member, question] : questions_) {
+    silent.push_back(world_ranks_[static_cast<size_t>(member)]);
   }
-  // The job aborts after this: the requests of silent peers are left to MPI_Abort.
+  std::sort(silent.begin(), silent.end());
   return silent;
 }
 
@@ -102,6 +122,24 @@ void ServeProbesFor(std::chrono::steady_clock::duration duration) {
     ServeEveryProbe();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+}
+
+void AskAround(LivenessProbe& own) {
+  own.AskEveryMember();
+  LivenessProbe* widest = WidestProbe();
+  if (widest != &own) widest->AskEveryMember();
+}
+
+std::vector<int> UnansweredAround(LivenessProbe& own) {
+  std::vector<int> silent = own.Unanswered();
+  LivenessProbe* widest = WidestProbe();
+  if (widest != &own) {
+    const std::vector<int> more = widest->Unanswered();
+    silent.insert(silent.end(), more.begin(), more.end());
+    std::sort(silent.begin(), silent.end());
+    silent.erase(std::unique(silent.begin(), silent.end()), silent.end());
+  }
+  return silent;
 }
 
 }  // namespace kelvin::parallel

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -118,14 +119,21 @@ enum class WaitResult { kDone, kTimedOut, kStopped };
 // Polls `requests` until all complete, `deadline` passes, or a stop signal's grace ran out
 // (parallel/comm/stop_deadline.h); answers liveness probes meanwhile; yields the core while waiting
 // (ranks are often oversubscribed in tests) and sleeps briefly once a wait grows long.
-WaitResult WaitAllUntil(std::vector<MPI_Request>& requests, Clock::time_point deadline) {
+// `longest_pause` grows to the longest time between two polls: this process itself stopped
+// (SIGSTOP, a debugger) or starved of CPU.
+WaitResult WaitAllUntil(std::vector<MPI_Request>& requests, Clock::time_point deadline,
+                        Clock::duration& longest_pause) {
+  Clock::time_point last_poll = Clock::now();
   for (int polls = 0;; ++polls) {
     int done = 0;
     KELVIN_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
                                  MPI_STATUSES_IGNORE));
     if (done) return WaitResult::kDone;
     ServeEveryProbe();
-    if (Clock::now() >= deadline) return WaitResult::kTimedOut;
+    const Clock::time_point now = Clock::now();
+    longest_pause = std::max(longest_pause, now - last_poll);
+    last_poll = now;
+    if (now >= deadline) return WaitResult::kTimedOut;
     if (StopDeadlinePassed(nullptr)) return WaitResult::kStopped;
     if (polls < 2000) {
       std::this_thread::yield();
@@ -138,6 +146,17 @@ WaitResult WaitAllUntil(std::vector<MPI_Request>& requests, Clock::time_point de
 Clock::time_point DeadlineAfter(Clock::time_point start, double seconds) {
   return start +
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// WaitAllUntil `deadline`; `ask_before` it, the liveness questions go out through `probe`
+// (AskAround), so that their answers are in when it passes: the whole wait stays the timeout's.
+WaitResult WaitAsking(std::vector<MPI_Request>& requests, Clock::time_point deadline,
+                      Clock::duration ask_before, LivenessProbe& probe,
+                      Clock::duration& longest_pause) {
+  const WaitResult early = WaitAllUntil(requests, deadline - ask_before, longest_pause);
+  if (early != WaitResult::kTimedOut) return early;
+  AskAround(probe);
+  return WaitAllUntil(requests, deadline, longest_pause);
 }
 
 int RankIn(MPI_Comm comm) {
@@ -175,7 +194,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string_view role,
   data_comm_ = DuplicateWithErrorsReturned(comm);
   arrival_comm_ = DuplicateWithErrorsReturned(comm);
   probe_comm_ = DuplicateWithErrorsReturned(comm);
-  probe_ = std::make_unique<LivenessProbe>(probe_comm_);
+  probe_ = std::make_unique<LivenessProbe>(probe_comm_, world_ranks());
 }
 
 MPI_Comm MpiCommunicator::DuplicateWithErrorsReturned(MPI_Comm comm) {
@@ -183,7 +202,9 @@ MPI_Comm MpiCommunicator::DuplicateWithErrorsReturned(MPI_Comm comm) {
   std::vector<MPI_Request> request(1);
   KELVIN_MPI_CHECK(MPI_Comm_idup(comm, &copy, &request[0]));
   const Clock::time_point start = Clock::now();
-  const WaitResult waited = WaitAllUntil(request, DeadlineAfter(start, options_.timeout_seconds));
+  Clock::duration pause{};
+  const WaitResult waited =
+      WaitAllUntil(request, DeadlineAfter(start, options_.timeout_seconds), pause);
   if (waited != WaitResult::kDone) {
     AbortOnTimeout({CallKind::kCreate, "", 0, DType::kF32}, Clock::now() - start,
                    waited == WaitResult::kStopped
@@ -255,13 +276,17 @@ std::unique_ptr<MpiCommunicator::InFlight> MpiCommunicator::StartCollective(
 void MpiCommunicator::CompleteCollective(InFlight& flight) {
   const Call& call = flight.call;
   const Clock::time_point deadline = DeadlineAfter(flight.start, options_.timeout_seconds);
-  WaitResult waited = WaitAllUntil(flight.transfers, deadline);
-  if (waited == WaitResult::kDone) waited = WaitAllUntil(flight.arrivals, deadline);
+  Clock::duration pause{};
+  WaitResult waited = WaitAsking(flight.transfers, deadline, ProbeGrace(), *probe_, pause);
+  if (waited == WaitResult::kDone) {
+    waited = WaitAsking(flight.arrivals, deadline, ProbeGrace(), *probe_, pause);
+  }
   if (waited == WaitResult::kStopped) {
     AbortOnTimeout(call, Clock::now() - flight.start, StoppedText());
   }
   if (waited == WaitResult::kTimedOut) {
-    AbortOnTimeout(call, Clock::now() - flight.start, DescribeArrivals(flight));
+    AbortOnTimeout(call, Clock::now() - flight.start,
+                   PausedTooLong(pause) ? PausedText(pause) : DescribeArrivals(flight));
   }
   for (int peer = 0; peer < size(); ++peer) {
     const std::array<int64_t, 3>& notice = flight.arrived[static_cast<size_t>(peer)];
@@ -306,7 +331,12 @@ class MpiCommunicator::Pending final : public PendingCollective {
 
 std::string MpiCommunicator::DescribeArrivals(InFlight& flight) {
   const Call& call = flight.call;
-  std::vector<std::string> missing, elsewhere;
+  const std::vector<int> silent = UnansweredAround(*probe_);
+  const auto answers = [&](int world_rank) {
+    return !std::binary_search(silent.begin(), silent.end(), world_rank);
+  };
+  std::vector<int> missing;
+  std::vector<std::string> elsewhere;
   size_t receive = 0;
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank()) continue;
@@ -315,51 +345,69 @@ std::string MpiCommunicator::DescribeArrivals(InFlight& flight) {
     const int world_rank = world_ranks()[static_cast<size_t>(peer)];
     const std::array<int64_t, 3>& notice = flight.arrived[static_cast<size_t>(peer)];
     if (!arrived) {
-      missing.push_back(absl::StrCat(world_rank));
+      missing.push_back(world_rank);
     } else if (notice != flight.notice) {
       elsewhere.push_back(absl::StrCat("world rank ", world_rank, " is in ",
                                        std::string(CallKindName(notice[1])), " #", notice[0],
                                        " of ", notice[2], " elements"));
     }
   }
-  // Every rank that times out probes before it aborts, so that the ranks waiting elsewhere can
-  // tell a stopped member from a dead one too.
-  std::vector<int> peers;
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer != rank()) peers.push_back(peer);
-  }
-  std::vector<std::string> silent;
-  for (const int peer : probe_->Unresponsive(peers, ProbeGrace())) {
-    silent.push_back(absl::StrCat(world_ranks()[static_cast<size_t>(peer)]));
-  }
-  const std::string not_answering =
-      absl::StrCat(absl::StrJoin(silent, ","),
-                   " do not answer (stopped, e.g. by SIGSTOP or a debugger, dead, or stuck "
-                   "outside communication: see their logs)");
   std::string text;
   if (!missing.empty()) {
+    // Members that answer wait in another call: for the processes that do not answer, if any.
+    const bool all_answer = std::all_of(missing.begin(), missing.end(), answers);
     absl::StrAppend(&text, "world rank(s) ", absl::StrJoin(missing, ","), " did not arrive at ",
-                    call.Describe(), " (dead, hung, or busy elsewhere: see their logs)");
+                    call.Describe(),
+                    all_answer && !silent.empty()
+                        ? " (they answer: they wait in another call)"
+                        : " (dead, hung, or busy elsewhere: see their logs)");
   }
   if (!elsewhere.empty()) {
     absl::StrAppend(&text, text.empty() ? "" : "; ",
                     "mismatched calls: ", absl::StrJoin(elsewhere, "; "));
   }
-  if (!text.empty()) {
-    if (!silent.empty()) absl::StrAppend(&text, "; world rank(s) ", not_answering);
-    return text;
-  }
+  if (!text.empty()) return text + UnansweredText();
   // Every member arrived: one that does not answer is stopped or stuck; the others wait here.
+  std::vector<int> stuck_here;
+  for (const int world_rank : world_ranks()) {
+    if (!answers(world_rank)) stuck_here.push_back(world_rank);
+  }
   if (silent.empty()) {
     return "every member arrived and answers, yet the transfer did not complete (MPI/network)";
   }
-  return absl::StrCat("world rank(s) ", absl::StrJoin(silent, ","), " arrived at ", call.Describe(),
-                      " but did not finish it, and ", not_answering);
+  if (stuck_here.empty()) {  // the members wait for a process outside the group
+    return absl::StrCat("every member arrived at ", call.Describe(),
+                        " but it did not complete, and the job's", UnansweredText().substr(1));
+  }
+  return absl::StrCat("world rank(s) ", absl::StrJoin(stuck_here, ","), " arrived at ",
+                      call.Describe(), " but did not finish it", UnansweredText());
+}
+
+std::string MpiCommunicator::UnansweredText() {
+  const std::vector<int> silent = UnansweredAround(*probe_);
+  if (silent.empty()) return "";
+  return absl::StrCat("; world rank(s) ", absl::StrJoin(silent, ","),
+                      " do not answer (stopped, e.g. by SIGSTOP or a debugger, dead, or stuck "
+                      "outside communication: see their logs)");
 }
 
 Clock::duration MpiCommunicator::ProbeGrace() const {
   return std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(std::min(5.0, options_.timeout_seconds / 4)));
+}
+
+bool MpiCommunicator::PausedTooLong(Clock::duration pause) const { return pause > ProbeGrace(); }
+
+std::string MpiCommunicator::PausedText(Clock::duration pause) const {
+  return absl::StrFormat(
+      "this process itself was paused for %.1f s while it waited (stopped by SIGSTOP or a "
+      "debugger, or starved of CPU): the timeout passed meanwhile, and who stopped the job is in "
+      "the other ranks' messages",
+      std::chrono::duration<double>(pause).count());
+}
+
+Clock::duration MpiCommunicator::AbortLinger() const {
+  return std::min<Clock::duration>(ProbeGrace(), std::chrono::seconds(1));
 }
 
 std::string MpiCommunicator::StoppedText() const {
@@ -380,7 +428,8 @@ void MpiCommunicator::AbortOnTimeout(const Call& call, Clock::duration waited,
               << absl::StrFormat("%.1f", std::chrono::duration<double>(waited).count())
               << " s (timeout " << options_.timeout_seconds << " s): " << who_is_missing
               << ". Aborting the job (parallel.collective_timeout_seconds sets the timeout).";
-  ServeProbesFor(ProbeGrace());  // the members still probing hear from this one first
+  std::fflush(stderr);
+  ServeProbesFor(AbortLinger());  // the members still asking hear from this one first
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();  // MPI_Abort does not return; this is for the compiler
 }
@@ -392,14 +441,20 @@ void MpiCommunicator::RunPointToPoint(const Call& call, int peer,
   std::vector<MPI_Request> request(1);
   post(request[0]);
   const Clock::time_point start = Clock::now();
-  const WaitResult waited = WaitAllUntil(request, DeadlineAfter(start, options_.timeout_seconds));
+  Clock::duration pause{};
+  const WaitResult waited = WaitAsking(request, DeadlineAfter(start, options_.timeout_seconds),
+                                       ProbeGrace(), *probe_, pause);
   if (waited == WaitResult::kStopped) AbortOnTimeout(call, Clock::now() - start, StoppedText());
+  if (waited == WaitResult::kTimedOut && PausedTooLong(pause)) {
+    AbortOnTimeout(call, Clock::now() - start, PausedText(pause));
+  }
   if (waited == WaitResult::kTimedOut) {
     const int world_peer = world_ranks()[static_cast<size_t>(peer)];
     AbortOnTimeout(call, Clock::now() - start,
                    absl::StrCat("world rank ", world_peer, " did not post the matching ",
                                 call.kind == CallKind::kSend ? "Recv" : "Send",
-                                " (dead, hung, or busy elsewhere: see its log)"));
+                                " (dead, hung, or busy elsewhere: see its log)",
+                                UnansweredText()));
   }
 }
 

@@ -77,10 +77,21 @@ class MpiCommunicator final : public Communicator {
   [[noreturn]] void AbortOnTimeout(const Call& call, std::chrono::steady_clock::duration waited,
                                    const std::string& who_is_missing);
   // Who is missing from `call` after a timeout: the members that did not arrive, are in another
-  // call, or do not answer a liveness probe (probed for a grace of timeout / 4, at most 5 s).
+  // call, and the processes of the job that do not answer a liveness question (named first: a
+  // member that did not arrive but answers waits elsewhere, for them).
   std::string DescribeArrivals(InFlight& flight);
-  // How long a timed-out rank probes the others, and lingers before it aborts.
+  // "; world rank(s) 3 do not answer (...)" for the processes that do not answer, else "".
+  std::string UnansweredText();
+  // How long before the timeout a waiting rank asks the others whether they are there: timeout /
+  // 4, at most 5 s.
   std::chrono::steady_clock::duration ProbeGrace() const;
+  // Whether a pause between two polls of a wait (`pause`) was longer than ProbeGrace(): then
+  // this process itself was stopped, and the others' silence is no evidence; PausedText says so.
+  bool PausedTooLong(std::chrono::steady_clock::duration pause) const;
+  std::string PausedText(std::chrono::steady_clock::duration pause) const;
+  // How long a timed-out rank serves the others' questions before it aborts: ProbeGrace(), at most
+  // 1 s.
+  std::chrono::steady_clock::duration AbortLinger() const;
   // Why a wait ended after a stop signal's grace (parallel/comm/stop_deadline.h).
   std::string StoppedText() const;
 

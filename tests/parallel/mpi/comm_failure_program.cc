@@ -28,6 +28,10 @@ extern "C" void ArmOnSignal(int) { kelvin::parallel::ArmStopDeadline(); }
 //             not finish and does not answer; the others name it
 //   stop_signal  it dies (SIGKILL), the others receive SIGTERM as srun --kill-on-bad-exit sends
 //             it, and end within the stop grace (1 s) although the collective timeout is 60 s
+//   stop_tp_dp  4 ranks as tensor x data parallel groups (tensor {0,1} {2,3}, data {0,2} {1,3})
+//             run a tensor then a data-parallel AllReduce per step, under a 4 s timeout; it stops
+//             itself (SIGSTOP): rank 0 waits for rank 2, which waits for it; every rank must
+//             name it
 int main(int argc, char** argv) {
   using kelvin::parallel::ReduceOp;
   MPI_Init(&argc, &argv);
@@ -38,7 +42,9 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   kelvin::parallel::CommunicatorOptions options;
   kelvin::parallel::SetStopGraceSeconds(1);
-  options.timeout_seconds = std::strcmp(mode, "stop_signal") == 0 ? 60 : 2;
+  options.timeout_seconds = std::strcmp(mode, "stop_signal") == 0  ? 60
+                            : std::strcmp(mode, "stop_tp_dp") == 0 ? 4
+                                                                   : 2;
   auto comm =
       kelvin::parallel::CreateCommunicator(kelvin::parallel::CommBackend::kMpi, MPI_COMM_WORLD,
                                            "world", options, kelvin::Context::Cpu());
@@ -76,13 +82,36 @@ int main(int argc, char** argv) {
       }).detach();
     }
     for (int i = 0; i < 200; ++i) (*comm)->AllReduce(large, ReduceOp::kSum);
+  } else if (std::strcmp(mode, "stop_tp_dp") == 0) {
+    KELVIN_CHECK(size == 4) << "stop_tp_dp runs on 4 ranks";
+    MPI_Comm tensor_comm = MPI_COMM_NULL, data_comm = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank / 2, rank, &tensor_comm);
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &data_comm);
+    auto tensor_group = kelvin::parallel::CreateCommunicator(
+        kelvin::parallel::CommBackend::kMpi, tensor_comm, "tp", options, kelvin::Context::Cpu());
+    auto data_group = kelvin::parallel::CreateCommunicator(
+        kelvin::parallel::CommBackend::kMpi, data_comm, "dp", options, kelvin::Context::Cpu());
+    KELVIN_CHECK(tensor_group.ok() && data_group.ok());
+    kelvin::Tensor large = kelvin::Tensor::ZerosCpu({1 << 20}, kelvin::DType::kF32);  // 4 MiB
+    if (failing) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        std::raise(SIGSTOP);
+      }).detach();
+    }
+    for (int i = 0; i < 400; ++i) {
+      (*tensor_group)->AllReduce(large, ReduceOp::kSum);
+      (*data_group)->AllReduce(large, ReduceOp::kSum);
+    }
   } else if (std::strcmp(mode, "stop_signal") == 0) {
     if (failing) std::raise(SIGKILL);
     std::signal(SIGTERM, ArmOnSignal);
     std::raise(SIGTERM);  // what srun sends the survivors
     (*comm)->AllReduce(tensor, ReduceOp::kSum);
   } else {
-    std::fprintf(stderr, "usage: comm_failure_program skip|kill|recv|mismatch|stop|stop_signal\n");
+    std::fprintf(stderr,
+                 "usage: comm_failure_program skip|kill|recv|mismatch|stop|stop_signal|"
+                 "stop_tp_dp\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   std::fprintf(stderr, "rank %d: mode %s finished without failing\n", rank, mode);
