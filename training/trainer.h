@@ -186,7 +186,8 @@ class Trainer {
   // The chosen checkpoint of checkpoint.dir (nullopt: none, for the newest), the same on every
   // rank: a listing error or a split view is an error on every rank. Collective.
   absl::StatusOr<std::optional<std::string>> AgreedCheckpoint(const CheckpointChoice& choice);
-  // Restores the complete checkpoint at `path` (found alike on every rank). Collective.
+  // Restores the complete checkpoint at `path` (found alike on every rank); a failure on any rank
+  // is that rank's error on every rank (the first failing rank's). Collective.
   absl::Status RestoreFrom(const std::string& path);
   // Every rank found the same checkpoint to restore (a shared filesystem may show one late): an
   // error on every rank when not. Collective over the world.

@@ -153,8 +153,9 @@ absl::Status Trainer::RestoreFrom(const std::string& path) {
   SettleParameters();  // the restore refreshes the model through the gradient buffers
   const TrainingState state = CurrentTrainingState();
   absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(path, job_.name(), state, ctx_);
-  // A damaged part may fail some ranks only: none goes on to train without the others.
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(world, loaded.status(), "restoring " + path));
+  // A damaged part may fail some ranks only: every rank takes the first failing rank's error, so
+  // that none trains without the others and all decide alike whether to skip the checkpoint.
+  KELVIN_RETURN_IF_ERROR(parallel::ShareFirstFailure(world, loaded.status()));
   const RestoredSteps& restored = *loaded;
   start_step_ = restored.steps_completed;
   run_id_ = restored.run_id;  // "" for a kelvin-checkpoint-3: Resume draws a new one

@@ -120,4 +120,12 @@ std::string GroupName(std::string_view role, const std::vector<int>& world_ranks
 // Collective over `group`.
 absl::Status AgreeOnStatus(Communicator& group, const absl::Status& status, std::string_view what);
 
+// One outcome, the same on every rank of `group`, for a step whose failure every rank must act on
+// alike (e.g. set a damaged checkpoint aside and try the one before): OK when `status` is OK
+// everywhere, else the error of the lowest group rank where it failed, its code and message (cut
+// at kSharedMessageBytes), on every rank. Another failing rank logs its own error first.
+// Collective over `group`.
+inline constexpr int64_t kSharedMessageBytes = 4096;
+absl::Status ShareFirstFailure(Communicator& group, const absl::Status& status);
+
 }  // namespace kelvin::parallel

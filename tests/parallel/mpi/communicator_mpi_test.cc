@@ -356,6 +356,27 @@ TEST_P(MpiCommunicatorTest, AgreeOnStatusNamesTheRanksThatFailed) {
   }
 }
 
+TEST_P(MpiCommunicatorTest, ShareFirstFailureGivesEveryRankTheFirstFailingRanksError) {
+  EXPECT_TRUE(ShareFirstFailure(*comm_, absl::OkStatus()).ok());
+  // Every rank but group rank 0 fails, each its own way: all take group rank 1's error.
+  const absl::Status mine =
+      comm_->rank() == 0 ? absl::OkStatus()
+                         : absl::DataLossError(absl::StrCat("part ", comm_->rank(), " damaged"));
+  const absl::Status shared = ShareFirstFailure(*comm_, mine);
+  if (comm_->size() == 1) {
+    EXPECT_TRUE(shared.ok());
+  } else {
+    EXPECT_EQ(shared, absl::DataLossError("part 1 damaged"));
+  }
+  // The last rank's long message, cut to kSharedMessageBytes on every rank.
+  const std::string long_message(kSharedMessageBytes + 5, 'x');
+  const absl::Status last_fails = comm_->rank() == comm_->size() - 1
+                                      ? absl::NotFoundError(long_message)
+                                      : absl::OkStatus();
+  EXPECT_EQ(ShareFirstFailure(*comm_, last_fails),
+            absl::NotFoundError(long_message.substr(0, kSharedMessageBytes)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Groups, MpiCommunicatorTest,
                          ::testing::Values(Group::kWorld, Group::kReversed),
                          [](const ::testing::TestParamInfo<Group>& info) {

@@ -1,12 +1,15 @@
 // Parallel training equals one process (run under mpirun -np 2, 4 and 8): under each layout that
 // fits the world, the demo model with SSA gives the one-process run's losses and final parameters
 // within the f32 tolerance; the pipeline schedules give bit-identical runs; a preempted parallel
-// run resumes bit for bit, and under another layout or in one process within the f32 tolerance.
+// run resumes bit for bit, and under another layout or in one process within the f32 tolerance;
+// damage one rank alone reads in a checkpoint is every rank's verdict (checkpoint.skip_damaged).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -662,6 +665,47 @@ TEST(ParallelCheckpoint, TiedEmbeddingsOverPipelineStagesResumeInOneProcess) {
   ExpectContinues(**alone, **reference, "one process after PP2 with tied embeddings");
   ExpectSlicesOf((*alone)->model(), (*staged)->model(), testing::kF32RelTol);
   std::filesystem::remove_all(own);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) std::filesystem::remove_all(dir);
+}
+
+// Damage that one rank alone reads (its ZeRO-1 shard's bytes in its part file) is every rank's
+// verdict: without checkpoint.skip_damaged every rank stops with that rank's message, naming the
+// part; with it every rank sets the checkpoint aside and resumes from the one before (the ranks
+// deciding apart left the others waiting for the one that set it aside, until the timeout).
+TEST(ParallelCheckpoint, DamageOneRankSeesIsEveryRanksVerdict) {
+  if (WorldSize() != 2) GTEST_SKIP() << "two ranks, each reading its own ZeRO-1 shard";
+  const int rank = WorldRank();
+  const std::string dir = ::testing::TempDir() + "/parallel_checkpoint_damaged_one_part";
+  if (rank == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const Layout layout{"DP2_ZeRO1", 1, 2, false, true};
+  // A short collective timeout: ranks that decide apart wait seconds, not minutes, for each other.
+  const std::vector<std::string> extra = {"checkpoint.dir=\"" + dir + "\"",
+                                          "checkpoint.interval_steps=1",
+                                          "parallel.collective_timeout_seconds=20"};
+  absl::StatusOr<std::unique_ptr<Trainer>> first = CreateTrainer(layout, extra);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Run().ok());
+  first->reset();
+  const std::filesystem::path newest = std::filesystem::path(dir) / "step_00000003";
+  const std::filesystem::path part = newest / PartFileName(1, 2);  // rank 1's shard alone
+  if (rank == 0) {
+    std::fstream file(part, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(-4, std::ios::end);  // the last piece's last element
+    file.write("\xff\xff\xff\x7f", 4);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  absl::StatusOr<std::unique_ptr<Trainer>> stopped = CreateTrainer(layout, extra);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kDataLoss) << stopped.status();
+  EXPECT_THAT(std::string(stopped.status().message()), ::testing::HasSubstr(part.string()));
+  std::vector<std::string> skipping = extra;
+  skipping.push_back("checkpoint.skip_damaged=true");
+  absl::StatusOr<std::unique_ptr<Trainer>> resumed = CreateTrainer(layout, skipping);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ((*resumed)->start_step(), 2);
+  EXPECT_TRUE(std::filesystem::exists(newest.string() + ".damaged"));
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) std::filesystem::remove_all(dir);
 }
