@@ -2,9 +2,11 @@
 #include "launcher/commands/inference_model.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
+#include "models/llama/hf_weight_check.h"
 #include "ssa/ssa_attention.h"
 #include "training/checkpoint/checkpoint_reader.h"
 #include "training/checkpoint/training_state.h"
@@ -77,6 +79,11 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
   }
   KLOG_RANK0(INFO) << "the model runs on " << placement.ctx.device().ToString() << " in "
                    << DTypeName(placement.dtype);
+  // model.hf_dir's weights checked against the config before the model's buffers exist.
+  std::optional<io::HfCheckpoint> hf_weights;
+  if (!chosen.has_value()) {
+    KELVIN_ASSIGN_OR_RETURN(hf_weights, models::OpenHfWeightsFor(job.model().hf_dir(), arch));
+  }
   auto model = std::make_unique<models::LlamaModel>(
       arch, placement.dtype, models::LlamaParallelism{.tp = tp}, models::LlamaRecompute{},
       models::LlamaPlacement{.ctx = placement.ctx, .forward_only = true});
@@ -94,9 +101,7 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
     KLOG_RANK0(INFO) << "the model's weights: the checkpoint " << *chosen;
     return model;
   }
-  KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
-                          io::HfCheckpoint::Open(job.model().hf_dir()));
-  KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(checkpoint));
+  KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(*hf_weights));
   KLOG_RANK0(INFO) << "the model's weights: model.hf_dir=" << job.model().hf_dir();
   return model;
 }

@@ -118,7 +118,8 @@ class LlamaModel : public parallel::PipelineStage {
   const Context& context() const { return ctx_; }
 
   // Copies this rank's slice of every parameter from a Hugging Face checkpoint (converting
-  // dtypes); a missing tensor or a shape mismatch is an error naming the tensor and the checkpoint.
+  // dtypes); a missing tensor or a shape mismatch is an error naming the tensor and the checkpoint
+  // (CheckHfWeightsMatchConfig, which callers run before they build the model: OpenHfWeightsFor).
   absl::Status LoadHfCheckpoint(const io::HfCheckpoint& checkpoint);
   // Writes the Hugging Face model directory (models/llama/hf_model_directory.h) with f32 weights
   // that transformers loads, `provenance` in its model card. Under tensor

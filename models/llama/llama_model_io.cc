@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "models/llama/hf_weight_check.h"
 #include "models/llama/llama_model.h"
 
 namespace kelvin::models {
@@ -113,6 +114,7 @@ void LlamaModel::InitRandom(uint64_t seed) {
 }
 
 absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
+  KELVIN_RETURN_IF_ERROR(CheckHfWeightsMatchConfig(checkpoint, config_));
   const int64_t ssa_tensors =
       stage_.num_local_layers() * static_cast<int64_t>(SsaLayerParameters(config_).size());
   std::vector<std::string> missing_ssa;
@@ -126,12 +128,6 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
       return absl::NotFoundError(
           absl::StrCat(checkpoint.path(), " has no tensor \"", e.name, "\", which a Llama with ",
                        config_.num_layers, " layers needs (is config.json from the same model?)"));
-    }
-    const Shape& full_shape = full_shapes_.at(e.name);
-    if (found->shape != full_shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          checkpoint.path(), ": tensor \"", e.name, "\" has shape ", ShapeToString(found->shape),
-          " but the config implies ", ShapeToString(full_shape)));
     }
     const ParameterShard& shard = shards_.at(e.name);
     // In the masters' dtype (a forward-only bf16 model's values: read in f32, checked, rounded).

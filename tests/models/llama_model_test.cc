@@ -210,13 +210,14 @@ TEST(LlamaModel, MissingOrMisshapenCheckpointTensorsAreClearErrors) {
   absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
   ASSERT_TRUE(checkpoint.ok());
   EXPECT_THAT(Message(three_layers.LoadHfCheckpoint(*checkpoint)),
-              HasSubstr("has no tensor \"model.layers.2.input_layernorm.weight\""));
+              HasSubstr("holds the weights of 2 layers but the model config has "
+                        "num_hidden_layers=3 (no tensor \"model.layers.2.input_layernorm.weight\")"));
   models::LlamaConfig wider = TinyConfig();
   wider.intermediate_size = 64;
   models::LlamaModel wide(wider, DType::kF32);
   EXPECT_THAT(Message(wide.LoadHfCheckpoint(*checkpoint)),
               HasSubstr("tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [48, 32] but "
-                        "the config implies [64, 32]"));
+                        "the model config (intermediate_size=64) gives it [64, 32]"));
   EXPECT_THAT(Message(models::LlamaConfigFromHfDirectory(dir + "/nowhere").status()),
               HasSubstr("cannot read " + dir + "/nowhere/config.json"));
 }

@@ -7,12 +7,14 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/logging.h"
 #include "google/protobuf/text_format.h"
+#include "models/llama/hf_weight_check.h"
 #include "ssa/ssa_attention.h"
 #include "training/checkpoint/checkpoint_format.h"
 #include "training/metrics/metrics_file.h"
@@ -369,16 +371,19 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
                                          job.model().recompute_mlp()};
   KELVIN_ASSIGN_OR_RETURN(const ssa::AttentionBackend backend,
                           AttentionBackendFor(job, placement.ctx));
+  // The weights' shapes are checked against the config before the model's buffers exist.
+  std::optional<io::HfCheckpoint> checkpoint;
+  if (job.model().has_hf_dir()) {
+    KELVIN_ASSIGN_OR_RETURN(checkpoint, models::OpenHfWeightsFor(job.model().hf_dir(), arch));
+  }
   auto model = std::make_unique<models::LlamaModel>(
       arch, placement.dtype, parallelism, recompute,
       models::LlamaPlacement{.ctx = placement.ctx,
                              .separate_master = placement.separate_master,
                              .gradient_shards = gradient_shards,
                              .attention_backend = backend});
-  if (job.model().has_hf_dir()) {
-    KELVIN_ASSIGN_OR_RETURN(const io::HfCheckpoint checkpoint,
-                            io::HfCheckpoint::Open(job.model().hf_dir()));
-    KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(checkpoint));
+  if (checkpoint.has_value()) {
+    KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(*checkpoint));
   } else {
     model->InitRandom(job.training().seed());
   }
