@@ -14,6 +14,7 @@
 #include "launcher/commands/plan_command.h"
 #include "launcher/config/job_config.h"
 #include "launcher/slurm/slurm_batch.h"
+#include "models/llama/hf_weight_check.h"
 #include "training/job/data_sources.h"
 #include "training/job/job_setup.h"
 
@@ -35,6 +36,11 @@ absl::Status CheckJobCanStart(const PlannedJob& planned) {
         "model.hf_dir=", job.model().hf_dir(),
         " holds no readable config.json on this machine, so the job would fail when it starts: "
         "launch where the weights are visible (a shared filesystem), or fix model.hf_dir"));
+  }
+  if (job.model().has_hf_dir()) {  // the weights, opened and checked as the trainer does
+    KELVIN_RETURN_IF_ERROR(
+        WithWorkingDirectory(models::OpenHfWeightsFor(job.model().hf_dir(), planned.arch).status(),
+                             job));
   }
   KELVIN_RETURN_IF_ERROR(WithWorkingDirectory(training::CheckDataFilesExist(job), job));
   KELVIN_RETURN_IF_ERROR(WithWorkingDirectory(training::CheckOutputLocations(job), job));
@@ -61,17 +67,21 @@ int Launch(const PlanArguments& a, bool submit) {
                 batch->script_path.c_str());
     return 0;
   }
-  const absl::StatusOr<std::string> id = SubmitBatchJob(batch->script_path);
-  if (!id.ok()) return Fail(id.status());
-  const absl::Status recorded = RecordSubmittedJob(job, *id);
+  const absl::StatusOr<SubmittedJob> submitted = SubmitBatchJob(batch->script_path);
+  if (!submitted.ok()) return Fail(submitted.status());
+  if (!submitted->other_output.empty()) {
+    std::fprintf(stderr, "%s\n", submitted->other_output.c_str());  // sbatch's warnings
+  }
+  const std::string& id = submitted->id;
+  const absl::Status recorded = RecordSubmittedJob(job, id);
   if (!recorded.ok()) {
     std::fprintf(stderr,
                  "kelvin: warning: %s (a later launch into this run directory is not "
                  "refused while job %s lives)\n",
-                 std::string(recorded.message()).c_str(), id->c_str());
+                 std::string(recorded.message()).c_str(), id.c_str());
   }
-  std::printf("submitted batch job %s; its log: %s/slurm-%s.out\n", id->c_str(),
-              std::filesystem::path(batch->script_path).parent_path().c_str(), id->c_str());
+  std::printf("submitted batch job %s; its log: %s/slurm-%s.out\n", id.c_str(),
+              std::filesystem::path(batch->script_path).parent_path().c_str(), id.c_str());
   return 0;
 }
 

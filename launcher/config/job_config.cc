@@ -454,6 +454,8 @@ void ResolveDefaults(config::JobConfig& config) {
   if (launch.run_dir().empty() && !config.name().empty()) {
     launch.set_run_dir("runs/" + config.name());
   }
+  if (launch.mpi_plugin().empty()) launch.set_mpi_plugin("pmix");
+  if (launch.memory_per_node().empty()) launch.set_memory_per_node("0");
 
   if (model.precision() == config::ModelConfig::AUTO) {
     if (training.device() == config::TrainingConfig::CPU) {

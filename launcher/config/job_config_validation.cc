@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -153,9 +154,12 @@ void CheckName(const config::JobConfig& job, Problems& problems) {
   const bool plain = std::all_of(job.name().begin(), job.name().end(), [](char c) {
     return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
   });
-  if (!plain) {
-    problems.Add("name=\"", job.name(),
-                 "\": use only letters, digits, '.', '_' and '-' (it names files and SLURM jobs)");
+  // The name is one path component (runs/<name>, <name>.sbatch): "." and ".." would be the run
+  // directory's parent or its parent's parent.
+  if (!plain || job.name() == "." || job.name() == "..") {
+    problems.Add("name=\"", absl::CHexEscape(job.name()),
+                 "\": use only letters, digits, '.', '_' and '-', and not \".\" or \"..\" (it "
+                 "names files, directories and SLURM jobs)");
   }
 }
 
@@ -742,6 +746,30 @@ std::optional<int64_t> SlurmTimeSeconds(absl::string_view time) {
   return ((days * 24 + *h) * 60 + *m) * 60 + *sec;
 }
 
+// sbatch --mem's size: digits with an optional unit K, M, G or T (mebibytes without one), at most
+// 1 EiB (no node is larger; the product cannot overflow).
+bool SlurmMemorySize(const std::string& size) {
+  constexpr std::string_view kUnits = "KMGT";  // 2^(10 i) KiB
+  constexpr int64_t kMaxKib = int64_t{1} << 50;
+  std::string_view digits = size;
+  int64_t kib_per_unit = 1024;
+  if (!digits.empty()) {
+    const size_t unit = kUnits.find(absl::ascii_toupper(static_cast<unsigned char>(digits.back())));
+    if (unit != std::string_view::npos) {
+      kib_per_unit = int64_t{1} << (10 * unit);
+      digits.remove_suffix(1);
+    }
+  }
+  if (digits.empty() || digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), [](char c) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(c));
+      })) {
+    return false;
+  }
+  int64_t kib = 0;
+  return !__builtin_mul_overflow(std::stoll(std::string(digits)), kib_per_unit, &kib) &&
+         kib <= kMaxKib;
+}
+
 // launch.hardware after ResolveDefaults filled the preset's numbers: every rate given and
 // positive, the efficiency a fraction, the node at least one device.
 void CheckHardware(const config::LaunchConfig& launch, Problems& problems) {
@@ -854,6 +882,20 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
                    "several)");
     }
   }
+  const bool plugin = !launch.mpi_plugin().empty() && launch.mpi_plugin().size() <= 64 &&
+                      std::all_of(launch.mpi_plugin().begin(), launch.mpi_plugin().end(), [](char c) {
+                        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+                      });
+  if (!plugin) {
+    problems.Add("launch.mpi_plugin=\"", absl::CHexEscape(launch.mpi_plugin()),
+                 "\": name srun's PMI plugin (letters, digits and '_', e.g. pmix or pmi2; `srun "
+                 "--mpi=list` on the cluster lists them)");
+  }
+  if (!SlurmMemorySize(launch.memory_per_node())) {
+    problems.Add("launch.memory_per_node=\"", absl::CHexEscape(launch.memory_per_node()),
+                 "\": write a number of mebibytes, or a number with the unit K, M, G or T (e.g. "
+                 "\"200G\"); \"0\" asks for all the memory of each node");
+  }
   const auto has_control = [](const std::string& text) {
     return std::any_of(text.begin(), text.end(), [](char c) {
       return c != '\t' && absl::ascii_iscntrl(static_cast<unsigned char>(c));
@@ -863,6 +905,11 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
     if (!absl::StartsWith(option, "--") || has_control(option) || absl::StrContains(option, "\t")) {
       problems.Add("launch.extra_sbatch_options \"", absl::CHexEscape(option),
                    "\": write one sbatch option per entry, as \"--name=value\" on one line");
+    } else if (absl::StartsWith(option, "--mem=") || absl::StartsWith(option, "--mem-per-")) {
+      problems.Add("launch.extra_sbatch_options \"", absl::CHexEscape(option),
+                   "\": the job's memory request is launch.memory_per_node (#SBATCH --mem), and "
+                   "sbatch refuses --mem with --mem-per-cpu or --mem-per-gpu; set "
+                   "launch.memory_per_node instead");
     }
   }
   for (const std::string& line : launch.setup_commands()) {

@@ -1,7 +1,11 @@
 // The batch script, its file, sbatch, and the record of the jobs that use a run directory.
 #include "launcher/slurm/slurm_batch.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,9 +15,11 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "core/io/atomic_file.h"
 #include "core/status.h"
@@ -39,13 +45,23 @@ std::string ShellQuote(const std::string& text) {
 }
 
 // sbatch reads #SBATCH values up to whitespace, and the script must stay one line per line:
-// paths in it have no whitespace, quotes or control characters.
+// paths in it have no whitespace, quotes or control characters. Nor backslashes: one anywhere in
+// an --output path turns off sbatch's replacements (the log would be named "slurm-%j.out") and
+// is dropped from the name.
 bool UnsafeInScript(const std::string& text) {
   for (const char c : text) {
     const unsigned char u = static_cast<unsigned char>(c);
-    if (absl::ascii_isspace(u) || absl::ascii_iscntrl(u) || c == '\'' || c == '"') return true;
+    if (absl::ascii_isspace(u) || absl::ascii_iscntrl(u) || c == '\'' || c == '"' || c == '\\') {
+      return true;
+    }
   }
   return false;
+}
+
+// `path` as an sbatch filename pattern that means the path itself: each '%' (which would start a
+// replacement such as %j or %x) written as "%%", sbatch's literal percent sign.
+std::string LiteralFilenamePattern(const std::string& path) {
+  return absl::StrReplaceAll(path, {{"%", "%%"}});
 }
 
 // The heredoc delimiter of the embedded job: a line the text does not hold.
@@ -66,6 +82,28 @@ std::string OutputOf(const std::string& command) {
   while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
   pclose(pipe);
   return std::string(absl::StripAsciiWhitespace(output));
+}
+
+// Copies the executable `from` to `to` (atomically, mode 0755), one MiB at a time.
+absl::Status CopyExecutable(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read the kelvin binary ", from,
+                                            " to copy it into the run directory"));
+  }
+  KELVIN_ASSIGN_OR_RETURN(io::AtomicFile out, io::AtomicFile::Create(to));
+  std::string chunk(size_t{1} << 20, '\0');
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    KELVIN_RETURN_IF_ERROR(out.Write(std::string_view(chunk.data(), in.gcount())));
+  }
+  if (!in.eof()) return absl::DataLossError(absl::StrCat("cannot read the kelvin binary ", from));
+  KELVIN_RETURN_IF_ERROR(out.Finish());
+  if (::chmod(out.temporary().c_str(), 0755) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot make ", out.temporary(), " executable: ", std::strerror(errno)));
+  }
+  return out.Commit();
 }
 
 // The directories whose kSlurmJobsFile lists the jobs using them: the run directory, and
@@ -96,6 +134,7 @@ std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths) 
   directive(absl::StrCat("--ntasks-per-node=", l.processes_per_node()));
   if (l.gpus_per_node() > 0) directive(absl::StrCat("--gpus-per-node=", l.gpus_per_node()));
   if (l.cpus_per_process() > 0) directive(absl::StrCat("--cpus-per-task=", l.cpus_per_process()));
+  directive("--mem=" + l.memory_per_node());
   if (!l.time_limit().empty()) directive("--time=" + l.time_limit());
   if (!l.partition().empty()) directive("--partition=" + l.partition());
   if (!l.account().empty()) directive("--account=" + l.account());
@@ -106,7 +145,7 @@ std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths) 
   }
   if (l.requeue()) directive("--requeue");
   directive("--open-mode=append");  // a requeued job continues the same log
-  directive("--output=" + (fs::path(paths.run_dir) / "slurm-%j.out").string());
+  directive("--output=" + LiteralFilenamePattern(paths.run_dir) + "/slurm-%j.out");
   directive("--chdir=" + paths.working_dir);  // relative paths of the job as at launch
   for (const std::string& option : l.extra_sbatch_options()) directive(option);
   absl::StrAppend(&s, "set -euo pipefail\n");
@@ -132,9 +171,8 @@ std::string SbatchScript(const config::JobConfig& job, const BatchPaths& paths) 
       "echo \"kelvin: SLURM job $SLURM_JOB_ID, $SLURM_NNODES node(s), restart "
       "${SLURM_RESTART_COUNT:-0}\"\n",
       "status=0\n",
-      // pmix: Debian's OpenMPI starts under srun only with it; a rank that fails ends every other
-      // one at once.
-      "srun --mpi=pmix --kill-on-bad-exit=1 ", ShellQuote(paths.kelvin_binary),
+      // A rank that fails ends every other one at once.
+      "srun --mpi=", l.mpi_plugin(), " --kill-on-bad-exit=1 ", ShellQuote(paths.kelvin_binary),
       " train \"$job_config\" || status=$?\n");
   // A run that saved a checkpoint and stopped on a signal (the time-limit warning, or a
   // preemption) leaves the stop marker: with requeue the job goes back in the queue and resumes.
@@ -170,8 +208,8 @@ absl::StatusOr<BatchJob> WriteBatchJob(const config::JobConfig& job,
     return absl::InvalidArgumentError(absl::StrCat(
         "launch.run_dir=\"", job.launch().run_dir(), "\" from ", working_dir.string(),
         " (kelvin at ", kelvin_binary,
-        "): use directories without spaces, quotes or control characters (they go into #SBATCH "
-        "--output and --chdir and the script's lines)"));
+        "): use directories without spaces, quotes, backslashes or control characters (they go "
+        "into #SBATCH --output and --chdir and the script's lines)"));
   }
   if (const std::vector<std::string> live = LiveJobsUsing(job); !live.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -188,9 +226,13 @@ absl::StatusOr<BatchJob> WriteBatchJob(const config::JobConfig& job,
     return absl::PermissionDeniedError(
         absl::StrCat("launch.run_dir: cannot create ", dir.string(), ": ", error.message()));
   }
-  const BatchJob batch{(dir / (job.name() + ".sbatch")).string()};
+  // The job runs its own copy: a rebuild of the checkout while the job waits in the queue (or
+  // between its requeues) changes nothing of what it runs.
+  const BatchJob batch{(dir / (job.name() + ".sbatch")).string(), (dir / kKelvinCopy).string()};
+  KELVIN_RETURN_IF_ERROR(CopyExecutable(kelvin_binary, batch.kelvin_copy));
   KELVIN_RETURN_IF_ERROR(io::WriteFileAtomically(
-      batch.script_path, {SbatchScript(job, {kelvin_binary, dir.string(), working_dir.string()})}));
+      batch.script_path,
+      {SbatchScript(job, {batch.kelvin_copy, dir.string(), working_dir.string()})}));
   return batch;
 }
 
@@ -233,7 +275,31 @@ std::vector<std::string> LiveJobsUsing(const config::JobConfig& job) {
   return live;
 }
 
-absl::StatusOr<std::string> SubmitBatchJob(const std::string& script_path) {
+std::optional<std::string> SbatchJobId(absl::string_view line) {
+  const auto all_of = [](absl::string_view text, bool (*allowed)(char)) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), allowed);
+  };
+  const auto digit = [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); };
+  const auto name = [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  };
+  absl::string_view id = line, cluster;
+  if (absl::ConsumePrefix(&id, "Submitted batch job ")) {  // sbatch without --parsable
+    if (const size_t on = id.find(" on cluster "); on != absl::string_view::npos) {
+      cluster = id.substr(on + 12);
+      id = id.substr(0, on);
+      if (!all_of(cluster, name)) return std::nullopt;
+    }
+  } else if (const size_t semicolon = id.find(';'); semicolon != absl::string_view::npos) {
+    cluster = id.substr(semicolon + 1);
+    id = id.substr(0, semicolon);
+    if (!all_of(cluster, name)) return std::nullopt;
+  }
+  if (id.size() > 20 || !all_of(id, digit)) return std::nullopt;
+  return std::string(id);
+}
+
+absl::StatusOr<SubmittedJob> SubmitBatchJob(const std::string& script_path) {
   const std::string command = "sbatch --parsable " + ShellQuote(script_path) + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::InternalError("cannot start sbatch: popen failed");
@@ -252,8 +318,19 @@ absl::StatusOr<std::string> SubmitBatchJob(const std::string& script_path) {
     return absl::FailedPreconditionError(
         absl::StrCat("sbatch ", script_path, " failed: ", message));
   }
-  // --parsable prints "<job id>" or "<job id>;<cluster>".
-  return std::string(message.substr(0, message.find(';')));
+  // The id is the last line; sbatch's warnings (stderr) come before it.
+  const size_t last_line = message.rfind('\n');
+  const absl::string_view last = absl::StripAsciiWhitespace(
+      absl::string_view(message).substr(last_line == std::string::npos ? 0 : last_line + 1));
+  const std::optional<std::string> id = SbatchJobId(last);
+  if (!id.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sbatch ", script_path, " exited 0 but its answer does not end in a job id (\"N\" or "
+        "\"N;cluster\"): \"", absl::CHexEscape(message.substr(0, 2000)),
+        "\". Check with squeue whether the job was queued before submitting again"));
+  }
+  return SubmittedJob{*id, last_line == std::string::npos ? std::string()
+                                                          : message.substr(0, last_line)};
 }
 
 }  // namespace kelvin::launcher

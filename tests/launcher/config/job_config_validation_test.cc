@@ -236,6 +236,20 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "training.seq_length=128 / context_parallel=1 must be a multiple of "
        "parallel.tensor_parallel=3 for sequence_parallel"},
       {{"name=my job"}, "name=\"my job\": use only letters, digits, '.', '_' and '-'"},
+      // The name is a directory (runs/<name>) and a file name: "." and ".." would write the
+      // batch script and the logs into the run directory's parents.
+      {{"name=."}, "name=\".\": use only letters, digits, '.', '_' and '-', and not \".\""},
+      {{"name=.."}, "name=\"..\": use only letters, digits, '.', '_' and '-', and not \".\""},
+      {{"name=../x"}, "name=\"../x\": use only letters, digits"},
+      {{"launch.mpi_plugin=pmix;rm"},
+       "launch.mpi_plugin=\"pmix;rm\": name srun's PMI plugin (letters, digits and '_', e.g. "
+       "pmix or pmi2; `srun --mpi=list` on the cluster lists them)"},
+      {{"launch.memory_per_node=200GB"},
+       "launch.memory_per_node=\"200GB\": write a number of mebibytes, or a number with the unit "
+       "K, M, G or T (e.g. \"200G\"); \"0\" asks for all the memory of each node"},
+      {{"launch.memory_per_node=-1"}, "launch.memory_per_node=\"-1\": write a number"},
+      {{"launch.memory_per_node=99999999999999999999G"},
+       "launch.memory_per_node=\"99999999999999999999G\": write a number"},
       {{"optimizer.lr=nan"}, "optimizer.lr=nan: must be a finite number"},
       {{"model.ssa.alpha_init=-inf"}, "model.ssa.alpha_init=-inf: must be a finite number"},
       {{"training.device=7"},
@@ -286,6 +300,9 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
   EXPECT_EQ(ProblemsWith({"launch.preemption_warning_seconds=7200", "launch.time_limit=1-00:00:00",
                           "checkpoint.dir=/c"}),
             "");
+  EXPECT_EQ(ProblemsWith({"name=...", "launch.mpi_plugin=pmix_v4", "launch.memory_per_node=500G"}),
+            "");
+  EXPECT_EQ(ProblemsWith({"launch.mpi_plugin=pmi2", "launch.memory_per_node=64000"}), "");
 }
 
 // launch.hardware: a preset fills its numbers (each field overrides it); a bad rate, an empty
@@ -396,7 +413,18 @@ TEST(JobConfigValidation, HostileLaunchStringsAreRefused) {
     EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
                 HasSubstr("launch.extra_sbatch_options \"" + absl::CHexEscape(line) + "\""));
   }
+  // The memory request is launch.memory_per_node: sbatch refuses --mem with the per-CPU/GPU forms.
+  for (const char* memory : {"--mem=10G", "--mem-per-gpu=80G", "--mem-per-cpu=4G"}) {
+    config::JobConfig job = BaseJob();
+    job.mutable_launch()->add_extra_sbatch_options(memory);
+    EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+                HasSubstr(absl::StrCat("launch.extra_sbatch_options \"", memory,
+                                       "\": the job's memory request is launch.memory_per_node")));
+  }
   config::JobConfig job = BaseJob();
+  job.mutable_launch()->add_extra_sbatch_options("--mem-bind=local");  // binding, not a request
+  EXPECT_TRUE(ValidateJobConfig(job).ok()) << ValidateJobConfig(job);
+  job = BaseJob();
   job.mutable_launch()->add_setup_commands("module load cuda\nrm -rf /");
   EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
               HasSubstr("launch.setup_commands \"module load cuda\\nrm -rf /\": one shell line"));

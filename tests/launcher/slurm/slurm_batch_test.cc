@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "launcher/config/job_config.h"
 
 namespace kelvin::launcher {
@@ -57,7 +58,7 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
       Job({"launch.nodes=4", "launch.processes_per_node=8", "launch.gpus_per_node=8",
            "launch.cpus_per_process=6", "launch.time_limit=1-00:00:00", "launch.partition=gpu",
            "launch.account=proj", "launch.qos=high", "launch.preemption_warning_seconds=180",
-           "launch.requeue=true"});
+           "launch.requeue=true", "launch.mpi_plugin=pmi2", "launch.memory_per_node=500G"});
   config::JobConfig with_lists = job;
   with_lists.mutable_launch()->add_setup_commands("module load cuda/13");
   with_lists.mutable_launch()->add_extra_sbatch_options("--exclusive");
@@ -76,6 +77,7 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
             "#SBATCH --ntasks-per-node=8\n"
             "#SBATCH --gpus-per-node=8\n"
             "#SBATCH --cpus-per-task=6\n"
+            "#SBATCH --mem=500G\n"
             "#SBATCH --time=1-00:00:00\n"
             "#SBATCH --partition=gpu\n"
             "#SBATCH --account=proj\n"
@@ -103,7 +105,7 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
                 "echo \"kelvin: SLURM job $SLURM_JOB_ID, $SLURM_NNODES node(s), restart "
                 "${SLURM_RESTART_COUNT:-0}\"\n"
                 "status=0\n"
-                "srun --mpi=pmix --kill-on-bad-exit=1 '/opt/kelvin/bin/kelvin' train "
+                "srun --mpi=pmi2 --kill-on-bad-exit=1 '/opt/kelvin/bin/kelvin' train "
                 "\"$job_config\" || status=$?\n"
                 "if [ -e \"$stopped\" ]; then\n"
                 "  echo \"kelvin: $(cat \"$stopped\"), checkpoint saved; requeueing job "
@@ -117,9 +119,12 @@ TEST(SlurmBatch, ScriptOfAFullLaunchSection) {
                 "exit \"$status\"\n");
 }
 
+// One task with all of the node's memory (a site's per-CPU default would kill the job when it
+// loads or saves), started through PMIx.
 TEST(SlurmBatch, DefaultLaunchAsksForOneTaskAndNothingElse) {
   const std::string script = SbatchScript(Job({}), {"/k", "/r", "/w"});
-  EXPECT_THAT(script, HasSubstr("#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n"));
+  EXPECT_THAT(script,
+              HasSubstr("#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n#SBATCH --mem=0\n"));
   EXPECT_THAT(script, HasSubstr("srun --mpi=pmix --kill-on-bad-exit=1 '/k' train \"$job_config\""));
   EXPECT_THAT(script, HasSubstr("submit this script again to continue"));
   for (const char* absent :
@@ -142,6 +147,30 @@ TEST(SlurmBatch, ScriptIsBashAndTheJobsStringsStayData) {
   EXPECT_THAT(script, Not(HasSubstr("\nrm -rf /")));  // printed escaped: "\\n"
   EXPECT_THAT(EmbeddedJob(script), HasSubstr("$(touch /tmp/pwned)\\nrm -rf /"));
   fs::remove(path);
+}
+
+// sbatch reads --output as a filename pattern: a '%' of the run directory is written "%%" (its
+// literal percent sign), so that the log lands in the run directory, not in one named after the
+// job id (%j) or the job name (%x).
+TEST(SlurmBatch, PercentInTheRunDirectoryIsLiteralForSbatch) {
+  const std::string script = SbatchScript(Job({}), {"/k", "/runs/100%x_%j%%", "/w"});
+  EXPECT_THAT(script, HasSubstr("#SBATCH --output=/runs/100%%x_%%j%%%%/slurm-%j.out\n"));
+  EXPECT_THAT(script, HasSubstr("run_dir='/runs/100%x_%j%%'\n"));
+}
+
+// The job id is all of sbatch's answer or nothing: --parsable's "N" and "N;cluster", and
+// "Submitted batch job N" of an sbatch that ignores --parsable (a site's wrapper).
+TEST(SlurmBatch, JobIdIsParsedStrictly) {
+  EXPECT_EQ(SbatchJobId("4242"), "4242");
+  EXPECT_EQ(SbatchJobId("4242;cluster-a"), "4242");
+  EXPECT_EQ(SbatchJobId("Submitted batch job 77"), "77");
+  EXPECT_EQ(SbatchJobId("Submitted batch job 77 on cluster b.2"), "77");
+  for (const char* not_an_id :
+       {"", ";", "4242;", ";c", "42 42", "-1", "4242;clu ster", "sbatch: error: try again",
+        "Submitted batch job", "Submitted batch job x", "Submitted batch job 7 on cluster ",
+        "123456789012345678901", "4242\n"}) {
+    EXPECT_EQ(SbatchJobId(not_an_id), std::nullopt) << absl::CHexEscape(not_an_id);
+  }
 }
 
 class SlurmBatchFiles : public ::testing::Test {
@@ -169,14 +198,25 @@ class SlurmBatchFiles : public ::testing::Test {
   std::string old_path_;
 };
 
+// The script runs a copy of the kelvin binary in the run directory: rebuilding the checkout while
+// the job waits in the queue changes nothing of what it runs.
 TEST_F(SlurmBatchFiles, WritesTheScriptWhoseEmbeddedJobParsesBack) {
   const config::JobConfig job = Job({"launch.run_dir=" + (dir_ / "run").string()});
-  const absl::StatusOr<BatchJob> batch = WriteBatchJob(job, "/opt/kelvin");
+  const fs::path binary = dir_ / "build" / "kelvin";
+  fs::create_directories(binary.parent_path());
+  std::ofstream(binary) << "the binary at launch";
+  const absl::StatusOr<BatchJob> batch = WriteBatchJob(job, binary.string());
   ASSERT_TRUE(batch.ok()) << batch.status();
+  std::ofstream(binary) << "a rebuild";
   EXPECT_EQ(batch->script_path, (dir_ / "run" / "ssa8b.sbatch").string());
+  EXPECT_EQ(batch->kelvin_copy, (dir_ / "run" / "kelvin").string());
+  EXPECT_EQ(ReadFile(batch->kelvin_copy), "the binary at launch");
+  EXPECT_EQ(fs::status(batch->kelvin_copy).permissions() & fs::perms::owner_exec,
+            fs::perms::owner_exec);
   const std::string script = ReadFile(batch->script_path);
-  EXPECT_EQ(script, SbatchScript(job, {"/opt/kelvin", (dir_ / "run").string(),
+  EXPECT_EQ(script, SbatchScript(job, {batch->kelvin_copy, (dir_ / "run").string(),
                                        fs::current_path().string()}));
+  EXPECT_THAT(script, HasSubstr("'" + batch->kelvin_copy + "' train"));
   const absl::StatusOr<config::JobConfig> back =
       ParseJobConfig(EmbeddedJob(script), "embedded.textproto");
   ASSERT_TRUE(back.ok()) << back.status();
@@ -187,15 +227,49 @@ TEST_F(SlurmBatchFiles, RunDirWithASpaceIsRefused) {
   const absl::StatusOr<BatchJob> batch =
       WriteBatchJob(Job({"launch.run_dir=" + (dir_ / "my runs").string()}), "/k");
   EXPECT_THAT(batch.status().message(),
-              HasSubstr(": use directories without spaces, quotes or control characters"));
+              HasSubstr(": use directories without spaces, quotes, backslashes or control"));
+}
+
+TEST_F(SlurmBatchFiles, RunDirWithABackslashIsRefused) {
+  const absl::StatusOr<BatchJob> batch =
+      WriteBatchJob(Job({"launch.run_dir=" + (dir_ / "a\\\\b").string()}), "/k");
+  EXPECT_THAT(batch.status().message(), HasSubstr("without spaces, quotes, backslashes"));
+}
+
+TEST_F(SlurmBatchFiles, MissingKelvinBinaryIsNamed) {
+  const absl::StatusOr<BatchJob> batch =
+      WriteBatchJob(Job({"launch.run_dir=" + (dir_ / "run").string()}), (dir_ / "nothing").string());
+  EXPECT_THAT(batch.status().message(),
+              HasSubstr("cannot read the kelvin binary " + (dir_ / "nothing").string()));
 }
 
 TEST_F(SlurmBatchFiles, SubmitReturnsSbatchsJobId) {
   FakeSbatch("echo \"$@\" > " + (dir_ / "args").string() + "; echo '4242;cluster-a'");
-  const absl::StatusOr<std::string> id = SubmitBatchJob("/r/job.sbatch");
-  ASSERT_TRUE(id.ok()) << id.status();
-  EXPECT_EQ(*id, "4242");
+  const absl::StatusOr<SubmittedJob> job = SubmitBatchJob("/r/job.sbatch");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->id, "4242");
+  EXPECT_EQ(job->other_output, "");
   EXPECT_EQ(ReadFile(dir_ / "args"), "--parsable /r/job.sbatch\n");
+}
+
+TEST_F(SlurmBatchFiles, SubmitKeepsSbatchsWarnings) {
+  FakeSbatch("echo 'sbatch: warning: the partition is busy' >&2; echo 31");
+  const absl::StatusOr<SubmittedJob> job = SubmitBatchJob("/r/job.sbatch");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->id, "31");
+  EXPECT_EQ(job->other_output, "sbatch: warning: the partition is busy");
+}
+
+// An sbatch (or a site's wrapper) that exits 0 without a job id: its answer, not a made-up id.
+TEST_F(SlurmBatchFiles, SubmitRefusesAnAnswerWithoutAJobId) {
+  FakeSbatch("echo 'queued, see the portal'");
+  EXPECT_EQ(SubmitBatchJob("/r/job.sbatch").status().message(),
+            "sbatch /r/job.sbatch exited 0 but its answer does not end in a job id (\"N\" or "
+            "\"N;cluster\"): \"queued, see the portal\". Check with squeue whether the job was "
+            "queued before submitting again");
+  FakeSbatch("true");
+  EXPECT_THAT(SubmitBatchJob("/r/job.sbatch").status().message(),
+              HasSubstr("does not end in a job id"));
 }
 
 TEST_F(SlurmBatchFiles, SubmitReportsSbatchsRefusal) {
