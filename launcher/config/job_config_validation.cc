@@ -96,8 +96,9 @@ std::optional<int64_t> CheckedProduct(int64_t a, int64_t b) {
   return product;
 }
 
-// Every double of the job is finite, every enum holds a named value (proto3 enums accept any
-// number in text format). The schema's repeated fields are strings or messages.
+// Every double of the job is finite and within its field's (range) option, every enum holds a
+// named value (proto3 enums accept any number in text format). The schema's repeated fields are
+// strings or messages.
 void CheckNumbersAndEnums(const pb::Message& message, const std::string& path, Problems& problems) {
   const pb::Reflection& reflection = *message.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
@@ -124,8 +125,15 @@ void CheckNumbersAndEnums(const pb::Message& message, const std::string& path, P
         const double value = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE
                                  ? reflection.GetDouble(message, field)
                                  : reflection.GetFloat(message, field);
-        if (!std::isfinite(value))
+        if (!std::isfinite(value)) {
           problems.Add(field_path, "=", value, ": must be a finite number");
+        } else if (field->options().HasExtension(config::range)) {
+          const config::NumberRange& range = field->options().GetExtension(config::range);
+          if (!(value >= range.min() && value <= range.max())) {
+            problems.Add(field_path, "=", value, ": must be in [", range.min(), ", ", range.max(),
+                         "], the range in which it makes physical sense (kelvin.proto says why)");
+          }
+        }
         break;
       }
       case pb::FieldDescriptor::CPPTYPE_ENUM: {
@@ -770,8 +778,9 @@ bool SlurmMemorySize(const std::string& size) {
          kib <= kMaxKib;
 }
 
-// launch.hardware after ResolveDefaults filled the preset's numbers: every rate given and
-// positive, the efficiency a fraction, the node at least one device.
+// launch.hardware after ResolveDefaults filled the preset's numbers: every rate given (their
+// ranges are their fields' (range) options, checked with every number), the node at least one
+// device.
 void CheckHardware(const config::LaunchConfig& launch, Problems& problems) {
   if (!launch.has_hardware()) return;
   const config::HardwareConfig& h = launch.hardware();
@@ -780,26 +789,19 @@ void CheckHardware(const config::LaunchConfig& launch, Problems& problems) {
   const struct {
     const char* name;
     bool set;
-    double value;
     const char* example;
   } rates[] = {
-      {"peak_tflops", h.has_peak_tflops(), h.peak_tflops(), "989.4 for an H100 in bf16"},
-      {"memory_gbps", h.has_memory_gbps(), h.memory_gbps(), "4800 for an H200"},
-      {"intra_node_gbps", h.has_intra_node_gbps(), h.intra_node_gbps(), "450 for NVLink 4"},
-      {"inter_node_gbps", h.has_inter_node_gbps(), h.inter_node_gbps(),
-       "50 for 400 Gb/s InfiniBand"},
-      {"attention_tflops", h.has_attention_tflops(), h.attention_tflops(),
-       "a measured forward + backward rate"},
+      {"peak_tflops", h.has_peak_tflops(), "989.4 for an H100 in bf16"},
+      {"memory_gbps", h.has_memory_gbps(), "4800 for an H200"},
+      {"intra_node_gbps", h.has_intra_node_gbps(), "450 for NVLink 4"},
+      {"inter_node_gbps", h.has_inter_node_gbps(), "50 for 400 Gb/s InfiniBand"},
+      {"attention_tflops", h.has_attention_tflops(), "a measured forward + backward rate"},
   };
   for (const auto& rate : rates) {
-    const std::string path = absl::StrCat("launch.hardware.", rate.name);
     if (!rate.set && !(preset && absl::string_view(rate.name) == "attention_tflops")) {
-      problems.Add(path, " is unset and launch.hardware has no preset: set it (e.g. ", rate.example,
+      problems.Add("launch.hardware.", rate.name,
+                   " is unset and launch.hardware has no preset: set it (e.g. ", rate.example,
                    "), or choose launch.hardware.preset H100_SXM or H200");
-    } else if (rate.set && std::isfinite(rate.value) && !(rate.value > 0 && rate.value <= 1e6)) {
-      problems.Add(path, "=", rate.value, ": must be in (0, 1e+06] (e.g. ", rate.example,
-                   "); leave it unset for ",
-                   preset ? "the preset's " + preset_name : std::string("no step time"));
     }
   }
   if (!h.has_devices_per_node()) {
@@ -817,11 +819,6 @@ void CheckHardware(const config::LaunchConfig& launch, Problems& problems) {
     problems.Add("launch.gpus_per_node=", launch.gpus_per_node(),
                  " > launch.hardware.devices_per_node=", h.devices_per_node(),
                  ": a node cannot give more GPUs than it holds; lower launch.gpus_per_node");
-  }
-  if (h.has_gemm_efficiency() && std::isfinite(h.gemm_efficiency()) &&
-      !(h.gemm_efficiency() > 0 && h.gemm_efficiency() <= 1)) {
-    problems.Add("launch.hardware.gemm_efficiency=", h.gemm_efficiency(),
-                 ": must be in (0, 1] (the fraction of peak_tflops the GEMMs attain)");
   }
 }
 
@@ -882,7 +879,7 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
                    "several)");
     }
   }
-  const bool plugin = !launch.mpi_plugin().empty() && launch.mpi_plugin().size() <= 64 &&
+  const bool plugin = launch.mpi_plugin().size() <= 64 &&  // "" was resolved to "pmix"
                       std::all_of(launch.mpi_plugin().begin(), launch.mpi_plugin().end(), [](char c) {
                         return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
                       });

@@ -332,10 +332,24 @@ TEST(JobConfigValidation, HardwareFieldsNameFieldValueAndRemedy) {
   EXPECT_EQ(ProblemsWith(cpu), "");
   const std::vector<Rule> rules = {
       {{"launch.hardware.preset=H200", "launch.hardware.inter_node_gbps=-50"},
-       "launch.hardware.inter_node_gbps=-50: must be in (0, 1e+06] (e.g. 50 for 400 Gb/s "
-       "InfiniBand); leave it unset for the preset's H200"},
+       "launch.hardware.inter_node_gbps=-50: must be in [0.01, 100000], the range in which it "
+       "makes physical sense (kelvin.proto says why)"},
       {{"launch.hardware.preset=H100_SXM", "launch.hardware.peak_tflops=0"},
-       "launch.hardware.peak_tflops=0: must be in (0, 1e+06]"},
+       "launch.hardware.peak_tflops=0: must be in [0.001, 100000]"},
+      // Positive but absurd rates gave 303-digit or infinite step times and ranked layouts by
+      // them: each rate has a physical floor and ceiling.
+      {{"launch.hardware.preset=H100_SXM", "launch.hardware.peak_tflops=1e-300"},
+       "launch.hardware.peak_tflops=1e-300: must be in [0.001, 100000]"},
+      {{"launch.hardware.preset=H100_SXM", "launch.hardware.memory_gbps=4.9e-324"},
+       "launch.hardware.memory_gbps=4.94066e-324: must be in [0.1, 100000]"},
+      {{"launch.hardware.preset=H100_SXM", "launch.hardware.intra_node_gbps=1e-310"},
+       "launch.hardware.intra_node_gbps=1e-310: must be in [0.01, 100000]"},
+      {{"launch.hardware.preset=H100_SXM", "launch.hardware.inter_node_gbps=1e300"},
+       "launch.hardware.inter_node_gbps=1e+300: must be in [0.01, 100000]"},
+      {{"launch.hardware.preset=H100_SXM", "launch.hardware.attention_tflops=2e-7"},
+       "launch.hardware.attention_tflops=2e-07: must be in [0.001, 100000]"},
+      {{"launch.hardware.preset=H100_SXM", "launch.hardware.gemm_efficiency=1e-200"},
+       "launch.hardware.gemm_efficiency=1e-200: must be in [0.01, 1]"},
       {{"launch.hardware.preset=H200", "launch.hardware.devices_per_node=0"},
        "launch.hardware.devices_per_node=0: must be in [1, 4096] (a node of H200 holds 8 GPUs; "
        "leave it unset for the preset's)"},
@@ -343,9 +357,9 @@ TEST(JobConfigValidation, HardwareFieldsNameFieldValueAndRemedy) {
        "launch.gpus_per_node=16 > launch.hardware.devices_per_node=8: a node cannot give more "
        "GPUs than it holds"},
       {{"launch.hardware.preset=H200", "launch.hardware.gemm_efficiency=1.5"},
-       "launch.hardware.gemm_efficiency=1.5: must be in (0, 1]"},
+       "launch.hardware.gemm_efficiency=1.5: must be in [0.01, 1]"},
       {{"launch.hardware.preset=H200", "launch.hardware.attention_tflops=-1"},
-       "launch.hardware.attention_tflops=-1: must be in (0, 1e+06]"},
+       "launch.hardware.attention_tflops=-1: must be in [0.001, 100000]"},
       {{"launch.hardware.peak_tflops=0.06", "launch.hardware.memory_gbps=7",
         "launch.hardware.devices_per_node=2", "launch.hardware.intra_node_gbps=3",
         "launch.hardware.inter_node_gbps=1"},
