@@ -20,8 +20,10 @@ checked:
   - greedy generate() of 32 tokens with the KV cache equals generation without it;
   - `kelvin eval EXPORT --data` (the export directory alone, scored by Kelvin's KV-cache decoder)
     gives transformers' held-out loss within 1e-6.
-A bf16 `kelvin convert` of the full-SSA run loads as bfloat16, and a vanilla run loads as a plain
-LlamaForCausalLM (no remote code) with its tokenizer (AutoTokenizer) and generation config.
+Each SSA export's tokenizer loads with AutoTokenizer without remote code, and its model card names
+no local directory. A bf16 `kelvin convert` of the full-SSA run loads as bfloat16, and a vanilla run
+loads as a plain LlamaForCausalLM (no remote code) with its tokenizer (AutoTokenizer) and
+generation config.
 With --write-fixture, the full-SSA export and the weight-sharing-off + clamp export go to
 tests/fixtures/hf_ssa/<case>/model with the logits transformers computed on a packed batch and its
 greedy generation (<case>/packed.safetensors: input_ids, position_ids [B, T] int64, logits
@@ -252,6 +254,16 @@ def main(kelvin, write):
     for name, flags in VARIANTS.items():
         run, job, eval_loss = run_kelvin(kelvin, work, name, base, flags)
         computed = check_ssa_variant(name, os.path.join(run, "export"), eval_loss, eval_tokens)
+        # The tokenizer loads without the remote code (only the model needs it), and the model
+        # card names no directory of this machine.
+        tokenizer = AutoTokenizer.from_pretrained(os.path.join(run, "export"),
+                                                  trust_remote_code=False)
+        encoded = tokenizer("w10 w11 w12")["input_ids"]
+        with open(os.path.join(run, "export", "README.md")) as f:
+            card = f.read()
+        print(f"{name}: AutoTokenizer without remote code encodes 'w10 w11 w12' as {encoded}; "
+              f"the model card names {'the' if work in card else 'no'} local work directory")
+        assert encoded[-3:] == [10, 11, 12] and work not in card
         score = kelvin_score(kelvin, os.path.join(run, "export"), work)
         print(f"{name}: kelvin eval EXPORT --data (the KV-cache decoder, no job) {score:.8f}, "
               f"diff to transformers {abs(score - computed['loss']):.2e}")

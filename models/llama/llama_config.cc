@@ -341,12 +341,22 @@ std::string LlamaConfigToHfJson(const LlamaConfig& c, DType weights_dtype) {
                         {"AutoModel", "modeling_ssa_llama.SsaLlamaModel"},
                         {"AutoModelForCausalLM", "modeling_ssa_llama.SsaLlamaForCausalLM"}};
   }
+  json rope = {{"rope_type", c.rope.llama3_scaling ? "llama3" : "default"}};
   if (c.rope.llama3_scaling) {
-    root["rope_scaling"] = {{"rope_type", "llama3"},
-                            {"factor", c.rope.factor},
-                            {"low_freq_factor", c.rope.low_freq_factor},
-                            {"high_freq_factor", c.rope.high_freq_factor},
-                            {"original_max_position_embeddings", c.rope.original_max_position}};
+    rope.update({{"factor", c.rope.factor},
+                 {"low_freq_factor", c.rope.low_freq_factor},
+                 {"high_freq_factor", c.rope.high_freq_factor},
+                 {"original_max_position_embeddings", c.rope.original_max_position}});
+  }
+  if (c.ssa.has_value()) {
+    // transformers 5's own layout (the SSA modeling code runs on transformers 5): AutoTokenizer
+    // reads config.json without the remote code, as a generic config, which fails on a 4.x
+    // rope_scaling of type llama3; rope_parameters it reads.
+    root.erase("rope_theta");
+    rope["rope_theta"] = c.rope.theta;
+    root["rope_parameters"] = rope;
+  } else if (c.rope.llama3_scaling) {
+    root["rope_scaling"] = rope;  // the 4.x layout every stack that serves Llama reads
   }
   return root.dump(2) + "\n";
 }

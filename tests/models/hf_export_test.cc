@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "nlohmann/json.hpp"
 #include "models/llama/hf_modeling_code.h"
 #include "models/llama/llama_model.h"
 #include "tests/models/tiny_ssa_llama.h"
@@ -119,6 +120,40 @@ TEST(HfExport, TheDirectoryHoldsTheSourcesTokenizerAndIdsAndTheSsaModelingCode) 
   EXPECT_EQ(read->special_tokens.eos, (std::vector<int64_t>{10, 11}));
   EXPECT_EQ(read->special_tokens.pad, 0);
   EXPECT_EQ(read->hidden_size, 16);
+}
+
+// An SSA export writes RoPE in transformers 5's layout (rope_parameters, rope_theta inside):
+// AutoTokenizer reads config.json without the remote code, as a generic config, and fails on a
+// 4.x rope_scaling of type llama3. A plain export keeps the 4.x layout every Llama stack reads.
+// Both read back to the same RoPE.
+TEST(HfExport, AnSsaExportWritesRopeAsTransformers5) {
+  models::LlamaConfig config = SsaConfig();
+  config.rope.theta = 50000.0;
+  config.rope.llama3_scaling = true;
+  config.rope.factor = 4.0;
+  config.rope.original_max_position = 32;
+  for (const bool ssa : {true, false}) {
+    SCOPED_TRACE(ssa ? "ssa" : "plain");
+    models::LlamaConfig exported = config;
+    if (!ssa) exported.ssa.reset();
+    const std::string dir = FreshDir(ssa ? "rope_ssa" : "rope_plain");
+    ASSERT_TRUE(RandomModel(exported).ExportHf(dir, models::HfExportProvenance{}).ok());
+    const nlohmann::json json =
+        nlohmann::json::parse(testing::FileBytes(fs::path(dir) / "config.json"));
+    EXPECT_EQ(json.contains("rope_parameters"), ssa);
+    EXPECT_EQ(json.contains("rope_scaling"), !ssa);
+    EXPECT_EQ(json.contains("rope_theta"), !ssa);
+    const nlohmann::json& rope = json[ssa ? "rope_parameters" : "rope_scaling"];
+    EXPECT_EQ(rope["rope_type"], "llama3");
+    EXPECT_EQ(rope["factor"], 4.0);
+    if (ssa) EXPECT_EQ(rope["rope_theta"], 50000.0);
+    absl::StatusOr<models::LlamaConfig> read = models::LlamaConfigFromHfDirectory(dir);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->rope.theta, 50000.0);
+    EXPECT_TRUE(read->rope.llama3_scaling);
+    EXPECT_EQ(read->rope.factor, 4.0);
+    EXPECT_EQ(read->rope.original_max_position, 32);
+  }
 }
 
 TEST(HfExport, AVanillaExportIsPlainLlamaWithAGenerationConfigOfItsIds) {

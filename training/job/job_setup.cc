@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/io/hf_checkpoint.h"
@@ -139,16 +140,51 @@ absl::StatusOr<models::LlamaConfig> ResolveArchitectureToPlan(const config::Mode
   return ResolveModelArchitecture(stand_in);
 }
 
+namespace {
+
+// The last component of `path` ("/data/web/train.int32" -> "train.int32"; "/models/Llama/" ->
+// "Llama").
+std::string FileNameOf(const std::string& path) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  return p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
+}
+
+// Every path of `message` (the string fields named path, path_prefix, ...) cut to its file name:
+// a model card names its data without publishing the directories of the machine that trained it.
+void KeepFileNames(google::protobuf::Message& message) {
+  const google::protobuf::Reflection& reflection = *message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+      const int count = field->is_repeated() ? reflection.FieldSize(message, field) : 1;
+      for (int i = 0; i < count; ++i) {
+        KeepFileNames(field->is_repeated() ? *reflection.MutableRepeatedMessage(&message, field, i)
+                                           : *reflection.MutableMessage(&message, field));
+      }
+    } else if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING &&
+               !field->is_repeated() &&
+               (absl::EndsWith(field->name(), "path") ||
+                absl::EndsWith(field->name(), "path_prefix"))) {
+      reflection.SetString(&message, field, FileNameOf(reflection.GetString(message, field)));
+    }
+  }
+}
+
+}  // namespace
+
 models::HfExportProvenance ExportProvenanceOf(const config::JobConfig& job) {
   models::HfExportProvenance provenance;
   const config::ModelConfig& model = job.model();
-  provenance.source = model.has_hf_dir() ? absl::StrCat("model.hf_dir=", model.hf_dir())
+  provenance.source = model.has_hf_dir() ? absl::StrCat("model.hf_dir=", FileNameOf(model.hf_dir()))
                                          : absl::StrCat("model.preset=", model.preset());
   if (model.has_hf_dir()) provenance.source_dir = model.hf_dir();
   provenance.job_name = job.name();
+  config::DataConfig data = job.data();
+  KeepFileNames(data);
   google::protobuf::TextFormat::Printer printer;
   printer.SetSingleLineMode(true);
-  printer.PrintToString(job.data(), &provenance.data);
+  printer.PrintToString(data, &provenance.data);
   while (!provenance.data.empty() && provenance.data.back() == ' ') provenance.data.pop_back();
   return provenance;
 }

@@ -36,8 +36,9 @@ absl::Status CheckExportDirectory(const std::string& label, const std::string& d
 // training.seq_length within the model's max_position_embeddings.
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);
 // What an export of the job's model says produced it: the source model (model.hf_dir, whose
-// tokenizer files it copies, or model.preset), the job's name and its data section; the caller
-// adds the steps and losses.
+// tokenizer files it copies, named by its directory's name, or model.preset), the job's name and
+// its data section with file names for paths (the card names no local directory); the caller adds
+// the steps and losses.
 models::HfExportProvenance ExportProvenanceOf(const config::JobConfig& job);
 // model.ssa (defaults resolved) as the SSA code's flags.
 ssa::SsaOptions SsaOptionsFromConfig(const config::SsaConfig& ssa);

@@ -38,6 +38,23 @@ Planned Job(const std::vector<std::string>& overrides) {
   return {*job, *arch};
 }
 
+// The model card of an export names its source model and data by their file names: the absolute
+// directories of the machine that trained it stay out of a file meant to be published.
+TEST(JobSetup, ExportProvenanceNamesFilesNotLocalDirectories) {
+  config::JobConfig job = Job({}).job;
+  job.mutable_model()->set_hf_dir("/models/Meta-Llama-3.1-8B/");
+  job.mutable_data()->mutable_megatron()->set_path_prefix("/scratch/me/web/web_text_document");
+  job.mutable_data()->mutable_megatron()->set_loss_mask_path_prefix("/scratch/me/web/mask");
+  job.mutable_data()->mutable_eval()->mutable_token_file()->set_path("/scratch/me/eval.int32");
+  const models::HfExportProvenance provenance = ExportProvenanceOf(job);
+  EXPECT_EQ(provenance.source, "model.hf_dir=Meta-Llama-3.1-8B");
+  EXPECT_EQ(provenance.source_dir, "/models/Meta-Llama-3.1-8B/");  // where its files are copied from
+  EXPECT_THAT(provenance.data, HasSubstr("path_prefix: \"web_text_document\""));
+  EXPECT_THAT(provenance.data, HasSubstr("loss_mask_path_prefix: \"mask\""));
+  EXPECT_THAT(provenance.data, HasSubstr("path: \"eval.int32\""));
+  EXPECT_THAT(provenance.data, Not(HasSubstr("/scratch")));
+}
+
 // model.attention_backend=CUDNN is checked where the model is built: on the CPU (training.device
 // AUTO without a GPU) it is an error saying so; FUSED and AUTO run anywhere.
 TEST(JobSetup, TheCudnnCoreIsRefusedWhereTheModelRunsOnTheCpu) {
