@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/strict_json.h"
 #include "core/ops/cross_entropy.h"
 #include "data/sft/text_sample_encoder.h"
 #include "nlohmann/json.hpp"
@@ -204,10 +205,14 @@ absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& 
                                    "damaged?)"));
   }
   if (text_encoder_ != nullptr) {
-    // Text samples are parsed whole (their strings are the payload); input_ids lines and lines
-    // that are no JSON object go on to the event parser below, which names their problem.
-    const json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (object.is_object()) {
+    // Text samples are parsed whole (their strings are the payload) and strictly: a key twice,
+    // at any depth, is an error as in every JSON file Kelvin reads (and as the event parser below
+    // refuses input_ids twice), not its last value. Input_ids lines and lines that are no JSON go
+    // on to the event parser, which names their problem.
+    const absl::StatusOr<json> parsed = io::ParseStrictJson(text, absl::StrCat(path, ":", line));
+    if (!parsed.ok() && json::accept(text)) return parsed.status();  // JSON, but refused
+    if (parsed.ok() && parsed->is_object()) {
+      const json& object = *parsed;
       const absl::StatusOr<bool> encoded = text_encoder_->Encode(object, text, sample_);
       if (!encoded.ok()) return line_error(encoded.status().message());
       if (*encoded) return absl::OkStatus();

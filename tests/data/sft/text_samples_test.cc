@@ -161,6 +161,13 @@ TEST(TextSamples, BadTextLinesAreErrorsNamingTheLineAndField) {
       {R"({"text": "a", "prompt": "b", "completion": "c"})", "mixes sample kinds"},
       {R"({"content": "a"})", "no \"text\", \"prompt\", \"messages\" or \"input_ids\""},
       {"{\"text\": \"bad \xff byte\"}", "not valid JSON"},
+      // A key twice is refused on every line kind (nlohmann alone keeps the last value).
+      {R"({"text": "a", "text": "b"})", "key \"text\" appears twice"},
+      {R"({"prompt": "a", "completion": "b", "completion": "c"})",
+       "key \"completion\" appears twice"},
+      {R"({"messages": [{"role": "user", "content": "q"}, )"
+       R"({"role": "assistant", "content": "a", "content": "b"}]})",
+       "key \"content\" appears twice in \"messages\""},
   };
   for (const auto& [line, expected] : cases) {
     SCOPED_TRACE(line);
