@@ -38,9 +38,8 @@ absl::Status CheckJobCanStart(const PlannedJob& planned) {
         "launch where the weights are visible (a shared filesystem), or fix model.hf_dir"));
   }
   if (job.model().has_hf_dir()) {  // the weights, opened and checked as the trainer does
-    KELVIN_RETURN_IF_ERROR(
-        WithWorkingDirectory(models::OpenHfWeightsFor(job.model().hf_dir(), planned.arch).status(),
-                             job));
+    KELVIN_RETURN_IF_ERROR(WithWorkingDirectory(
+        models::OpenHfWeightsFor(job.model().hf_dir(), planned.arch).status(), job));
   }
   KELVIN_RETURN_IF_ERROR(WithWorkingDirectory(training::CheckDataFilesExist(job), job));
   KELVIN_RETURN_IF_ERROR(WithWorkingDirectory(training::CheckOutputLocations(job), job));

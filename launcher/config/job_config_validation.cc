@@ -768,9 +768,9 @@ bool SlurmMemorySize(const std::string& size) {
       digits.remove_suffix(1);
     }
   }
-  if (digits.empty() || digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), [](char c) {
-        return absl::ascii_isdigit(static_cast<unsigned char>(c));
-      })) {
+  if (digits.empty() || digits.size() > 15 ||
+      !std::all_of(digits.begin(), digits.end(),
+                   [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); })) {
     return false;
   }
   int64_t kib = 0;
@@ -879,10 +879,11 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
                    "several)");
     }
   }
-  const bool plugin = launch.mpi_plugin().size() <= 64 &&  // "" was resolved to "pmix"
-                      std::all_of(launch.mpi_plugin().begin(), launch.mpi_plugin().end(), [](char c) {
-                        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
-                      });
+  const bool plugin =
+      launch.mpi_plugin().size() <= 64 &&  // "" was resolved to "pmix"
+      std::all_of(launch.mpi_plugin().begin(), launch.mpi_plugin().end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
   if (!plugin) {
     problems.Add("launch.mpi_plugin=\"", absl::CHexEscape(launch.mpi_plugin()),
                  "\": name srun's PMI plugin (letters, digits and '_', e.g. pmix or pmi2; `srun "

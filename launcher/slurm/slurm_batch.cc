@@ -4,12 +4,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -88,8 +87,8 @@ std::string OutputOf(const std::string& command) {
 absl::Status CopyExecutable(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read the kelvin binary ", from,
-                                            " to copy it into the run directory"));
+    return absl::NotFoundError(
+        absl::StrCat("cannot read the kelvin binary ", from, " to copy it into the run directory"));
   }
   KELVIN_ASSIGN_OR_RETURN(io::AtomicFile out, io::AtomicFile::Create(to));
   std::string chunk(size_t{1} << 20, '\0');
@@ -324,13 +323,15 @@ absl::StatusOr<SubmittedJob> SubmitBatchJob(const std::string& script_path) {
       absl::string_view(message).substr(last_line == std::string::npos ? 0 : last_line + 1));
   const std::optional<std::string> id = SbatchJobId(last);
   if (!id.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sbatch ", script_path, " exited 0 but its answer does not end in a job id (\"N\" or "
-        "\"N;cluster\"): \"", absl::CHexEscape(message.substr(0, 2000)),
-        "\". Check with squeue whether the job was queued before submitting again"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("sbatch ", script_path,
+                     " exited 0 but its answer does not end in a job id (\"N\" or "
+                     "\"N;cluster\"): \"",
+                     absl::CHexEscape(message.substr(0, 2000)),
+                     "\". Check with squeue whether the job was queued before submitting again"));
   }
-  return SubmittedJob{*id, last_line == std::string::npos ? std::string()
-                                                          : message.substr(0, last_line)};
+  return SubmittedJob{
+      *id, last_line == std::string::npos ? std::string() : message.substr(0, last_line)};
 }
 
 }  // namespace kelvin::launcher

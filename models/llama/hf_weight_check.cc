@@ -87,11 +87,12 @@ absl::Status CheckHfWeightsMatchConfig(const io::HfCheckpoint& checkpoint,
     const io::SafetensorsEntry* found = checkpoint.Find(name);
     if (found == nullptr && absl::StrContains(name, ".self_attn.ssa.")) continue;
     if (found == nullptr && LayerOf(name) >= layers_in_file) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          checkpoint.path(), " holds the weights of ", layers_in_file,
-          " layers but the model config has num_hidden_layers=", config.num_layers, " (no tensor \"",
-          name, "\"): is config.json from the same model? Set num_hidden_layers to ",
-          layers_in_file, ", or use the weights that go with this config.json"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint.path(), " holds the weights of ", layers_in_file,
+                       " layers but the model config has num_hidden_layers=", config.num_layers,
+                       " (no tensor \"", name,
+                       "\"): is config.json from the same model? Set num_hidden_layers to ",
+                       layers_in_file, ", or use the weights that go with this config.json"));
     }
     if (found == nullptr) {
       return absl::NotFoundError(

@@ -52,10 +52,11 @@ TEST(HfWeightCheck, TheFixtureMatchesItsConfig) {
 TEST(HfWeightCheck, ASizeFarFromTheWeightsNamesTensorShapesAndField) {
   const std::string vocab = ModelWith("vocab_size", 1000000);
   EXPECT_EQ(ErrorOpening(vocab),
-            vocab + ": tensor \"model.embed_tokens.weight\" has shape [160, 64] but the model config "
-                    "(vocab_size=1000000) gives it [1000000, 64]: is config.json from the same "
-                    "model? Fix config.json (or model.architecture), or use the weights that go "
-                    "with it");
+            vocab +
+                ": tensor \"model.embed_tokens.weight\" has shape [160, 64] but the model config "
+                "(vocab_size=1000000) gives it [1000000, 64]: is config.json from the same "
+                "model? Fix config.json (or model.architecture), or use the weights that go "
+                "with it");
   EXPECT_THAT(ErrorOpening(ModelWith("intermediate_size", 131072)),
               HasSubstr("has shape [128, 64] but the model config (intermediate_size=131072) "
                         "gives it [131072, 64]"));
@@ -73,10 +74,11 @@ TEST(HfWeightCheck, HiddenSizeIsNamed) {
 TEST(HfWeightCheck, MoreLayersThanTheWeightsHoldNamesTheLayerCount) {
   const std::string dir = ModelWith("num_hidden_layers", 1000);
   EXPECT_EQ(ErrorOpening(dir),
-            dir + " holds the weights of 2 layers but the model config has "
-                  "num_hidden_layers=1000 (no tensor \"model.layers.2.input_layernorm.weight\"): "
-                  "is config.json from the same model? Set num_hidden_layers to 2, or use the "
-                  "weights that go with this config.json");
+            dir +
+                " holds the weights of 2 layers but the model config has "
+                "num_hidden_layers=1000 (no tensor \"model.layers.2.input_layernorm.weight\"): "
+                "is config.json from the same model? Set num_hidden_layers to 2, or use the "
+                "weights that go with this config.json");
 }
 
 TEST(HfWeightCheck, ADirectoryWithoutWeightsIsAnError) {

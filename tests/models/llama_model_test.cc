@@ -209,9 +209,10 @@ TEST(LlamaModel, MissingOrMisshapenCheckpointTensorsAreClearErrors) {
   models::LlamaModel three_layers(bigger, DType::kF32);
   absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
   ASSERT_TRUE(checkpoint.ok());
-  EXPECT_THAT(Message(three_layers.LoadHfCheckpoint(*checkpoint)),
-              HasSubstr("holds the weights of 2 layers but the model config has "
-                        "num_hidden_layers=3 (no tensor \"model.layers.2.input_layernorm.weight\")"));
+  EXPECT_THAT(
+      Message(three_layers.LoadHfCheckpoint(*checkpoint)),
+      HasSubstr("holds the weights of 2 layers but the model config has "
+                "num_hidden_layers=3 (no tensor \"model.layers.2.input_layernorm.weight\")"));
   models::LlamaConfig wider = TinyConfig();
   wider.intermediate_size = 64;
   models::LlamaModel wide(wider, DType::kF32);

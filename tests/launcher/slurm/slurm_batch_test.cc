@@ -237,8 +237,8 @@ TEST_F(SlurmBatchFiles, RunDirWithABackslashIsRefused) {
 }
 
 TEST_F(SlurmBatchFiles, MissingKelvinBinaryIsNamed) {
-  const absl::StatusOr<BatchJob> batch =
-      WriteBatchJob(Job({"launch.run_dir=" + (dir_ / "run").string()}), (dir_ / "nothing").string());
+  const absl::StatusOr<BatchJob> batch = WriteBatchJob(
+      Job({"launch.run_dir=" + (dir_ / "run").string()}), (dir_ / "nothing").string());
   EXPECT_THAT(batch.status().message(),
               HasSubstr("cannot read the kelvin binary " + (dir_ / "nothing").string()));
 }

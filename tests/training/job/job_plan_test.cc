@@ -48,7 +48,8 @@ TEST(JobSetup, ExportProvenanceNamesFilesNotLocalDirectories) {
   job.mutable_data()->mutable_eval()->mutable_token_file()->set_path("/scratch/me/eval.int32");
   const models::HfExportProvenance provenance = ExportProvenanceOf(job);
   EXPECT_EQ(provenance.source, "model.hf_dir=Meta-Llama-3.1-8B");
-  EXPECT_EQ(provenance.source_dir, "/models/Meta-Llama-3.1-8B/");  // where its files are copied from
+  EXPECT_EQ(provenance.source_dir,
+            "/models/Meta-Llama-3.1-8B/");  // where its files are copied from
   EXPECT_THAT(provenance.data, HasSubstr("path_prefix: \"web_text_document\""));
   EXPECT_THAT(provenance.data, HasSubstr("loss_mask_path_prefix: \"mask\""));
   EXPECT_THAT(provenance.data, HasSubstr("path: \"eval.int32\""));
