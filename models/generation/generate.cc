@@ -43,14 +43,18 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
     KELVIN_RETURN_IF_ERROR(ValidateSamplingOptions(request.sampling));
     const int64_t prompt = static_cast<int64_t>(request.prompt.size());
     if (prompt == 0) return absl::InvalidArgumentError("the prompt has no tokens");
+    if (request.max_new_tokens < 1 || request.max_new_tokens > kMaxNewTokens) {
+      return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens ", request.max_new_tokens,
+                                                     ": must be in [1, ", kMaxNewTokens, "]"));
+    }
     // The last new token is never read back: the prompt and max_new_tokens - 1 take positions.
-    if (request.max_new_tokens < 1 || prompt + request.max_new_tokens - 1 > decoder.max_tokens()) {
+    if (prompt + request.max_new_tokens - 1 > decoder.max_tokens()) {
       return absl::InvalidArgumentError(
           absl::StrCat("a prompt of ", prompt, " tokens and --max-new-tokens ",
                        request.max_new_tokens, " do not fit the model's ", decoder.max_tokens(),
-                       " positions: give a shorter prompt or fewer new tokens (>= 1)"));
+                       " positions: give a shorter prompt or fewer new tokens"));
     }
-    samplers.emplace_back(request.sampling);
+    samplers.emplace_back(request.sampling, request.allowed);
   }
   decoder.Reset();
   std::vector<GenerationResult> results(count);

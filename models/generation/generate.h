@@ -8,17 +8,23 @@
 #include <vector>
 
 #include "models/generation/token_sampler.h"
+#include "models/llama/llama_config.h"
 #include "models/llama/llama_decoder.h"
 
 namespace kelvin::models {
 
+// The most new tokens one request may ask for: no model has more positions (models::kMaxPositions),
+// and the budget plus a prompt stays far inside int64.
+inline constexpr int64_t kMaxNewTokens = kMaxPositions;
+
 struct GenerationRequest {
-  std::vector<int32_t> prompt;  // at least one token
-  int64_t max_new_tokens = 64;
+  std::vector<int32_t> prompt;    // at least one token
+  int64_t max_new_tokens = 64;    // in [1, kMaxNewTokens]
   std::vector<int32_t> stop_ids;  // end-of-sequence ids (the model's eos): generated, then stop
   // Called with the tokens generated so far; true stops (e.g. a stop string in their text).
   std::function<bool(const std::vector<int32_t>&)> stop_after;
   SamplingOptions sampling;
+  AllowedIds allowed;  // the ids sampling may draw (null: every id), e.g. those with text
 };
 
 struct GenerationResult {

@@ -13,11 +13,16 @@
 namespace kelvin::models {
 
 absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const int32_t> tokens,
-                                        int64_t window, int64_t stride) {
+                                        int64_t window, int64_t stride,
+                                        std::span<const uint8_t> is_target) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("the data has ", n, " tokens: scoring needs at least 2"));
+  }
+  if (!is_target.empty() && static_cast<int64_t>(is_target.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("the loss mask has ", is_target.size(),
+                                                   " values for ", n, " tokens: one per token"));
   }
   if (window < 1 || window > decoder.max_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat("--seq-length ", window, ": must be in [1, ",
@@ -56,10 +61,12 @@ absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const i
     ops::CrossEntropyForward(ctx, logits, CopyToDevice(ctx, targets, ctx.device()), loss, lse);
     const Tensor host = loss.is_cpu() ? loss : CopyToDevice(ctx, loss, Device::Cpu());
     for (int64_t i = 0; i < scored; ++i) {
+      if (!is_target.empty() && is_target[first + i + 1] == 0) continue;  // not a target
       result.loss_sum += accum == DType::kF64 ? host.data<double>()[i]
                                               : static_cast<double>(host.data<float>()[i]);
+      ++result.targets;
     }
-    result.targets += scored;
+    result.predicted += scored;
     scored_end = end;
     ++result.windows;
   }

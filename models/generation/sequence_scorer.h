@@ -2,7 +2,8 @@
 // windows of `window` tokens at a stride of `stride` (= window: non-overlapping windows; smaller:
 // a sliding window whose later windows score only the targets the earlier ones did not, each with
 // up to window - stride tokens of context before it, as Hugging Face's perplexity guide computes
-// it). Each window is one prefill of the KV-cache decoder.
+// it). Each window is one prefill of the KV-cache decoder. With a loss mask (fine-tuning data) only
+// the tokens it marks as targets count in the loss, each still predicted from its whole window.
 #pragma once
 
 #include <cstdint>
@@ -14,15 +15,19 @@
 namespace kelvin::models {
 
 struct ScoreResult {
-  double loss_sum = 0;  // sum over the scored targets of -log p(target)
-  int64_t targets = 0;  // tokens scored (all but the first)
+  double loss_sum = 0;    // sum over the scored targets of -log p(target)
+  int64_t targets = 0;    // tokens counted in the loss (all but the first, or the mask's targets)
+  int64_t predicted = 0;  // tokens predicted (all but the first), targets or not
   int64_t windows = 0;
   double loss() const { return targets > 0 ? loss_sum / static_cast<double>(targets) : 0; }
 };
 
 // `tokens` (at least 2, ids inside the model's vocabulary), 1 <= stride <= window <= the decoder's
-// max_tokens; errors name the value.
+// max_tokens; `is_target` [tokens.size()]: 1 where the token counts in the loss (the first token
+// never does), 0 where it does not; empty: every token after the first counts. Errors name the
+// value.
 absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const int32_t> tokens,
-                                        int64_t window, int64_t stride);
+                                        int64_t window, int64_t stride,
+                                        std::span<const uint8_t> is_target = {});
 
 }  // namespace kelvin::models

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/check.h"
 
 namespace kelvin::models {
 
@@ -24,6 +26,13 @@ absl::Status ValidateSamplingOptions(const SamplingOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--top-p ", o.top_p, ": must be in (0, 1]"));
   }
   return absl::OkStatus();
+}
+
+TokenSampler::TokenSampler(const SamplingOptions& options, AllowedIds allowed)
+    : options_(options), allowed_(std::move(allowed)), state_(options.seed) {
+  KELVIN_CHECK(allowed_ == nullptr ||
+               std::find(allowed_->begin(), allowed_->end(), uint8_t{1}) != allowed_->end())
+      << "a sampler needs an id it may draw";
 }
 
 double TokenSampler::Uniform() {
@@ -47,22 +56,32 @@ SampledToken TokenSampler::Next(const Tensor& logits) {
   const double log_sum = top + std::log(sum);
   const auto logprob = [&](int64_t i) { return row[i] - log_sum; };
 
+  // The candidates: every id, or the allowed ones.
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(vocab));
+  const std::vector<uint8_t>* allowed = allowed_.get();
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (allowed == nullptr || (i < static_cast<int64_t>(allowed->size()) && (*allowed)[i] != 0)) {
+      order.push_back(i);
+    }
+  }
+  const auto likelier = [&](int64_t a, int64_t b) {
+    return row[a] != row[b] ? row[a] > row[b] : a < b;
+  };
   if (options_.temperature == 0) {
-    const int64_t best = std::max_element(row.begin(), row.end()) - row.begin();
+    const int64_t best = *std::min_element(order.begin(), order.end(), likelier);
     return {static_cast<int32_t>(best), logprob(best)};
   }
-  // The candidates, likeliest first, ties by id; with top-k only the k first are ordered.
-  std::vector<int64_t> order(static_cast<size_t>(vocab));
-  std::iota(order.begin(), order.end(), 0);
-  const int64_t kept = options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
-  std::partial_sort(order.begin(), order.begin() + kept, order.end(), [&](int64_t a, int64_t b) {
-    return row[a] != row[b] ? row[a] > row[b] : a < b;
-  });
+  // Likeliest first, ties by id; with top-k only the k first are ordered.
+  const int64_t candidates = static_cast<int64_t>(order.size());
+  const int64_t kept = options_.top_k > 0 ? std::min(options_.top_k, candidates) : candidates;
+  std::partial_sort(order.begin(), order.begin() + kept, order.end(), likelier);
   order.resize(static_cast<size_t>(kept));
+  const double best = row[order.front()];     // the likeliest candidate's logit
   std::vector<double> weights(order.size());  // softmax(logits / temperature) over the candidates
   double total = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    weights[i] = std::exp((row[order[i]] - top) / options_.temperature);
+    weights[i] = std::exp((row[order[i]] - best) / options_.temperature);
     total += weights[i];
   }
   if (options_.top_p < 1) {

@@ -92,8 +92,12 @@ absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConf
       {"README.md", ModelCard(config, dtype, provenance)}};
   bool has_generation_config = false;
   for (const char* name : kHfCopiedSourceFiles) {
-    if (provenance.source_dir.empty()) break;
-    const std::string path = (std::filesystem::path(provenance.source_dir) / name).string();
+    const bool generation = std::string_view(name) == "generation_config.json";
+    const std::string from = provenance.tokenizer_dir.empty() ? provenance.source_dir
+                             : generation                     ? std::string()
+                                                              : provenance.tokenizer_dir;
+    if (from.empty()) continue;
+    const std::string path = (std::filesystem::path(from) / name).string();
     std::error_code error;
     if (!std::filesystem::exists(path, error)) continue;
     KELVIN_ASSIGN_OR_RETURN(
@@ -101,7 +105,7 @@ absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConf
         io::ReadRegularFile(path, "the source model's file to copy into the export",
                             kMaxCopiedFileBytes));
     files.emplace_back(name, std::move(contents));
-    has_generation_config |= std::string_view(name) == "generation_config.json";
+    has_generation_config |= generation;
   }
   if (!has_generation_config) {
     files.emplace_back("generation_config.json", GenerationConfigJson(config.special_tokens));

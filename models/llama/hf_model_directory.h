@@ -24,6 +24,10 @@ inline constexpr const char* kHfCopiedSourceFiles[] = {
 struct HfExportProvenance {
   std::string source;      // "model.hf_dir=/models/Llama-3.1-8B" or "model.preset=tiny"
   std::string source_dir;  // model.hf_dir, whose kHfCopiedSourceFiles are copied; "" for a preset
+  // A tokenizer given apart from the source (kelvin convert --tokenizer): its tokenizer files are
+  // copied instead of source_dir's, and generation_config.json is written from the config's token
+  // ids (the caller sets them from this tokenizer). "" for none.
+  std::string tokenizer_dir;
   std::string job_name;
   int64_t steps = 0;                 // optimizer steps trained
   std::string data;                  // the job's data section, one line of text format
@@ -34,7 +38,7 @@ struct HfExportProvenance {
 // Writes the directory (io::WriteHfCheckpoint: all or nothing, one shard in memory at a time). The
 // tensors are all f32 or all bf16 (config.json's dtype says which). A source file that exists but
 // cannot be read is an error naming it; generation_config.json is written from config's token ids
-// when the source has none.
+// when the source has none (or provenance.tokenizer_dir is given).
 absl::Status WriteHfModelDirectory(const std::string& directory, const LlamaConfig& config,
                                    const std::vector<io::HfTensorSource>& tensors,
                                    const HfExportProvenance& provenance);

@@ -16,6 +16,17 @@ namespace {
 
 using nlohmann::json;
 
+// "a string", "an object", ... for errors that name what a value is.
+std::string JsonTypeName(const json& value) {
+  if (value.is_object()) return "an object";
+  if (value.is_array()) return "a list";
+  if (value.is_string()) return "a string";
+  if (value.is_boolean()) return "true or false";
+  if (value.is_number_integer()) return "an integer";
+  if (value.is_number()) return "a number";
+  return "null";
+}
+
 // Reads an integer/number/bool field; absent fields keep `fallback` unless `required`.
 class JsonFields {
  public:
@@ -27,7 +38,8 @@ class JsonFields {
     if (!it->is_number_integer()) return WrongType(key, "an integer", *it);
     if (it->is_number_unsigned() &&
         it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return WrongType(key, "an integer below 2^63", *it);
+      return absl::InvalidArgumentError(absl::StrCat(
+          source_, ": field \"", key, "\" is ", it->dump(), ", expected an integer below 2^63"));
     }
     return it->get<int64_t>();
   }
@@ -59,8 +71,9 @@ class JsonFields {
   }
   absl::Status WrongType(const std::string& key, const std::string& expected,
                          const json& value) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ": field \"", key, "\" is ", value.dump(), ", expected ", expected));
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": field \"", key, "\" is ",
+                                                   value.dump(), ", expected ", expected, ", not ",
+                                                   JsonTypeName(value)));
   }
 
   const json& object_;
@@ -68,6 +81,17 @@ class JsonFields {
 };
 
 absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig& config) {
+  // A section of another type would leave RoPE at its default silently: refused.
+  for (const char* section : {"rope_parameters", "rope_scaling"}) {
+    const auto it = root.find(section);
+    if (it != root.end() && !it->is_null() && !it->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": field \"", section, "\" is ", it->dump(),
+                       ", expected an object (e.g. "
+                       "{\"rope_type\": \"llama3\", \"factor\": 8.0, ...}) or null, not ",
+                       JsonTypeName(*it)));
+    }
+  }
   // transformers 5 nests everything in rope_parameters; 4.x has rope_theta + rope_scaling.
   const bool v5 = root.contains("rope_parameters") && root["rope_parameters"].is_object();
   const json& scaling =
@@ -82,7 +106,18 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
   if (type.empty()) {
     KELVIN_ASSIGN_OR_RETURN(type, fields.String("type", "default"));  // transformers < 4.45
   }
-  if (type == "default") return absl::OkStatus();
+  if (type == "default") {
+    // Default RoPE scales nothing: a factor other than 1 would be ignored.
+    KELVIN_ASSIGN_OR_RETURN(const double factor, fields.Number("factor", 1.0));
+    if (factor != 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": factor ", factor,
+          " with rope_type \"default\" would be ignored (default RoPE scales nothing): set "
+          "rope_type \"llama3\" with its low_freq_factor, high_freq_factor and "
+          "original_max_position_embeddings, or remove the factor"));
+    }
+    return absl::OkStatus();
+  }
   if (type != "llama3") {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": rope_type \"", type, "\" is not supported (Kelvin supports default and llama3)"));

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/ops/cross_entropy.h"
 #include "core/optim/adamw_optimizer.h"
@@ -171,6 +172,41 @@ TEST(LlamaConfig, SizesBeyondTheLimitsAndBadRopeScalingAreErrors) {
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_THAT(Message(models::ValidateLlamaConfig(*parsed, "m/config.json")),
               HasSubstr("model.rope_scaling.factor=-1: must be >= 1"));
+}
+
+// RoPE settings of the wrong type, and a factor that default RoPE would ignore, are errors naming
+// the field and what it is; before, they left RoPE at its default silently. A factor of 1 scales
+// nothing and stays accepted.
+TEST(LlamaConfig, RopeSettingsOfTheWrongTypeAreErrors) {
+  const auto parse = [](const std::string& rope) {
+    return Message(
+        models::LlamaConfigFromHfJson(absl::StrCat(R"({"hidden_size": 64, "intermediate_size": 128,
+                                        "num_hidden_layers": 2, "num_attention_heads": 4,
+                                        "vocab_size": 300, )",
+                                                   rope, "}"),
+                                      "m/config.json")
+            .status());
+  };
+  EXPECT_THAT(parse(R"("rope_scaling": "llama3")"),
+              HasSubstr("m/config.json: field \"rope_scaling\" is \"llama3\", expected an object "
+                        "(e.g. {\"rope_type\": \"llama3\", \"factor\": 8.0, ...}) or null, not a "
+                        "string"));
+  EXPECT_THAT(parse(R"("rope_parameters": 8)"),
+              HasSubstr("field \"rope_parameters\" is 8, expected an object"));
+  EXPECT_THAT(parse(R"("rope_theta": "500000")"),
+              HasSubstr("field \"rope_theta\" is \"500000\", expected a number, not a string"));
+  EXPECT_THAT(parse(R"("rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4,
+                      "factor": "8", "low_freq_factor": 1, "high_freq_factor": 4,
+                      "original_max_position_embeddings": 64})"),
+              HasSubstr("m/config.json rope_parameters: field \"factor\" is \"8\", expected a "
+                        "number, not a string"));
+  EXPECT_THAT(parse(R"("rope_scaling": {"rope_type": "default", "factor": 8.0})"),
+              HasSubstr("m/config.json rope_scaling: factor 8 with rope_type \"default\" would be "
+                        "ignored"));
+  EXPECT_THAT(parse(R"("rope_scaling": {"type": "default", "factor": "2"})"),
+              HasSubstr("field \"factor\" is \"2\", expected a number, not a string"));
+  EXPECT_EQ(parse(R"("rope_scaling": {"rope_type": "default", "factor": 1.0})"), "");
+  EXPECT_EQ(parse(R"("rope_scaling": null)"), "");
 }
 
 TEST(LlamaConfig, ValidationListsEveryProblem) {

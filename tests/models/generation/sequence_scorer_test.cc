@@ -1,6 +1,7 @@
 // Scoring a token stream: one window over everything equals the training forward's mean
 // cross-entropy; non-overlapping and sliding windows score every target once, each with the
-// context its window gives (checked against Forward on that window, f64); bad sizes are errors.
+// context its window gives (checked against Forward on that window, f64); with a loss mask only its
+// targets count, each with the same context; bad sizes are errors.
 #include "models/generation/sequence_scorer.h"
 
 #include <gmock/gmock.h>
@@ -23,9 +24,9 @@ std::vector<int32_t> Stream(int64_t n, int64_t vocab) {
 }
 
 // -log p(tokens[p + 1]) for the inputs [begin, end) by LlamaModel::Forward on them, summed over
-// the positions [from, end).
+// the positions [from, end) whose target is one (`is_target`[p + 1] = 1; empty: every target).
 double ForwardLoss(LlamaModel& model, const std::vector<int32_t>& tokens, int64_t begin,
-                   int64_t end, int64_t from) {
+                   int64_t end, int64_t from, const std::vector<uint8_t>& is_target = {}) {
   const int64_t n = end - begin;
   Tensor ids = Tensor::Empty({1, n}, DType::kI32), positions = Tensor::Empty({1, n}, DType::kI32);
   for (int64_t i = 0; i < n; ++i) {
@@ -36,6 +37,7 @@ double ForwardLoss(LlamaModel& model, const std::vector<int32_t>& tokens, int64_
   const int64_t vocab = logits.dim(1);
   double loss = 0;
   for (int64_t p = from; p < end; ++p) {
+    if (!is_target.empty() && is_target[p + 1] == 0) continue;
     const double* row = logits.data<double>() + (p - begin) * vocab;
     double top = row[0], sum = 0;
     for (int64_t v = 0; v < vocab; ++v) top = std::max(top, row[v]);
@@ -79,6 +81,43 @@ TEST(SequenceScorer, WindowsScoreEveryTargetOnceWithTheirContext) {
       ForwardLoss(model, tokens, 0, 8, 0) + ForwardLoss(model, tokens, 5, 13, 8) +
       ForwardLoss(model, tokens, 10, 18, 13) + ForwardLoss(model, tokens, 15, 22, 18);
   EXPECT_NEAR(sliding->loss_sum, sliding_loss, testing::kF64PathLossSumAbsTol);
+}
+
+// A fine-tuning stream: the mask marks the answers' tokens; only they count in the loss (the
+// others still give context), in every window layout.
+TEST(SequenceScorer, ALossMaskCountsOnlyItsTargets) {
+  LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);
+  model.InitRandom(5);
+  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 32);
+  ASSERT_TRUE(decoder.ok());
+  const std::vector<int32_t> tokens = Stream(23, model.config().vocab_size);
+  std::vector<uint8_t> is_target(tokens.size(), 0);
+  int64_t targets = 0;
+  for (const int64_t t : {0, 3, 4, 5, 9, 10, 17, 21, 22}) {  // token 0 can never count
+    is_target[t] = 1;
+    targets += t > 0 ? 1 : 0;
+  }
+  absl::StatusOr<ScoreResult> whole = ScoreTokens(*decoder, tokens, 32, 32, is_target);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->targets, targets);
+  EXPECT_EQ(whole->predicted, 22);
+  EXPECT_NEAR(whole->loss_sum, ForwardLoss(model, tokens, 0, 22, 0, is_target),
+              testing::kF64PathLossSumAbsTol);
+  // The masked loss is not the unmasked one's (the test would pass on a mask ignored otherwise).
+  EXPECT_GT(std::abs(whole->loss() - ForwardLoss(model, tokens, 0, 22, 0) / 22), 1e-6);
+
+  absl::StatusOr<ScoreResult> sliding = ScoreTokens(*decoder, tokens, 8, 5, is_target);
+  ASSERT_TRUE(sliding.ok());
+  EXPECT_EQ(sliding->targets, targets);
+  const double sliding_loss = ForwardLoss(model, tokens, 0, 8, 0, is_target) +
+                              ForwardLoss(model, tokens, 5, 13, 8, is_target) +
+                              ForwardLoss(model, tokens, 10, 18, 13, is_target) +
+                              ForwardLoss(model, tokens, 15, 22, 18, is_target);
+  EXPECT_NEAR(sliding->loss_sum, sliding_loss, testing::kF64PathLossSumAbsTol);
+
+  const std::vector<uint8_t> short_mask(5, 1);
+  EXPECT_THAT(std::string(ScoreTokens(*decoder, tokens, 8, 8, short_mask).status().message()),
+              HasSubstr("the loss mask has 5 values for 23 tokens"));
 }
 
 TEST(SequenceScorer, BadSizesAndTokensAreErrors) {

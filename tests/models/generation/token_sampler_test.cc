@@ -68,6 +68,32 @@ TEST(TokenSampler, DrawsFollowTheTemperedSoftmaxOfTheKeptTokens) {
   EXPECT_GT(differ, 20);
 }
 
+// Ids outside the allowed set (a tokenizer's gaps) are never drawn, greedy or sampled, whatever
+// their logits; the log-probabilities stay the model's over every id.
+TEST(TokenSampler, DisallowedIdsAreNeverDrawn) {
+  const Tensor row = Row({0.1, 2.0, -1.0, 1.9, 3.0});
+  double sum = 0;
+  for (const double x : {0.1, 2.0, -1.0, 1.9, 3.0}) sum += std::exp(x);
+  const auto allowed = std::make_shared<const std::vector<uint8_t>>(
+      std::vector<uint8_t>{1, 0, 1, 1});  // 1 and 4 (beyond the set) are not allowed
+  TokenSampler greedy(SamplingOptions{}, allowed);
+  const SampledToken best = greedy.Next(row);
+  EXPECT_EQ(best.token, 3);
+  EXPECT_NEAR(best.logprob, 1.9 - std::log(sum), testing::kClosedFormAbsTol);
+  SamplingOptions hot;
+  hot.temperature = 10;  // nearly uniform: every allowed id comes up
+  TokenSampler sampler(hot, allowed);
+  std::vector<int> counts(5, 0);
+  for (int i = 0; i < 2000; ++i) ++counts[sampler.Next(row).token];
+  EXPECT_EQ(counts[1], 0);
+  EXPECT_EQ(counts[4], 0);
+  EXPECT_GT(counts[0], 0);
+  EXPECT_GT(counts[2], 0);
+  EXPECT_GT(counts[3], 0);
+  hot.top_k = 1;  // top-k counts among the allowed ids
+  EXPECT_EQ(TokenSampler(hot, allowed).Next(row).token, 3);
+}
+
 TEST(TokenSampler, BadSettingsAreErrorsNamingTheFlag) {
   EXPECT_THAT(std::string(ValidateSamplingOptions({-1, 0, 1, 0}).message()),
               HasSubstr("--temperature -1: must be >= 0"));
