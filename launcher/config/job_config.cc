@@ -483,14 +483,15 @@ std::string FormatResolvedConfig(const config::JobConfig& config) {
 
 absl::StatusOr<config::JobConfig> ParseJobConfig(std::string_view text,
                                                  std::string_view source_name,
-                                                 const std::vector<std::string>& overrides) {
+                                                 const std::vector<std::string>& overrides,
+                                                 JobUse use) {
   KELVIN_ASSIGN_OR_RETURN(config::JobConfig config, ParseJobConfigText(text, source_name));
   for (const std::string& assignment : overrides) {
     KELVIN_RETURN_IF_ERROR(ApplyOverride(assignment, config));
   }
   if (config.name().empty()) config.set_name(JobNameFromSource(source_name));
   ResolveDefaults(config);
-  const absl::Status valid = ValidateJobConfig(config);
+  const absl::Status valid = ValidateJobConfig(config, use);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(source_name), ": ", valid.message()));
@@ -511,7 +512,8 @@ std::string ResolvedAgainstWorkingDirectory() {
 }  // namespace
 
 absl::StatusOr<config::JobConfig> LoadJobConfig(const std::string& path,
-                                                const std::vector<std::string>& overrides) {
+                                                const std::vector<std::string>& overrides,
+                                                JobUse use) {
   absl::StatusOr<std::string> text = io::ReadRegularFile(path, "job file", kMaxJobFileBytes);
   if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat("job file ", path, " does not exist",
@@ -520,7 +522,7 @@ absl::StatusOr<config::JobConfig> LoadJobConfig(const std::string& path,
                                                 : std::string()));
   }
   if (!text.ok()) return text.status();
-  return ParseJobConfig(*text, path, overrides);
+  return ParseJobConfig(*text, path, overrides, use);
 }
 
 namespace {

@@ -10,20 +10,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
+#include "launcher/config/job_config_validation.h"
 
 namespace kelvin::launcher {
 
 // The whole path from a job file to a job ready to run: reads `path`, parses it, applies
 // `overrides` in order, fills the job name from the file name when empty, resolves defaults and
-// validates. Errors name `path`.
+// validates it for `use` (JobUse). Errors name `path`.
 absl::StatusOr<config::JobConfig> LoadJobConfig(const std::string& path,
-                                                const std::vector<std::string>& overrides = {});
+                                                const std::vector<std::string>& overrides = {},
+                                                JobUse use = JobUse::kTraining);
 
 // As LoadJobConfig, for text already in memory (tests, embedded default jobs); `source_name`
 // stands for the file in messages and gives the default job name.
 absl::StatusOr<config::JobConfig> ParseJobConfig(std::string_view text,
                                                  std::string_view source_name,
-                                                 const std::vector<std::string>& overrides = {});
+                                                 const std::vector<std::string>& overrides = {},
+                                                 JobUse use = JobUse::kTraining);
 
 // Syntax only: text format to JobConfig, no overrides, defaults or validation. Errors read
 // "<source_name>:<line>:<column>: <protobuf's message>", with a did-you-mean for unknown field

@@ -436,10 +436,11 @@ void CheckHeldOutCorpus(const config::DataConfig& data, Problems& problems) {
   }
 }
 
-void CheckData(const config::JobConfig& job, Problems& problems) {
+void CheckData(const config::JobConfig& job, JobUse use, Problems& problems) {
   const config::DataConfig& data = job.data();
   switch (data.source_case()) {
     case config::DataConfig::SOURCE_NOT_SET:
+      if (use == JobUse::kForwardOnly) break;  // the model runs on the command's own input
       problems.Add(
           "data: no data source: set one of data.megatron, data.token_file, data.blend, "
           "data.passkey");
@@ -515,8 +516,10 @@ void CheckData(const config::JobConfig& job, Problems& problems) {
   }
 }
 
-void CheckOptimizer(const config::OptimizerConfig& optimizer, Problems& problems) {
-  Positive(problems, "optimizer.lr", optimizer.lr());
+void CheckOptimizer(const config::OptimizerConfig& optimizer, JobUse use, Problems& problems) {
+  if (use == JobUse::kTraining || optimizer.lr() != 0) {
+    Positive(problems, "optimizer.lr", optimizer.lr());
+  }
   InRange(problems, "optimizer.beta1", optimizer.beta1(), 0, 1, false);
   InRange(problems, "optimizer.beta2", optimizer.beta2(), 0, 1, false);
   Positive(problems, "optimizer.eps", optimizer.eps());
@@ -548,17 +551,21 @@ void CheckLrSchedule(const config::JobConfig& job, Problems& problems) {
   }
 }
 
-void CheckTraining(const config::JobConfig& job, Problems& problems) {
+void CheckTraining(const config::JobConfig& job, JobUse use, Problems& problems) {
   const config::TrainingConfig& training = job.training();
+  // The least value of the fields training requires: 0 (unset) is allowed where only the model
+  // runs.
+  const int64_t required = use == JobUse::kTraining ? 1 : 0;
   // Upper limits keep loops and sizes bounded (and far above any real job).
-  InIntRange(problems, "training.steps", training.steps(), 1, kMaxSteps);
+  InIntRange(problems, "training.steps", training.steps(), required, kMaxSteps);
   InIntRange(problems, "training.micro_batch_size", training.micro_batch_size(), 1,
              kMaxBatchSequences);
-  InIntRange(problems, "training.global_batch_size", training.global_batch_size(), 1,
+  InIntRange(problems, "training.global_batch_size", training.global_batch_size(), required,
              kMaxBatchSequences);
   InIntRange(problems, "training.gradient_accumulation_steps",
              training.gradient_accumulation_steps(), 0, kMaxBatchSequences);
-  InIntRange(problems, "training.seq_length", training.seq_length(), 1, models::kMaxPositions);
+  InIntRange(problems, "training.seq_length", training.seq_length(), required,
+             models::kMaxPositions);
   InIntRange(problems, "training.eval_interval", training.eval_interval(), 0, kMaxSteps);
   if (!training.eval_whole_set()) {
     InIntRange(problems, "training.eval_steps", training.eval_steps(), 1, kMaxEvalSteps);
@@ -920,17 +927,17 @@ void CheckLaunch(const config::JobConfig& job, Problems& problems) {
 
 }  // namespace
 
-absl::Status ValidateJobConfig(const config::JobConfig& config) {
+absl::Status ValidateJobConfig(const config::JobConfig& config, JobUse use) {
   config::JobConfig job = config;
   ResolveDefaults(job);
   Problems problems;
   CheckNumbersAndEnums(job, "", problems);
   CheckName(job, problems);
   CheckModel(job, problems);
-  CheckData(job, problems);
-  CheckOptimizer(job.optimizer(), problems);
+  CheckData(job, use, problems);
+  CheckOptimizer(job.optimizer(), use, problems);
   CheckLrSchedule(job, problems);
-  CheckTraining(job, problems);
+  CheckTraining(job, use, problems);
   CheckCheckpoint(job, problems);
   AtLeast(problems, "logging.log_interval", job.logging().log_interval(), 1);
   if (job.logging().has_profile()) {
