@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/logging.h"
 #include "core/strings/did_you_mean.h"
 #include "launcher/commands/rank_failures.h"
 
@@ -187,6 +188,9 @@ std::string CommandLine::Explain(const CLI::ParseError& error) const {
 }
 
 int CommandLine::Run(int argc, char** argv) {
+  // A process that no launcher started (no rank in its environment) is the only one: its log
+  // lines say r0, not r? (MPI sets the rank again where a launcher started several).
+  if (LogRank() < 0) SetLogRank(0);
   // "--x=" gives --x an empty value (CLI11 would take the next argument as it).
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {

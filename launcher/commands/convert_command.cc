@@ -1,6 +1,7 @@
 // Convert streams a checkpoint's logical tensors into the Hugging Face directory.
 #include "launcher/commands/convert_command.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -8,12 +9,27 @@
 #include "core/logging.h"
 #include "core/ops/elementwise.h"
 #include "core/status.h"
+#include "launcher/commands/inference_model.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
 #include "training/checkpoint/training_state.h"
 #include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
+namespace {
+
+// The export's bos and eos ids from the tokenizer given with it (tokenizer_config.json's
+// bos_token and eos_token): its bos replaces the model's; its eos does unless it is one of the
+// model's eos ids already (Llama-3 Instruct ends a turn at several).
+void SetSpecialTokensOf(const data::Tokenizer& tokenizer, models::SpecialTokenIds& ids) {
+  if (tokenizer.bos_id().has_value()) ids.bos = *tokenizer.bos_id();
+  if (tokenizer.eos_id().has_value() &&
+      std::find(ids.eos.begin(), ids.eos.end(), *tokenizer.eos_id()) == ids.eos.end()) {
+    ids.eos = {*tokenizer.eos_id()};
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
                                               const std::string& directory,
@@ -26,6 +42,15 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
       training::CheckExportDirectory(absl::StrCat("--out ", directory), directory, job));
   KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
       << "convert writes f32 or bf16";
+  KELVIN_ASSIGN_OR_RETURN(models::LlamaConfig arch,
+                          training::ResolveModelArchitecture(job.model()));
+  if (!options.tokenizer.empty()) {  // checked before the checkpoint is read
+    KELVIN_ASSIGN_OR_RETURN(
+        const data::Tokenizer tokenizer,
+        LoadTokenizerOfModel(options.tokenizer, absl::StrCat("--tokenizer ", options.tokenizer),
+                             arch.vocab_size));
+    SetSpecialTokensOf(tokenizer, arch.special_tokens);
+  }
   KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> chosen,
                           training::ChooseCheckpoint(job.checkpoint().dir(), options.checkpoint));
   if (!chosen.has_value()) {
@@ -33,8 +58,6 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
   }
   KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
                           training::OpenJobCheckpoint(*chosen, job.name()));
-  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
-                          training::ResolveModelArchitecture(job.model()));
   KELVIN_RETURN_IF_ERROR(
       training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(arch)));
   std::vector<io::HfTensorSource> tensors;  // the whole model's, in Hugging Face order
@@ -55,6 +78,7 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
          }});
   }
   models::HfExportProvenance provenance = training::ExportProvenanceOf(job);
+  provenance.tokenizer_dir = options.tokenizer;
   provenance.steps = reader.index().steps_completed;
   provenance.eval_loss = reader.index().eval_loss;  // the training loss is not in checkpoints
   KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors, provenance));
@@ -73,7 +97,8 @@ int Convert(const ConvertArguments& a) {
   if (const std::optional<int> error = CheckCheckpointChoice("convert", a.options.checkpoint)) {
     return *error;
   }
-  const absl::StatusOr<config::JobConfig> job = LoadJobConfig(a.job.path, a.job.overrides);
+  const absl::StatusOr<config::JobConfig> job =
+      LoadJobConfig(a.job.path, a.job.overrides, JobUse::kForwardOnly);
   if (!job.ok()) return Fail(job.status());
   const absl::StatusOr<int64_t> step = ConvertCheckpointToHf(*job, a.out, a.options);
   if (!step.ok()) return Fail(WithWorkingDirectory(step.status(), *job));
@@ -89,13 +114,17 @@ void AddConvertCommand(CommandLine& line) {
   CLI::App* command = line.AddCommand(
       "convert", "a checkpoint as a Hugging Face model directory",
       "The latest checkpoint of checkpoint.dir (or --step N, --best): one process, no GPU,\n"
-      "whatever layout wrote it.",
+      "whatever layout wrote it. The job needs only its model fields and checkpoint.dir. The\n"
+      "export carries model.hf_dir's tokenizer files, or --tokenizer DIR's (tokenizer.json,\n"
+      "tokenizer_config.json, special_tokens_map.json, chat_template.jinja) with its bos and\n"
+      "eos ids in config.json and generation_config.json.",
       [a] { return RunOnRankZero([a] { return Convert(*a); }); });
   AddJobArguments(line, command, a->job);
   line.AddText(command, "--out", "DIR", "the directory to write the Hugging Face model to",
                "the Hugging Face directory to write", a->out)
       ->required();
   AddCheckpointChoice(line, command, a->options.checkpoint);
+  AddTokenizerOption(line, command, a->options.tokenizer);
   line.AddValue(command, "--dtype", "f32|bf16", "f32 or bf16",
                 "of the written weights (default f32: the exact masters)",
                 [a](const std::string& text) {

@@ -126,6 +126,7 @@ struct EvalArguments {
   NeedleOptions needle_grid;                       // its grid
   bool grid_options = false;                       // whether a valued option of the grid was given
   InferenceDevice device = InferenceDevice::kJob;  // --device (with --data, --text, --needle)
+  std::string tokenizer;                           // --tokenizer DIR (with --text, --needle)
   // The model alone (JOB may be a model directory), not the job's held-out sets.
   bool scores() const { return !score.data.empty() || !score.text.empty() || needle; }
 };
@@ -156,6 +157,11 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
     return UsageError(
         "--device places --data, --text and --needle; the held-out sets are evaluated where the "
         "job trains (--set training.device=CUDA)");
+  }
+  if (!a.tokenizer.empty() && a.score.text.empty() && !a.needle) {
+    return UsageError(
+        "--tokenizer encodes the text of --text and --needle; --data and the held-out sets are "
+        "token ids already");
   }
   if (a.every_checkpoint && !a.checkpoint.newest()) {
     return UsageError("eval takes one of --step N, --best and --all");
@@ -232,6 +238,7 @@ int EvaluateNeedle(const EvalArguments& a, const config::JobConfig& job,
   }
   NeedleOptions grid = a.needle_grid;
   grid.checkpoint = a.checkpoint;
+  grid.tokenizer = a.tokenizer;
   const absl::StatusOr<NeedleReport> report = RunNeedle(job, grid, placement, &tp);
   if (!report.ok()) return Fail(WithWorkingDirectory(report.status(), RelativePathsOf(job)));
   if (!reports) return 0;
@@ -249,6 +256,7 @@ int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
   }
   ScoreOptions score = a.score;
   score.checkpoint = a.checkpoint;
+  score.tokenizer = a.tokenizer;
   const absl::StatusOr<ScoreReport> report = ScoreData(job, score, placement, &tp);
   if (!report.ok()) {
     std::vector<std::string> paths = RelativePathsOf(job);
@@ -262,23 +270,13 @@ int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
 
 // The model alone: JOB is a job file or a Hugging Face model directory.
 absl::StatusOr<config::JobConfig> ModelAloneJob(const EvalArguments& a) {
-  std::error_code error;
-  if (!std::filesystem::exists(a.job.path, error)) {
-    return WithWorkingDirectory(
-        absl::NotFoundError(absl::StrCat(a.job.path,
-                                         " does not exist: eval --data, --text and --needle take "
-                                         "a job file or a Hugging Face model directory")),
-        {a.job.path});
-  }
-  if (std::filesystem::is_directory(a.job.path, error)) return JobOfModelDirectory(a.job.path);
-  return LoadJobConfig(a.job.path, a.job.overrides);
+  return LoadForwardOnlyJob("eval --data, --text and --needle", a.job);
 }
 
 int Eval(const EvalArguments& a) {
   if (const std::optional<int> error = CheckEvalArguments(a)) return *error;
-  std::error_code error;
-  if (a.scores() && std::filesystem::is_directory(a.job.path, error) && !a.job.overrides.empty()) {
-    return UsageError("--set changes a job file, not a model directory");
+  if (a.scores()) {
+    if (const std::optional<int> error = CheckNoSetOnModelDirectory(a.job)) return *error;
   }
   if (a.needle) {
     return RunSplitOverProcesses(
@@ -331,7 +329,7 @@ void AddNeedleOptions(CommandLine& line, CLI::App* command, EvalArguments& a) {
   line.AddValue(command, "--samples", "N", "a count >= 1", "samples per cell (default 10)",
                 [&a, &grid](const std::string& text) {
                   a.grid_options = true;
-                  return ParseInteger(text, 1, "a count >= 1", grid.samples);
+                  return ParseInteger(text, 1, "a count >= 1", grid.samples, kMaxNeedleSamples);
                 });
   line.AddValue(command, "--seed", "S", "an integer >= 0", "the samples' seed (default 0)",
                 [&a, &grid](const std::string& text) {
@@ -368,7 +366,7 @@ void AddEvalCommand(CommandLine& line) {
   line.AddText(command, "--data", "PATH", "the file to score",
                "instead: that corpus (Megatron prefix, .int32/.uint16 file)", a->score.data);
   line.AddText(command, "--text", "FILE", "the file to score",
-               "instead: that text (with model.hf_dir's tokenizer.json)", a->score.text);
+               "instead: that text (with the model's tokenizer)", a->score.text);
   line.AddValue(command, "--seq-length", "N", "a window in tokens >= 1",
                 "the scoring window (default training.seq_length)", [a](const std::string& text) {
                   return ParseInteger(text, 1, "a token count >= 1", a->score.seq_length);
@@ -379,6 +377,7 @@ void AddEvalCommand(CommandLine& line) {
                   return ParseInteger(text, 1, "a token count >= 1", a->score.stride);
                 });
   AddNeedleOptions(line, command, *a);
+  AddTokenizerOption(line, command, a->tokenizer);
   AddDeviceOption(line, command, a->device);
 }
 

@@ -10,10 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/io/regular_file.h"
 #include "core/logging.h"
+#include "data/tokenizer/utf8.h"
 #include "launcher/commands/inference_model.h"
 #include "launcher/commands/process_launch.h"
+#include "launcher/commands/spellable_ids.h"
 #include "launcher/config/job_config.h"
 #include "models/generation/generate.h"
 
@@ -21,14 +24,24 @@ namespace kelvin::launcher {
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(
     const config::JobConfig& job, const GenerateOptions& options,
     const training::TrainingPlacement& placement, models::GenerationTiming* timing,
-    parallel::Communicator* tp) {
+    parallel::Communicator* tp, int64_t* failed_prompts) {
   KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
+  if (options.max_new_tokens < 1 || options.max_new_tokens > models::kMaxNewTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens ", options.max_new_tokens,
+                                                   ": must be in [1, ", models::kMaxNewTokens,
+                                                   "] (no model has more positions)"));
+  }
+  if (const std::optional<size_t> bad = data::FirstInvalidUtf8(options.stop)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stop: the text is not valid UTF-8 at byte ", *bad, " (of ", options.stop.size(),
+        "); give the stop text in UTF-8, as the generated text is"));
+  }
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
-                          LoadModelTokenizer(job,
+                          LoadModelTokenizer(job, options.tokenizer,
                                              options.prompts.empty() && options.stop.empty()
                                                  ? std::string()
                                                  : std::string("text prompts and --stop"),
-                                             "give token ids with --tokens instead"));
+                                             "token ids with --tokens"));
   std::vector<std::vector<int32_t>> prompts = options.token_prompts;
   for (size_t p = 0; p < options.prompts.size(); ++p) {
     std::vector<int32_t> ids;
@@ -65,6 +78,16 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
   request.max_new_tokens = options.max_new_tokens;
   request.sampling = options.sampling;
   request.stop_ids.assign(arch.special_tokens.eos.begin(), arch.special_tokens.eos.end());
+  if (tokenizer.has_value() && !options.allow_unspellable) {
+    std::vector<uint8_t> spellable = SpellableIds(*tokenizer, arch.vocab_size);
+    const int64_t unspellable = std::count(spellable.begin(), spellable.end(), uint8_t{0});
+    if (unspellable > 0) {
+      KLOG_RANK0(INFO) << unspellable << " of the model's " << arch.vocab_size
+                       << " token ids have no text in the tokenizer: sampling leaves them out "
+                          "(--allow-unspellable draws them too)";
+      request.allowed = std::make_shared<const std::vector<uint8_t>>(std::move(spellable));
+    }
+  }
   if (tokenizer.has_value() && tokenizer->eos_id().has_value()) {
     request.stop_ids.push_back(*tokenizer->eos_id());
   }
@@ -92,10 +115,16 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
       nlohmann::ordered_json line = {{"prompt_tokens", requests[r].prompt},
                                      {"tokens", result.tokens}};
       if (tokenizer.has_value()) {
-        KELVIN_ASSIGN_OR_RETURN(const std::string text,
-                                tokenizer->Decode(result.tokens, /*skip_special_tokens=*/true));
-        // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused.
-        line["text"] = text;
+        const absl::StatusOr<std::string> text =
+            tokenizer->Decode(result.tokens, /*skip_special_tokens=*/true);
+        // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused. A
+        // token without text fails this prompt's text alone.
+        if (text.ok()) {
+          line["text"] = *text;
+        } else {
+          line["error"] = std::string(text.status().message());
+          if (failed_prompts != nullptr) ++*failed_prompts;
+        }
       }
       line["finish_reason"] = result.finish_reason;
       if (options.logprobs) line["logprobs"] = result.logprobs;
@@ -103,6 +132,20 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
     }
   }
   return lines;
+}
+
+absl::Status AddPromptFile(const std::string& path, GenerateOptions& options) {
+  KELVIN_ASSIGN_OR_RETURN(const std::string text,
+                          io::ReadRegularFile(path, "prompt file", uint64_t{1} << 30));
+  int64_t number = 0;  // of the line, from 1
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++number;
+    absl::ConsumeSuffix(&line, "\r");  // a CRLF line end (a file written on Windows)
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    options.prompts.emplace_back(line);
+    options.prompt_sources.push_back(absl::StrCat(path, " line ", number));
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -120,22 +163,22 @@ struct GenerateArguments {
 int Generate(GenerateArguments a, const config::JobConfig& job,
              const training::TrainingPlacement& placement, parallel::Communicator& tp) {
   if (!a.prompt_file.empty()) {
-    const absl::StatusOr<std::string> text =
-        io::ReadRegularFile(a.prompt_file, "prompt file", uint64_t{1} << 30);
-    if (!text.ok()) return Fail(WithWorkingDirectory(text.status(), {a.prompt_file}));
-    int64_t number = 0;  // of the line, from 1
-    for (const absl::string_view line : absl::StrSplit(*text, '\n')) {
-      ++number;
-      if (absl::StripAsciiWhitespace(line).empty()) continue;
-      a.options.prompts.emplace_back(line);
-      a.options.prompt_sources.push_back(absl::StrCat(a.prompt_file, " line ", number));
-    }
+    const absl::Status read = AddPromptFile(a.prompt_file, a.options);
+    if (!read.ok()) return Fail(WithWorkingDirectory(read, {a.prompt_file}));
   }
   models::GenerationTiming timing;
+  int64_t failed = 0;
   const absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(job, a.options, placement, &timing, &tp);
+      GenerateFromJob(job, a.options, placement, &timing, &tp, &failed);
   if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), job));
-  if (tp.rank() != 0) return 0;  // every rank generated the same tokens
+  // Every rank generated the same tokens, and fails alike when a prompt has no text.
+  const absl::Status complete =
+      failed == 0 ? absl::OkStatus()
+                  : absl::DataLossError(absl::StrCat(
+                        failed, " of ", lines->size(),
+                        " prompts have no text: their lines say why in \"error\" (the others are "
+                        "complete)"));
+  if (tp.rank() != 0) return complete.ok() ? 0 : Fail(complete);
   for (const std::string& line : *lines) std::printf("%s\n", line.c_str());
   std::fflush(stdout);  // the lines, then the log's summary
   KLOG(INFO) << absl::StrFormat(
@@ -143,15 +186,16 @@ int Generate(GenerateArguments a, const config::JobConfig& job,
       timing.prompt_tokens, timing.prefill_seconds, timing.decoded_tokens, timing.decode_seconds,
       timing.decode_seconds > 0 ? static_cast<double>(timing.decoded_tokens) / timing.decode_seconds
                                 : 0.0);
-  return 0;
+  return complete.ok() ? 0 : Fail(complete);
 }
 
 int RunGenerate(const GenerateArguments& a) {
   if (const std::optional<int> error = CheckCheckpointChoice("generate", a.options.checkpoint)) {
     return *error;
   }
+  if (const std::optional<int> error = CheckNoSetOnModelDirectory(a.job)) return *error;
   return RunSplitOverProcesses(
-      "generate", a.device, [&a] { return LoadJobConfig(a.job.path, a.job.overrides); },
+      "generate", a.device, [&a] { return LoadForwardOnlyJob("generate", a.job); },
       [&a](const config::JobConfig& job, const training::TrainingPlacement& placement,
            parallel::Communicator& tp) { return Generate(a, job, placement, tp); });
 }
@@ -162,11 +206,12 @@ void AddGenerateCommand(CommandLine& line) {
   auto a = std::make_shared<GenerateArguments>();
   GenerateOptions& o = a->options;
   CLI::App* command = line.AddCommand(
-      "generate", "text from the job's model, one JSON line per prompt",
+      "generate", "text from a model directory or a job's model, one JSON line per prompt",
+      "JOB is a Hugging Face model directory or a job file (only its model fields are needed).\n"
       "The weights: the job's checkpoint, else model.hf_dir's; with a KV cache on --device (f32\n"
       "on the CPU, bf16 on CUDA), one process or, under mpirun / srun, the model split over the\n"
-      "processes (tensor parallelism, a GPU each). Text prompts and --stop need model.hf_dir's\n"
-      "tokenizer.json.",
+      "processes (tensor parallelism, a GPU each). Text prompts and --stop need the model's\n"
+      "tokenizer: model.hf_dir's tokenizer.json, or --tokenizer DIR.",
       [a] { return RunGenerate(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
@@ -177,7 +222,9 @@ void AddGenerateCommand(CommandLine& line) {
                 },
                 {.repeatable = true, .allow_empty = true});
   line.AddText(command, "--prompt-file", "FILE", "a file of one prompt per line",
-               "a file of prompts, one per line", a->prompt_file);
+               "a file of prompts, one per line (LF or CRLF line ends; the CR is not part of the "
+               "prompt; blank lines are skipped)",
+               a->prompt_file);
   line.AddValue(command, "--tokens", "1,2,3", "token ids separated by commas",
                 "a prompt of token ids (repeatable)",
                 [&o](const std::string& text) {
@@ -195,7 +242,8 @@ void AddGenerateCommand(CommandLine& line) {
                 {.repeatable = true});
   line.AddValue(command, "--max-new-tokens", "N", "a token count >= 1",
                 "the most tokens generated per prompt (default 64)", [&o](const std::string& text) {
-                  return ParseInteger(text, 1, "a token count >= 1", o.max_new_tokens);
+                  return ParseInteger(text, 1, "a token count >= 1", o.max_new_tokens,
+                                      models::kMaxNewTokens);
                 });
   line.AddValue(command, "--temperature", "T", "a number >= 0",
                 "the sampling temperature (default 0: greedy)", [&o](const std::string& text) {
@@ -221,10 +269,15 @@ void AddGenerateCommand(CommandLine& line) {
                "stop a prompt once its generated text ends with TEXT", o.stop,
                {.allow_empty = true});
   line.AddFlag(command, "--logprobs", "each token's log-probability in the output", o.logprobs);
+  line.AddFlag(command, "--allow-unspellable",
+               "let sampling draw ids the tokenizer cannot spell (a vocabulary padded beyond the "
+               "tokenizer's ids; they have no text)",
+               o.allow_unspellable);
   line.AddValue(command, "--batch-size", "N", "a prompt count >= 1",
                 "prompts decoded together (default 8)", [&o](const std::string& text) {
                   return ParseInteger(text, 1, "a prompt count >= 1", o.batch_size);
                 });
+  AddTokenizerOption(line, command, o.tokenizer);
   AddCheckpointChoice(line, command, o.checkpoint);
   AddDeviceOption(line, command, a->device);
 }

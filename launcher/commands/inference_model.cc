@@ -6,12 +6,44 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
+#include "launcher/config/job_config.h"
 #include "models/llama/hf_weight_check.h"
 #include "ssa/ssa_attention.h"
 #include "training/checkpoint/checkpoint_reader.h"
 #include "training/checkpoint/training_state.h"
 
 namespace kelvin::launcher {
+
+config::JobConfig JobOfModelDirectory(const std::string& directory) {
+  config::JobConfig job;
+  job.set_name(std::filesystem::path(directory).lexically_normal().filename().string());
+  job.mutable_model()->set_hf_dir(directory);
+  return job;
+}
+
+absl::StatusOr<config::JobConfig> LoadForwardOnlyJob(const std::string& command,
+                                                     const JobArguments& job) {
+  std::error_code error;
+  if (!std::filesystem::exists(job.path, error)) {
+    return WithWorkingDirectory(
+        absl::NotFoundError(absl::StrCat(job.path, " does not exist: ", command,
+                                         " takes a job file or a Hugging Face model directory")),
+        {job.path});
+  }
+  if (std::filesystem::is_directory(job.path, error)) {
+    if (!job.overrides.empty()) {
+      return absl::InvalidArgumentError("--set changes a job file, not a model directory");
+    }
+    return JobOfModelDirectory(job.path);
+  }
+  return LoadJobConfig(job.path, job.overrides, JobUse::kForwardOnly);
+}
+
+std::optional<int> CheckNoSetOnModelDirectory(const JobArguments& job) {
+  std::error_code error;
+  if (job.overrides.empty() || !std::filesystem::is_directory(job.path, error)) return std::nullopt;
+  return UsageError("--set changes a job file, not a model directory");
+}
 
 void AddDeviceOption(CommandLine& line, CLI::App* command, InferenceDevice& device) {
   line.AddValue(command, "--device", "cpu|cuda", "cpu or cuda",
@@ -106,13 +138,44 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
   return model;
 }
 
+void AddTokenizerOption(CommandLine& line, CLI::App* command, std::string& directory) {
+  line.AddText(command, "--tokenizer", "DIR", "a directory holding tokenizer.json",
+               "the model's tokenizer (tokenizer.json, tokenizer_config.json, chat template) when "
+               "it has none of its own, e.g. one trained from a preset",
+               directory);
+}
+
+absl::StatusOr<data::Tokenizer> LoadTokenizerOfModel(const std::string& directory,
+                                                     const std::string& named, int64_t vocab_size) {
+  std::error_code error;
+  if (!std::filesystem::exists(std::filesystem::path(directory) / "tokenizer.json", error)) {
+    return absl::NotFoundError(absl::StrCat(
+        named,
+        " has no tokenizer.json: give the directory that holds the model's tokenizer.json "
+        "(a Hugging Face model or tokenizer directory)"));
+  }
+  // Its errors name the file.
+  KELVIN_ASSIGN_OR_RETURN(data::Tokenizer tokenizer, data::Tokenizer::FromDirectory(directory));
+  if (tokenizer.vocab_size() > vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        named, ": the tokenizer's ids go up to ", tokenizer.vocab_size() - 1, " (",
+        tokenizer.vocab_size(), " ids), beyond the model's vocab_size=", vocab_size,
+        ": its text would hold tokens the model has no embedding for; give the tokenizer the "
+        "model was trained with"));
+  }
+  return tokenizer;
+}
+
 absl::StatusOr<std::optional<data::Tokenizer>> LoadModelTokenizer(const config::JobConfig& job,
+                                                                  const std::string& tokenizer_dir,
                                                                   const std::string& needed_by,
                                                                   const std::string& instead) {
   std::error_code error;
-  const bool present = job.model().has_hf_dir() &&
-                       std::filesystem::exists(
-                           std::filesystem::path(job.model().hf_dir()) / "tokenizer.json", error);
+  const bool given = !tokenizer_dir.empty();
+  const bool present =
+      given || (job.model().has_hf_dir() &&
+                std::filesystem::exists(
+                    std::filesystem::path(job.model().hf_dir()) / "tokenizer.json", error));
   if (!present) {
     if (needed_by.empty()) return std::nullopt;
     return absl::FailedPreconditionError(absl::StrCat(
@@ -120,11 +183,18 @@ absl::StatusOr<std::optional<data::Tokenizer>> LoadModelTokenizer(const config::
         job.model().has_hf_dir()
             ? absl::StrCat("model.hf_dir=", job.model().hf_dir(), " has no tokenizer.json")
             : std::string("the job has no model.hf_dir"),
-        "; ", instead));
+        "; give --tokenizer DIR, or ", instead));
   }
-  absl::StatusOr<data::Tokenizer> tokenizer = data::Tokenizer::FromDirectory(job.model().hf_dir());
+  KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                          training::ResolveModelArchitecture(job.model()));
+  absl::StatusOr<data::Tokenizer> tokenizer =
+      given ? LoadTokenizerOfModel(tokenizer_dir, absl::StrCat("--tokenizer ", tokenizer_dir),
+                                   arch.vocab_size)
+            : LoadTokenizerOfModel(job.model().hf_dir(),
+                                   absl::StrCat("model.hf_dir=", job.model().hf_dir()),
+                                   arch.vocab_size);
   if (tokenizer.ok()) return *std::move(tokenizer);
-  if (!needed_by.empty()) return tokenizer.status();
+  if (given || !needed_by.empty()) return tokenizer.status();
   KLOG(WARNING) << tokenizer.status().message() << ": going on without the tokenizer";
   return std::nullopt;
 }

@@ -18,6 +18,18 @@
 
 namespace kelvin::launcher {
 
+// The job of a Hugging Face model directory given in place of a job file: model.hf_dir, its name.
+config::JobConfig JobOfModelDirectory(const std::string& directory);
+
+// The job of a forward-only command (`command` names it in errors, e.g. "generate"): JOB is a
+// Hugging Face model directory (JobOfModelDirectory) or a job file with its --set overrides,
+// validated for JobUse::kForwardOnly (a data source, optimizer.lr, training.steps, the batch and
+// training.seq_length may be left out).
+absl::StatusOr<config::JobConfig> LoadForwardOnlyJob(const std::string& command,
+                                                     const JobArguments& job);
+// The usage error's exit code when --set is given with a model directory (it changes job files).
+std::optional<int> CheckNoSetOnModelDirectory(const JobArguments& job);
+
 // --device of the forward-only commands.
 enum class InferenceDevice {
   kJob,   // not given: the job's training.device (AUTO: CUDA when a GPU is usable)
@@ -46,11 +58,24 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
     const config::JobConfig& job, const training::CheckpointChoice& choice,
     const training::TrainingPlacement& placement, parallel::Communicator* tp = nullptr);
 
-// model.hf_dir's tokenizer when it has a tokenizer.json Kelvin reads, else nullopt. When
+// --tokenizer DIR on `command`: the directory of the tokenizer (tokenizer.json, with
+// tokenizer_config.json and a chat template when it has them) of a model that has none of its
+// own, e.g. one trained from a preset; it replaces model.hf_dir's.
+void AddTokenizerOption(CommandLine& line, CLI::App* command, std::string& directory);
+
+// The tokenizer of `directory` (`named` says where it came from in errors: "--tokenizer DIR" or
+// "model.hf_dir=DIR"): an error when it has no tokenizer.json or its ids exceed the model's
+// `vocab_size` (naming both numbers).
+absl::StatusOr<data::Tokenizer> LoadTokenizerOfModel(const std::string& directory,
+                                                     const std::string& named, int64_t vocab_size);
+
+// The model's tokenizer: `tokenizer_dir`'s (--tokenizer; any problem with it is an error) when
+// given, else model.hf_dir's when it has a tokenizer.json Kelvin reads, else nullopt. When
 // `needed_by` names what needs it (e.g. "text prompts"), its absence or a load error is the error
 // "<needed_by> need the model's tokenizer: <why>; <instead>"; otherwise the caller goes on without
-// one, with a warning when the file is there but unsupported.
+// one, with a warning when model.hf_dir's is there but unusable.
 absl::StatusOr<std::optional<data::Tokenizer>> LoadModelTokenizer(const config::JobConfig& job,
+                                                                  const std::string& tokenizer_dir,
                                                                   const std::string& needed_by,
                                                                   const std::string& instead);
 

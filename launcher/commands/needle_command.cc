@@ -112,13 +112,33 @@ nlohmann::ordered_json HistogramJson(const ssa::TemperatureHistogram& h) {
           {"counts", h.counts}};
 }
 
+// The grid's size: samples per cell and prompts in all within their limits (the product checked
+// for overflow).
+absl::Status CheckNeedleGridSize(const training::NeedleGridSpec& spec) {
+  if (spec.samples < 1 || spec.samples > kMaxNeedleSamples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--samples ", spec.samples, ": must be in [1, ", kMaxNeedleSamples, "]"));
+  }
+  const auto lengths = static_cast<int64_t>(spec.lengths.size());
+  const auto depths = static_cast<int64_t>(spec.depths.size());
+  int64_t cells = 0, prompts = 0;
+  if (__builtin_mul_overflow(lengths, depths, &cells) ||
+      __builtin_mul_overflow(cells, spec.samples, &prompts) || prompts > kMaxNeedlePrompts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the needle grid of ", lengths, " lengths x ", depths, " depths x ",
+                     spec.samples, " samples is more than the ", kMaxNeedlePrompts,
+                     " prompts one run takes: give fewer --lengths, --depths or --samples"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const NeedleOptions& options,
                                        const training::TrainingPlacement& placement,
                                        parallel::Communicator* tp) {
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
-                          LoadModelTokenizer(job, "", ""));
+                          LoadModelTokenizer(job, options.tokenizer, "", ""));
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
                           LoadInferenceModel(job, options.checkpoint, placement, tp));
   const models::LlamaConfig& arch = model->config();
@@ -131,13 +151,15 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
     text = training::ByteNeedleText();
     report.text = "bytes";
   } else {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the needle grid needs the model's tokenizer (model.hf_dir's tokenizer.json), or a model "
-        "of the passkey task's ",
-        data::kByteVocabSize, "-token byte vocabulary; this one has ", arch.vocab_size,
-        " tokens and ",
-        job.model().has_hf_dir() ? absl::StrCat("model.hf_dir=", job.model().hf_dir())
-                                 : std::string("no model.hf_dir")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the needle grid needs the model's tokenizer (model.hf_dir's tokenizer.json, "
+                     "or --tokenizer "
+                     "DIR), or a model "
+                     "of the passkey task's ",
+                     data::kByteVocabSize, "-token byte vocabulary; this one has ", arch.vocab_size,
+                     " tokens and ",
+                     job.model().has_hf_dir() ? absl::StrCat("model.hf_dir=", job.model().hf_dir())
+                                              : std::string("no model.hf_dir")));
   }
   training::NeedleGridSpec& spec = report.spec;
   spec.lengths =
@@ -146,6 +168,7 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
   spec.samples = options.samples;
   spec.seed = kNeedleSeedOffset + options.seed;
   spec.distractors = job.data().has_passkey() ? job.data().passkey().distractors() : 0;
+  KELVIN_RETURN_IF_ERROR(CheckNeedleGridSize(spec));
   const int64_t longest = *std::max_element(spec.lengths.begin(), spec.lengths.end());
   if (longest > arch.max_position_embeddings) {
     return absl::InvalidArgumentError(

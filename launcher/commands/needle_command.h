@@ -17,12 +17,18 @@
 
 namespace kelvin::launcher {
 
+// The most samples per cell, and prompts in all (lengths x depths x samples), one run takes: far
+// beyond any useful grid, and the counts stay far inside int64.
+inline constexpr int64_t kMaxNeedleSamples = int64_t{1} << 20;
+inline constexpr int64_t kMaxNeedlePrompts = int64_t{1} << 24;
+
 struct NeedleOptions {
   std::vector<int64_t> lengths;  // empty: 1024, 2048, ... up to max_position_embeddings
   std::vector<double> depths;    // empty: 0, 0.1, ..., 1
-  int64_t samples = 10;          // per cell
+  int64_t samples = 10;          // per cell, in [1, kMaxNeedleSamples]
   uint64_t seed = 0;             // the samples' seed (offset from the job's training seeds)
   bool temperatures = false;     // histograms of an SSA model's temperatures on the prompts
+  std::string tokenizer;         // --tokenizer DIR: in place of model.hf_dir's ("" none)
   training::CheckpointChoice checkpoint;
 };
 

@@ -20,11 +20,26 @@ namespace {
 constexpr int64_t kDefaultWindow = 2048;
 constexpr int64_t kMaxScoredTokens = int64_t{1} << 31;
 
-absl::StatusOr<std::vector<int32_t>> CorpusTokens(const std::string& path) {
+// The corpus's tokens, and for a Megatron prefix with a PREFIX_loss_mask beside it (prepare-data
+// writes one for fine-tuning data) which of them are targets.
+struct ScoredTokens {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> is_target;  // [tokens.size()], or empty: every token
+  std::string loss_mask;           // the mask's prefix, "" without one
+};
+
+absl::StatusOr<ScoredTokens> CorpusTokens(const std::string& path) {
   std::error_code error;
   absl::StatusOr<data::TokenCorpus> corpus;
+  ScoredTokens scored;
   if (std::filesystem::exists(path + ".idx", error)) {
     corpus = data::OpenMegatronDataset(path);
+    if (corpus.ok() && std::filesystem::exists(path + "_loss_mask.idx", error)) {
+      scored.loss_mask = path + "_loss_mask";
+      absl::StatusOr<data::TokenCorpus> mask = data::OpenMegatronDataset(scored.loss_mask);
+      if (!mask.ok()) return mask.status();
+      KELVIN_RETURN_IF_ERROR(corpus->AttachLossMask(*std::move(mask)));
+    }
   } else if (!std::filesystem::exists(path, error)) {
     return absl::NotFoundError(absl::StrCat("--data ", path, ": no such file, and no ", path,
                                             ".bin/.idx Megatron dataset"));
@@ -46,33 +61,28 @@ absl::StatusOr<std::vector<int32_t>> CorpusTokens(const std::string& path) {
   }
   std::vector<int64_t> wide(static_cast<size_t>(corpus->num_tokens()));
   corpus->Read(0, wide);
-  return std::vector<int32_t>(wide.begin(), wide.end());
+  scored.tokens.assign(wide.begin(), wide.end());
+  if (corpus->has_loss_mask()) {
+    scored.is_target.resize(wide.size());
+    KELVIN_RETURN_IF_ERROR(corpus->ReadLossMask(0, scored.is_target));
+  }
+  return scored;
 }
 
-absl::StatusOr<std::vector<int32_t>> TextTokens(const config::JobConfig& job,
-                                                const std::string& path) {
-  if (!job.model().has_hf_dir()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--text ", path, " needs the model's tokenizer: the job has no model.hf_dir"));
-  }
-  KELVIN_ASSIGN_OR_RETURN(const data::Tokenizer tokenizer,
-                          data::Tokenizer::FromDirectory(job.model().hf_dir()));
+absl::StatusOr<ScoredTokens> TextTokens(const config::JobConfig& job, const ScoreOptions& options) {
+  const std::string& path = options.text;
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
+                          LoadModelTokenizer(job, options.tokenizer, absl::StrCat("--text ", path),
+                                             "score token ids with --data PATH"));
   KELVIN_ASSIGN_OR_RETURN(const std::string text,
                           io::ReadRegularFile(path, "text to score", kMaxScoredTokens));
-  std::vector<int32_t> ids;
-  const absl::Status encoded = tokenizer.Encode(text, /*add_special_tokens=*/true, ids);
+  ScoredTokens scored;
+  const absl::Status encoded = tokenizer->Encode(text, /*add_special_tokens=*/true, scored.tokens);
   if (!encoded.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", encoded.message()));
-  return ids;
+  return scored;
 }
 
 }  // namespace
-
-config::JobConfig JobOfModelDirectory(const std::string& directory) {
-  config::JobConfig job;
-  job.set_name(std::filesystem::path(directory).lexically_normal().filename().string());
-  job.mutable_model()->set_hf_dir(directory);
-  return job;
-}
 
 absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,
                                       const training::TrainingPlacement& placement,
@@ -80,9 +90,10 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   if (options.data.empty() == options.text.empty()) {
     return absl::InvalidArgumentError("scoring takes one of --data PATH and --text FILE");
   }
-  KELVIN_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, options.text.empty()
-                                                                 ? CorpusTokens(options.data)
-                                                                 : TextTokens(job, options.text));
+  KELVIN_ASSIGN_OR_RETURN(const ScoredTokens scored, options.text.empty()
+                                                         ? CorpusTokens(options.data)
+                                                         : TextTokens(job, options));
+  const std::vector<int32_t>& tokens = scored.tokens;
   // The corpus as the command line named it, for errors: "--data PATH" or "--text FILE".
   const std::string named = options.text.empty() ? absl::StrCat("--data ", options.data)
                                                  : absl::StrCat("--text ", options.text);
@@ -96,6 +107,7 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   const int64_t max_positions = model->config().max_position_embeddings;
   ScoreReport report;
   report.source = options.text.empty() ? options.data : options.text;
+  report.loss_mask = scored.loss_mask;
   // Every id checked before the first window, not when scoring reaches it.
   const int64_t vocab = model->config().vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -111,24 +123,39 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   KELVIN_ASSIGN_OR_RETURN(
       models::LlamaDecoder decoder,
       models::LlamaDecoder::Create(*model, std::min(report.seq_length, max_positions)));
-  KELVIN_ASSIGN_OR_RETURN(report.result,
-                          models::ScoreTokens(decoder, tokens, report.seq_length, report.stride));
+  KELVIN_ASSIGN_OR_RETURN(report.result, models::ScoreTokens(decoder, tokens, report.seq_length,
+                                                             report.stride, scored.is_target));
+  if (report.result.targets == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        named, ": its loss mask ", scored.loss_mask,
+        " marks no token after the first as a target: nothing to score; remove the mask to score "
+        "every token"));
+  }
   return report;
 }
 
 std::string FormatScore(const config::JobConfig& job, const ScoreReport& r) {
+  const std::string counted =
+      r.loss_mask.empty() ? absl::StrCat(r.result.targets, " tokens")
+                          : absl::StrCat(r.result.targets, " targets of ", r.result.predicted,
+                                         " tokens (the loss mask ", r.loss_mask, ")");
   return absl::StrFormat(
-      "score of %s on %s | loss %.9f | perplexity %.6g | %d tokens in %d windows of %d (stride %d)",
-      job.name(), r.source, r.result.loss(), std::exp(r.result.loss()), r.result.targets,
-      r.result.windows, r.seq_length, r.stride);
+      "score of %s on %s | loss %.9f | perplexity %.6g | %s in %d windows of %d (stride %d)",
+      job.name(), r.source, r.result.loss(), std::exp(r.result.loss()), counted, r.result.windows,
+      r.seq_length, r.stride);
 }
 
 std::string ScoreJson(const config::JobConfig& job, const ScoreReport& r) {
-  const nlohmann::ordered_json root = {
-      {"model", job.name()},         {"data", r.source},
-      {"seq_length", r.seq_length},  {"stride", r.stride},
-      {"windows", r.result.windows}, {"tokens", r.result.targets},
-      {"loss", r.result.loss()},     {"perplexity", std::exp(r.result.loss())}};
+  nlohmann::ordered_json root = {{"model", job.name()},
+                                       {"data", r.source},
+                                       {"seq_length", r.seq_length},
+                                       {"stride", r.stride},
+                                       {"windows", r.result.windows},
+                                       {"tokens", r.result.predicted},
+                                       {"targets", r.result.targets},
+                                       {"loss", r.result.loss()},
+                                       {"perplexity", std::exp(r.result.loss())}};
+  if (!r.loss_mask.empty()) root["loss_mask"] = r.loss_mask;
   return root.dump(2) + "\n";
 }
 

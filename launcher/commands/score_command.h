@@ -16,14 +16,16 @@ namespace kelvin::launcher {
 
 struct ScoreOptions {
   std::string data;        // a Megatron prefix (PATH.bin/.idx) or a token file (.int32, .uint16)
-  std::string text;        // a text file, encoded whole with model.hf_dir's tokenizer (BOS first)
+  std::string text;        // a text file, encoded whole with the model's tokenizer (BOS first)
+  std::string tokenizer;   // --tokenizer DIR: the tokenizer in place of model.hf_dir's ("" none)
   int64_t seq_length = 0;  // 0: training.seq_length, else min(2048, max_position_embeddings)
   int64_t stride = 0;      // 0: seq_length (non-overlapping windows)
   training::CheckpointChoice checkpoint;
 };
 
 struct ScoreReport {
-  std::string source;  // the data as the command line named it
+  std::string source;     // the data as the command line named it
+  std::string loss_mask;  // --data's PREFIX_loss_mask when it has one (only its targets count)
   int64_t seq_length = 0, stride = 0;
   models::ScoreResult result;
 };
@@ -31,7 +33,9 @@ struct ScoreReport {
 // The model: a Hugging Face directory, or a job's checkpoint or model.hf_dir. Every token after
 // the first is scored once, in non-overlapping windows of seq_length tokens or sliding at stride
 // (models/generation/sequence_scorer.h); documents are scored as one stream, as Megatron's and
-// Hugging Face's perplexity runs do. The model runs where `placement` says
+// Hugging Face's perplexity runs do. A Megatron prefix with a PREFIX_loss_mask beside it (a
+// fine-tuning set from prepare-data) counts only the tokens that mask marks as targets, as
+// training's loss does; every token otherwise. The model runs where `placement` says
 // (launcher/commands/inference_model.h); `tp`: the group the model is split over (nullptr: this
 // process holds it whole), every rank calling with the same options.
 absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,
@@ -39,13 +43,12 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
                                       parallel::Communicator* tp = nullptr);
 
 // "score of NAME on SOURCE | loss 2.254109614 | perplexity 9.52681 | 10000 tokens in 5 windows
-// of 2048 (stride 2048)".
+// of 2048 (stride 2048)"; with a loss mask "... | 2310 targets of 10000 tokens (the loss mask
+// SOURCE_loss_mask) in 5 windows ...".
 std::string FormatScore(const config::JobConfig& job, const ScoreReport& report);
-// The same as JSON: {"model", "data", "seq_length", "stride", "windows", "tokens", "loss",
-// "perplexity"}, the loss in full double precision.
+// The same as JSON: {"model", "data", "seq_length", "stride", "windows", "tokens" (predicted),
+// "targets" (counted in the loss), "loss", "perplexity", "loss_mask" (with one)}, the loss in
+// full double precision.
 std::string ScoreJson(const config::JobConfig& job, const ScoreReport& report);
-
-// The job of a Hugging Face model directory given in place of a job file: model.hf_dir, its name.
-config::JobConfig JobOfModelDirectory(const std::string& directory);
 
 }  // namespace kelvin::launcher

@@ -11,7 +11,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/io/atomic_file.h"
+#include "launcher/commands/inference_model.h"
 #include "launcher/commands/score_command.h"
+#include "launcher/config/job_config.h"
 #include "models/llama/llama_model.h"
 #include "tests/models/tiny_ssa_llama.h"
 
@@ -20,20 +23,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A tiny SSA model exported with the test tokenizer beside it.
-std::string ModelWithTokenizer() {
-  const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_generate_model";
+constexpr char kTokenizerFixture[] = KELVIN_FIXTURES_DIR "/tokenizer/llama3_style";  // 4104 ids
+
+// A tiny random SSA model of `vocab_size` ids exported as `name`, with the test tokenizer beside
+// it or without a tokenizer.
+std::string Model(const std::string& name, int64_t vocab_size, bool with_tokenizer) {
+  const fs::path dir = fs::path(::testing::TempDir()) / name;
   fs::remove_all(dir);
   models::LlamaConfig config = testing::TinySsaLlamaConfig(true, true);
-  config.vocab_size = 4104;
+  config.vocab_size = vocab_size;
   config.max_position_embeddings = 64;
   models::LlamaModel model(config, DType::kF32);
   model.InitRandom(9);
   models::HfExportProvenance provenance;
-  provenance.source_dir = std::string(KELVIN_FIXTURES_DIR) + "/tokenizer/llama3_style";
+  if (with_tokenizer) provenance.source_dir = kTokenizerFixture;
   EXPECT_TRUE(model.ExportHf(dir.string(), provenance).ok());
   return dir.string();
 }
+
+// The model the tokenizer was made for.
+std::string ModelWithTokenizer() { return Model("kelvin_generate_model", 4104, true); }
 
 std::vector<nlohmann::json> Generated(const GenerateOptions& options) {
   static const std::string model = ModelWithTokenizer();
@@ -109,6 +118,146 @@ TEST(GenerateCommand, ATextPromptThatIsNotUtf8IsNamedBySource) {
   lines = GenerateFromJob(JobOfModelDirectory(model), options);
   EXPECT_THAT(std::string(lines.status().message()),
               ::testing::StartsWith("text prompt 2: the text is not valid UTF-8 at byte"));
+}
+
+// A job file holding only the model's fields serves generate and eval --text: no data source,
+// learning rate, steps, batch or sequence length to invent.
+TEST(GenerateCommand, AJobOfOnlyTheModelGeneratesAndScoresText) {
+  static const std::string model = ModelWithTokenizer();
+  const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_model_only_job";
+  fs::create_directories(dir);
+  const std::string job_path = (dir / "model_only.textproto").string();
+  ASSERT_TRUE(io::WriteFileAtomically(job_path, {"model { hf_dir: \"" + model + "\" }\n"}).ok());
+  const std::string text_path = (dir / "text.txt").string();
+  ASSERT_TRUE(io::WriteFileAtomically(text_path, {"Hello world, hello again."}).ok());
+
+  const absl::StatusOr<config::JobConfig> job =
+      LoadForwardOnlyJob("generate", JobArguments{.path = job_path, .overrides = {}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->name(), "model_only");
+  GenerateOptions options;
+  options.prompts = {"Hello world"};
+  options.max_new_tokens = 4;
+  const absl::StatusOr<std::vector<std::string>> lines = GenerateFromJob(*job, options);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 1u);
+  // The same tokens as from the model directory itself.
+  EXPECT_EQ(nlohmann::json::parse(lines->front())["tokens"], Generated(options)[0]["tokens"]);
+
+  ScoreOptions score;
+  score.text = text_path;
+  const absl::StatusOr<ScoreReport> report = ScoreData(*job, score);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_GT(report->result.targets, 0);
+  EXPECT_EQ(report->seq_length, 64);  // no training.seq_length: the model's positions
+
+  // The training-only fields stay required where they are needed: training.
+  EXPECT_THAT(std::string(LoadJobConfig(job_path).status().message()),
+              ::testing::HasSubstr("data: no data source"));
+}
+
+// A model without a tokenizer of its own (a preset's export) is given one with --tokenizer: text
+// in and out, as from the directory that holds both. A directory without tokenizer.json, and a
+// tokenizer with more ids than the model has embeddings, are errors naming the option and numbers.
+TEST(GenerateCommand, TokenizerOptionGivesAModelItsTokenizer) {
+  GenerateOptions options;
+  options.prompts = {"Hello world"};
+  options.max_new_tokens = 4;
+  const std::string bare = Model("kelvin_generate_bare_model", 4104, false);
+  absl::StatusOr<std::vector<std::string>> lines =
+      GenerateFromJob(JobOfModelDirectory(bare), options);
+  EXPECT_THAT(std::string(lines.status().message()),
+              ::testing::HasSubstr("text prompts and --stop need the model's tokenizer: "
+                                   "model.hf_dir=" +
+                                   bare + " has no tokenizer.json; give --tokenizer DIR"));
+  options.tokenizer = kTokenizerFixture;
+  lines = GenerateFromJob(JobOfModelDirectory(bare), options);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  const nlohmann::json line = nlohmann::json::parse(lines->front());
+  EXPECT_EQ(line["prompt_tokens"][0], 4096);  // the tokenizer's template: <|begin_of_text|>
+  EXPECT_EQ(line["tokens"], Generated(options)[0]["tokens"]);  // same weights, same tokenizer
+  EXPECT_TRUE(line.contains("text"));
+
+  options.tokenizer = bare;  // no tokenizer.json there
+  EXPECT_THAT(std::string(GenerateFromJob(JobOfModelDirectory(bare), options).status().message()),
+              ::testing::StartsWith("--tokenizer " + bare +
+                                    " has no tokenizer.json: give the "
+                                    "directory that holds the model's tokenizer.json"));
+  options.tokenizer = kTokenizerFixture;
+  const std::string small = Model("kelvin_generate_small_model", 4000, false);
+  EXPECT_THAT(std::string(GenerateFromJob(JobOfModelDirectory(small), options).status().message()),
+              ::testing::HasSubstr("the tokenizer's ids go up to 4103 (4104 ids), beyond the "
+                                   "model's vocab_size=4000"));
+  // eval --text takes it too.
+  const fs::path text = fs::path(::testing::TempDir()) / "kelvin_tokenizer_option.txt";
+  ASSERT_TRUE(io::WriteFileAtomically(text.string(), {"Hello world, hello again."}).ok());
+  ScoreOptions score;
+  score.text = text.string();
+  EXPECT_THAT(std::string(ScoreData(JobOfModelDirectory(bare), score).status().message()),
+              ::testing::HasSubstr("--text " + text.string() + " need the model's tokenizer"));
+  score.tokenizer = kTokenizerFixture;
+  EXPECT_TRUE(ScoreData(JobOfModelDirectory(bare), score).ok());
+}
+
+// A model whose vocabulary is padded far beyond its tokenizer's 4104 ids (8192 embeddings, the
+// padding random): sampling for text leaves out the ids without text, so every prompt gets its
+// text. Before, the first such id drawn failed the whole run. With --allow-unspellable such ids are
+// drawn, and a prompt whose tokens have no text says so in its own line, the others complete.
+TEST(GenerateCommand, APaddedVocabularyNeverFailsARun) {
+  const std::string padded = Model("kelvin_generate_padded_model", 8192, true);
+  GenerateOptions options;
+  options.prompts = {"Hello world", "A", "The quick brown fox", "ok"};
+  options.max_new_tokens = 16;
+  options.sampling = {.temperature = 1.0, .top_k = 0, .top_p = 1.0, .seed = 7};
+  int64_t failed = 0;
+  absl::StatusOr<std::vector<std::string>> lines =
+      GenerateFromJob(JobOfModelDirectory(padded), options, {}, nullptr, nullptr, &failed);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 4u);
+  EXPECT_EQ(failed, 0);
+  for (const std::string& text : *lines) {
+    const nlohmann::json line = nlohmann::json::parse(text);
+    EXPECT_TRUE(line.contains("text")) << text;
+    for (const int32_t token : line["tokens"]) EXPECT_LT(token, 4104) << text;
+  }
+
+  options.allow_unspellable = true;
+  lines = GenerateFromJob(JobOfModelDirectory(padded), options, {}, nullptr, nullptr, &failed);
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 4u);
+  int64_t unspellable = 0, without_text = 0;
+  for (const std::string& text : *lines) {
+    const nlohmann::json line = nlohmann::json::parse(text);
+    for (const int32_t token : line["tokens"]) unspellable += token >= 4104 ? 1 : 0;
+    EXPECT_NE(line.contains("text"), line.contains("error")) << text;
+    without_text += line.contains("error") ? 1 : 0;
+  }
+  EXPECT_GT(unspellable, 0);  // the padding is drawn: the case above is the one it guards
+  EXPECT_EQ(failed, without_text);
+}
+
+// A prompt file with CRLF line ends (written on Windows) gives the prompts without the CR; the
+// options no generation can honour are errors naming the option: a --stop that is not UTF-8 (at
+// its byte offset) and a --max-new-tokens beyond any model's positions.
+TEST(GenerateCommand, PromptFilesAndOptionsAreCheckedBeforeGenerating) {
+  const fs::path file = fs::path(::testing::TempDir()) / "kelvin_crlf_prompts.txt";
+  ASSERT_TRUE(io::WriteFileAtomically(file.string(), {"Hello world\r\n\r\nok\r\nlast"}).ok());
+  GenerateOptions options;
+  ASSERT_TRUE(AddPromptFile(file.string(), options).ok());
+  EXPECT_EQ(options.prompts, (std::vector<std::string>{"Hello world", "ok", "last"}));
+  EXPECT_EQ(options.prompt_sources.back(), file.string() + " line 4");
+
+  static const std::string model = ModelWithTokenizer();
+  options.max_new_tokens = 2;
+  options.stop = "ok\xff!";
+  EXPECT_EQ(GenerateFromJob(JobOfModelDirectory(model), options).status().message(),
+            "--stop: the text is not valid UTF-8 at byte 2 (of 4); give the stop text in UTF-8, "
+            "as the generated text is");
+  options.stop.clear();
+  options.max_new_tokens = INT64_MAX;  // the cache size would overflow
+  EXPECT_THAT(std::string(GenerateFromJob(JobOfModelDirectory(model), options).status().message()),
+              ::testing::StartsWith("--max-new-tokens 9223372036854775807: must be in [1, "
+                                    "134217728]"));
 }
 
 }  // namespace
