@@ -552,19 +552,21 @@ TEST(JobConfigValidation, ValidLayoutsPass) {
 // weights are) only: the fields that only training requires may be left out there, and nowhere
 // else; a value it does give is still checked.
 TEST(JobConfigValidation, AForwardOnlyJobNeedsOnlyTheModel) {
-  absl::StatusOr<config::JobConfig> job =
-      ParseJobConfigText(R"pb(model { hf_dir: "models/tiny" })pb", "model_only.textproto");
-  ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_TRUE(ValidateJobConfig(*job, JobUse::kForwardOnly).ok())
-      << ValidateJobConfig(*job, JobUse::kForwardOnly);
-  const std::string training(ValidateJobConfig(*job).message());
+  constexpr char kModelOnly[] = R"pb(model { hf_dir: "models/tiny" })pb";
+  const absl::StatusOr<config::JobConfig> forward =
+      ParseJobConfig(kModelOnly, "model_only.textproto", {}, JobUse::kForwardOnly);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  EXPECT_EQ(forward->name(), "model_only");
+  const std::string training(ParseJobConfig(kModelOnly, "model_only.textproto").status().message());
   for (const char* field : {"data: no data source", "optimizer.lr=0", "training.steps=0",
                             "training.global_batch_size=0", "training.seq_length=0"}) {
     EXPECT_THAT(training, HasSubstr(field));
   }
-  job->mutable_training()->set_seq_length(-5);
-  job->mutable_optimizer()->set_lr(-1);
-  const std::string given(ValidateJobConfig(*job, JobUse::kForwardOnly).message());
+  const std::string given(ParseJobConfig(kModelOnly, "model_only.textproto",
+                                         {"training.seq_length=-5", "optimizer.lr=-1"},
+                                         JobUse::kForwardOnly)
+                              .status()
+                              .message());
   EXPECT_THAT(given, HasSubstr("training.seq_length=-5: must be in [0, 134217728]"));
   EXPECT_THAT(given, HasSubstr("optimizer.lr=-1: must be > 0"));
   EXPECT_THAT(given, Not(HasSubstr("training.steps")));
