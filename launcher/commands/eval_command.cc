@@ -351,11 +351,11 @@ void AddEvalCommand(CommandLine& line) {
       "eval", "the held-out loss of the job's model, or any model's on a corpus",
       "The model: the latest checkpoint in checkpoint.dir, else model.hf_dir or the seed's\n"
       "initialisation. Losses in full precision with perplexity (and passkey retrieval). With\n"
-      "--data, --text or --needle, JOB may be a Hugging Face model directory, run on --device "
-      "(f32\n"
-      "on the CPU, bf16 on CUDA); --needle runs one process, --data and --text split the model\n"
-      "over mpirun's processes (tensor parallelism, a GPU each); every token of the corpus is\n"
-      "scored once, in windows of --seq-length or sliding at --stride.",
+      "--data, --text or --needle, JOB may be a Hugging Face model directory or a job file of\n"
+      "only its model fields, run on --device (f32 on the CPU, bf16 on CUDA); --needle runs one\n"
+      "process, --data and --text split the model over mpirun's processes (tensor parallelism,\n"
+      "a GPU each); every token of the corpus is scored once, in windows of --seq-length or\n"
+      "sliding at --stride; a --data PREFIX with a PREFIX_loss_mask counts only its targets.",
       [a] { return Eval(*a); });
   AddJobArguments(line, command, a->job);
   AddCheckpointChoice(line, command, a->checkpoint);
