@@ -10,9 +10,8 @@
 
 namespace kelvin::launcher {
 
-// [vocab_size]: 1 where `tokenizer` spells the id, 0 where it cannot (beyond its ids, or a gap in
-// them). Asked of Tokenizer::Decode once per id (an id of no token is its error); when the
-// tokenizer says itself which ids it spells, ask it instead.
+// [vocab_size]: 1 where `tokenizer` has a token of the id (Tokenizer::HasToken), 0 where it has
+// none (beyond its ids, or a gap in them).
 std::vector<uint8_t> SpellableIds(const data::Tokenizer& tokenizer, int64_t vocab_size);
 
 }  // namespace kelvin::launcher
