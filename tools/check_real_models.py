@@ -181,9 +181,9 @@ class KelvinFailed(Exception):
     pass
 
 
-def run_kelvin(args, threads, stdin=None):
+def run_kelvin(args, threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    result = subprocess.run(args, capture_output=True, text=True, env=env, input=stdin)
+    result = subprocess.run(args, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         tail = (result.stderr.strip() or result.stdout.strip())[-1500:]
         shown = " ".join(["kelvin"] + args[1:])
@@ -277,7 +277,7 @@ def load_model(directory, remote=False):
 
 
 # ----------------------------------------------------------------------------------------------
-# The checks: each returns (passed, numbers) or raises; run_check reports either way
+# The checks: each returns (passed, numbers) or raises; run_checks reports either way
 
 
 def check_text_loss(ctx):
@@ -538,7 +538,8 @@ def main():
     parser.add_argument("--model-dir", action="append", default=[],
                         help="an already converted model directory (repeatable)")
     parser.add_argument("--work", default="/tmp/kelvin_real_models")
-    parser.add_argument("--text", help="the text file scored (default: a built-in text)")
+    parser.add_argument("--text", help="the text file scored, as one window (default: a "
+                        "built-in text of 157 tokens)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--conversations", type=int, default=120)
     args = parser.parse_args()
