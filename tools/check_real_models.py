@@ -539,7 +539,7 @@ def main():
                         help="an already converted model directory (repeatable)")
     parser.add_argument("--work", default="/tmp/kelvin_real_models")
     parser.add_argument("--text", help="the text file scored, as one window (default: a "
-                        "built-in text of 157 tokens)")
+                        "built-in text, 157 tokens in SmolLM2's tokenizer)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--conversations", type=int, default=120)
     args = parser.parse_args()
