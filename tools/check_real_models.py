@@ -504,7 +504,8 @@ class Context:
         self.kelvin, self.threads = os.path.abspath(args.kelvin), args.threads
         self.conversation_count = args.conversations
         self.name, self.model_dir = name, os.path.abspath(model_dir)
-        self.work = os.path.join(os.path.abspath(args.work), "runs", name)
+        self.work = os.path.join(os.path.abspath(args.work), "runs",
+                                 re.sub(r"[^A-Za-z0-9._-]+", "_", name))
         shutil.rmtree(self.work, ignore_errors=True)
         os.makedirs(self.work)
         self.text_file, self.text = text_file, text
