@@ -19,7 +19,7 @@ struct ConvertOptions {
   DType dtype = DType::kF32;  // of the written weights: f32 (the masters, exact) or bf16 (RNE)
   // --tokenizer DIR: its tokenizer files go into the export (in place of model.hf_dir's), and its
   // bos and eos ids into config.json and generation_config.json. "" for none.
-  std::string tokenizer;
+  std::string tokenizer = "";
 };
 
 // Writes the weights of the chosen complete checkpoint of checkpoint.dir (an error naming the
