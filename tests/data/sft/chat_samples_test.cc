@@ -112,7 +112,7 @@ TEST(ChatSamples, DeepOrDuplicatedJsonIsAnErrorNamingTheLine) {
       {R"({"text": )" + deep + "}", "opens an array or object nested more than 64 levels deep"},
       {R"({"messages": [{"role": "user", "content": "a", "content": "b"}, )"
        R"({"role": "assistant", "content": "c"}]})",
-       "the key \"content\" appears twice in an object"},
+       "key \"content\" appears twice in \"messages\""},
       {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "",)"
        R"( "tool_calls": {"name": "f"}}]})",
        "\"tool_calls\" of \"messages\"[1] is {\"name\":\"f\"}, not an array of tool calls"},
