@@ -139,7 +139,10 @@ class Renderer {
     for (const auto& [name, value] : context.items) frames_[0][name] = value;
     AddGlobals();
     Flow flow = Flow::kNormal;
-    KELVIN_RETURN_IF_ERROR(Execute(parsed_.body, flow));
+    const absl::Status status = Execute(parsed_.body, flow);
+    // A namespace can hold itself (`{% set ns.me = ns %}`): emptied here, its shared values free.
+    for (const Value& space : namespaces_) space.mutable_dict().items.clear();
+    KELVIN_RETURN_IF_ERROR(status);
     result_.text = std::move(out_);
     return std::move(result_);
   }
@@ -218,7 +221,8 @@ class Renderer {
           }
           return Value::String(std::string(buffer, written));
         });
-    globals["namespace"] = Builtin("namespace", [](const CallArgs& args) -> absl::StatusOr<Value> {
+    globals["namespace"] = Builtin("namespace", [this](const CallArgs& args)
+                                                    -> absl::StatusOr<Value> {
       Dict attributes;
       attributes.is_namespace = true;
       for (const Value& positional : args.positional) {
@@ -228,7 +232,8 @@ class Renderer {
         for (const auto& [key, value] : positional.dict().items) attributes.Set(key, value);
       }
       for (const auto& [key, value] : args.named) attributes.Set(key, value);
-      return Value::FromDict(std::move(attributes));
+      namespaces_.push_back(Value::FromDict(std::move(attributes)));
+      return namespaces_.back();
     });
     globals["dict"] = Builtin("dict", [](const CallArgs& args) -> absl::StatusOr<Value> {
       if (!args.positional.empty()) {
@@ -850,6 +855,7 @@ class Renderer {
   const RenderOptions& options_;
   WorkBudget budget_;
   std::vector<std::unordered_map<std::string, Value>> frames_;
+  std::vector<Value> namespaces_;  // every namespace() of this render, emptied when it ends
   size_t barrier_ = 0;  // frames below it (but frame 0) are hidden: a macro's caller's
   int macro_depth_ = 0;
   int64_t steps_ = 0;
