@@ -2,8 +2,9 @@
 # The repository's documents hold together: every Markdown link in README.md and docs/*.md
 # resolves (relative paths, and #anchors to headings), README.md stays a map (at most 200 lines)
 # that links every docs/*.md, every docs/NAME.md a file names exists (with the heading it cites, as
-# in `docs/ssa.md "Backward"`), and no file cites a document outside the repository (DESIGN.md,
-# SSA.md, shared/...). Usage: check_docs.sh [REPO_ROOT]; prints each problem, exits 1 if any.
+# in `docs/ssa.md "Backward"`), and no file cites a document outside the repository (the team's
+# design notes or SSA specification, which users do not have: docs/design.md and docs/ssa.md are
+# the repository's own). Usage: check_docs.sh [REPO_ROOT]; prints each problem, exits 1 if any.
 set -uo pipefail
 
 root="$(cd "${1:-$(dirname "${BASH_SOURCE[0]}")/../..}" && pwd)"
