@@ -39,10 +39,9 @@ std::vector<std::string> SsaOptionsProblems(const SsaOptions& options, const std
   const bool value_varies = options.value_temperature && options.token_aware;
   if (!query_varies && !value_varies) {
     problems.push_back(absl::StrCat(
-        where, ": query_temperature=", Flag(options.query_temperature),
-        " value_temperature=", Flag(options.value_temperature),
-        " token_aware=", Flag(options.token_aware), " position_aware=",
-        Flag(options.position_aware),
+        where, ": query_temperature=", Flag(options.query_temperature), " value_temperature=",
+        Flag(options.value_temperature), " token_aware=", Flag(options.token_aware),
+        " position_aware=", Flag(options.position_aware),
         " keep every temperature at 1 (vanilla attention); turn a temperature on, or turn SSA "
         "off"));
   }

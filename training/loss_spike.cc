@@ -13,8 +13,8 @@ LossSpikeRule::LossSpikeRule(const config::LossSpikeConfig& config) : config_(co
 LossSpikeRule::Judgement LossSpikeRule::Judge(double loss) {
   Judgement judgement;
   if (!recent_.empty()) {  // summed oldest first: the same bits after a resume
-    judgement.reference = std::accumulate(recent_.begin(), recent_.end(), 0.0) /
-                          static_cast<double>(recent_.size());
+    judgement.reference =
+        std::accumulate(recent_.begin(), recent_.end(), 0.0) / static_cast<double>(recent_.size());
   }
   const bool spike = config_.action() != config::LossSpikeConfig::OFF && !recent_.empty() &&
                      loss > config_.factor() * judgement.reference && loss > config_.min_loss();
@@ -48,8 +48,7 @@ absl::Status LossSpikeRule::StopError(int64_t step, double loss, const Judgement
       "was not applied and no checkpoint of this state is saved. Lower optimizer.lr (now %g) or "
       "raise lr_schedule.warmup_steps, and %s; or set training.loss_spike.action=SKIP_STEP to "
       "skip such steps",
-      step, loss, config_.factor(), judgement.reference, recent_.size(), skips, lr,
-      resume_advice));
+      step, loss, config_.factor(), judgement.reference, recent_.size(), skips, lr, resume_advice));
 }
 
 std::string LossSpikeRule::SkipWarning(int64_t step, double loss,

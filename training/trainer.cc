@@ -269,8 +269,8 @@ absl::StatusOr<StepStats> Trainer::TrainStepUntimed(int64_t step) {
   if (stats.skipped) {
     KLOG_RANK0(WARNING) << loss_spike_.SkipWarning(step + 1, stats.loss, spike);
   } else {
-    KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step + 1, stats.loss,
-                                                stats.grad_norm, job_.optimizer().lr()));
+    KELVIN_RETURN_IF_ERROR(CheckGradientsFinite(ctx_, params, step + 1, stats.loss, stats.grad_norm,
+                                                job_.optimizer().lr()));
     const ProfileRange update("optimizer step");
     optimizer_->Step(ctx_, stats.lr);
   }

@@ -219,16 +219,14 @@ std::string Trainer::ResumeAdviceBeforeSpike(int64_t step) const {
   // by a kept loss. Every rank lists the same directory (rank 0 pruned it before this step).
   const absl::StatusOr<std::vector<int64_t>> listed = CompleteCheckpointSteps(dir);
   if (!listed.ok()) {
-    return absl::StrCat("resume from a checkpoint before step ", step - 1,
-                        " (checkpoint.dir=", dir, " does not list: ", listed.status().message(),
-                        ")");
+    return absl::StrCat("resume from a checkpoint before step ", step - 1, " (checkpoint.dir=", dir,
+                        " does not list: ", listed.status().message(), ")");
   }
   std::vector<int64_t> before, newer;
   for (const int64_t saved : *listed) (saved < step - 1 ? before : newer).push_back(saved);
   if (before.empty()) {
-    return absl::StrCat("start afresh (checkpoint.dir=", dir,
-                        " holds no checkpoint before step ", step - 1,
-                        ", whose weights gave this loss)");
+    return absl::StrCat("start afresh (checkpoint.dir=", dir, " holds no checkpoint before step ",
+                        step - 1, ", whose weights gave this loss)");
   }
   const std::string path = (std::filesystem::path(dir) / StepDirectoryName(before.back())).string();
   if (newer.empty()) return absl::StrCat("run the job again: it resumes from ", path);

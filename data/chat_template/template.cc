@@ -221,20 +221,20 @@ class Renderer {
           }
           return Value::String(std::string(buffer, written));
         });
-    globals["namespace"] = Builtin("namespace", [this](const CallArgs& args)
-                                                    -> absl::StatusOr<Value> {
-      Dict attributes;
-      attributes.is_namespace = true;
-      for (const Value& positional : args.positional) {
-        if (!positional.is_dict()) {
-          return absl::InvalidArgumentError("namespace() takes a dict or keyword arguments");
-        }
-        for (const auto& [key, value] : positional.dict().items) attributes.Set(key, value);
-      }
-      for (const auto& [key, value] : args.named) attributes.Set(key, value);
-      namespaces_.push_back(Value::FromDict(std::move(attributes)));
-      return namespaces_.back();
-    });
+    globals["namespace"] =
+        Builtin("namespace", [this](const CallArgs& args) -> absl::StatusOr<Value> {
+          Dict attributes;
+          attributes.is_namespace = true;
+          for (const Value& positional : args.positional) {
+            if (!positional.is_dict()) {
+              return absl::InvalidArgumentError("namespace() takes a dict or keyword arguments");
+            }
+            for (const auto& [key, value] : positional.dict().items) attributes.Set(key, value);
+          }
+          for (const auto& [key, value] : args.named) attributes.Set(key, value);
+          namespaces_.push_back(Value::FromDict(std::move(attributes)));
+          return namespaces_.back();
+        });
     globals["dict"] = Builtin("dict", [](const CallArgs& args) -> absl::StatusOr<Value> {
       if (!args.positional.empty()) {
         return absl::InvalidArgumentError("dict() takes keyword arguments only");
@@ -856,7 +856,7 @@ class Renderer {
   WorkBudget budget_;
   std::vector<std::unordered_map<std::string, Value>> frames_;
   std::vector<Value> namespaces_;  // every namespace() of this render, emptied when it ends
-  size_t barrier_ = 0;  // frames below it (but frame 0) are hidden: a macro's caller's
+  size_t barrier_ = 0;             // frames below it (but frame 0) are hidden: a macro's caller's
   int macro_depth_ = 0;
   int64_t steps_ = 0;
   std::string out_;

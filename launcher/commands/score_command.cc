@@ -147,14 +147,14 @@ std::string FormatScore(const config::JobConfig& job, const ScoreReport& r) {
 
 std::string ScoreJson(const config::JobConfig& job, const ScoreReport& r) {
   nlohmann::ordered_json root = {{"model", job.name()},
-                                       {"data", r.source},
-                                       {"seq_length", r.seq_length},
-                                       {"stride", r.stride},
-                                       {"windows", r.result.windows},
-                                       {"tokens", r.result.predicted},
-                                       {"targets", r.result.targets},
-                                       {"loss", r.result.loss()},
-                                       {"perplexity", std::exp(r.result.loss())}};
+                                 {"data", r.source},
+                                 {"seq_length", r.seq_length},
+                                 {"stride", r.stride},
+                                 {"windows", r.result.windows},
+                                 {"tokens", r.result.predicted},
+                                 {"targets", r.result.targets},
+                                 {"loss", r.result.loss()},
+                                 {"perplexity", std::exp(r.result.loss())}};
   if (!r.loss_mask.empty()) root["loss_mask"] = r.loss_mask;
   return root.dump(2) + "\n";
 }

@@ -249,8 +249,9 @@ void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
   if (!ssa.enabled()) return;
   if (ssa.has_temperature_clamp() &&
       (!ssa.temperature_clamp().has_lo() || !ssa.temperature_clamp().has_hi())) {
-    problems.Add("model.ssa.temperature_clamp: set both lo and hi (e.g. lo: 0.9 hi: 1.1), or "
-                 "remove it for no clamp");
+    problems.Add(
+        "model.ssa.temperature_clamp: set both lo and hi (e.g. lo: 0.9 hi: 1.1), or "
+        "remove it for no clamp");
     return;
   }
   // Non-finite values were reported by CheckNumbersAndEnums.

@@ -109,26 +109,25 @@ absl::Status ShareFirstFailure(Communicator& group, const absl::Status& status) 
   Tensor codes = Tensor::Empty({group.size()}, DType::kI32);  // [size] each rank's status code
   group.AllGather(mine, codes);
   const int32_t* code = codes.data<int32_t>();
-  const int first = static_cast<int>(std::find_if(code, code + group.size(),
-                                                  [](int32_t c) { return c != 0; }) -
-                                     code);
+  const int first = static_cast<int>(
+      std::find_if(code, code + group.size(), [](int32_t c) { return c != 0; }) - code);
   if (first == group.size()) return absl::OkStatus();
   // The first failing rank's message: its length, then its bytes packed 4 to an int32.
   const absl::string_view own = status.message();
   Tensor length = Tensor::Empty({1}, DType::kI64);
-  length.data<int64_t>()[0] = std::min<int64_t>(static_cast<int64_t>(own.size()),
-                                                kSharedMessageBytes);
+  length.data<int64_t>()[0] =
+      std::min<int64_t>(static_cast<int64_t>(own.size()), kSharedMessageBytes);
   group.Broadcast(length, first);
   const int64_t bytes = length.data<int64_t>()[0];
   Tensor packed = Tensor::ZerosCpu({(bytes + 3) / 4}, DType::kI32);  // [ceil(bytes / 4)]
   if (group.rank() == first) std::memcpy(packed.raw_data(), own.data(), static_cast<size_t>(bytes));
   group.Broadcast(packed, first);
-  const absl::Status shared(static_cast<absl::StatusCode>(code[first]),
-                            std::string(static_cast<const char*>(packed.raw_data()),
-                                        static_cast<size_t>(bytes)));
+  const absl::Status shared(
+      static_cast<absl::StatusCode>(code[first]),
+      std::string(static_cast<const char*>(packed.raw_data()), static_cast<size_t>(bytes)));
   if (!status.ok() && group.rank() != first) {
-    KLOG(ERROR) << "this rank failed too (group " << group.name() << " goes on with rank "
-                << first << "'s error): " << status;
+    KLOG(ERROR) << "this rank failed too (group " << group.name() << " goes on with rank " << first
+                << "'s error): " << status;
   }
   return shared;
 }

@@ -453,8 +453,7 @@ void MpiCommunicator::RunPointToPoint(const Call& call, int peer,
     AbortOnTimeout(call, Clock::now() - start,
                    absl::StrCat("world rank ", world_peer, " did not post the matching ",
                                 call.kind == CallKind::kSend ? "Recv" : "Send",
-                                " (dead, hung, or busy elsewhere: see its log)",
-                                UnansweredText()));
+                                " (dead, hung, or busy elsewhere: see its log)", UnansweredText()));
   }
 }
 

@@ -46,7 +46,7 @@ TEST(LossSpikeRule, ALossAboveFactorTimesTheMeanOfTheWindowStops) {
     EXPECT_EQ(rule.Judge(loss).verdict, LossSpikeRule::Verdict::kKeep) << loss;
   }
   EXPECT_EQ(rule.Judge(30).verdict, LossSpikeRule::Verdict::kKeep);  // 10 x mean(4, 2, 3) = 30
-  const LossSpikeRule::Judgement spike = rule.Judge(117.1);  // 10 x mean(2, 3, 30) = 116.7
+  const LossSpikeRule::Judgement spike = rule.Judge(117.1);          // 10 x mean(2, 3, 30) = 116.7
   EXPECT_EQ(spike.verdict, LossSpikeRule::Verdict::kStop);
   EXPECT_DOUBLE_EQ(spike.reference, (2.0 + 3.0 + 30.0) / 3);
   const std::string message(
@@ -103,10 +103,10 @@ TEST(LossSpikeRule, ARestoredRuleJudgesAsTheOneItWasSavedFrom) {
 // The demo job at a handful of quick steps, checkpoints every step into `dir` ("" = none).
 config::JobConfig SmallJob(const std::string& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {
-      "lr_schedule.warmup_steps=2",  "training.steps=4",
-      "training.seq_length=110",     "training.micro_batch_size=2",
+      "lr_schedule.warmup_steps=2",   "training.steps=4",
+      "training.seq_length=110",      "training.micro_batch_size=2",
       "training.global_batch_size=4", "training.eval_interval=100",
-      "training.export_hf_dir=\"\"", "logging.log_interval=1"};
+      "training.export_hf_dir=\"\"",  "logging.log_interval=1"};
   if (!dir.empty()) {
     overrides.push_back("checkpoint.dir=\"" + dir + "\"");
     overrides.push_back("checkpoint.interval_steps=1");
@@ -156,10 +156,9 @@ TEST(LossSpikeTraining, ADivergingRunStopsAtItsFirstSpikeOrSkipsItsUpdates) {
   // The checkpoints of the steps before it, none of the diverged state; the one of step 2 holds
   // the weights that gave the spike: the advice is the one before it.
   EXPECT_EQ(Entries(dir), (std::vector<std::string>{StepDirectoryName(1), StepDirectoryName(2)}));
-  EXPECT_THAT(message,
-              HasSubstr(absl::StrCat("resume from ",
-                                     (fs::path(dir) / StepDirectoryName(1)).string(),
-                                     ": move the newer checkpoints (steps 2) out of checkpoint.dir")));
+  EXPECT_THAT(message, HasSubstr(absl::StrCat(
+                           "resume from ", (fs::path(dir) / StepDirectoryName(1)).string(),
+                           ": move the newer checkpoints (steps 2) out of checkpoint.dir")));
 
   // SKIP_STEP: the diverged weights keep giving spikes, two skipped steps, then the stop; the
   // skipped updates were never applied: the weights are those the stop left.
@@ -170,8 +169,7 @@ TEST(LossSpikeTraining, ADivergingRunStopsAtItsFirstSpikeOrSkipsItsUpdates) {
   ASSERT_TRUE(skipper.ok()) << skipper.status();
   const absl::Status skipped_then_stopped = (*skipper)->Run();
   ASSERT_FALSE(skipped_then_stopped.ok());
-  EXPECT_THAT(std::string(skipped_then_stopped.message()),
-              HasSubstr("the loss of step 5 is"));
+  EXPECT_THAT(std::string(skipped_then_stopped.message()), HasSubstr("the loss of step 5 is"));
   EXPECT_THAT(std::string(skipped_then_stopped.message()),
               HasSubstr("after 2 step(s) skipped in a row (training.loss_spike.max_skips=2)"));
   ASSERT_EQ((*skipper)->history().size(), 4u);

@@ -38,8 +38,8 @@ absl::StatusOr<LossSpikeRecord> ParseLossSpikeRecord(const fs::path& path,
   const auto losses = json.find("recent_losses");
   if (losses == json.end() || !losses->is_array() ||
       losses->size() > static_cast<size_t>(kMaxLossSpikeWindow)) {
-    return damaged(absl::StrCat("has no \"recent_losses\" list of at most ", kMaxLossSpikeWindow,
-                                " numbers"));
+    return damaged(
+        absl::StrCat("has no \"recent_losses\" list of at most ", kMaxLossSpikeWindow, " numbers"));
   }
   for (const nlohmann::json& loss : *losses) {
     if (!loss.is_number() || !std::isfinite(loss.get<double>())) {

@@ -527,9 +527,10 @@ TEST(JobConfigValidation, UnrelatedProblemsAllReportedAtOnce) {
 TEST(JobConfigValidation, DisabledSsaIgnoresItsFlags) {
   EXPECT_EQ(
       ProblemsWith({"model.ssa.query_temperature=false", "model.ssa.value_temperature=false"}), "");
-  EXPECT_EQ(ProblemsWith({"model.ssa.temperature_clamp.lo=1.2", "model.ssa.temperature_clamp.hi=1.1",
-                          "model.ssa.temperature_lr_scale=-1"}),
-            "");
+  EXPECT_EQ(
+      ProblemsWith({"model.ssa.temperature_clamp.lo=1.2", "model.ssa.temperature_clamp.hi=1.1",
+                    "model.ssa.temperature_lr_scale=-1"}),
+      "");
   EXPECT_EQ(ProblemsWith({"model.ssa.enabled=true", "model.ssa.token_aware=false",
                           "model.ssa.value_temperature=false"}),
             "");  // position-only query temperature (the paper's ablation)

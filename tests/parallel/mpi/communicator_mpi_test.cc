@@ -370,9 +370,8 @@ TEST_P(MpiCommunicatorTest, ShareFirstFailureGivesEveryRankTheFirstFailingRanksE
   }
   // The last rank's long message, cut to kSharedMessageBytes on every rank.
   const std::string long_message(kSharedMessageBytes + 5, 'x');
-  const absl::Status last_fails = comm_->rank() == comm_->size() - 1
-                                      ? absl::NotFoundError(long_message)
-                                      : absl::OkStatus();
+  const absl::Status last_fails =
+      comm_->rank() == comm_->size() - 1 ? absl::NotFoundError(long_message) : absl::OkStatus();
   EXPECT_EQ(ShareFirstFailure(*comm_, last_fails),
             absl::NotFoundError(long_message.substr(0, kSharedMessageBytes)));
 }
