@@ -165,6 +165,15 @@ int RankIn(MPI_Comm comm) {
   return rank;
 }
 
+// "; world rank(s) 3 do not answer (...)" for the world ranks `silent` (UnansweredAround), else
+// "".
+std::string UnansweredText(const std::vector<int>& silent) {
+  if (silent.empty()) return "";
+  return absl::StrCat("; world rank(s) ", absl::StrJoin(silent, ","),
+                      " do not answer (stopped, e.g. by SIGSTOP or a debugger, dead, or stuck "
+                      "outside communication: see their logs)");
+}
+
 }  // namespace
 
 struct MpiCommunicator::Call {
@@ -366,7 +375,7 @@ std::string MpiCommunicator::DescribeArrivals(InFlight& flight) {
     absl::StrAppend(&text, text.empty() ? "" : "; ",
                     "mismatched calls: ", absl::StrJoin(elsewhere, "; "));
   }
-  if (!text.empty()) return text + UnansweredText();
+  if (!text.empty()) return text + UnansweredText(silent);
   // Every member arrived: one that does not answer is stopped or stuck; the others wait here.
   std::vector<int> stuck_here;
   for (const int world_rank : world_ranks()) {
@@ -377,18 +386,11 @@ std::string MpiCommunicator::DescribeArrivals(InFlight& flight) {
   }
   if (stuck_here.empty()) {  // the members wait for a process outside the group
     return absl::StrCat("every member arrived at ", call.Describe(),
-                        " but it did not complete, and the job's", UnansweredText().substr(1));
+                        " but it did not complete, and the job's",
+                        UnansweredText(silent).substr(1));
   }
   return absl::StrCat("world rank(s) ", absl::StrJoin(stuck_here, ","), " arrived at ",
-                      call.Describe(), " but did not finish it", UnansweredText());
-}
-
-std::string MpiCommunicator::UnansweredText() {
-  const std::vector<int> silent = UnansweredAround(*probe_);
-  if (silent.empty()) return "";
-  return absl::StrCat("; world rank(s) ", absl::StrJoin(silent, ","),
-                      " do not answer (stopped, e.g. by SIGSTOP or a debugger, dead, or stuck "
-                      "outside communication: see their logs)");
+                      call.Describe(), " but did not finish it", UnansweredText(silent));
 }
 
 Clock::duration MpiCommunicator::ProbeGrace() const {
@@ -453,7 +455,8 @@ void MpiCommunicator::RunPointToPoint(const Call& call, int peer,
     AbortOnTimeout(call, Clock::now() - start,
                    absl::StrCat("world rank ", world_peer, " did not post the matching ",
                                 call.kind == CallKind::kSend ? "Recv" : "Send",
-                                " (dead, hung, or busy elsewhere: see its log)", UnansweredText()));
+                                " (dead, hung, or busy elsewhere: see its log)",
+                                UnansweredText(UnansweredAround(*probe_))));
   }
 }
 

@@ -80,8 +80,6 @@ class MpiCommunicator final : public Communicator {
   // call, and the processes of the job that do not answer a liveness question (named first: a
   // member that did not arrive but answers waits elsewhere, for them).
   std::string DescribeArrivals(InFlight& flight);
-  // "; world rank(s) 3 do not answer (...)" for the processes that do not answer, else "".
-  std::string UnansweredText();
   // How long before the timeout a waiting rank asks the others whether they are there: timeout /
   // 4, at most 5 s.
   std::chrono::steady_clock::duration ProbeGrace() const;
