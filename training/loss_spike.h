@@ -47,8 +47,6 @@ class LossSpikeRule {
   LossSpikeRecord Record() const;
   void Restore(const LossSpikeRecord& record);
 
-  int64_t skipped_steps() const { return skipped_steps_; }
-
  private:
   config::LossSpikeConfig config_;
   std::deque<double> recent_;  // the last kept steps' losses, oldest first: [<= window]
