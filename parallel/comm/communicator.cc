@@ -88,14 +88,24 @@ double Communicator::AllReduceScalar(double value, ReduceOp op) {
   return scalar.data<double>()[0];
 }
 
-absl::Status AgreeOnStatus(Communicator& group, const absl::Status& status, std::string_view what) {
+namespace {
+
+// Every member's status code, by group rank (0 where it is OK). Collective over `group`.
+std::vector<int32_t> GatherStatusCodes(Communicator& group, const absl::Status& status) {
   Tensor mine = Tensor::Empty({1}, DType::kI32);
-  mine.data<int32_t>()[0] = status.ok() ? 0 : 1;
-  Tensor all = Tensor::Empty({group.size()}, DType::kI32);  // [size] 1 where it failed
-  group.AllGather(mine, all);
+  mine.data<int32_t>()[0] = static_cast<int32_t>(status.code());
+  Tensor codes = Tensor::Empty({group.size()}, DType::kI32);  // [size]
+  group.AllGather(mine, codes);
+  return {codes.data<int32_t>(), codes.data<int32_t>() + group.size()};
+}
+
+}  // namespace
+
+absl::Status AgreeOnStatus(Communicator& group, const absl::Status& status, std::string_view what) {
+  const std::vector<int32_t> codes = GatherStatusCodes(group, status);
   std::vector<int> failed;
   for (int r = 0; r < group.size(); ++r) {
-    if (all.data<int32_t>()[r] != 0) failed.push_back(r);
+    if (codes[static_cast<size_t>(r)] != 0) failed.push_back(r);
   }
   if (!status.ok() || failed.empty()) return status;
   return absl::AbortedError(absl::StrCat(
@@ -104,14 +114,10 @@ absl::Status AgreeOnStatus(Communicator& group, const absl::Status& status, std:
 }
 
 absl::Status ShareFirstFailure(Communicator& group, const absl::Status& status) {
-  Tensor mine = Tensor::Empty({1}, DType::kI32);
-  mine.data<int32_t>()[0] = static_cast<int32_t>(status.code());
-  Tensor codes = Tensor::Empty({group.size()}, DType::kI32);  // [size] each rank's status code
-  group.AllGather(mine, codes);
-  const int32_t* code = codes.data<int32_t>();
-  const int first = static_cast<int>(
-      std::find_if(code, code + group.size(), [](int32_t c) { return c != 0; }) - code);
-  if (first == group.size()) return absl::OkStatus();
+  const std::vector<int32_t> codes = GatherStatusCodes(group, status);
+  const auto failing = std::find_if(codes.begin(), codes.end(), [](int32_t c) { return c != 0; });
+  if (failing == codes.end()) return absl::OkStatus();
+  const int first = static_cast<int>(failing - codes.begin());
   // The first failing rank's message: its length, then its bytes packed 4 to an int32.
   const absl::string_view own = status.message();
   Tensor length = Tensor::Empty({1}, DType::kI64);
@@ -123,7 +129,7 @@ absl::Status ShareFirstFailure(Communicator& group, const absl::Status& status) 
   if (group.rank() == first) std::memcpy(packed.raw_data(), own.data(), static_cast<size_t>(bytes));
   group.Broadcast(packed, first);
   const absl::Status shared(
-      static_cast<absl::StatusCode>(code[first]),
+      static_cast<absl::StatusCode>(*failing),
       std::string(static_cast<const char*>(packed.raw_data()), static_cast<size_t>(bytes)));
   if (!status.ok() && group.rank() != first) {
     KLOG(ERROR) << "this rank failed too (group " << group.name() << " goes on with rank " << first
