@@ -1,9 +1,8 @@
 // The loss-spike rule of training.loss_spike: each step's loss is judged against the mean loss of
 // the last `window` steps kept; one more than `factor` times that reference (and than min_loss) is
 // a spike, which stops the run (STOP) or has its update discarded (SKIP_STEP, up to max_skips in a
-// row). The
-// rule judges the loss every rank agrees on (the global batch's), so every rank decides alike;
-// its memory (LossSpikeRecord) goes into each checkpoint.
+// row). The rule judges the loss every rank agrees on (the global batch's), so every rank decides
+// alike; its memory (LossSpikeRecord) goes into each checkpoint.
 #pragma once
 
 #include <cstdint>
