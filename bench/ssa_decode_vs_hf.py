@@ -1,5 +1,6 @@
 """SSA decode speed on a deep real-shaped model: Kelvin vanilla, Kelvin SSA and transformers'
-generate() on the SSA export, batch 1 and 8, measured in the same rounds (medians); optionally a second (older) kelvin beside.
+generate() on the SSA export, batch 1 and 8, measured in the same rounds (medians); optionally a
+second (older) kelvin beside.
 
 Needs the tools/requirements.txt packages (torch, transformers).
 Usage: python bench/ssa_decode_vs_hf.py BUILD/launcher/kelvin [--baseline OTHER/launcher/kelvin]
