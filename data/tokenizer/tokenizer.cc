@@ -212,23 +212,14 @@ absl::StatusOr<Tokenizer> Tokenizer::FromDirectory(const std::string& directory)
   if (!text.ok()) return text.status();
   KELVIN_ASSIGN_OR_RETURN(Tokenizer tokenizer, FromJson(*text, path));
 
-  const std::string template_path =
-      (std::filesystem::path(directory) / "chat_template.jinja").string();
-  std::error_code error;
-  if (std::filesystem::exists(template_path, error)) {
-    KELVIN_ASSIGN_OR_RETURN(tokenizer.chat_template_,
-                            io::ReadRegularFile(template_path, "chat template", 16 << 20));
-  }
   const std::string config_path =
       (std::filesystem::path(directory) / "tokenizer_config.json").string();
+  std::error_code error;
   if (!std::filesystem::exists(config_path, error)) return tokenizer;
   KELVIN_ASSIGN_OR_RETURN(const std::string config_text,
                           io::ReadRegularFile(config_path, "tokenizer config", 64 << 20));
   KELVIN_ASSIGN_OR_RETURN(const json config, io::ParseStrictJson(config_text, config_path));
   if (!config.is_object()) return WrongType(config_path, "an object", config);
-  if (const auto it = config.find("chat_template"); it != config.end() && it->is_string()) {
-    tokenizer.chat_template_ = it->get<std::string>();
-  }
   for (auto [key, id] :
        {std::pair{"bos_token", &tokenizer.bos_id_}, std::pair{"eos_token", &tokenizer.eos_id_}}) {
     const auto it = config.find(key);

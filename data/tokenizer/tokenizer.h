@@ -51,8 +51,6 @@ class Tokenizer {
   // Whether some token has `id` (what a sampler keeps to generate only spellable ids).
   bool HasToken(int32_t id) const;
   int64_t vocab_size() const { return vocab_size_; }  // largest id + 1
-  // tokenizer_config.json's chat_template (or chat_template.jinja beside it), else "".
-  const std::string& chat_template() const { return chat_template_; }
   // tokenizer_config.json's bos_token / eos_token (FromDirectory), else nullopt.
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
@@ -74,7 +72,6 @@ class Tokenizer {
   std::vector<std::vector<int32_t>> template_;
   int64_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_, eos_id_;
-  std::string chat_template_;
   // Set once an encode dropped a unit and said so (shared by copies: once per loaded file).
   std::shared_ptr<std::atomic<bool>> reported_drop_ = std::make_shared<std::atomic<bool>>(false);
 };
