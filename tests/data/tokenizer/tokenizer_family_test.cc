@@ -12,8 +12,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/check.h"
 #include "data/tokenizer/tokenizer.h"
+#include "tests/data/tokenizer/tokenizer_fixtures.h"
 #include "tests/testing/files.h"
 
 namespace kelvin::data {
@@ -22,22 +22,9 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-const std::string kFixtures = std::string(KELVIN_FIXTURES_DIR) + "/tokenizer/";
-
-Tokenizer Load(const std::string& name) {
-  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromDirectory(kFixtures + name);
-  KELVIN_CHECK(tokenizer.ok()) << tokenizer.status();
-  return *std::move(tokenizer);
-}
-
-std::vector<int32_t> Encode(const Tokenizer& tokenizer, const std::string& text,
-                            bool add_special_tokens = true) {
-  std::vector<int32_t> ids;
-  const absl::Status encoded = tokenizer.Encode(text, add_special_tokens, ids);
-  EXPECT_TRUE(encoded.ok()) << encoded;
-  return ids;
-}
+using tokenizer_testing::Encode;
+using tokenizer_testing::kFixtures;
+using tokenizer_testing::Load;
 
 std::string Decode(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, bool skip) {
   absl::StatusOr<std::string> text = tokenizer.Decode(ids, skip);

@@ -13,30 +13,17 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "core/check.h"
 #include "data/tokenizer/unicode_nfc.h"
+#include "tests/data/tokenizer/tokenizer_fixtures.h"
 #include "tests/testing/files.h"
 
 namespace kelvin::data {
 namespace {
 
 using ::testing::HasSubstr;
-
-const std::string kFixtures = std::string(KELVIN_FIXTURES_DIR) + "/tokenizer/";
-
-Tokenizer Load(const std::string& style) {
-  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromDirectory(kFixtures + style);
-  KELVIN_CHECK(tokenizer.ok()) << tokenizer.status();
-  return *std::move(tokenizer);
-}
-
-std::vector<int32_t> Encode(const Tokenizer& tokenizer, const std::string& text,
-                            bool add_special_tokens = true) {
-  std::vector<int32_t> ids;
-  const absl::Status encoded = tokenizer.Encode(text, add_special_tokens, ids);
-  EXPECT_TRUE(encoded.ok()) << encoded;
-  return ids;
-}
+using tokenizer_testing::Encode;
+using tokenizer_testing::kFixtures;
+using tokenizer_testing::Load;
 
 // Tokenizers trained with Llama-3's, GPT-2's and Qwen2's (NFC) pre-tokenizers, on 610 recorded
 // lines (prose in nine scripts, code, emoji and ZWJ sequences, whitespace runs, digits,
