@@ -112,18 +112,9 @@ absl::StatusOr<TokenDecoder> TokenDecoder::Parse(const json& value, const std::s
     decoder.join_with_spaces_ = true;
     return decoder;
   }
-  if (JsonType(value) != "Sequence") {
-    KELVIN_ASSIGN_OR_RETURN(Step step, ParseStep(value, where));
-    decoder.steps_.push_back(std::move(step));
-    return decoder;
-  }
-  const auto list = value.find("decoders");
-  if (list == value.end() || !list->is_array()) {
-    return WrongType(where + ".decoders", "an array", Field(value, "decoders"));
-  }
-  for (size_t i = 0; i < list->size(); ++i) {
-    KELVIN_ASSIGN_OR_RETURN(Step step,
-                            ParseStep((*list)[i], absl::StrCat(where, ".decoders[", i, "]")));
+  KELVIN_ASSIGN_OR_RETURN(const auto steps, SequenceSteps(value, where, "decoders"));
+  for (const auto& [part, at] : steps) {
+    KELVIN_ASSIGN_OR_RETURN(Step step, ParseStep(*part, at));
     decoder.steps_.push_back(std::move(step));
   }
   return decoder;

@@ -3,7 +3,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/str_cat.h"
 #include "data/tokenizer/tokenizer_json.h"
 #include "data/tokenizer/unicode_nfc.h"
 
@@ -27,18 +26,7 @@ std::string ReplaceAll(std::string_view text, std::string_view pattern,
 absl::StatusOr<Normalizer> Normalizer::Parse(const json& value, const std::string& where) {
   Normalizer normalizer;
   if (value.is_null()) return normalizer;
-  std::vector<std::pair<const json*, std::string>> steps;
-  if (JsonType(value) == "Sequence") {
-    const auto list = value.find("normalizers");
-    if (list == value.end() || !list->is_array()) {
-      return WrongType(where + ".normalizers", "an array", Field(value, "normalizers"));
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      steps.emplace_back(&(*list)[i], absl::StrCat(where, ".normalizers[", i, "]"));
-    }
-  } else {
-    steps.emplace_back(&value, where);
-  }
+  KELVIN_ASSIGN_OR_RETURN(const auto steps, SequenceSteps(value, where, "normalizers"));
   for (const auto& [step, at] : steps) {
     const std::string type = JsonType(*step);
     if (type == "NFC" && step->size() == 1) {

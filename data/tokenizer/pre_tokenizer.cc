@@ -3,7 +3,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/str_cat.h"
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/tokenizer_json.h"
 #include "data/tokenizer/utf8.h"
@@ -44,18 +43,7 @@ absl::StatusOr<PreTokenizer::Metaspace> PreTokenizer::ParseMetaspace(const json&
 absl::StatusOr<PreTokenizer> PreTokenizer::Parse(const json& value, const std::string& where) {
   PreTokenizer pre_tokenizer;
   if (value.is_null()) return pre_tokenizer;
-  std::vector<std::pair<const json*, std::string>> steps;
-  if (JsonType(value) == "Sequence") {
-    const auto list = value.find("pretokenizers");
-    if (list == value.end() || !list->is_array()) {
-      return WrongType(where + ".pretokenizers", "an array", Field(value, "pretokenizers"));
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      steps.emplace_back(&(*list)[i], absl::StrCat(where, ".pretokenizers[", i, "]"));
-    }
-  } else {
-    steps.emplace_back(&value, where);
-  }
+  KELVIN_ASSIGN_OR_RETURN(const auto steps, SequenceSteps(value, where, "pretokenizers"));
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& [step, at] = steps[i];
     const std::string type = JsonType(*step);

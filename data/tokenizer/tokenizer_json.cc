@@ -54,5 +54,21 @@ absl::StatusOr<bool> OptionalBool(const json& object, const std::string& where, 
   if (!it->is_boolean()) return WrongType(absl::StrCat(where, ".", key), "true or false", *it);
   return it->get<bool>();
 }
+absl::StatusOr<std::vector<std::pair<const json*, std::string>>> SequenceSteps(
+    const json& value, const std::string& where, const char* list_key) {
+  std::vector<std::pair<const json*, std::string>> steps;
+  if (JsonType(value) != "Sequence") {
+    steps.emplace_back(&value, where);
+    return steps;
+  }
+  const auto list = value.find(list_key);
+  if (list == value.end() || !list->is_array()) {
+    return WrongType(absl::StrCat(where, ".", list_key), "an array", Field(value, list_key));
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    steps.emplace_back(&(*list)[i], absl::StrCat(where, ".", list_key, "[", i, "]"));
+  }
+  return steps;
+}
 
 }  // namespace kelvin::data

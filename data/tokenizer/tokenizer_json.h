@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -28,5 +30,10 @@ absl::Status RequireAbsentOr(const nlohmann::json& object, const std::string& wh
 // `object`[key] as a boolean: `fallback` when absent or null, an error when another type.
 absl::StatusOr<bool> OptionalBool(const nlohmann::json& object, const std::string& where,
                                   const char* key, bool fallback);
+// The steps of a part and where each is: the items of `value`[`list_key`] ("where.list_key[i]")
+// when `value` is a {"type": "Sequence"}, else `value` alone ("where"). A Sequence whose
+// `list_key` is not an array is an error. The pointers point into `value`.
+absl::StatusOr<std::vector<std::pair<const nlohmann::json*, std::string>>> SequenceSteps(
+    const nlohmann::json& value, const std::string& where, const char* list_key);
 
 }  // namespace kelvin::data
