@@ -44,18 +44,6 @@ std::vector<std::string_view> Characters(std::string_view text) {
   return characters;
 }
 
-absl::StatusOr<std::string> OneCharacter(const json& step, const char* key,
-                                         const std::string& where) {
-  const auto it = step.find(key);
-  if (it == step.end() || !it->is_string() || it->get<std::string>().empty() ||
-      FirstInvalidUtf8(it->get<std::string>()).has_value() ||
-      Characters(it->get<std::string>()).size() != 1) {
-    return WrongType(absl::StrCat(where, ".", key), "one character",
-                     it == step.end() ? json() : *it);
-  }
-  return it->get<std::string>();
-}
-
 }  // namespace
 
 absl::StatusOr<TokenDecoder::Step> TokenDecoder::ParseStep(const json& step,
@@ -80,7 +68,7 @@ absl::StatusOr<TokenDecoder::Step> TokenDecoder::ParseStep(const json& step,
     parsed.replacement = step["content"];
   } else if (type == "Strip") {
     parsed.kind = Step::Kind::kStrip;
-    KELVIN_ASSIGN_OR_RETURN(parsed.pattern, OneCharacter(step, "content", where));
+    KELVIN_ASSIGN_OR_RETURN(parsed.pattern, OneCharacter(step, where, "content"));
     for (auto [key, value] : {std::pair{"start", &parsed.start}, std::pair{"stop", &parsed.stop}}) {
       const json count = Field(step, key);
       if (!count.is_number_unsigned() || count.get<uint64_t>() > (1u << 20)) {
@@ -90,7 +78,7 @@ absl::StatusOr<TokenDecoder::Step> TokenDecoder::ParseStep(const json& step,
     }
   } else if (type == "Metaspace") {
     parsed.kind = Step::Kind::kMetaspace;
-    KELVIN_ASSIGN_OR_RETURN(parsed.pattern, OneCharacter(step, "replacement", where));
+    KELVIN_ASSIGN_OR_RETURN(parsed.pattern, OneCharacter(step, where, "replacement"));
     const json scheme = Field(step, "prepend_scheme");
     if (scheme.is_null()) {  // files from tokenizers < 0.15 say add_prefix_space instead
       KELVIN_ASSIGN_OR_RETURN(parsed.strip_first_token,

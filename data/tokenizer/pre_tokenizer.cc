@@ -5,7 +5,6 @@
 
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/tokenizer_json.h"
-#include "data/tokenizer/utf8.h"
 
 namespace kelvin::data {
 
@@ -14,14 +13,7 @@ using nlohmann::json;
 absl::StatusOr<PreTokenizer::Metaspace> PreTokenizer::ParseMetaspace(const json& step,
                                                                      const std::string& where) {
   Metaspace metaspace;
-  const json replacement = Field(step, "replacement");
-  if (!replacement.is_string() || replacement.get<std::string>().empty() ||
-      FirstInvalidUtf8(replacement.get<std::string>()).has_value() ||
-      Utf8Length(static_cast<uint8_t>(replacement.get<std::string>()[0])) !=
-          replacement.get<std::string>().size()) {
-    return WrongType(where + ".replacement", "one character", replacement);
-  }
-  metaspace.replacement = replacement;
+  KELVIN_ASSIGN_OR_RETURN(metaspace.replacement, OneCharacter(step, where, "replacement"));
   const json scheme = Field(step, "prepend_scheme");
   if (scheme.is_null()) {  // files from tokenizers < 0.15 say add_prefix_space (default true)
     KELVIN_ASSIGN_OR_RETURN(const bool prepend,

@@ -2,6 +2,7 @@
 #include "data/tokenizer/tokenizer_json.h"
 
 #include "absl/strings/str_cat.h"
+#include "data/tokenizer/utf8.h"
 
 namespace kelvin::data {
 
@@ -54,6 +55,19 @@ absl::StatusOr<bool> OptionalBool(const json& object, const std::string& where, 
   if (!it->is_boolean()) return WrongType(absl::StrCat(where, ".", key), "true or false", *it);
   return it->get<bool>();
 }
+
+absl::StatusOr<std::string> OneCharacter(const json& object, const std::string& where,
+                                         const char* key) {
+  const json& value = Field(object, key);
+  if (!value.is_string() || value.get<std::string>().empty() ||
+      FirstInvalidUtf8(value.get<std::string>()).has_value() ||
+      Utf8Length(static_cast<uint8_t>(value.get<std::string>()[0])) !=
+          value.get<std::string>().size()) {
+    return WrongType(absl::StrCat(where, ".", key), "one character", value);
+  }
+  return value.get<std::string>();
+}
+
 absl::StatusOr<std::vector<std::pair<const json*, std::string>>> SequenceSteps(
     const json& value, const std::string& where, const char* list_key) {
   std::vector<std::pair<const json*, std::string>> steps;

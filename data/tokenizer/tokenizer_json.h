@@ -30,6 +30,10 @@ absl::Status RequireAbsentOr(const nlohmann::json& object, const std::string& wh
 // `object`[key] as a boolean: `fallback` when absent or null, an error when another type.
 absl::StatusOr<bool> OptionalBool(const nlohmann::json& object, const std::string& where,
                                   const char* key, bool fallback);
+// `object`[key] when it is one character of valid UTF-8, else WrongType(where.key, "one
+// character").
+absl::StatusOr<std::string> OneCharacter(const nlohmann::json& object, const std::string& where,
+                                         const char* key);
 // The steps of a part and where each is: the items of `value`[`list_key`] ("where.list_key[i]")
 // when `value` is a {"type": "Sequence"}, else `value` alone ("where"). A Sequence whose
 // `list_key` is not an array is an error. The pointers point into `value`.
