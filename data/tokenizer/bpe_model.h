@@ -32,6 +32,9 @@ struct BpeOptions {
 struct DroppedUnits {
   int64_t count = 0;
   size_t first_offset = 0;  // byte offset of the first in the text given to Encode
+  // false when the first was in a normalized or rewritten piece: first_offset is then where that
+  // piece's part of the input starts, and the dropped unit is at or after it.
+  bool first_exact = true;
 };
 
 // Lets a vocabulary be searched by string_view without a copy.

@@ -266,7 +266,9 @@ absl::Status Tokenizer::EncodeSegment(std::string_view segment, size_t offset,
       // Offsets in the input where the piece views it, else the segment's start.
       const bool views_text =
           piece.data() >= text.data() && piece.data() < text.data() + text.size() && !normalizes;
+      const bool first_drop = dropped.count == 0;
       model_.Encode(piece, offset + (views_text ? piece.data() - text.data() : 0), ids, dropped);
+      if (first_drop && dropped.count > 0) dropped.first_exact = views_text;
     }
   }
   return absl::OkStatus();
@@ -304,8 +306,8 @@ absl::Status Tokenizer::Encode(std::string_view text, bool add_special_tokens,
   if (dropped.count > 0 && !reported_drop_->exchange(true)) {
     const size_t at = dropped.first_offset;
     KLOG(WARNING) << source_ << ": a text lost " << dropped.count
-                  << " byte(s) or character(s) that no token spells, the first at byte " << at
-                  << (normalizer_.empty() ? "" : " (of the normalized text)")
+                  << " byte(s) or character(s) that no token spells, the first "
+                  << (dropped.first_exact ? "at byte " : "at or after byte ") << at
                   << ", as tokenizers drops them; this is said once per tokenizer";
   }
   return absl::OkStatus();
