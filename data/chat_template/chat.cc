@@ -31,9 +31,9 @@ Value MessageValue(const Value& value) {
   return Value::FromDict(std::move(aliased));
 }
 
-absl::StatusOr<std::string> Render(const ModelTemplate& model, const List& messages, size_t count,
-                                   bool add_generation_prompt, const Value& tools,
-                                   const ChatOptions& options) {
+absl::StatusOr<RenderResult> Render(const ModelTemplate& model, const List& messages, size_t count,
+                                    bool add_generation_prompt, const Value& tools,
+                                    const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const Template* chosen,
                           model.Select(!tools.is_none(), options.template_name));
   Dict context = model.special_tokens();
@@ -42,8 +42,7 @@ absl::StatusOr<std::string> Render(const ModelTemplate& model, const List& messa
   context.Set("tools", tools);
   context.Set("documents", Value::None());
   context.Set("add_generation_prompt", Value::Bool(add_generation_prompt));
-  KELVIN_ASSIGN_OR_RETURN(RenderResult result, chosen->Render(context, options.render));
-  return std::move(result.text);
+  return chosen->Render(context, options.render);
 }
 
 struct ChatValues {
@@ -73,8 +72,10 @@ bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
 absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const Value& messages,
                                        const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
-  return Render(model, values.messages, values.messages.size(), options.add_generation_prompt,
-                values.tools, options);
+  KELVIN_ASSIGN_OR_RETURN(RenderResult result,
+                          Render(model, values.messages, values.messages.size(),
+                                 options.add_generation_prompt, values.tools, options));
+  return std::move(result.text);
 }
 
 absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
@@ -82,8 +83,9 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
                                              const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
   const size_t n = values.messages.size();
-  KELVIN_ASSIGN_OR_RETURN(const std::string text,
+  KELVIN_ASSIGN_OR_RETURN(const RenderResult whole,
                           Render(model, values.messages, n, false, values.tools, options));
+  const std::string& text = whole.text;
   std::vector<int32_t> encoded;
   KELVIN_RETURN_IF_ERROR(tokenizer.Encode(text, /*add_special_tokens=*/false, encoded));
   // starts[t]: the byte offset in `text` where id t starts (its decoded bytes laid end to end).
@@ -113,13 +115,7 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
   KELVIN_ASSIGN_OR_RETURN(const Template* chosen,
                           model.Select(!values.tools.is_none(), options.template_name));
   if (chosen->has_generation_blocks()) {
-    Dict context = model.special_tokens();
-    context.Set("messages", Value::FromList(values.messages));
-    context.Set("tools", values.tools);
-    context.Set("documents", Value::None());
-    context.Set("add_generation_prompt", Value::Bool(false));
-    KELVIN_ASSIGN_OR_RETURN(const RenderResult rendered, chosen->Render(context, options.render));
-    for (const auto& [text_begin, text_end] : rendered.generation_spans) {
+    for (const auto& [text_begin, text_end] : whole.generation_spans) {
       KELVIN_ASSIGN_OR_RETURN(const size_t begin, spelled_offset(text_begin));
       KELVIN_ASSIGN_OR_RETURN(const size_t end, spelled_offset(text_end));
       for (size_t t = 0; t < encoded.size(); ++t) {
@@ -132,10 +128,16 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
     const Value* role =
         values.messages[i].is_dict() ? values.messages[i].dict().Find("role") : nullptr;
     if (role == nullptr || !role->is_string() || role->str() != "assistant") continue;
-    KELVIN_ASSIGN_OR_RETURN(const std::string prompt,
+    KELVIN_ASSIGN_OR_RETURN(const RenderResult prompt_rendering,
                             Render(model, values.messages, i, true, values.tools, options));
-    KELVIN_ASSIGN_OR_RETURN(const std::string turn,
-                            Render(model, values.messages, i + 1, false, values.tools, options));
+    const std::string& prompt = prompt_rendering.text;
+    // Q of the last message is the whole rendering, already in hand.
+    RenderResult turn_rendering;
+    if (i + 1 < n) {
+      KELVIN_ASSIGN_OR_RETURN(turn_rendering,
+                              Render(model, values.messages, i + 1, false, values.tools, options));
+    }
+    const std::string& turn = i + 1 < n ? turn_rendering.text : text;
     const std::string where = absl::StrCat("message ", i, " (an assistant turn)");
     if (!turn.starts_with(prompt)) {
       return absl::InvalidArgumentError(absl::StrCat(
