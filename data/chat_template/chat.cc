@@ -2,6 +2,7 @@
 #include "data/chat_template/chat.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "data/chat_template/text.h"
@@ -61,10 +62,17 @@ absl::StatusOr<ChatValues> ToValues(const Value& messages, const ChatOptions& op
   return values;
 }
 
-bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
+// Whether `id`, whose text is `kept` (decoded keeping special tokens), is a special token: it has
+// text, and decoding with skip_special_tokens drops it.
+bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id, std::string_view kept) {
+  if (kept.empty()) return false;
   const absl::StatusOr<std::string> skipped = tokenizer.Decode({id}, true);
+  return skipped.ok() && skipped->empty();
+}
+
+bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
   const absl::StatusOr<std::string> kept = tokenizer.Decode({id}, false);
-  return skipped.ok() && kept.ok() && skipped->empty() && !kept->empty();
+  return kept.ok() && IsSpecial(tokenizer, id, *kept);
 }
 
 }  // namespace
@@ -97,7 +105,7 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
     starts.push_back(spelled.size());
     KELVIN_ASSIGN_OR_RETURN(const std::string bytes, tokenizer.Decode({id}, false));
     spelled += bytes;
-    special.push_back(IsSpecial(tokenizer, id));
+    special.push_back(IsSpecial(tokenizer, id, bytes));
   }
   starts.push_back(spelled.size());
   // Where byte `offset` of `text` lies in `spelled`: the length of the prefix's own encoding.
