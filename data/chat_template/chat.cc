@@ -109,8 +109,9 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
   }
   starts.push_back(spelled.size());
   // Where byte `offset` of `text` lies in `spelled`: the length of the prefix's own encoding.
+  const bool spelled_as_text = spelled == text;
   const auto spelled_offset = [&](size_t offset) -> absl::StatusOr<size_t> {
-    if (spelled == text) return offset;
+    if (spelled_as_text) return offset;
     std::vector<int32_t> prefix;
     KELVIN_RETURN_IF_ERROR(tokenizer.Encode(text.substr(0, offset), false, prefix));
     KELVIN_ASSIGN_OR_RETURN(const std::string prefix_text, tokenizer.Decode(prefix, false));
