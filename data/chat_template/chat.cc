@@ -99,13 +99,11 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
   // starts[t]: the byte offset in `text` where id t starts (its decoded bytes laid end to end).
   // `spelled`: the ids' text, which differs from `text` where a normalizer (NFC) changed it.
   std::vector<size_t> starts;
-  std::vector<bool> special;
   std::string spelled;
   for (const int32_t id : encoded) {
     starts.push_back(spelled.size());
     KELVIN_ASSIGN_OR_RETURN(const std::string bytes, tokenizer.Decode({id}, false));
     spelled += bytes;
-    special.push_back(IsSpecial(tokenizer, id, bytes));
   }
   starts.push_back(spelled.size());
   // Where byte `offset` of `text` lies in `spelled`: the length of the prefix's own encoding.
@@ -174,7 +172,8 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
     if (first >= last) continue;
     size_t trained_end = last;
     for (size_t t = last; t-- > first;) {
-      if (special[t]) {
+      const std::string_view bytes(spelled.data() + starts[t], starts[t + 1] - starts[t]);
+      if (IsSpecial(tokenizer, encoded[t], bytes)) {
         const std::string_view after(spelled.data() + starts[t + 1], starts[last] - starts[t + 1]);
         if (StripPythonSpace(after, true, true).empty()) trained_end = t + 1;
         break;
