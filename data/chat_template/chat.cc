@@ -2,6 +2,7 @@
 #include "data/chat_template/chat.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "data/chat_template/text.h"
@@ -31,9 +32,9 @@ Value MessageValue(const Value& value) {
   return Value::FromDict(std::move(aliased));
 }
 
-absl::StatusOr<std::string> Render(const ModelTemplate& model, const List& messages, size_t count,
-                                   bool add_generation_prompt, const Value& tools,
-                                   const ChatOptions& options) {
+absl::StatusOr<RenderResult> Render(const ModelTemplate& model, const List& messages, size_t count,
+                                    bool add_generation_prompt, const Value& tools,
+                                    const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const Template* chosen,
                           model.Select(!tools.is_none(), options.template_name));
   Dict context = model.special_tokens();
@@ -42,8 +43,7 @@ absl::StatusOr<std::string> Render(const ModelTemplate& model, const List& messa
   context.Set("tools", tools);
   context.Set("documents", Value::None());
   context.Set("add_generation_prompt", Value::Bool(add_generation_prompt));
-  KELVIN_ASSIGN_OR_RETURN(RenderResult result, chosen->Render(context, options.render));
-  return std::move(result.text);
+  return chosen->Render(context, options.render);
 }
 
 struct ChatValues {
@@ -62,10 +62,17 @@ absl::StatusOr<ChatValues> ToValues(const Value& messages, const ChatOptions& op
   return values;
 }
 
-bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
+// Whether `id`, whose text is `kept` (decoded keeping special tokens), is a special token: it has
+// text, and decoding with skip_special_tokens drops it.
+bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id, std::string_view kept) {
+  if (kept.empty()) return false;
   const absl::StatusOr<std::string> skipped = tokenizer.Decode({id}, true);
+  return skipped.ok() && skipped->empty();
+}
+
+bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
   const absl::StatusOr<std::string> kept = tokenizer.Decode({id}, false);
-  return skipped.ok() && kept.ok() && skipped->empty() && !kept->empty();
+  return kept.ok() && IsSpecial(tokenizer, id, *kept);
 }
 
 }  // namespace
@@ -73,8 +80,10 @@ bool IsSpecial(const data::Tokenizer& tokenizer, int32_t id) {
 absl::StatusOr<std::string> RenderChat(const ModelTemplate& model, const Value& messages,
                                        const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
-  return Render(model, values.messages, values.messages.size(), options.add_generation_prompt,
-                values.tools, options);
+  KELVIN_ASSIGN_OR_RETURN(RenderResult result,
+                          Render(model, values.messages, values.messages.size(),
+                                 options.add_generation_prompt, values.tools, options));
+  return std::move(result.text);
 }
 
 absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
@@ -82,25 +91,25 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
                                              const ChatOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const ChatValues values, ToValues(messages, options));
   const size_t n = values.messages.size();
-  KELVIN_ASSIGN_OR_RETURN(const std::string text,
+  KELVIN_ASSIGN_OR_RETURN(const RenderResult whole,
                           Render(model, values.messages, n, false, values.tools, options));
+  const std::string& text = whole.text;
   std::vector<int32_t> encoded;
   KELVIN_RETURN_IF_ERROR(tokenizer.Encode(text, /*add_special_tokens=*/false, encoded));
   // starts[t]: the byte offset in `text` where id t starts (its decoded bytes laid end to end).
   // `spelled`: the ids' text, which differs from `text` where a normalizer (NFC) changed it.
   std::vector<size_t> starts;
-  std::vector<bool> special;
   std::string spelled;
   for (const int32_t id : encoded) {
     starts.push_back(spelled.size());
     KELVIN_ASSIGN_OR_RETURN(const std::string bytes, tokenizer.Decode({id}, false));
     spelled += bytes;
-    special.push_back(IsSpecial(tokenizer, id));
   }
   starts.push_back(spelled.size());
   // Where byte `offset` of `text` lies in `spelled`: the length of the prefix's own encoding.
+  const bool spelled_as_text = spelled == text;
   const auto spelled_offset = [&](size_t offset) -> absl::StatusOr<size_t> {
-    if (spelled == text) return offset;
+    if (spelled_as_text) return offset;
     std::vector<int32_t> prefix;
     KELVIN_RETURN_IF_ERROR(tokenizer.Encode(text.substr(0, offset), false, prefix));
     KELVIN_ASSIGN_OR_RETURN(const std::string prefix_text, tokenizer.Decode(prefix, false));
@@ -113,13 +122,7 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
   KELVIN_ASSIGN_OR_RETURN(const Template* chosen,
                           model.Select(!values.tools.is_none(), options.template_name));
   if (chosen->has_generation_blocks()) {
-    Dict context = model.special_tokens();
-    context.Set("messages", Value::FromList(values.messages));
-    context.Set("tools", values.tools);
-    context.Set("documents", Value::None());
-    context.Set("add_generation_prompt", Value::Bool(false));
-    KELVIN_ASSIGN_OR_RETURN(const RenderResult rendered, chosen->Render(context, options.render));
-    for (const auto& [text_begin, text_end] : rendered.generation_spans) {
+    for (const auto& [text_begin, text_end] : whole.generation_spans) {
       KELVIN_ASSIGN_OR_RETURN(const size_t begin, spelled_offset(text_begin));
       KELVIN_ASSIGN_OR_RETURN(const size_t end, spelled_offset(text_end));
       for (size_t t = 0; t < encoded.size(); ++t) {
@@ -132,10 +135,16 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
     const Value* role =
         values.messages[i].is_dict() ? values.messages[i].dict().Find("role") : nullptr;
     if (role == nullptr || !role->is_string() || role->str() != "assistant") continue;
-    KELVIN_ASSIGN_OR_RETURN(const std::string prompt,
+    KELVIN_ASSIGN_OR_RETURN(const RenderResult prompt_rendering,
                             Render(model, values.messages, i, true, values.tools, options));
-    KELVIN_ASSIGN_OR_RETURN(const std::string turn,
-                            Render(model, values.messages, i + 1, false, values.tools, options));
+    const std::string& prompt = prompt_rendering.text;
+    // Q of the last message is the whole rendering, already in hand.
+    RenderResult turn_rendering;
+    if (i + 1 < n) {
+      KELVIN_ASSIGN_OR_RETURN(turn_rendering,
+                              Render(model, values.messages, i + 1, false, values.tools, options));
+    }
+    const std::string& turn = i + 1 < n ? turn_rendering.text : text;
     const std::string where = absl::StrCat("message ", i, " (an assistant turn)");
     if (!turn.starts_with(prompt)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -163,7 +172,8 @@ absl::StatusOr<EncodedChat> EncodeChatSample(const data::Tokenizer& tokenizer,
     if (first >= last) continue;
     size_t trained_end = last;
     for (size_t t = last; t-- > first;) {
-      if (special[t]) {
+      const std::string_view bytes(spelled.data() + starts[t], starts[t + 1] - starts[t]);
+      if (IsSpecial(tokenizer, encoded[t], bytes)) {
         const std::string_view after(spelled.data() + starts[t + 1], starts[last] - starts[t + 1]);
         if (StripPythonSpace(after, true, true).empty()) trained_end = t + 1;
         break;

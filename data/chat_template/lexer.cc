@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "data/chat_template/text.h"
+#include "data/tokenizer/utf8.h"
 
 namespace kelvin::chat_template {
 namespace {
@@ -23,24 +24,6 @@ std::string NormalizeNewlines(std::string_view source) {
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();  // keep_trailing_newline=False
   return out;
-}
-
-void AppendUtf8(uint32_t code, std::string& out) {
-  if (code < 0x80) {
-    out += static_cast<char>(code);
-  } else if (code < 0x800) {
-    out += static_cast<char>(0xC0 | (code >> 6));
-    out += static_cast<char>(0x80 | (code & 0x3F));
-  } else if (code < 0x10000) {
-    out += static_cast<char>(0xE0 | (code >> 12));
-    out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (code & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (code >> 18));
-    out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (code & 0x3F));
-  }
 }
 
 class Lexer {
@@ -239,7 +222,7 @@ class Lexer {
           if (code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
             return Error(start, "a string escape names no Unicode character");
           }
-          AppendUtf8(code, value);
+          data::AppendUtf8(code, value);
           break;
         }
         default:  // Python keeps an unknown escape as written

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "data/tokenizer/utf8.h"
+
 namespace kelvin::chat_template {
 namespace {
 
@@ -14,26 +16,14 @@ constexpr std::string_view kPythonSpaces[] = {
     "\u2003", "\u2004", "\u2005", "\u2006", "\u2007", "\u2008", "\u2009", "\u200a",
     "\u2028", "\u2029", "\u202f", "\u205f", "\u3000"};
 
+// The byte length of the code point at `text`[pos]: 1 for a byte that starts no complete one.
 size_t CodePointLength(std::string_view text, size_t pos) {
-  const unsigned char lead = static_cast<unsigned char>(text[pos]);
-  const size_t length = lead < 0x80    ? 1
-                        : lead >= 0xF0 ? 4
-                        : lead >= 0xE0 ? 3
-                        : lead >= 0xC0 ? 2
-                                       : 1;
+  const size_t length = data::Utf8Length(static_cast<uint8_t>(text[pos]));
   if (pos + length > text.size()) return 1;
   for (size_t i = 1; i < length; ++i) {
     if ((static_cast<unsigned char>(text[pos + i]) & 0xC0) != 0x80) return 1;
   }
   return length;
-}
-
-uint32_t DecodeAt(std::string_view text, size_t pos, size_t length) {
-  const unsigned char lead = static_cast<unsigned char>(text[pos]);
-  if (length == 1) return lead;
-  uint32_t code = lead & (0x7F >> length);
-  for (size_t i = 1; i < length; ++i) code = (code << 6) | (text[pos + i] & 0x3F);
-  return code;
 }
 
 // Non-printable code points (str.isprintable() false) beyond ASCII that Python's repr escapes:
@@ -108,8 +98,10 @@ std::string PythonStringRepr(std::string_view text) {
   const char quote = double_quote ? '"' : '\'';
   std::string out(1, quote);
   for (size_t pos = 0; pos < text.size();) {
-    const size_t length = CodePointLength(text, pos);
-    const uint32_t code = DecodeAt(text, pos, length);
+    size_t length = CodePointLength(text, pos);
+    // An invalid byte stands for itself (its value, as the 1-byte code point it is counted as).
+    const uint32_t code =
+        length == 1 ? static_cast<uint8_t>(text[pos]) : data::DecodeUtf8(text, pos, length);
     char escaped[16];
     if (code == static_cast<unsigned char>(quote) || code == '\\') {
       out += '\\';
