@@ -16,7 +16,6 @@
 #include "data/tokenizer/utf8.h"
 #include "launcher/commands/inference_model.h"
 #include "launcher/commands/process_launch.h"
-#include "launcher/commands/spellable_ids.h"
 #include "launcher/config/job_config.h"
 #include "models/generation/generate.h"
 
@@ -79,7 +78,12 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
   request.sampling = options.sampling;
   request.stop_ids.assign(arch.special_tokens.eos.begin(), arch.special_tokens.eos.end());
   if (tokenizer.has_value() && !options.allow_unspellable) {
-    std::vector<uint8_t> spellable = SpellableIds(*tokenizer, arch.vocab_size);
+    // A model whose vocab_size exceeds the tokenizer's ids (embeddings padded to a round size, as
+    // Qwen2.5's are) can sample an id with no text: 1 where the tokenizer has a token of the id.
+    std::vector<uint8_t> spellable(static_cast<size_t>(arch.vocab_size), 0);
+    for (int64_t id = 0; id < arch.vocab_size; ++id) {
+      spellable[id] = tokenizer->HasToken(static_cast<int32_t>(id)) ? 1 : 0;
+    }
     const int64_t unspellable = std::count(spellable.begin(), spellable.end(), uint8_t{0});
     if (unspellable > 0) {
       KLOG_RANK0(INFO) << unspellable << " of the model's " << arch.vocab_size

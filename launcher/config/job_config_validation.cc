@@ -573,12 +573,13 @@ void CheckTraining(const config::JobConfig& job, JobUse use, Problems& problems)
   }
   InIntRange(problems, "training.threads", training.threads(), 0, kMaxThreads);
   const config::LossSpikeConfig& loss_spike = training.loss_spike();
-  if (!(loss_spike.factor() > 1) || !std::isfinite(loss_spike.factor())) {
+  // Non-finite values were reported by CheckNumbersAndEnums.
+  if (std::isfinite(loss_spike.factor()) && !(loss_spike.factor() > 1)) {
     problems.Add("training.loss_spike.factor=", loss_spike.factor(),
                  " must be a finite number > 1 (the loss a spike exceeds is factor times the "
                  "recent mean; set training.loss_spike.action=OFF for no check)");
   }
-  if (!(loss_spike.min_loss() >= 0) || !std::isfinite(loss_spike.min_loss())) {
+  if (std::isfinite(loss_spike.min_loss()) && loss_spike.min_loss() < 0) {
     problems.Add("training.loss_spike.min_loss=", loss_spike.min_loss(),
                  " must be a finite number >= 0");
   }
