@@ -13,6 +13,7 @@
 
 #include "core/copy.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
 #include "ssa/cpu_vector_math.h"
 
 namespace kelvin::ssa {
@@ -127,7 +128,7 @@ void Forward(const Terms& terms, const Args& a, Tensor& tau, Tensor& tanh_z) {
   const std::vector<double> slopes = PositionSlopes(terms, a.alpha, heads);
   Acc* tau_out = tau.data<Acc>();
   Acc* tanh_out = tanh_z.data<Acc>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * heads * d >= ops::cpu::kParallelElements)
   for (int64_t t = 0; t < n; ++t) {
     const double log_n = LogCount(a, t);
     for (int64_t k = 0; k < heads; ++k) {
