@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/baselines/naive_attention.h"
 #include "bench/ratio_reporter.h"
 #include "core/context.h"
-#include "core/ops/attention.h"
 #include "core/ops/rope.h"
 #include "core/tensor.h"
 #include "ssa/reference/ssa_attention_reference.h"
@@ -132,14 +132,14 @@ void RowDots(const Tensor& a, const Tensor& b, Tensor& dtau) {
 }
 
 // naive_f32, the unfused composition: the temperatures of ssa/temperature.h, RoPE, elementwise
-// multiplies and the scalar plain attention of core/ops/attention.h (OpenMP over rows, one query
-// at a time, no GEMM); without temperatures (group "vanilla") it skips them.
+// multiplies and the scalar plain attention of bench/baselines/naive_attention.h (OpenMP over rows,
+// one query at a time, no GEMM); without temperatures (group "vanilla") it skips them.
 void RunNaive(::benchmark::State& state, SsaOptions options, Case c) {
   Problem p(options, c, DType::kF32);
   const SsaOptions& o = p.options;
   const SsaAttentionInputs& in = p.in;
   const int64_t n = c.t;
-  const ops::AttentionShape shape{1, c.t};
+  const bench::AttentionShape shape{1, c.t};
   Tensor tau_q = Zeros({n, c.h}, DType::kF32), tanh_q = Zeros({n, c.h}, DType::kF32);
   Tensor tau_v = Zeros({n, c.g}, DType::kF32), tanh_v = Zeros({n, c.g}, DType::kF32);
   Tensor rope_u = Zeros(in.u.shape(), DType::kF32), q = Zeros(in.u.shape(), DType::kF32);
@@ -162,10 +162,10 @@ void RunNaive(::benchmark::State& state, SsaOptions options, Case c) {
     ops::RopeForward(Cpu(), in.k, in.query_positions, in.inv_freq, k);
     std::copy_n(in.v.data<float>(), in.v.numel(), v.data<float>());
     if (o.value_temperature) ScaleHeads(v, tau_v);
-    ops::AttentionForward(Cpu(), shape, q, k, v, in.query_positions, p.out.out, lse);
+    bench::NaiveAttentionForward(shape, q, k, v, in.query_positions, p.out.out, lse);
 
-    ops::AttentionBackward(Cpu(), shape, p.dout, q, k, v, in.query_positions, p.out.out, lse, dq,
-                           dk, dv);
+    bench::NaiveAttentionBackward(shape, p.dout, q, k, v, in.query_positions, p.out.out, lse, dq,
+                                  dk, dv);
     if (o.query_temperature) {
       RowDots(rope_u, dq, dtau_q);
       ScaleHeads(dq, tau_q);

@@ -156,7 +156,7 @@ TEST(SsaReference, ZeroReadoutsWithoutPositionTermIsPlainAttentionOnRopedInputs)
   const SsaAttentionOutputs ssa = pr.Forward();
   const SsaAttentionGrads ssa_grads = pr.Backward();
 
-  const ops::AttentionShape shape{pr.shape.batch, pr.shape.query_count};
+  const kelvin::reference::AttentionShape shape{pr.shape.batch, pr.shape.query_count};
   const Tensor& positions = pr.in.query_positions;
   Tensor q = Zeros(pr.in.u.shape()), k = Zeros(pr.in.k.shape());
   kelvin::reference::RopeForward(pr.in.u, positions, pr.in.inv_freq, q);

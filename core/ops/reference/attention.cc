@@ -16,7 +16,7 @@ struct Problem {
   std::vector<double> q, k, v;     // [N, H, d], [N, G, d], [N, G, d]
   std::vector<int32_t> positions;  // [N]
 
-  Problem(const ops::AttentionShape& shape, const Tensor& qt, const Tensor& kt, const Tensor& vt,
+  Problem(const AttentionShape& shape, const Tensor& qt, const Tensor& kt, const Tensor& vt,
           const Tensor& pt)
       : b(shape.batch),
         t(shape.seq),
@@ -65,7 +65,7 @@ struct Problem {
 
 }  // namespace
 
-void AttentionForward(const ops::AttentionShape& shape, const Tensor& q, const Tensor& k,
+void AttentionForward(const AttentionShape& shape, const Tensor& q, const Tensor& k,
                       const Tensor& v, const Tensor& positions, Tensor& out, Tensor& lse) {
   const Problem pr(shape, q, k, v, positions);
   std::vector<double> o(pr.q.size(), 0.0), l(static_cast<size_t>(lse.numel()));
@@ -86,7 +86,7 @@ void AttentionForward(const ops::AttentionShape& shape, const Tensor& q, const T
   FromDoubles(l, lse);
 }
 
-void AttentionBackward(const ops::AttentionShape& shape, const Tensor& dout, const Tensor& q,
+void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                        const Tensor& k, const Tensor& v, const Tensor& positions, Tensor& dq,
                        Tensor& dk, Tensor& dv) {
   const Problem pr(shape, q, k, v, positions);

@@ -1,15 +1,21 @@
-// Plain attention CPU kernels. Forward: OpenMP over (row, head, query); each query streams its
-// visible keys with a score buffer of at most T entries (never T x T). Backward: OpenMP over
-// (row, kv head), so each thread owns the dk/dv rows it accumulates: no races, fixed order.
+// The naive plain attention: argument checks, then the kernels. Forward: OpenMP over (row, head,
+// query); each query streams its visible keys with a score buffer of at most T entries (never
+// T x T). Backward: OpenMP over (row, kv head), so each thread owns the dk/dv rows it accumulates:
+// no races, fixed order.
+#include "bench/baselines/naive_attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/ops/attention.h"
 #include "core/ops/dispatch.h"
 
-namespace kelvin::ops::cpu {
+namespace kelvin::bench {
 namespace {
+
+using ops::CheckDType;
+using ops::CheckShape;
+using ops::DispatchCpuFloat;
 
 template <typename T>
 T Dot(const T* a, const T* b, int64_t d) {
@@ -108,23 +114,68 @@ void Backward(const Dims& dims, const T* dout, const T* q, const T* k, const T* 
   }
 }
 
+void CheckArguments(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& positions, const Tensor& lse) {
+  KELVIN_CHECK_EQ(q.ndim(), 3) << "attention.q must be [N, H, d], got " << q.ToString();
+  const int64_t n = q.dim(0), h = q.dim(1), d = q.dim(2);
+  KELVIN_CHECK_EQ(n, shape.batch * shape.seq) << "attention.q rows vs batch x seq";
+  KELVIN_CHECK_EQ(k.ndim(), 3) << "attention.k must be [N, G, d], got " << k.ToString();
+  const int64_t g = k.dim(1);
+  KELVIN_CHECK(g > 0 && h % g == 0)
+      << "attention: " << h << " query heads are not a multiple of " << g << " kv heads";
+  CheckShape(k, {n, g, d}, "attention.k");
+  CheckShape(v, {n, g, d}, "attention.v");
+  CheckShape(positions, {n}, "attention.positions");
+  CheckDType(positions, DType::kI32, "attention.positions");
+  CheckShape(lse, {n, h}, "attention.lse");
+  CheckDType(lse, AccumDType(q.dtype()), "attention.lse");
+  CheckDType(k, q.dtype(), "attention.k");
+  CheckDType(v, q.dtype(), "attention.v");
+  KELVIN_CHECK(q.is_cpu() && k.is_cpu() && v.is_cpu()) << "the naive attention runs on the CPU";
+  // Kernels index keys [t - p_t, t]: positions must count up from 0 within each document.
+  const int32_t* p = positions.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = i % shape.seq;
+    KELVIN_CHECK(p[i] == 0 || (t > 0 && p[i] == p[i - 1] + 1))
+        << "attention.positions[" << i << "] = " << p[i] << " after " << (t > 0 ? p[i - 1] : -1)
+        << ": position ids must restart at 0 or count up by one within a row";
+  }
+}
+
 Dims DimsOf(const AttentionShape& shape, const Tensor& q, const Tensor& k) {
   return {shape.batch, shape.seq, q.dim(1), k.dim(1), q.dim(2)};
 }
 
 }  // namespace
 
-void AttentionForward(const AttentionShape& shape, const Tensor& q, const Tensor& k,
-                      const Tensor& v, const Tensor& positions, Tensor& out, Tensor& lse) {
+void NaiveAttentionForward(const AttentionShape& shape, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& positions, Tensor& out, Tensor& lse) {
+  CheckArguments(shape, q, k, v, positions, lse);
+  CheckShape(out, q.shape(), "attention.out");
+  CheckDType(out, q.dtype(), "attention.out");
   DispatchCpuFloat(q.dtype(), "AttentionForward", [&]<typename T>() {
     Forward<T>(DimsOf(shape, q, k), q.data<T>(), k.data<T>(), v.data<T>(),
                positions.data<int32_t>(), out.data<T>(), lse.data<T>());
   });
 }
 
-void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& out,
-                       const Tensor& lse, Tensor& dq, Tensor& dk, Tensor& dv) {
+void NaiveAttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& positions,
+                            const Tensor& out, const Tensor& lse, Tensor& dq, Tensor& dk,
+                            Tensor& dv) {
+  CheckArguments(shape, q, k, v, positions, lse);
+  const std::pair<const Tensor*, const char*> like_q[] = {
+      {&dout, "attention.dout"}, {&out, "attention.out"}, {&dq, "attention.dq"}};
+  for (const auto& [t, name] : like_q) {
+    CheckShape(*t, q.shape(), name);
+    CheckDType(*t, q.dtype(), name);
+  }
+  const std::pair<const Tensor*, const char*> like_k[] = {{&dk, "attention.dk"},
+                                                          {&dv, "attention.dv"}};
+  for (const auto& [t, name] : like_k) {
+    CheckShape(*t, k.shape(), name);
+    CheckDType(*t, q.dtype(), name);
+  }
   DispatchCpuFloat(q.dtype(), "AttentionBackward", [&]<typename T>() {
     Backward<T>(DimsOf(shape, q, k), dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(),
                 positions.data<int32_t>(), out.data<T>(), lse.data<T>(), dq.data<T>(), dk.data<T>(),
@@ -132,4 +183,4 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
   });
 }
 
-}  // namespace kelvin::ops::cpu
+}  // namespace kelvin::bench

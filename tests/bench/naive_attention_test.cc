@@ -1,7 +1,7 @@
-// Plain attention: the CPU kernel against the naive reference (causal and packed documents, MHA
-// and GQA, odd sizes) and both backwards against f64 finite differences. CPU only: the CUDA path
-// is the fused SSA operator, tested in its own suite.
-#include "core/ops/attention.h"
+// The benchmark's naive attention baseline against the f64 reference (causal and packed documents,
+// MHA and GQA, odd sizes) and both backwards against f64 finite differences: the baseline a speed
+// ratio is measured against computes attention.
+#include "bench/baselines/naive_attention.h"
 
 #include <gtest/gtest.h>
 
@@ -48,13 +48,12 @@ class AttentionTest : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
   const Backend backend = GetParam();
-  const Context& ctx = testing::ContextFor(backend.device);
   const double tol = testing::RelTolerance(backend.dtype);
   uint64_t seed = 500;
   for (const AttentionCase& c : kCases) {
     SCOPED_TRACE(::testing::Message() << "B=" << c.b << " T=" << c.t << " H=" << c.h << " G=" << c.g
                                       << " d=" << c.d << " packed=" << c.packed);
-    const ops::AttentionShape shape{c.b, c.t};
+    const bench::AttentionShape shape{c.b, c.t};
     const int64_t n = c.b * c.t;
     const Tensor q = testing::Random({n, c.h, c.d}, backend.dtype, ++seed, -2, 2);
     const Tensor k = testing::Random({n, c.g, c.d}, backend.dtype, ++seed, -2, 2);
@@ -75,13 +74,13 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchReference) {
 
     Tensor out = Tensor::Empty(q.shape(), backend.dtype);
     Tensor lse = Tensor::Empty({n, c.h}, AccumDType(backend.dtype));
-    ops::AttentionForward(ctx, shape, q, k, v, positions, out, lse);
+    bench::NaiveAttentionForward(shape, q, k, v, positions, out, lse);
     EXPECT_TRUE(testing::AllClose(out, out_ref, tol, "out"));
     EXPECT_TRUE(testing::AllClose(lse, lse_ref, tol, "lse"));
     Tensor dq = Tensor::Empty(q.shape(), backend.dtype);
     Tensor dk = Tensor::Empty(k.shape(), backend.dtype),
            dv = Tensor::Empty(k.shape(), backend.dtype);
-    ops::AttentionBackward(ctx, shape, dout, q, k, v, positions, out, lse, dq, dk, dv);
+    bench::NaiveAttentionBackward(shape, dout, q, k, v, positions, out, lse, dq, dk, dv);
     EXPECT_TRUE(testing::AllClose(dq, dq_ref, tol, "dq"));
     EXPECT_TRUE(testing::AllClose(dk, dk_ref, tol, "dk"));
     EXPECT_TRUE(testing::AllClose(dv, dv_ref, tol, "dv"));
@@ -93,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, AttentionTest, ::testing::ValuesIn(testing::C
 
 TEST(AttentionGradient, ReferenceAndCpuMatchFiniteDifferences) {
   const AttentionCase c{2, 7, 4, 2, 3, true};
-  const ops::AttentionShape shape{c.b, c.t};
+  const bench::AttentionShape shape{c.b, c.t};
   const int64_t n = c.b * c.t;
   Tensor q = testing::Random({n, c.h, c.d}, DType::kF64, 1, -2, 2);
   Tensor k = testing::Random({n, c.g, c.d}, DType::kF64, 2, -2, 2);
@@ -105,7 +104,6 @@ TEST(AttentionGradient, ReferenceAndCpuMatchFiniteDifferences) {
     reference::AttentionForward(shape, q, k, v, positions, out, lse);
     return testing::Dot(dout, out);
   };
-  const Context& ctx = testing::ContextFor(Device::Cpu());
   for (const bool fast : {false, true}) {
     SCOPED_TRACE(fast ? "fast CPU" : "reference");
     Tensor dq = Tensor::Empty(q.shape(), DType::kF64);
@@ -113,8 +111,8 @@ TEST(AttentionGradient, ReferenceAndCpuMatchFiniteDifferences) {
     if (fast) {
       Tensor out = Tensor::Empty(q.shape(), DType::kF64),
              lse = Tensor::Empty({n, c.h}, DType::kF64);
-      ops::AttentionForward(ctx, shape, q, k, v, positions, out, lse);
-      ops::AttentionBackward(ctx, shape, dout, q, k, v, positions, out, lse, dq, dk, dv);
+      bench::NaiveAttentionForward(shape, q, k, v, positions, out, lse);
+      bench::NaiveAttentionBackward(shape, dout, q, k, v, positions, out, lse, dq, dk, dv);
     } else {
       reference::AttentionBackward(shape, dout, q, k, v, positions, dq, dk, dv);
     }
@@ -125,15 +123,14 @@ TEST(AttentionGradient, ReferenceAndCpuMatchFiniteDifferences) {
 }
 
 TEST(AttentionDeathTest, PositionsThatSkipAreRefused) {
-  const ops::AttentionShape shape{1, 3};
+  const bench::AttentionShape shape{1, 3};
   const Tensor q = testing::Random({3, 1, 2}, DType::kF32, 1);
   Tensor positions = Tensor::Empty({3}, DType::kI32);
   positions.data<int32_t>()[0] = 0;
   positions.data<int32_t>()[1] = 2;  // skips 1
   positions.data<int32_t>()[2] = 3;
   Tensor out = Tensor::Empty(q.shape(), DType::kF32), lse = Tensor::Empty({3, 1}, DType::kF32);
-  EXPECT_DEATH(ops::AttentionForward(testing::ContextFor(Device::Cpu()), shape, q, q, q, positions,
-                                     out, lse),
+  EXPECT_DEATH(bench::NaiveAttentionForward(shape, q, q, q, positions, out, lse),
                "attention.positions\\[1\\] = 2 after 0: position ids must restart at 0");
 }
 
