@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/io/hf_checkpoint.h"
+#include "data/corpus/token_file.h"
 #include "data/sft/jsonl_samples.h"
 #include "launcher/commands/convert_command.h"
 #include "launcher/commands/eval_command.h"
@@ -309,6 +311,52 @@ TEST(ParallelTraining, PackedFineTuningSamplesEqualOneProcess) {
   ASSERT_EQ(layout.world(), WorldSize()) << layout.name;
   ExpectFollowsTheOneProcessRun(
       layout, {testing::kF32RelTol, testing::kF32ReducedGradNormRelTol, testing::kF32RelTol}, sft);
+}
+
+// A token file of documents whose lengths, cycled, meet the context-parallel chunks of a 112-token
+// row in every way (14 tokens per chunk at CP 4, 28 at CP 2): a single token, shorter than a chunk,
+// exactly a chunk, one more than a chunk, spanning several chunks, and longer than the row (packing
+// keeps its first 112 tokens). Each ends with the separator 0; ids 1..250 at random. Written by
+// rank 0; everyone waits.
+std::string WriteDocumentsAcrossChunks() {
+  const std::string path = ::testing::TempDir() + "/parallel_training_documents.i32";
+  if (WorldRank() == 0) {
+    constexpr int64_t kLengths[] = {1, 5, 13, 14, 15, 27, 29, 60, 130, 3, 41, 112, 2, 90};
+    std::mt19937 rng(29);
+    std::vector<int32_t> tokens;
+    for (int repeat = 0; repeat < 12; ++repeat) {
+      for (const int64_t length : kLengths) {
+        for (int64_t i = 0; i + 1 < length; ++i)
+          tokens.push_back(1 + static_cast<int32_t>(rng() % 250));
+        tokens.push_back(0);
+      }
+    }
+    EXPECT_TRUE(data::WriteTokenFile(path, tokens, data::TokenType::kInt32).ok());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+// Documents packed whole with document masking under context parallelism of 2 or 4 (4 ranks: CP4
+// alone; 8 ranks: CP4 under TP2 with sequence parallelism): each rank's two chunks of a row cut
+// through documents, and a row's documents and padding are spread over the ranks. The loss of a
+// step is the sum of -log p over the global batch's labelled tokens divided by their count, on one
+// rank as on many: the losses, gradient norms and parameters equal the one-process run's. A wrong
+// mask at a chunk boundary, or a document's tokens counted on two ranks, changes the loss.
+TEST(ParallelTraining, PackedDocumentsAcrossContextChunksEqualOneProcess) {
+  const std::vector<std::string> documents = {
+      "data.token_file.path=\"" + WriteDocumentsAcrossChunks() + "\"",
+      "data.token_file.document_separator_token=0", "data.packing=DOCUMENTS",
+      "data.document_masking=true", "data.eval_fraction=0.05"};
+  Layout layout{"CP2", 1, 1, false};
+  layout.cp = 2;
+  if (WorldSize() == 4) layout = Layout{"CP4", 1, 1, false};
+  if (WorldSize() == 8) layout = Layout{"TP2_SPxCP4", 2, 1, true};
+  if (WorldSize() >= 4) layout.cp = 4;
+  ASSERT_EQ(layout.world(), WorldSize()) << layout.name;
+  ExpectFollowsTheOneProcessRun(
+      layout, {testing::kF32RelTol, testing::kF32ReducedGradNormRelTol, testing::kF32RelTol},
+      documents);
 }
 
 // The layout of this world size that exercises most: sequence parallelism and, with 4 ranks,
