@@ -37,9 +37,10 @@ def main():
             ax.text(j, i, f"{100 * accuracy[i, j]:.0f}", ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(depths)), [f"{100 * d:.0f}%" for d in depths])
     ax.set_yticks(range(len(lengths)), [str(n) for n in lengths])
-    ax.set(xlabel="key depth (fraction of the filler)", ylabel="context length (tokens)")
+    ax.set(xlabel="needle depth (fraction of the filler)", ylabel="context length (tokens)")
     decoys = f", {grid['distractors']} decoys" if grid.get("distractors") else ""
-    ax.set_title(args.title or f"{grid['model']}: retrieval % by generation, "
+    task = grid.get("task", "passkey")  # grids written before --task were passkey grids
+    ax.set_title(args.title or f"{grid['model']}, {task}: retrieval % by generation, "
                  f"{grid['samples_per_cell']} samples per cell{decoys}", fontsize=9)
     fig.tight_layout()
     fig.savefig(args.out, dpi=80)

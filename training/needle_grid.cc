@@ -1,4 +1,4 @@
-// Passkey prompts through the greedy generation loop, cell by cell.
+// Retrieval prompts through the greedy generation loop, cell by cell.
 #include "training/needle_grid.h"
 
 #include <algorithm>
@@ -72,26 +72,43 @@ absl::StatusOr<NeedleText> TokenizerNeedleText(const data::Tokenizer& tokenizer)
   return text;
 }
 
+int64_t NeedleAnswerTokens(const NeedleText& text, data::RetrievalTask task) {
+  if (task == data::RetrievalTask::kPasskey) return text.answer_tokens;
+  // A token is at least a byte, so the answer's bytes bound its tokens; 2 more for a stray space.
+  const int64_t bytes = data::RetrievalAnswerBytes(task);
+  return text.byte_vocabulary ? bytes : bytes + 2;
+}
+
 absl::StatusOr<int64_t> NeedleSampleBytes(const NeedleText& text, int64_t length,
-                                          int64_t distractors) {
-  const int64_t least = data::MinPasskeySequenceLength(distractors);
+                                          int64_t distractors, data::RetrievalTask task) {
+  const bool passkey = task == data::RetrievalTask::kPasskey;
+  // The prompt of sample 0 at `bytes`; what the smallest sample's prompt and answer take.
+  const auto prompt_of = [&](int64_t bytes) {
+    return passkey ? PromptText(data::MakePasskeySample(0, 0, bytes, {}, distractors))
+                   : data::MakeRetrievalSample(task, 0, 0, bytes, 0).prompt;
+  };
+  const int64_t answer_tokens = NeedleAnswerTokens(text, task);
+  const int64_t fixed = passkey ? 0 : static_cast<int64_t>(prompt_of(0).size());
+  const int64_t least = passkey ? data::MinPasskeySequenceLength(distractors) : 0;
   const auto too_short = [&]() {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "needle length %d is too short: the key sentence, %d decoys, the question and the answer "
-        "need %d tokens (bytes) and more for the filler",
-        length, distractors, least));
+        "needle length %d is too short for the %s task: its needles%s, the question and the "
+        "answer need %d tokens (bytes) and more for the filler",
+        length, data::RetrievalTaskName(task),
+        passkey ? absl::StrFormat(", %d decoys", distractors) : "",
+        passkey ? least : fixed + answer_tokens));
   };
   if (text.byte_vocabulary) {
-    if (length < least) return too_short();
-    return length;
+    // BOS and the prompt's bytes, then the answer: length + 1 ids, the last never read back.
+    const int64_t bytes = passkey ? length : length - answer_tokens - fixed;
+    if (bytes < least) return too_short();
+    return bytes;
   }
   // A tokenizer: the filler's rate, corrected by what sample 0's prompt really takes.
-  const int64_t budget = length + 1 - text.answer_tokens;
-  int64_t bytes = static_cast<int64_t>(std::floor(budget * text.bytes_per_token));
+  const int64_t budget = length + 1 - answer_tokens;
+  int64_t bytes = static_cast<int64_t>(std::floor(budget * text.bytes_per_token)) - fixed;
   for (int attempt = 0; attempt < 4 && bytes >= least; ++attempt) {
-    KELVIN_ASSIGN_OR_RETURN(
-        const std::vector<int32_t> ids,
-        text.encode(PromptText(data::MakePasskeySample(0, 0, bytes, {}, distractors))));
+    KELVIN_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, text.encode(prompt_of(bytes)));
     const int64_t excess = static_cast<int64_t>(ids.size()) - budget;
     if (excess <= 0 && attempt > 0) return bytes;
     bytes -= static_cast<int64_t>(std::ceil((excess + 2) * text.bytes_per_token));
@@ -103,20 +120,37 @@ absl::StatusOr<int64_t> NeedleSampleBytes(const NeedleText& text, int64_t length
 absl::StatusOr<NeedleAttempt> AttemptNeedle(models::LlamaDecoder& decoder, const NeedleText& text,
                                             const NeedleGridSpec& spec, int64_t sample_bytes,
                                             double depth, int64_t sample) {
-  const data::PasskeySample passkey =
-      data::MakePasskeySample(spec.seed, sample, sample_bytes, {depth, depth}, spec.distractors);
   NeedleAttempt attempt;
-  attempt.depth = passkey.depth;
-  KELVIN_ASSIGN_OR_RETURN(attempt.prompt, text.encode(PromptText(passkey)));
+  std::string prompt;
+  std::function<double(const std::string&)> score;  // of the answer's text
+  if (spec.task == data::RetrievalTask::kPasskey) {
+    const data::PasskeySample passkey =
+        data::MakePasskeySample(spec.seed, sample, sample_bytes, {depth, depth}, spec.distractors);
+    attempt.depth = passkey.depth;
+    prompt = PromptText(passkey);
+    score = [key = passkey.key](const std::string& answer) {
+      return AnswerIsKey(answer, key) ? 1.0 : 0.0;
+    };
+  } else {
+    data::RetrievalSample task_sample =
+        data::MakeRetrievalSample(spec.task, spec.seed, sample, sample_bytes, depth);
+    attempt.depth = task_sample.depth;
+    prompt = std::move(task_sample.prompt);
+    score = [answers = std::move(task_sample.answers)](const std::string& answer) {
+      return data::ScoreRetrievalAnswer(answer, answers);
+    };
+  }
+  KELVIN_ASSIGN_OR_RETURN(attempt.prompt, text.encode(prompt));
   models::GenerationRequest request;
   request.prompt = attempt.prompt;
-  request.max_new_tokens = text.answer_tokens;
+  request.max_new_tokens = NeedleAnswerTokens(text, spec.task);
   request.stop_ids = text.stop_ids;
   KELVIN_ASSIGN_OR_RETURN(const models::GenerationResult result,
                           models::Generate(decoder, request));
   attempt.generated = result.tokens;
   KELVIN_ASSIGN_OR_RETURN(const std::string answer, text.decode(result.tokens));
-  attempt.retrieved = AnswerIsKey(answer, passkey.key);
+  attempt.score = score(answer);
+  attempt.retrieved = attempt.score == 1.0;
   return attempt;
 }
 
@@ -134,17 +168,20 @@ absl::StatusOr<std::vector<NeedleCell>> RunNeedleGrid(
   }
   std::vector<NeedleCell> cells;
   for (const int64_t length : spec.lengths) {
-    KELVIN_ASSIGN_OR_RETURN(const int64_t bytes, NeedleSampleBytes(text, length, spec.distractors));
+    KELVIN_ASSIGN_OR_RETURN(const int64_t bytes,
+                            NeedleSampleBytes(text, length, spec.distractors, spec.task));
     for (const double depth : spec.depths) {
       NeedleCell cell{.length = length, .depth = depth, .samples = spec.samples};
-      double depth_sum = 0, prompt_tokens = 0;
+      double depth_sum = 0, prompt_tokens = 0, score_sum = 0;
       for (int64_t j = 0; j < spec.samples; ++j) {
         KELVIN_ASSIGN_OR_RETURN(const NeedleAttempt attempt,
                                 AttemptNeedle(decoder, text, spec, bytes, depth, j));
         cell.retrieved += attempt.retrieved ? 1 : 0;
+        score_sum += attempt.score;
         depth_sum += attempt.depth;
         prompt_tokens += static_cast<double>(attempt.prompt.size());
       }
+      cell.mean_score = score_sum / static_cast<double>(spec.samples);
       cell.mean_depth = depth_sum / static_cast<double>(spec.samples);
       cell.mean_prompt_tokens = prompt_tokens / static_cast<double>(spec.samples);
       if (progress) progress(cell);

@@ -1,6 +1,8 @@
-// The needle-in-a-haystack grid by generation: passkey prompts (data/tasks/passkey_task.h) at each
-// context length x key depth, the answer generated greedily with the KV-cache decoder and scored
-// by exact match of its digits (not teacher-forced), the standard long-context retrieval chart.
+// The needle-in-a-haystack grid by generation: prompts of one retrieval task (the passkey of
+// data/tasks/passkey_task.h, or data/tasks/retrieval_tasks.h's multi-key, multi-value and variable
+// tracking) at each context length x needle depth, the answer generated greedily with the KV-cache
+// decoder and scored by what it holds (not teacher-forced), the standard long-context retrieval
+// chart.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 #include "core/status.h"
 #include "data/tasks/passkey_task.h"
+#include "data/tasks/retrieval_tasks.h"
 #include "data/tokenizer/tokenizer.h"
 #include "models/llama/llama_decoder.h"
 
@@ -20,7 +23,7 @@ namespace kelvin::training {
 struct NeedleText {
   std::function<absl::StatusOr<std::vector<int32_t>>(const std::string&)> encode;  // BOS + text
   std::function<absl::StatusOr<std::string>(const std::vector<int32_t>&)> decode;
-  int64_t answer_tokens = 0;     // tokens generated per prompt: enough for the 5 digits
+  int64_t answer_tokens = 0;     // tokens generated per passkey prompt: enough for the 5 digits
   bool byte_vocabulary = false;  // a token per byte: the passkey samples of seq_length L
   double bytes_per_token = 1;    // of the filler (a tokenizer), to size a prompt of L tokens
   std::vector<int32_t> stop_ids;
@@ -37,12 +40,14 @@ struct NeedleGridSpec {
   std::vector<double> depths;  // key depths in [0, 1], fractions of the filler
   int64_t samples = 10;        // per cell
   uint64_t seed = 0;           // sample j of a cell is passkey sample j of this seed
-  int64_t distractors = 0;     // decoy sentences per prompt (data.passkey.distractors)
+  int64_t distractors = 0;     // passkey decoy sentences per prompt (data.passkey.distractors)
+  data::RetrievalTask task = data::RetrievalTask::kPasskey;
 };
 
 // One prompt's outcome.
 struct NeedleAttempt {
-  bool retrieved = false;
+  bool retrieved = false;          // the answer holds everything asked
+  double score = 0;                // the fraction of what was asked that it holds
   std::vector<int32_t> prompt;     // the ids given to the model
   std::vector<int32_t> generated;  // the greedy answer
   double depth = 0;                // where the key sat
@@ -52,21 +57,28 @@ struct NeedleCell {
   int64_t length = 0;
   double depth = 0;  // asked for
   int64_t samples = 0, retrieved = 0;
+  double mean_score = 0;          // of the attempts (partial answers count their fraction)
   double mean_depth = 0;          // where the keys sat (the nearest sentence boundaries)
   double mean_prompt_tokens = 0;  // the prompts' length in the model's tokens
   double accuracy() const { return samples > 0 ? static_cast<double>(retrieved) / samples : 0; }
 };
 
-// The passkey sample length T (bytes after BOS) whose prompt and answer take about `length`
-// positions: `length` itself for bytes; for a tokenizer, sized by the filler's bytes per token,
-// checked on sample 0 (prompts differ by a few tokens: AttemptNeedle reports each). An error when
-// `length` cannot hold the key sentence, the decoys and the question.
-absl::StatusOr<int64_t> NeedleSampleBytes(const NeedleText& text, int64_t length,
-                                          int64_t distractors);
+// The tokens generated per prompt of `task`: room for its whole answer.
+int64_t NeedleAnswerTokens(const NeedleText& text, data::RetrievalTask task);
 
-// Sample `sample` of the passkey samples of `sample_bytes` (NeedleSampleBytes) with the key at
-// `depth`: the answer generated greedily and compared to the key (retrieved: the answer's text,
-// leading spaces dropped, is the key's 5 digits and then no further digit).
+// The size of the samples whose prompt and answer take about `length` positions: for the passkey,
+// the sample length T (bytes after BOS), `length` itself for bytes; for the other tasks, the filler
+// budget. For a tokenizer, sized by the filler's bytes per token, checked on sample 0 (prompts
+// differ by a few tokens: AttemptNeedle reports each). An error when `length` cannot hold the
+// needles, the decoys and the question.
+absl::StatusOr<int64_t> NeedleSampleBytes(const NeedleText& text, int64_t length,
+                                          int64_t distractors,
+                                          data::RetrievalTask task = data::RetrievalTask::kPasskey);
+
+// Sample `sample` of spec.task's samples of `sample_bytes` (NeedleSampleBytes) with the (asked)
+// needle at `depth`: the answer generated greedily and scored. The passkey is retrieved when the
+// answer's text, leading spaces dropped, is the key's 5 digits and then no further digit; the other
+// tasks by data::ScoreRetrievalAnswer (retrieved: all of it).
 absl::StatusOr<NeedleAttempt> AttemptNeedle(models::LlamaDecoder& decoder, const NeedleText& text,
                                             const NeedleGridSpec& spec, int64_t sample_bytes,
                                             double depth, int64_t sample);

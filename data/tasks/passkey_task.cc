@@ -9,64 +9,13 @@
 #include "core/check.h"
 #include "core/ops/cross_entropy.h"
 #include "data/sampling/random.h"
+#include "data/tasks/haystack.h"
 
 namespace kelvin::data {
 namespace {
 
-constexpr int32_t kMinKey = 10000;
-constexpr int32_t kKeyCount = 90000;  // keys 10000..99999: always 5 digits
-
-// Offsets of the sentence boundaries of the longest run of whole filler sentences that fits in
-// `budget` bytes: 0, then the end of each sentence; the last one is that run's length W.
-std::vector<int64_t> FillerBoundaries(int64_t budget) {
-  std::vector<int64_t> sentence_lengths;
-  for (size_t begin = 0; begin < kPasskeyFiller.size();) {
-    const size_t end = kPasskeyFiller.find(". ", begin) + 2;  // each sentence ends in ". "
-    sentence_lengths.push_back(static_cast<int64_t>(end - begin));
-    begin = end;
-  }
-  std::vector<int64_t> boundaries = {0};
-  for (size_t s = 0;; s = (s + 1) % sentence_lengths.size()) {
-    const int64_t next = boundaries.back() + sentence_lengths[s];
-    if (next > budget) return boundaries;
-    boundaries.push_back(next);
-  }
-}
-
-// A boundary drawn uniformly among those whose depth (boundary / W) lies in `depths`; when none
-// does (short fillers have few), the one nearest the range. The whole range draws exactly as
-// uniformly over all boundaries.
-int64_t DrawBoundary(std::mt19937_64& rng, const std::vector<int64_t>& boundaries,
-                     const DepthRange& depths) {
-  const double width = static_cast<double>(boundaries.back());
-  const auto depth_of = [&](int64_t boundary) { return width > 0 ? boundary / width : 0.0; };
-  std::vector<int64_t> inside;
-  for (const int64_t b : boundaries) {
-    if (depth_of(b) >= depths.min && depth_of(b) <= depths.max) inside.push_back(b);
-  }
-  if (!inside.empty()) return inside[UniformBelow(rng, inside.size())];
-  const auto distance = [&](int64_t b) {
-    return std::max({depths.min - depth_of(b), depth_of(b) - depths.max, 0.0});
-  };
-  return *std::min_element(boundaries.begin(), boundaries.end(),
-                           [&](int64_t a, int64_t b) { return distance(a) < distance(b); });
-}
-
 void AppendText(std::vector<int32_t>& tokens, std::string_view text) {
   for (const char c : text) tokens.push_back(static_cast<unsigned char>(c));
-}
-
-// A 5-digit number drawn from `rng`.
-int32_t DrawKey(std::mt19937_64& rng) {
-  return kMinKey + static_cast<int32_t>(UniformBelow(rng, kKeyCount));
-}
-
-// Bytes [begin, end) of the endlessly repeated filler.
-void AppendFiller(std::vector<int32_t>& tokens, int64_t begin, int64_t end) {
-  const auto period = static_cast<int64_t>(kPasskeyFiller.size());
-  for (int64_t i = begin; i < end; ++i) {
-    tokens.push_back(static_cast<unsigned char>(kPasskeyFiller[i % period]));
-  }
 }
 
 }  // namespace
@@ -80,8 +29,9 @@ std::string DistractorSentence(int32_t code) {
 }
 
 int64_t MinPasskeySequenceLength(int64_t distractors) {
-  const auto fixed = static_cast<int64_t>(1 + PasskeySentence(kMinKey).size() +
-                                          distractors * DistractorSentence(kMinKey).size() +
+  // Every key and code has 5 digits: the sentences of one are as long as any.
+  const auto fixed = static_cast<int64_t>(1 + PasskeySentence(10000).size() +
+                                          distractors * DistractorSentence(10000).size() +
                                           kPasskeyQuestion.size() + kPasskeyDigits);
   return fixed - 1;  // a sample is T + 1 tokens
 }
@@ -93,7 +43,7 @@ PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_l
   KELVIN_CHECK_GE(index, 0);
   std::mt19937_64 rng(MixSeed(seed, static_cast<uint64_t>(index)));
   PasskeySample sample;
-  sample.key = DrawKey(rng);
+  sample.key = DrawFiveDigits(rng);
   const int64_t filler_budget = sequence_length - MinPasskeySequenceLength(distractors);
   const std::vector<int64_t> boundaries = FillerBoundaries(filler_budget);
   const int64_t filler_bytes = boundaries.back();  // W
@@ -108,8 +58,8 @@ PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_l
   };
   std::vector<Hidden> hidden = {{insert_at, PasskeySentence(sample.key), true}};
   for (int64_t i = 0; i < distractors; ++i) {
-    int32_t code = DrawKey(rng);
-    while (code == sample.key) code = DrawKey(rng);
+    int32_t code = DrawFiveDigits(rng);
+    while (code == sample.key) code = DrawFiveDigits(rng);
     hidden.push_back(
         {boundaries[UniformBelow(rng, boundaries.size())], DistractorSentence(code), false});
   }
@@ -121,12 +71,12 @@ PasskeySample MakePasskeySample(uint64_t seed, int64_t index, int64_t sequence_l
   tokens.push_back(kByteBos);
   int64_t filler_at = 0;
   for (const Hidden& sentence : hidden) {
-    AppendFiller(tokens, filler_at, sentence.boundary);
+    AppendText(tokens, FillerText(filler_at, sentence.boundary));
     filler_at = sentence.boundary;
     if (sentence.is_key) sample.key_position = static_cast<int64_t>(tokens.size());
     AppendText(tokens, sentence.text);
   }
-  AppendFiller(tokens, filler_at, filler_bytes);
+  AppendText(tokens, FillerText(filler_at, filler_bytes));
   tokens.resize(tokens.size() + (filler_budget - filler_bytes), ' ');
   AppendText(tokens, kPasskeyQuestion);
   AppendText(tokens, absl::StrCat(sample.key));

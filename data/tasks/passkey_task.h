@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "data/sampling/batch.h"
+#include "data/tasks/haystack.h"
 
 namespace kelvin::data {
 
@@ -38,11 +39,6 @@ struct PasskeySample {
   int32_t key = 0;              // 10000..99999
   int64_t key_position = 0;     // index in tokens of the key sentence's first byte
   double depth = 0;             // filler before the key / all filler sentences, in [0, 1]
-};
-
-// The depths the key may be hidden at, fractions of the filler in [0, 1].
-struct DepthRange {
-  double min = 0, max = 1;
 };
 
 // Sample `index` of `seed`; T >= MinPasskeySequenceLength(distractors). Without distractors the

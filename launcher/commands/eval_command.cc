@@ -144,7 +144,8 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
   }
   if ((a.grid_options || a.needle_grid.temperatures) && !a.needle) {
     return UsageError(
-        "--lengths, --depths, --samples, --seed and --temperatures shape the needle grid: add "
+        "--lengths, --depths, --task, --samples, --seed and --temperatures shape the needle grid: "
+        "add "
         "--needle");
   }
   const bool corpus = !a.score.data.empty() || !a.score.text.empty();
@@ -324,6 +325,17 @@ void AddNeedleOptions(CommandLine& line, CLI::App* command, EvalArguments& a) {
                     }
                     grid.depths.push_back(depth);
                   }
+                  return std::string();
+                });
+  line.AddValue(command, "--task", "passkey", "passkey, multikey, multivalue or vartrack",
+                "the retrieval task (default passkey; docs/evaluation.md describes each)",
+                [&a, &grid](const std::string& text) {
+                  a.grid_options = true;
+                  const absl::StatusOr<data::RetrievalTask> task = data::ParseRetrievalTask(text);
+                  if (!task.ok()) {
+                    return std::string("the tasks are passkey, multikey, multivalue and vartrack");
+                  }
+                  grid.task = *task;
                   return std::string();
                 });
   line.AddValue(command, "--samples", "N", "a count >= 1", "samples per cell (default 10)",

@@ -167,7 +167,10 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
   spec.depths = options.depths.empty() ? DefaultDepths() : options.depths;
   spec.samples = options.samples;
   spec.seed = kNeedleSeedOffset + options.seed;
-  spec.distractors = job.data().has_passkey() ? job.data().passkey().distractors() : 0;
+  spec.task = options.task;
+  spec.distractors = job.data().has_passkey() && spec.task == data::RetrievalTask::kPasskey
+                         ? job.data().passkey().distractors()
+                         : 0;
   KELVIN_RETURN_IF_ERROR(CheckNeedleGridSize(spec));
   const int64_t longest = *std::max_element(spec.lengths.begin(), spec.lengths.end());
   if (longest > arch.max_position_embeddings) {
@@ -201,8 +204,8 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
 std::string FormatNeedle(const config::JobConfig& job, const NeedleReport& report) {
   const training::NeedleGridSpec& spec = report.spec;
   std::string table = absl::StrFormat(
-      "needle grid of %s: retrieval %% by greedy generation, %d samples per cell%s\n%8s",
-      job.name(), spec.samples,
+      "needle grid of %s, task %s: retrieval %% by greedy generation, %d samples per cell%s\n%8s",
+      job.name(), data::RetrievalTaskName(spec.task), spec.samples,
       spec.distractors > 0 ? absl::StrFormat(", %d decoys each", spec.distractors) : "", "length");
   for (const double depth : spec.depths) absl::StrAppendFormat(&table, " %5.0f%%", 100 * depth);
   absl::StrAppend(&table, " |   mean\n");
@@ -233,6 +236,7 @@ std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report)
                        {"samples", cell.samples},
                        {"retrieved", cell.retrieved},
                        {"accuracy", cell.accuracy()},
+                       {"mean_score", cell.mean_score},
                        {"mean_depth", cell.mean_depth},
                        {"mean_prompt_tokens", cell.mean_prompt_tokens}});
       length_retrieved += cell.retrieved;
@@ -244,6 +248,7 @@ std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report)
     samples += length_samples;
   }
   nlohmann::ordered_json root = {{"model", job.name()},
+                                 {"task", data::RetrievalTaskName(spec.task)},
                                  {"text", report.text},
                                  {"samples_per_cell", spec.samples},
                                  {"seed", spec.seed},

@@ -25,10 +25,11 @@ inline constexpr int64_t kMaxNeedlePrompts = int64_t{1} << 24;
 struct NeedleOptions {
   std::vector<int64_t> lengths;  // empty: 1024, 2048, ... up to max_position_embeddings
   std::vector<double> depths;    // empty: 0, 0.1, ..., 1
-  int64_t samples = 10;          // per cell, in [1, kMaxNeedleSamples]
-  uint64_t seed = 0;             // the samples' seed (offset from the job's training seeds)
-  bool temperatures = false;     // histograms of an SSA model's temperatures on the prompts
-  std::string tokenizer;         // --tokenizer DIR: in place of model.hf_dir's ("" none)
+  data::RetrievalTask task = data::RetrievalTask::kPasskey;
+  int64_t samples = 10;       // per cell, in [1, kMaxNeedleSamples]
+  uint64_t seed = 0;          // the samples' seed (offset from the job's training seeds)
+  bool temperatures = false;  // histograms of an SSA model's temperatures on the prompts
+  std::string tokenizer;      // --tokenizer DIR: in place of model.hf_dir's ("" none)
   training::CheckpointChoice checkpoint;
 };
 
@@ -57,11 +58,11 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
 // The grid as a table: a row per length, a column per depth, accuracies in percent, each row's
 // mean at the end.
 std::string FormatNeedle(const config::JobConfig& job, const NeedleReport& report);
-// As JSON: {"model", "text", "samples_per_cell", "seed", "distractors", "lengths", "depths",
-// "cells": [{"length", "depth", "samples", "retrieved", "accuracy", "mean_depth",
-// "mean_prompt_tokens"}, ...], "by_length": [{"length", "accuracy"}], "accuracy", and with the
-// temperatures "temperatures": [{"layer", "sigma_alpha", "query" and "value": {"count", "mean",
-// "near_lower", "near_upper", "at_clamp", "bin_low", "bin_width", "counts"}}, ...]}.
+// As JSON: {"model", "task", "text", "samples_per_cell", "seed", "distractors", "lengths",
+// "depths", "cells": [{"length", "depth", "samples", "retrieved", "accuracy", "mean_score",
+// "mean_depth", "mean_prompt_tokens"}, ...], "by_length": [{"length", "accuracy"}], "accuracy", and
+// with the temperatures "temperatures": [{"layer", "sigma_alpha", "query" and "value": {"count",
+// "mean", "near_lower", "near_upper", "at_clamp", "bin_low", "bin_width", "counts"}}, ...]}.
 std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report);
 
 }  // namespace kelvin::launcher

@@ -69,7 +69,7 @@ TEST_F(NeedleGridTest, GenerationRetrievesExactlyWhatTeacherForcingGetsRight) {
   NeedleGridSpec spec;
   spec.seed = 77;
   absl::StatusOr<models::LlamaDecoder> decoder =
-      models::LlamaDecoder::Create(model(), 2 * kTrainedLength);
+      models::LlamaDecoder::Create(model(), 512);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
   int64_t retrieved = 0, some_digits = 0, attempts = 0;
   for (const int64_t length : {kTrainedLength, 2 * kTrainedLength}) {
@@ -179,6 +179,72 @@ TEST(NeedleText, TokenizerPromptsTakeTheAskedLength) {
       EXPECT_GE(static_cast<int64_t>(prompt->size()), length * 9 / 10) << length;
     }
   }
+}
+
+// Each task's prompt and its answer room take the asked positions: exactly with bytes, within a
+// few tokens with a tokenizer; every cell of a task's grid counts its attempts and scores.
+TEST_F(NeedleGridTest, EveryTaskSizesItsPromptsAndScoresItsCells) {
+  const absl::StatusOr<data::Tokenizer> tokenizer =
+      data::Tokenizer::FromDirectory(std::string(KELVIN_FIXTURES_DIR) + "/tokenizer/llama3_style");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const absl::StatusOr<NeedleText> tokens = TokenizerNeedleText(*tokenizer);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  const NeedleText bytes = ByteNeedleText();
+  absl::StatusOr<models::LlamaDecoder> decoder =
+      models::LlamaDecoder::Create(model(), 512);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  for (const data::RetrievalTask task :
+       {data::RetrievalTask::kMultiKey, data::RetrievalTask::kMultiValue,
+        data::RetrievalTask::kVariableTracking}) {
+    SCOPED_TRACE(data::RetrievalTaskName(task));
+    const int64_t answer = NeedleAnswerTokens(bytes, task);
+    EXPECT_EQ(answer, data::RetrievalAnswerBytes(task));
+    for (const int64_t length : {1024, 4096}) {
+      const absl::StatusOr<int64_t> filler = NeedleSampleBytes(*tokens, length, 0, task);
+      ASSERT_TRUE(filler.ok()) << filler.status();
+      for (int64_t j = 0; j < 3; ++j) {
+        const absl::StatusOr<std::vector<int32_t>> prompt =
+            tokens->encode(data::MakeRetrievalSample(task, 3, j, *filler, 0.5).prompt);
+        ASSERT_TRUE(prompt.ok());
+        const int64_t positions =
+            static_cast<int64_t>(prompt->size()) + NeedleAnswerTokens(*tokens, task) - 1;
+        EXPECT_LE(positions, length) << length;
+        EXPECT_GE(positions, length * 9 / 10) << length;
+      }
+    }
+    NeedleGridSpec spec;
+    spec.task = task;
+    spec.lengths = {512};
+    spec.depths = {0.0, 1.0};
+    spec.samples = 1;
+    const absl::StatusOr<std::vector<NeedleCell>> cells = RunNeedleGrid(*decoder, bytes, spec);
+    ASSERT_TRUE(cells.ok()) << cells.status();
+    ASSERT_EQ(cells->size(), 2u);
+    for (const NeedleCell& cell : *cells) {
+      // With bytes, prompt and answer take exactly the length's positions, less the filler's
+      // partial sentence.
+      EXPECT_LE(cell.mean_prompt_tokens + answer - 1, cell.length);
+      EXPECT_GE(cell.mean_prompt_tokens + answer - 1, cell.length - 40);
+      int64_t retrieved = 0;
+      double score = 0;
+      for (int64_t j = 0; j < 1; ++j) {
+        const absl::StatusOr<int64_t> filler = NeedleSampleBytes(bytes, cell.length, 0, task);
+        ASSERT_TRUE(filler.ok());
+        const absl::StatusOr<NeedleAttempt> attempt =
+            AttemptNeedle(*decoder, bytes, spec, *filler, cell.depth, j);
+        ASSERT_TRUE(attempt.ok());
+        EXPECT_EQ(attempt->retrieved, attempt->score == 1.0);
+        retrieved += attempt->retrieved ? 1 : 0;
+        score += attempt->score;
+      }
+      EXPECT_EQ(cell.retrieved, retrieved);
+      EXPECT_DOUBLE_EQ(cell.mean_score, score);
+      EXPECT_NEAR(cell.mean_depth, cell.depth, 0.1);
+    }
+  }
+  EXPECT_THAT(
+      NeedleSampleBytes(bytes, 100, 0, data::RetrievalTask::kVariableTracking).status().message(),
+      HasSubstr("needle length 100 is too short for the vartrack task"));
 }
 
 }  // namespace
