@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/io/strict_json.h"
 #include "core/ops/cross_entropy.h"
+#include "data/sft/json_line.h"
 #include "data/sft/text_sample_encoder.h"
 #include "nlohmann/json.hpp"
 
@@ -157,34 +158,6 @@ class SampleEvents final : public json::json_sax_t {
   int field_ = kSkipped;
 };
 
-// Arrays and objects of a line nest at most this deep: a sample is a shallow object (chat tool
-// calls add a few levels), and the JSON library would recurse once per level to print or copy it.
-constexpr int kMaxLineDepth = 64;
-
-// The column (1-based) where `text` first opens a container deeper than kMaxLineDepth, or 0.
-// Brackets inside strings do not count; linear in the line.
-size_t TooDeepAt(std::string_view text) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxLineDepth) return i + 1;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return 0;
-}
-
 }  // namespace
 
 absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& path,
@@ -192,17 +165,8 @@ absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& 
   const auto line_error = [&](absl::string_view detail) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", line, ": ", detail));
   };
-  // nlohmann ends its input at a NUL byte, so what follows one would be dropped unread.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    return line_error(absl::StrCat("column ", nul + 1,
-                                   " is a NUL byte: a JSON Lines file is UTF-8 text (is the file "
-                                   "damaged, or not JSON Lines?)"));
-  }
-  if (const size_t column = TooDeepAt(text); column > 0) {
-    return line_error(absl::StrCat("column ", column, " opens an array or object nested more than ",
-                                   kMaxLineDepth,
-                                   " levels deep: a sample is a shallow JSON object (is the line "
-                                   "damaged?)"));
+  if (const absl::Status shape = CheckJsonLineShape(text); !shape.ok()) {
+    return line_error(shape.message());
   }
   if (text_encoder_ != nullptr) {
     // Text samples are parsed whole (their strings are the payload) and strictly: a key twice,
