@@ -14,16 +14,15 @@
 #include "core/io/regular_file.h"
 #include "core/logging.h"
 #include "data/tokenizer/utf8.h"
+#include "launcher/commands/generate_chat.h"
 #include "launcher/commands/inference_model.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
 #include "models/generation/generate.h"
 
 namespace kelvin::launcher {
-absl::StatusOr<std::vector<std::string>> GenerateFromJob(
-    const config::JobConfig& job, const GenerateOptions& options,
-    const training::TrainingPlacement& placement, models::GenerationTiming* timing,
-    parallel::Communicator* tp, int64_t* failed_prompts) {
+
+absl::Status CheckGenerateOptions(const GenerateOptions& options) {
   KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
   if (options.max_new_tokens < 1 || options.max_new_tokens > models::kMaxNewTokens) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens ", options.max_new_tokens,
@@ -35,44 +34,12 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
         "--stop: the text is not valid UTF-8 at byte ", *bad, " (of ", options.stop.size(),
         "); give the stop text in UTF-8, as the generated text is"));
   }
-  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
-                          LoadModelTokenizer(job, options.tokenizer,
-                                             options.prompts.empty() && options.stop.empty()
-                                                 ? std::string()
-                                                 : std::string("text prompts and --stop"),
-                                             "token ids with --tokens"));
-  std::vector<std::vector<int32_t>> prompts = options.token_prompts;
-  for (size_t p = 0; p < options.prompts.size(); ++p) {
-    std::vector<int32_t> ids;
-    if (const absl::Status encoded =
-            tokenizer->Encode(options.prompts[p], /*add_special_tokens=*/true, ids);
-        !encoded.ok()) {
-      const std::string source = p < options.prompt_sources.size()
-                                     ? options.prompt_sources[p]
-                                     : absl::StrCat("text prompt ", p + 1);
-      return absl::Status(encoded.code(), absl::StrCat(source, ": ", encoded.message()));
-    }
-    prompts.push_back(std::move(ids));
-  }
-  if (prompts.empty()) {
-    return absl::InvalidArgumentError("no prompt: give --prompt, --prompt-file or --tokens");
-  }
+  return absl::OkStatus();
+}
 
-  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint, placement, tp));
-  const models::LlamaConfig& arch = model->config();
-  // The cache for `batch` sequences of the longest prompt and its new tokens (GenerateBatch names
-  // the model's limit when they exceed it), not max_position_embeddings: 128K positions of an 8B
-  // model are 34 GB a sequence.
-  size_t longest = 0;
-  for (const std::vector<int32_t>& prompt : prompts) longest = std::max(longest, prompt.size());
-  const int64_t batch = std::min<int64_t>(options.batch_size, static_cast<int64_t>(prompts.size()));
-  KELVIN_ASSIGN_OR_RETURN(models::LlamaDecoder decoder,
-                          models::LlamaDecoder::Create(
-                              *model,
-                              std::min(static_cast<int64_t>(longest) + options.max_new_tokens - 1,
-                                       arch.max_position_embeddings),
-                              batch));
+models::GenerationRequest BaseRequest(const GenerateOptions& options,
+                                      const models::LlamaConfig& arch,
+                                      const std::optional<data::Tokenizer>& tokenizer) {
   models::GenerationRequest request;
   request.max_new_tokens = options.max_new_tokens;
   request.sampling = options.sampling;
@@ -98,42 +65,112 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
   if (!options.stop.empty()) {
     // Every token spells at least one byte: the stop text can only end within the last
     // stop.size() tokens, so only those are decoded at each step.
-    request.stop_after = [&](const std::vector<int32_t>& tokens) {
+    request.stop_after = [&options, &tokenizer](const std::vector<int32_t>& tokens) {
       const size_t tail = std::min(tokens.size(), options.stop.size());
       const absl::StatusOr<std::string> text = tokenizer->Decode(
           {tokens.end() - static_cast<std::ptrdiff_t>(tail), tokens.end()}, false);
       return text.ok() && text->ends_with(options.stop);
     };
   }
-  std::vector<std::string> lines;
+  return request;
+}
+
+absl::StatusOr<std::vector<models::GenerationResult>> GeneratePrompts(
+    const models::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+    const models::GenerationRequest& base, int64_t batch_size, models::GenerationTiming* timing) {
+  // The cache for `batch` sequences of the longest prompt and its new tokens (GenerateBatch names
+  // the model's limit when they exceed it), not max_position_embeddings: 128K positions of an 8B
+  // model are 34 GB a sequence.
+  size_t longest = 0;
+  for (const std::vector<int32_t>& prompt : prompts) longest = std::max(longest, prompt.size());
+  const int64_t batch = std::min<int64_t>(batch_size, static_cast<int64_t>(prompts.size()));
+  KELVIN_ASSIGN_OR_RETURN(
+      models::LlamaDecoder decoder,
+      models::LlamaDecoder::Create(model,
+                                   std::min(static_cast<int64_t>(longest) + base.max_new_tokens - 1,
+                                            model.config().max_position_embeddings),
+                                   batch));
+  std::vector<models::GenerationResult> results;
   for (size_t first = 0; first < prompts.size(); first += batch) {  // batch prompts at a time
     std::vector<models::GenerationRequest> requests;
     for (size_t p = first; p < std::min(prompts.size(), first + batch); ++p) {
-      requests.push_back(request);
+      requests.push_back(base);
       requests.back().prompt = prompts[p];
     }
-    KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
+    KELVIN_ASSIGN_OR_RETURN(std::vector<models::GenerationResult> batch_results,
                             models::GenerateBatch(decoder, requests, timing));
-    for (size_t r = 0; r < results.size(); ++r) {
-      const models::GenerationResult& result = results[r];
-      nlohmann::ordered_json line = {{"prompt_tokens", requests[r].prompt},
-                                     {"tokens", result.tokens}};
-      if (tokenizer.has_value()) {
-        const absl::StatusOr<std::string> text =
-            tokenizer->Decode(result.tokens, /*skip_special_tokens=*/true);
-        // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused. A
-        // token without text fails this prompt's text alone.
-        if (text.ok()) {
-          line["text"] = *text;
-        } else {
-          line["error"] = std::string(text.status().message());
-          if (failed_prompts != nullptr) ++*failed_prompts;
-        }
-      }
-      line["finish_reason"] = result.finish_reason;
-      if (options.logprobs) line["logprobs"] = result.logprobs;
-      lines.push_back(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    for (models::GenerationResult& result : batch_results) results.push_back(std::move(result));
+  }
+  return results;
+}
+
+nlohmann::ordered_json GenerationJson(const std::vector<int32_t>& prompt,
+                                      const models::GenerationResult& result,
+                                      const std::optional<data::Tokenizer>& tokenizer,
+                                      bool text_without_stop_id, bool logprobs,
+                                      int64_t* failed_prompts) {
+  nlohmann::ordered_json line = {{"prompt_tokens", prompt}, {"tokens", result.tokens}};
+  if (tokenizer.has_value()) {
+    const bool drop = text_without_stop_id && result.finish_reason == "eos";
+    const absl::StatusOr<std::string> text =
+        tokenizer->Decode({result.tokens.begin(), result.tokens.end() - (drop ? 1 : 0)},
+                          /*skip_special_tokens=*/true);
+    // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused. A
+    // token without text fails this prompt's text alone.
+    if (text.ok()) {
+      line["text"] = *text;
+    } else {
+      line["error"] = std::string(text.status().message());
+      if (failed_prompts != nullptr) ++*failed_prompts;
     }
+  }
+  line["finish_reason"] = result.finish_reason;
+  if (logprobs) line["logprobs"] = result.logprobs;
+  return line;
+}
+
+std::string JsonLine(const nlohmann::ordered_json& line) {
+  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+absl::StatusOr<std::vector<std::string>> GenerateFromJob(
+    const config::JobConfig& job, const GenerateOptions& options,
+    const training::TrainingPlacement& placement, models::GenerationTiming* timing,
+    parallel::Communicator* tp, int64_t* failed_prompts) {
+  KELVIN_RETURN_IF_ERROR(CheckGenerateOptions(options));
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
+                          LoadModelTokenizer(job, options.tokenizer,
+                                             options.prompts.empty() && options.stop.empty()
+                                                 ? std::string()
+                                                 : std::string("text prompts and --stop"),
+                                             "token ids with --tokens"));
+  std::vector<std::vector<int32_t>> prompts = options.token_prompts;
+  for (size_t p = 0; p < options.prompts.size(); ++p) {
+    std::vector<int32_t> ids;
+    if (const absl::Status encoded =
+            tokenizer->Encode(options.prompts[p], /*add_special_tokens=*/true, ids);
+        !encoded.ok()) {
+      const std::string source = p < options.prompt_sources.size()
+                                     ? options.prompt_sources[p]
+                                     : absl::StrCat("text prompt ", p + 1);
+      return absl::Status(encoded.code(), absl::StrCat(source, ": ", encoded.message()));
+    }
+    prompts.push_back(std::move(ids));
+  }
+  if (prompts.empty()) {
+    return absl::InvalidArgumentError("no prompt: give --prompt, --prompt-file or --tokens");
+  }
+
+  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
+                          LoadInferenceModel(job, options.checkpoint, placement, tp));
+  const models::GenerationRequest base = BaseRequest(options, model->config(), tokenizer);
+  KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
+                          GeneratePrompts(*model, prompts, base, options.batch_size, timing));
+  std::vector<std::string> lines;
+  for (size_t p = 0; p < results.size(); ++p) {
+    lines.push_back(
+        JsonLine(GenerationJson(prompts[p], results[p], tokenizer,
+                                /*text_without_stop_id=*/false, options.logprobs, failed_prompts)));
   }
   return lines;
 }
@@ -158,22 +195,43 @@ struct GenerateArguments {
   JobArguments job;
   GenerateOptions options;
   std::string prompt_file;
+  std::string chat;  // --chat FILE, or "-" for standard input ("" none)
+  ChatModeOptions chat_mode;
   InferenceDevice device = InferenceDevice::kJob;
 };
 
-// The prompts (with --prompt-file's lines), then on world rank 0 one JSON line per prompt on
-// stdout. The model runs where `placement` says; `tp`: the group the model is split over (one
+// The prompts (with --prompt-file's lines) or the --chat conversations, then on world rank 0 one
+// JSON line per prompt on stdout (a conversation on standard input: a reply per line, as it
+// comes). The model runs where `placement` says; `tp`: the group the model is split over (one
 // rank: this process holds it whole).
 int Generate(GenerateArguments a, const config::JobConfig& job,
              const training::TrainingPlacement& placement, parallel::Communicator& tp) {
-  if (!a.prompt_file.empty()) {
-    const absl::Status read = AddPromptFile(a.prompt_file, a.options);
-    if (!read.ok()) return Fail(WithWorkingDirectory(read, {a.prompt_file}));
-  }
   models::GenerationTiming timing;
   int64_t failed = 0;
-  const absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(job, a.options, placement, &timing, &tp, &failed);
+  absl::StatusOr<std::vector<std::string>> lines;
+  if (a.chat == "-") {
+    const absl::Status chatted = ChatInteractively(
+        job, a.options, a.chat_mode, StandardInputLines(tp),
+        [&tp](const std::string& reply) {
+          if (tp.rank() != 0) return;
+          std::printf("%s\n", reply.c_str());
+          std::fflush(stdout);
+        },
+        placement, &timing, &tp);
+    if (!chatted.ok()) return Fail(WithWorkingDirectory(chatted, job));
+    lines = std::vector<std::string>();  // printed turn by turn
+  } else if (!a.chat.empty()) {
+    const absl::StatusOr<std::vector<Conversation>> conversations = ReadConversations(a.chat);
+    if (!conversations.ok()) return Fail(WithWorkingDirectory(conversations.status(), {a.chat}));
+    lines = GenerateChatsFromJob(job, *conversations, a.options, a.chat_mode, placement, &timing,
+                                 &tp, &failed);
+  } else {
+    if (!a.prompt_file.empty()) {
+      const absl::Status read = AddPromptFile(a.prompt_file, a.options);
+      if (!read.ok()) return Fail(WithWorkingDirectory(read, {a.prompt_file}));
+    }
+    lines = GenerateFromJob(job, a.options, placement, &timing, &tp, &failed);
+  }
   if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), job));
   // Every rank generated the same tokens, and fails alike when a prompt has no text.
   const absl::Status complete =
@@ -194,6 +252,21 @@ int Generate(GenerateArguments a, const config::JobConfig& job,
 }
 
 int RunGenerate(const GenerateArguments& a) {
+  const GenerateOptions& o = a.options;
+  if (!a.chat.empty() &&
+      (!o.prompts.empty() || !o.token_prompts.empty() || !a.prompt_file.empty())) {
+    return UsageError("generate takes --chat or --prompt/--prompt-file/--tokens, not both");
+  }
+  if (a.chat.empty() && (!a.chat_mode.system.empty() || a.chat_mode.json)) {
+    return UsageError(
+        "--system and --json shape the conversations of --chat: add --chat FILE or "
+        "--chat -");
+  }
+  if (a.chat_mode.json && a.chat != "-") {
+    return UsageError(
+        "--json prints the replies of --chat - as JSON lines; --chat FILE prints "
+        "JSON lines already");
+  }
   if (const std::optional<int> error = CheckCheckpointChoice("generate", a.options.checkpoint)) {
     return *error;
   }
@@ -215,7 +288,8 @@ void AddGenerateCommand(CommandLine& line) {
       "The weights: the job's checkpoint, else model.hf_dir's; with a KV cache on --device (f32\n"
       "on the CPU, bf16 on CUDA), one process or, under mpirun / srun, the model split over the\n"
       "processes (tensor parallelism, a GPU each). Text prompts and --stop need the model's\n"
-      "tokenizer: model.hf_dir's tokenizer.json, or --tokenizer DIR.",
+      "tokenizer: model.hf_dir's tokenizer.json, or --tokenizer DIR; --chat also its chat\n"
+      "template.",
       [a] { return RunGenerate(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--prompt", "TEXT", "a text", "a prompt (repeatable)",
@@ -281,6 +355,16 @@ void AddGenerateCommand(CommandLine& line) {
                 "prompts decoded together (default 8)", [&o](const std::string& text) {
                   return ParseInteger(text, 1, "a prompt count >= 1", o.batch_size);
                 });
+  line.AddText(command, "--chat", "FILE|-", "a JSON Lines file, or - for standard input",
+               "conversations continued through the model's chat template: a JSON Lines file of "
+               "{\"messages\": [...]} lines (a JSON line each), or - for one typed on standard "
+               "input (a reply per line)",
+               a->chat);
+  line.AddText(command, "--system", "TEXT", "a text",
+               "--chat: a system message put first in each conversation", a->chat_mode.system);
+  line.AddFlag(command, "--json",
+               "--chat -: each reply as a JSON line (the conversation, ids and text), not text",
+               a->chat_mode.json);
   AddTokenizerOption(line, command, o.tokenizer);
   AddCheckpointChoice(line, command, o.checkpoint);
   AddDeviceOption(line, command, a->device);

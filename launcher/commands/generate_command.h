@@ -4,14 +4,18 @@
 // processes (TP).
 #pragma once
 
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
+#include "data/tokenizer/tokenizer.h"
 #include "launcher/commands/command_line.h"
 #include "models/generation/generate.h"
 #include "models/generation/token_sampler.h"
+#include "models/llama/llama_model.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/job/job_setup.h"
 
@@ -51,6 +55,37 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
     const config::JobConfig& job, const GenerateOptions& options,
     const training::TrainingPlacement& placement = {}, models::GenerationTiming* timing = nullptr,
     parallel::Communicator* tp = nullptr, int64_t* failed_prompts = nullptr);
+
+// The steps GenerateFromJob and the chat mode (generate_chat.h) share.
+
+// The options no generation can honour, each an error naming it: sampling, --max-new-tokens beyond
+// any model's positions, a --stop text that is not UTF-8.
+absl::Status CheckGenerateOptions(const GenerateOptions& options);
+
+// The request every prompt starts from: options' budget and sampling, stopping at the model's eos
+// ids (`arch`'s and the tokenizer's eos_token) and at --stop; with a tokenizer, sampling leaves out
+// the ids it cannot spell (unless options.allow_unspellable). `options` and `tokenizer` must
+// outlive the request (--stop reads them).
+models::GenerationRequest BaseRequest(const GenerateOptions& options,
+                                      const models::LlamaConfig& arch,
+                                      const std::optional<data::Tokenizer>& tokenizer);
+
+// `prompts` continued by `model` as `base` says, `batch_size` prompts decoded together: a result
+// per prompt, in order.
+absl::StatusOr<std::vector<models::GenerationResult>> GeneratePrompts(
+    const models::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+    const models::GenerationRequest& base, int64_t batch_size, models::GenerationTiming* timing);
+
+// One prompt's output object (the fields GenerateFromJob describes). The text decodes the tokens
+// without special tokens, less the stop id that ended them when `text_without_stop_id`; a result
+// without text has "error" and counts in `failed_prompts` (when given).
+nlohmann::ordered_json GenerationJson(const std::vector<int32_t>& prompt,
+                                      const models::GenerationResult& result,
+                                      const std::optional<data::Tokenizer>& tokenizer,
+                                      bool text_without_stop_id, bool logprobs,
+                                      int64_t* failed_prompts);
+// `line` as one line of output (bytes that are not UTF-8 replaced).
+std::string JsonLine(const nlohmann::ordered_json& line);
 
 // --prompt-file: each line of `path` that is not blank, a prompt (named "PATH line N" in errors),
 // appended to options.prompts; LF or CRLF line ends (the CR is no part of the prompt).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # kelvin generate, eval --data and eval --needle under mpirun split the model over the processes
 # (tensor parallelism): 2 and 4 ranks generate the greedy tokens of one process from the same
-# checkpoint and score a corpus to its loss (within f32 rounding), 2 ranks give one process's needle
-# grid and temperature histograms, rank 0 alone reports, and a process count the model does not
-# divide by is refused naming it.
+# checkpoint (2 ranks also a --chat conversation piped to rank 0) and score a corpus to its loss
+# (within f32 rounding), 2 ranks give one process's needle grid and temperature histograms, rank 0
+# alone reports, and a process count the model does not divide by is refused naming it.
 # Usage: forward_tp_test.sh KELVIN SOURCE_DIR MPIEXEC
 set -u
 kelvin=$1 source_dir=$2 mpiexec=$3
@@ -29,6 +29,25 @@ done
   fail "3 ranks (the tiny model has 4 heads) were not refused"
 grep -q "kelvin: generate on 3 processes splits the model over all of them (tensor parallelism), and invalid parallel layout" "$dir/np3.err" ||
   fail "3 ranks: no message naming the split: $(grep 'kelvin:' "$dir/np3.err" | head -n 1)"
+
+# generate --chat - on 2 ranks: rank 0 reads the piped conversation and sends each line to the
+# other rank, both generate every turn, rank 0 alone prints, and the turns are one process's.
+# The model: the tiny preset with the Llama-3-style test tokenizer's 4104 ids (and its template).
+vocab=(--set model.architecture.vocab_size=4104 --set checkpoint.dir=\""$dir/chat_ckpt"\")
+"$kelvin" train "$job" "${vocab[@]}" --set training.steps=2 --set lr_schedule.warmup_steps=1 \
+  --set training.eval_interval=0 --set training.export_hf_dir=\"\" \
+  --set launch.run_dir=\""$dir/chat_run"\" > "$dir/chat_train.log" 2>&1 ||
+  { tail -n 5 "$dir/chat_train.log"; fail "training the chat model"; }
+chat=(generate "$job" "${vocab[@]}" --tokenizer "$source_dir/tests/fixtures/tokenizer/llama3_style"
+      --chat - --json --max-new-tokens 6)
+turns=$'Hello\nRepeat: 4 0 5\n'
+printf '%s' "$turns" | "$kelvin" "${chat[@]}" > "$dir/chat1.out" 2> "$dir/chat1.err" ||
+  fail "--chat -, one process: $(tail -n 1 "$dir/chat1.err")"
+[ "$(wc -l < "$dir/chat1.out")" -eq 2 ] || fail "--chat -, one process: $(wc -l < "$dir/chat1.out") lines for 2 turns"
+printf '%s' "$turns" | "$mpiexec" -np 2 --oversubscribe "$kelvin" "${chat[@]}" > "$dir/chat2.out" 2> "$dir/chat2.err" ||
+  fail "--chat - on 2 ranks: $(grep 'kelvin:' "$dir/chat2.err" | head -n 1)"
+cmp -s "$dir/chat1.out" "$dir/chat2.out" ||
+  fail "--chat - on 2 ranks differs from one process: $(diff "$dir/chat1.out" "$dir/chat2.out" | head -n 4)"
 
 # eval --data: the loss of a corpus of 600 token ids in windows of 64.
 for i in $(seq 0 599); do  # little-endian int32 ids below 256
