@@ -23,6 +23,7 @@
 #include "data/chat_template/model_template.h"
 #include "data/tokenizer/utf8.h"
 #include "launcher/commands/inference_model.h"
+#include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -48,14 +49,15 @@ bool HasRole(const Value& message, std::string_view role) {
   return found != nullptr && found->is_string() && found->str() == role;
 }
 
-// What every turn of a chat uses: the tokenizer, the model's chat template, the model and the
-// request each prompt starts from (stopping at the template's end-of-turn ids too). Not movable:
-// the request reads the options and tokenizer it holds.
+// What every turn of a chat uses: the tokenizer, the model's chat template and its end-of-turn
+// ids, then (LoadModel) the model and the request each prompt starts from, which stops at those
+// ids too. Not movable: the request reads the options and tokenizer it holds.
 class ChatGenerator {
  public:
-  static absl::StatusOr<std::unique_ptr<ChatGenerator>> Load(
-      const config::JobConfig& job, const GenerateOptions& generation, const ChatModeOptions& chat,
-      const training::TrainingPlacement& placement, parallel::Communicator* tp) {
+  // Everything but the model, so that a conversation's problems show before it loads.
+  static absl::StatusOr<std::unique_ptr<ChatGenerator>> Load(const config::JobConfig& job,
+                                                             const GenerateOptions& generation,
+                                                             const ChatModeOptions& chat) {
     KELVIN_RETURN_IF_ERROR(CheckGenerateOptions(generation));
     std::unique_ptr<ChatGenerator> generator(new ChatGenerator(generation, chat));
     KELVIN_ASSIGN_OR_RETURN(generator->tokenizer_,
@@ -74,22 +76,29 @@ class ChatGenerator {
     KELVIN_RETURN_IF_ERROR(found.status());
     generator->template_ = *std::move(found);
     KELVIN_ASSIGN_OR_RETURN(
-        const std::vector<int32_t> end_of_turn,
+        generator->end_of_turn_,
         chat_template::EndOfTurnIds(*generator->tokenizer_, *generator->template_, {}));
-    KELVIN_ASSIGN_OR_RETURN(generator->model_,
-                            LoadInferenceModel(job, generation.checkpoint, placement, tp));
-    generator->base_ =
-        BaseRequest(generator->generation_, generator->model_->config(), generator->tokenizer_);
+    KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
+                            training::ResolveModelArchitecture(job.model()));
+    generator->positions_ = arch.max_position_embeddings;
+    return generator;
+  }
+
+  // The model placed as `placement` says (`tp`: the group it is split over), and the request.
+  absl::Status LoadModel(const config::JobConfig& job, const training::TrainingPlacement& placement,
+                         parallel::Communicator* tp) {
+    KELVIN_ASSIGN_OR_RETURN(model_, LoadInferenceModel(job, generation_.checkpoint, placement, tp));
+    base_ = BaseRequest(generation_, model_->config(), tokenizer_);
     std::vector<std::string> shown;
-    for (const int32_t id : end_of_turn) {
-      generator->base_.stop_ids.push_back(id);
-      const absl::StatusOr<std::string> text = generator->tokenizer_->Decode({id}, false);
+    for (const int32_t id : end_of_turn_) {
+      base_.stop_ids.push_back(id);
+      const absl::StatusOr<std::string> text = tokenizer_->Decode({id}, false);
       shown.push_back(absl::StrCat(id, text.ok() ? absl::StrCat(" ", *text) : ""));
     }
-    KLOG_RANK0(INFO) << "--chat: the chat template of " << generator->template_->source()
+    KLOG_RANK0(INFO) << "--chat: the chat template of " << template_->source()
                      << "; a reply ends at its end-of-turn ids (" << absl::StrJoin(shown, ", ")
                      << "), an eos id or --max-new-tokens";
-    return generator;
+    return absl::OkStatus();
   }
 
   // `messages` with --system's message first; a conversation with a system message of its own
@@ -126,12 +135,11 @@ class ChatGenerator {
     if (const absl::Status encoded = tokenizer_->Encode(*text, false, ids); !encoded.ok()) {
       return named(encoded);
     }
-    const int64_t positions = model_->config().max_position_embeddings;
-    if (static_cast<int64_t>(ids.size()) > positions - generation_.max_new_tokens + 1) {
+    if (static_cast<int64_t>(ids.size()) > positions_ - generation_.max_new_tokens + 1) {
       return absl::OutOfRangeError(absl::StrCat(
           source, ": the conversation renders to ", ids.size(), " tokens, which with ",
           generation_.max_new_tokens, " new tokens (--max-new-tokens) exceed the model's ",
-          positions, " positions: shorten the conversation or give fewer new tokens"));
+          positions_, " positions: shorten the conversation or give fewer new tokens"));
     }
     return ids;
   }
@@ -163,6 +171,8 @@ class ChatGenerator {
   const ChatModeOptions chat_;
   std::optional<data::Tokenizer> tokenizer_;
   std::optional<chat_template::ModelTemplate> template_;
+  std::vector<int32_t> end_of_turn_;
+  int64_t positions_ = 0;  // the model's max_position_embeddings
   std::unique_ptr<models::LlamaModel> model_;
   models::GenerationRequest base_;  // reads generation_ and tokenizer_
 };
@@ -212,7 +222,7 @@ absl::StatusOr<std::vector<std::string>> GenerateChatsFromJob(
     const training::TrainingPlacement& placement, models::GenerationTiming* timing,
     parallel::Communicator* tp, int64_t* failed) {
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<ChatGenerator> generator,
-                          ChatGenerator::Load(job, generation, chat, placement, tp));
+                          ChatGenerator::Load(job, generation, chat));
   std::vector<Value> messages;                // [conversations]
   std::vector<std::vector<int32_t>> prompts;  // [conversations]
   for (const Conversation& conversation : conversations) {
@@ -224,6 +234,7 @@ absl::StatusOr<std::vector<std::string>> GenerateChatsFromJob(
     messages.push_back(std::move(conversation_messages));
     prompts.push_back(std::move(prompt));
   }
+  KELVIN_RETURN_IF_ERROR(generator->LoadModel(job, placement, tp));
   KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
                           generator->Generate(prompts, timing));
   std::vector<std::string> lines;
@@ -241,7 +252,8 @@ absl::Status ChatInteractively(const config::JobConfig& job, const GenerateOptio
                                const training::TrainingPlacement& placement,
                                models::GenerationTiming* timing, parallel::Communicator* tp) {
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<ChatGenerator> generator,
-                          ChatGenerator::Load(job, generation, chat, placement, tp));
+                          ChatGenerator::Load(job, generation, chat));
+  KELVIN_RETURN_IF_ERROR(generator->LoadModel(job, placement, tp));
   KELVIN_ASSIGN_OR_RETURN(Value messages,
                           generator->WithSystem(Value::FromList({}), "standard input"));
   for (int64_t number = 1;; ++number) {
