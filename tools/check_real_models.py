@@ -33,6 +33,10 @@ with its numbers (the script exits 1 if any fails):
                      rendered prompt as --prompt): the prompt ids equal
                      apply_chat_template(add_generation_prompt=True) and the generated ids equal
                      transformers' generate(do_sample=False) with the same stop ids;
+  chat stdin         `kelvin generate MODEL --chat - --json` with two user lines piped in: each
+                     turn's prompt ids equal apply_chat_template of the conversation so far
+                     (Kelvin's first reply as the assistant's turn) and its tokens transformers'
+                     greedy ones;
   SSA fine-tune      `kelvin train` of model.hf_dir = MODEL_DIR with SSA on, a few steps on a
                      tiny {"text": ...} corpus (prepare-data), exported by training.export_hf_dir;
                      the export loads in transformers (trust_remote_code=True) and its loss on
@@ -89,6 +93,9 @@ CHAT_PROMPTS = [
      {"role": "assistant", "content": "Hello! How can I help you today?"},
      {"role": "user", "content": "Write one sentence about the sea."}],
 ]
+
+# A conversation piped into `kelvin generate --chat -`, one user line per turn.
+STDIN_TURNS = ["What is the capital of France?", "And what is the capital of Italy?"]
 
 SYSTEM_LINES = ["You are a helpful assistant.", "Answer as briefly as you can.",
                 "  You are a pirate; answer like one.  ", "Réponds en français.\n",
@@ -181,9 +188,9 @@ class KelvinFailed(Exception):
     pass
 
 
-def run_kelvin(args, threads):
+def run_kelvin(args, threads, stdin=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    result = subprocess.run(args, capture_output=True, text=True, env=env)
+    result = subprocess.run(args, capture_output=True, text=True, env=env, input=stdin)
     if result.returncode != 0:
         tail = (result.stderr.strip() or result.stdout.strip())[-1500:]
         shown = " ".join(["kelvin"] + args[1:])
@@ -424,23 +431,56 @@ def check_generate(ctx):
     stops = stop_ids(ctx)
     report, passed = [], True
     for n, (messages, line) in enumerate(zip(CHAT_PROMPTS, lines)):
-        prompt = chat_ids(ctx.tokenizer, messages, add_generation_prompt=True)
-        with torch.no_grad():
-            out = ctx.model.generate(torch.tensor([prompt]), do_sample=False,
-                                     max_new_tokens=MAX_NEW_TOKENS, eos_token_id=stops,
-                                     attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                     pad_token_id=stops[0])
-        expected = out[0, len(prompt):].tolist()
-        same_prompt = line.get("prompt_tokens") == prompt
-        same = line["tokens"] == expected
-        passed &= same_prompt and same
-        report.append(f"chat {n}: prompt ids {'equal' if same_prompt else 'DIFFER'} "
-                      f"({len(prompt)}), {len(expected)} generated ids "
-                      f"{'equal' if same else 'DIFFER'}, Kelvin's text {line['text']!r}"
-                      + ("" if same else f", transformers' "
-                         f"{ctx.tokenizer.decode(expected)!r}"))
+        same, text = compare_chat_turn(ctx, messages, line, stops, f"chat {n}")
+        passed &= same
+        report.append(text)
     return passed, (f"{mode}, stops {stops}, Kelvin {kelvin_seconds:.0f} s, transformers "
                     f"{time.time() - started:.0f} s:\n    " + "\n    ".join(report))
+
+
+def compare_chat_turn(ctx, messages, line, stops, name):
+    """Whether Kelvin's JSON line of a chat has apply_chat_template(add_generation_prompt=True)'s
+    prompt ids and transformers' greedy tokens; and a line saying so."""
+    prompt = chat_ids(ctx.tokenizer, messages, add_generation_prompt=True)
+    with torch.no_grad():
+        out = ctx.model.generate(torch.tensor([prompt]), do_sample=False,
+                                 max_new_tokens=MAX_NEW_TOKENS, eos_token_id=stops,
+                                 attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                 pad_token_id=stops[0])
+    expected = out[0, len(prompt):].tolist()
+    same_prompt = line.get("prompt_tokens") == prompt
+    same = line["tokens"] == expected
+    return same_prompt and same, (
+        f"{name}: prompt ids {'equal' if same_prompt else 'DIFFER'} ({len(prompt)}), "
+        f"{len(expected)} generated ids {'equal' if same else 'DIFFER'}, Kelvin's text "
+        f"{line['text']!r}" + ("" if same else f", transformers' "
+                               f"{ctx.tokenizer.decode(expected)!r}"))
+
+
+def check_chat_stdin(ctx):
+    """`kelvin generate MODEL --chat - --json` with STDIN_TURNS piped in: each turn's messages are
+    the conversation so far (Kelvin's earlier replies as the assistant's turns), its prompt ids
+    apply_chat_template's and its tokens transformers' greedy ones."""
+    if "--chat" not in kelvin_help(ctx.kelvin, "generate"):
+        return False, "the binary has no --chat"
+    started = time.time()
+    result = run_kelvin(generate_command(ctx) + ["--chat", "-", "--json", "--max-new-tokens",
+                                                 str(MAX_NEW_TOKENS), "--device", "cpu"],
+                        ctx.threads, stdin="".join(turn + "\n" for turn in STDIN_TURNS))
+    kelvin_seconds = time.time() - started
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    if len(lines) != len(STDIN_TURNS):
+        return False, f"{len(lines)} JSON lines for {len(STDIN_TURNS)} piped turns"
+    stops = stop_ids(ctx)
+    messages, report, passed = [], [], True
+    for n, (turn, line) in enumerate(zip(STDIN_TURNS, lines)):
+        messages.append({"role": "user", "content": turn})
+        same_messages = line["messages"] == messages
+        same, text = compare_chat_turn(ctx, messages, line, stops, f"turn {n}")
+        passed &= same and same_messages
+        report.append(text + ("" if same_messages else ", the messages DIFFER"))
+        messages.append({"role": "assistant", "content": line["text"]})
+    return passed, f"Kelvin {kelvin_seconds:.0f} s:\n    " + "\n    ".join(report)
 
 
 def prepare_text_corpus(ctx):
@@ -496,6 +536,7 @@ def check_ssa_fine_tune(ctx):
 
 CHECKS = [("eval --text loss", check_text_loss), ("eval --text perplexity", check_perplexity),
           ("prepare-data chat", check_prepare_data), ("generate chat", check_generate),
+          ("generate chat stdin", check_chat_stdin),
           ("SSA fine-tune", check_ssa_fine_tune)]
 
 
