@@ -29,6 +29,7 @@
 #include "ssa/ssa_options.h"
 #include "training/checkpoint/checkpoint_format.h"
 #include "training/job/job_setup.h"
+#include "training/job/rope_scaling_job.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -171,37 +172,14 @@ void CheckName(const config::JobConfig& job, Problems& problems) {
   }
 }
 
-void CheckRopeScaling(const config::RopeScaling& rope, Problems& problems) {
-  const std::string path = "model.architecture.rope_scaling";
-  if (rope.rope_type() == "default") {
-    if (rope.has_factor() || rope.has_low_freq_factor() || rope.has_high_freq_factor() ||
-        rope.has_original_max_position_embeddings()) {
-      problems.Add(path,
-                   ": factor, low_freq_factor, high_freq_factor and "
-                   "original_max_position_embeddings apply to rope_type \"llama3\" only");
-    }
-    return;
+void CheckRopeScaling(const config::Architecture& arch, Problems& problems) {
+  std::vector<std::string> found;  // the message's shape, then the value rules config.json meets
+  const ops::RopeConfig rope = training::RopeConfigFromJob(
+      arch.rope_scaling(), arch.has_rope_theta() ? arch.rope_theta() : 10000.0, found);
+  if (found.empty()) {
+    found = models::RopeScalingProblems(rope, /*head_dim=*/0, "model.architecture.rope_scaling");
   }
-  if (rope.rope_type() != "llama3") {
-    problems.Add(path, ".rope_type=\"", rope.rope_type(), "\": must be \"default\" or \"llama3\"");
-    return;
-  }
-  if (!rope.has_factor() || !rope.has_low_freq_factor() || !rope.has_high_freq_factor() ||
-      !rope.has_original_max_position_embeddings()) {
-    problems.Add(path,
-                 ": rope_type \"llama3\" needs factor, low_freq_factor, high_freq_factor "
-                 "and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)");
-    return;
-  }
-  ops::RopeConfig scaling;  // the rules config.json's values meet too (models::ValidateLlamaConfig)
-  scaling.llama3_scaling = true;
-  scaling.factor = rope.factor();
-  scaling.low_freq_factor = rope.low_freq_factor();
-  scaling.high_freq_factor = rope.high_freq_factor();
-  scaling.original_max_position = rope.original_max_position_embeddings();
-  for (const std::string& problem : models::RopeScalingProblems(scaling, path)) {
-    problems.Add(problem);
-  }
+  for (const std::string& problem : found) problems.Add(problem);
 }
 
 void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
@@ -240,7 +218,7 @@ void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
                    " gives head dim ", arch.hidden_size() / heads, ": RoPE needs an even one");
     }
   }
-  if (arch.has_rope_scaling()) CheckRopeScaling(arch.rope_scaling(), problems);
+  if (arch.has_rope_scaling()) CheckRopeScaling(arch, problems);
 }
 
 // The SSA rules are ssa::SsaOptionsProblems'; only what the options cannot hold (a clamp with one

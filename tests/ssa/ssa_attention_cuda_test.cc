@@ -129,7 +129,8 @@ SsaAttentionInputs InputsOn(const SsaAttentionInputs& in, const testing::Backend
           floats(in.v),
           ints(in.key_positions),
           floats(in.value_source),
-          On(in.inv_freq, AccumDType(b.dtype), b.device)};
+          On(in.inv_freq, AccumDType(b.dtype), b.device),
+          in.rope_attention_factor};
 }
 
 SsaParameters ParametersOn(const SsaParameters& p, const testing::Backend& b) {

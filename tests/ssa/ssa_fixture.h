@@ -205,7 +205,8 @@ inline SsaAttentionInputs BlockInputs(const SsaProblem& pr, int64_t qb, int64_t 
           TokenRange(in.v, b, kb, kc),
           TokenRange(in.query_positions, b, kb, kc),
           TokenRange(in.value_source, b, kb, kc),
-          in.inv_freq};
+          in.inv_freq,
+          in.rope_attention_factor};
 }
 
 }  // namespace kelvin::ssa::fixture
