@@ -514,7 +514,10 @@ std::string LlamaConfigToHfJson(const LlamaConfig& c, DType weights_dtype) {
                         {"AutoModelForCausalLM", "modeling_ssa_llama.SsaLlamaForCausalLM"}};
   }
   json rope = RopeToJson(c.rope);
-  if (c.hf_rope_form == HfRopeForm::kRopeParameters) {
+  // An SSA export always takes transformers 5's layout (its modeling code runs on transformers 5):
+  // AutoTokenizer reads config.json without the remote code, as a generic config, which fails on
+  // a 4.x rope_scaling; rope_parameters it reads. A plain Llama keeps its source's layout.
+  if (c.hf_rope_form == HfRopeForm::kRopeParameters || c.ssa.has_value()) {
     rope["rope_theta"] = c.rope.theta;
     root["rope_parameters"] = rope;
   } else {

@@ -39,7 +39,8 @@ inline constexpr char kSsaHfModelType[] = "ssa_llama";
 inline constexpr char kSsaHfArchitecture[] = "SsaLlamaForCausalLM";
 
 // How config.json spells RoPE: transformers 5's "rope_parameters" (rope_theta inside), or 4.x's
-// top-level "rope_theta" with "rope_scaling". An export writes the form its source used.
+// top-level "rope_theta" with "rope_scaling". A plain Llama's export writes the form its source
+// used; an SSA export always writes rope_parameters (LlamaConfigToHfJson says why).
 enum class HfRopeForm { kRopeParameters, kRopeScaling };
 
 struct LlamaConfig {

@@ -275,7 +275,7 @@ bool SameArchitecture(const LlamaConfig& a, const LlamaConfig& b) {
          a.num_key_value_heads == b.num_key_value_heads && a.head_dim == b.head_dim &&
          a.vocab_size == b.vocab_size && a.max_position_embeddings == b.max_position_embeddings &&
          a.rms_norm_eps == b.rms_norm_eps && a.tie_word_embeddings == b.tie_word_embeddings &&
-         a.rope == b.rope && a.hf_rope_form == b.hf_rope_form;
+         a.rope == b.rope && (a.ssa.has_value() || a.hf_rope_form == b.hf_rope_form);
 }
 
 std::string Printable(const std::string& text) {  // the first 1500 bytes, escaped
