@@ -108,8 +108,8 @@ SsaProblem Bf16Problem(const SsaOptions& options, int64_t b, int64_t t, int64_t 
         &pr.params.query_readout, &pr.params.value_readout, &pr.params.alpha, &pr.dout}) {
     if (x->defined()) *x = testing::Cast(testing::Cast(*x, DType::kBF16), DType::kF64);
   }
-  pr.in.inv_freq = testing::Cast(
-      ops::RopeInverseFrequencies(ops::RopeConfig{.theta = 10000.0}, d, DType::kF32), DType::kF64);
+  pr.in.inv_freq =
+      testing::Cast(ops::RopeInverseFrequencies(fixture::PlainRope(), d, DType::kF32), DType::kF64);
   return pr;
 }
 

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,11 @@ TEST(JobConfigValidation, RopeScalingListsAndAYarnExtension) {
   EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
               ::testing::HasSubstr("model.architecture.rope_scaling.long_factor: holds 0, every "
                                    "factor must be a number > 0"));
+  // Each element of a list is a number of the job: finite (before, any list stopped the check).
+  rope.set_long_factor(1, std::numeric_limits<double>::infinity());
+  EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+              ::testing::HasSubstr("model.architecture.rope_scaling.long_factor[1]=inf: must be a "
+                                   "finite number"));
   rope.Clear();
   rope.set_rope_type("yarn");
   rope.set_factor(16);
@@ -153,6 +159,7 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "model.architecture.rope_scaling: factor not used by rope_type \"default\": remove it"},
       {{"model.architecture.rope_scaling.rope_type=yarn",
         "model.architecture.rope_scaling.factor=16",
+        "model.architecture.rope_scaling.original_max_position_embeddings=8192",
         "model.architecture.rope_scaling.low_freq_factor=1",
         "model.architecture.rope_scaling.high_freq_factor=4"},
        "model.architecture.rope_scaling: low_freq_factor, high_freq_factor not used by rope_type "
@@ -163,8 +170,6 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"model.architecture.rope_scaling.rope_type=yarn",
         "model.architecture.rope_scaling.factor=16",
         "model.architecture.rope_scaling.original_max_position_embeddings=8192",
-        "model.architecture.rope_scaling.beta_fast=1",
-        "model.architecture.rope_scaling.beta_slow=2",
         "model.architecture.rope_scaling.attention_factor=-1"},
        "model.architecture.rope_scaling.attention_factor=-1: must be a number > 0"},
       {{"model.architecture.rope_scaling.rope_type=yarn",
