@@ -83,7 +83,7 @@ std::vector<MemoryBoundOp> Ops() {
          Tensor positions = Tensor::Empty({kRows}, DType::kI32);          // [N]: 0..N-1
          for (int64_t i = 0; i < kRows; ++i) positions.data<int32_t>()[i] = static_cast<int32_t>(i);
          ops::RopeConfig config;
-         config.llama3_scaling = true;
+         config.type = ops::RopeType::kLlama3;
          Tensor inv_freq = ops::RopeInverseFrequencies(config, kHeadDim, DType::kF32);  // [d/2]
          return [=]() mutable { ops::RopeForward(Cpu(), x, positions, inv_freq, y); };
        }},

@@ -198,7 +198,7 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
 void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
                           const Tensor& v, const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
-                          Tensor& v_prepared, Tensor& tau_v) {
+                          Tensor& v_prepared, Tensor& tau_v, double rope_attention_factor) {
   KELVIN_CHECK(k.defined() && k.ndim() == 3)
       << Name("k") << " to prepare must be [N, G, d], got " << k.ToString();
   const int64_t n = k.dim(0), g = k.dim(1), d = k.dim(2);
@@ -225,11 +225,12 @@ void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const T
 #if KELVIN_WITH_CUDA
   if (ctx.is_cuda()) {
     return cuda::PrepareKeysAndValues(ctx, options, k, v, value_source, positions, inv_freq,
-                                      value_readout, k_prepared, v_prepared, tau_v);
+                                      value_readout, k_prepared, v_prepared, tau_v,
+                                      rope_attention_factor);
   }
 #endif
   cpu::PrepareKeysAndValues(options, k, v, value_source, positions, inv_freq, value_readout,
-                            k_prepared, v_prepared, tau_v);
+                            k_prepared, v_prepared, tau_v, rope_attention_factor);
 }
 
 void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const SsaBlockShape& shape,

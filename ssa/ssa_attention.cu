@@ -51,12 +51,13 @@ struct AttentionParams {
 
 // grid (ceil(vectors * d/16 / 256)), 256 threads; thread: one 8-element chunk of the first half
 // of a (token, head) vector and its RoPE partners d/2 later. out = bf16(scale * R(x)) where R is
-// RoPE at the token's position (when positions is not null) and scale = tau of the vector (1 when
-// tau is null). x, out [N, heads, d]; positions [N]; tau [N, heads].
+// RoPE at the token's position (when positions is not null; cos and sin times rope_factor, the
+// scaling's attention factor) and scale = tau of the vector (1 when tau is null). x, out
+// [N, heads, d]; positions [N]; tau [N, heads].
 template <int kD>
 __global__ void __launch_bounds__(256)
-    PrepareKernel(const bf16* x, const int32_t* positions, const float* inv_freq, const float* tau,
-                  int64_t vectors, int heads, bf16* out) {
+    PrepareKernel(const bf16* x, const int32_t* positions, const float* inv_freq, float rope_factor,
+                  const float* tau, int64_t vectors, int heads, bf16* out) {
   constexpr int kChunks = kD / 16;  // 8-element chunks in half a vector
   const int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (item >= vectors * kChunks) return;
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(256)
     const float position = static_cast<float>(positions[vector / heads]);
     for (int j = 0; j < 8; ++j) {
       float sn, cs;
-      RopeSinCos(position, inv_freq[c + j], &sn, &cs);
+      RopeSinCos(position, inv_freq[c + j], rope_factor, &sn, &cs);
       const float ra = a[j] * cs - b[j] * sn, rb = b[j] * cs + a[j] * sn;
       a[j] = ra;
       b[j] = rb;
@@ -550,13 +551,13 @@ void CheckAligned(const Tensor& t, const char* name) {
 
 // out [N, heads, d] = bf16(tau R(x)) (PrepareKernel); positions null: no RoPE, tau null: 1.
 void LaunchPrepare(cudaStream_t stream, const Tensor& x, const int32_t* positions,
-                   const float* inv_freq, const float* tau, Tensor& out) {
+                   const float* inv_freq, float rope_factor, const float* tau, Tensor& out) {
   const int64_t vectors = x.dim(0) * x.dim(1);
   if (vectors == 0) return;
   DispatchHeadDim(x.dim(2), [&]<int kD>() {
     const int64_t items = vectors * (kD / 16);
     PrepareKernel<kD><<<static_cast<unsigned>(cuda_utils::CeilDiv(items, 256)), 256, 0, stream>>>(
-        x.data<bf16>(), positions, inv_freq, tau, vectors, static_cast<int>(x.dim(1)),
+        x.data<bf16>(), positions, inv_freq, rope_factor, tau, vectors, static_cast<int>(x.dim(1)),
         out.data<bf16>());
     KELVIN_CUDA_CHECK_LAUNCH();
   });
@@ -592,14 +593,16 @@ PreparedTiles Prepare(const Context& ctx, const SsaAttentionInputs& in, const fl
   cudaStream_t stream = StreamOf(ctx);
   const float* inv_freq = in.inv_freq.data<float>();
   PreparedTiles t{Tensor::Empty(in.u.shape(), DType::kBF16, ctx.device()), in.k, in.v};
-  LaunchPrepare(stream, in.u, in.query_positions.data<int32_t>(), inv_freq, tau_q, t.q);
+  const float rope_factor = static_cast<float>(in.rope_attention_factor);
+  LaunchPrepare(stream, in.u, in.query_positions.data<int32_t>(), inv_freq, rope_factor, tau_q,
+                t.q);
   if (!in.keys_prepared) {  // prepared keys are k~ already (PrepareKeysAndValues)
     t.k = Tensor::Empty(in.k.shape(), DType::kBF16, ctx.device());
-    LaunchPrepare(stream, in.k, KeyPositions(in), inv_freq, nullptr, t.k);
+    LaunchPrepare(stream, in.k, KeyPositions(in), inv_freq, rope_factor, nullptr, t.k);
   }
   if (tau_v != nullptr) {
     t.v = Tensor::Empty(in.v.shape(), DType::kBF16, ctx.device());
-    LaunchPrepare(stream, in.v, nullptr, nullptr, tau_v, t.v);
+    LaunchPrepare(stream, in.v, nullptr, nullptr, 1.0f, tau_v, t.v);
   }
   return t;
 }
@@ -963,6 +966,7 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   q.x = inputs.u.data<bf16>();
   q.positions = p.query_positions;
   q.inv_freq = inputs.inv_freq.data<float>();
+  q.rope_attention_factor = static_cast<float>(inputs.rope_attention_factor);
   q.tau = tau_q;
   q.terms = query_terms;
   q.source = DataOrNull<bf16>(query_source);
@@ -981,6 +985,7 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   k.x = inputs.k.data<bf16>();
   k.positions = p.key_positions;
   k.inv_freq = inputs.inv_freq.data<float>();
+  k.rope_attention_factor = static_cast<float>(inputs.rope_attention_factor);
   k.dx = grads.dk.data<bf16>();
   LaunchTokenBackward(stream, dim, k);
 
@@ -1030,13 +1035,14 @@ void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Ten
 void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
                           const Tensor& v, const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
-                          Tensor& v_prepared, Tensor& tau_v) {
+                          Tensor& v_prepared, Tensor& tau_v, double rope_attention_factor) {
   CheckAligned(k, "k");
   CheckAligned(v, "v");
   CheckAligned(k_prepared, "k_prepared");
   CheckAligned(v_prepared, "v_prepared");
   cudaStream_t stream = StreamOf(ctx);
-  LaunchPrepare(stream, k, positions.data<int32_t>(), inv_freq.data<float>(), nullptr, k_prepared);
+  LaunchPrepare(stream, k, positions.data<int32_t>(), inv_freq.data<float>(),
+                static_cast<float>(rope_attention_factor), nullptr, k_prepared);
   const TemperatureTerms value_terms = ValueTerms(options);
   if (!value_terms.active) {
     if (v_prepared.raw_data() != v.raw_data()) CopyTensor(ctx, v, v_prepared);
@@ -1047,7 +1053,7 @@ void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const T
   LaunchTemperatureForward(stream, static_cast<int>(d), value_terms, source.data<bf16>(),
                            value_readout.data<bf16>(), nullptr, nullptr, n, static_cast<int>(g),
                            tau_v.data<float>());
-  LaunchPrepare(stream, v, nullptr, nullptr, tau_v.data<float>(), v_prepared);
+  LaunchPrepare(stream, v, nullptr, nullptr, 1.0f, tau_v.data<float>(), v_prepared);
 }
 
 }  // namespace cuda

@@ -50,14 +50,15 @@ void SsaAttentionForward(const Context& ctx, const SsaOptions& options, const Ss
 
 // The key side as SsaAttentionForward with inputs.keys_prepared reads it, for N tokens appended
 // to a cache: k~ [N, G, d] = RoPE(k) at `positions` [N] i32, v~ [N, G, d] = tau^v v, and tau_v
-// [N, G] (AccumDType) from v with weight sharing, else from value_source [N, G, d]. With the value
+// [N, G] (AccumDType) from v with weight sharing, else from value_source [N, G, d]; RoPE's cos and
+// sin times rope_attention_factor (SsaAttentionInputs::rope_attention_factor). With the value
 // temperature off, v~ = v and tau_v is not written (it may be undefined); value_source and
 // value_readout are read only when it is on. k~ may be k and v~ may be v (in place). The same
 // values, bit for bit, as the operator computes for those keys itself.
 void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
                           const Tensor& v, const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
-                          Tensor& v_prepared, Tensor& tau_v);
+                          Tensor& v_prepared, Tensor& tau_v, double rope_attention_factor = 1.0);
 
 // Backward from dout [Nq, H, d], given the forward's saved outputs (`saved.out` and `saved.lse`
 // are the MERGED results over all key blocks when the keys were split, FlashAttention-2 style;
@@ -99,7 +100,7 @@ void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
 void PrepareKeysAndValues(const SsaOptions& options, const Tensor& k, const Tensor& v,
                           const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
-                          Tensor& v_prepared, Tensor& tau_v);
+                          Tensor& v_prepared, Tensor& tau_v, double rope_attention_factor = 1.0);
 }  // namespace cpu
 
 namespace cuda {
@@ -115,7 +116,7 @@ void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Ten
 void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
                           const Tensor& v, const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
-                          Tensor& v_prepared, Tensor& tau_v);
+                          Tensor& v_prepared, Tensor& tau_v, double rope_attention_factor = 1.0);
 }  // namespace cuda
 
 }  // namespace kelvin::ssa

@@ -35,6 +35,9 @@ struct SsaAttentionInputs {
   Tensor key_positions;  // [Nk] i32; undefined when the keys are the query tokens themselves
   Tensor value_source;   // [Nk, G, d] temperature source; weight sharing: undefined (v is it)
   Tensor inv_freq;       // [d/2] RoPE inverse frequencies (ops::RopeInverseFrequencies)
+  // Multiplies RoPE's cos and sin, so q~ and k~ (ops::RopeAttentionFactor: yarn's and longrope's;
+  // 1 otherwise). With SSA, q~ = tau^q (attention_factor R(u)).
+  double rope_attention_factor = 1.0;
   // Forward only: k holds k~ = RoPE(k) and v holds v~ = tau^v v already (PrepareKeysAndValues,
   // run once per token as a decoder appends it to its cache), so the operator neither rotates the
   // keys nor computes or applies tau^v: value_source, value_readout and outputs.value_temperature

@@ -156,7 +156,8 @@ Operands<T> PrepareOperands(const Geometry& geo, const SsaAttentionInputs& in,
   Tensor rope_k = in.k;  // [Nk, G, d]
   if (!in.keys_prepared) {
     rope_k = Tensor::Empty(in.k.shape(), in.k.dtype());
-    ops::cpu::Rope(in.k, key_positions, in.inv_freq, ops::RopeDirection::kForward, rope_k);
+    ops::cpu::Rope(in.k, key_positions, in.inv_freq, ops::RopeDirection::kForward, rope_k,
+                   in.rope_attention_factor);
   }
   const T scale = T(1) / std::sqrt(static_cast<T>(d));
   const T* ru = rope_u.data<T>();
@@ -370,7 +371,8 @@ void Forward(const SsaOptions& options, const SsaBlockShape& shape, const SsaAtt
     tau_v = outputs.value_temperature.data<T>();
   }
   Tensor rope_u = Tensor::Empty(in.u.shape(), in.u.dtype());  // [Nq, H, d]
-  ops::cpu::Rope(in.u, in.query_positions, in.inv_freq, ops::RopeDirection::kForward, rope_u);
+  ops::cpu::Rope(in.u, in.query_positions, in.inv_freq, ops::RopeDirection::kForward, rope_u,
+                 in.rope_attention_factor);
   const Operands<T> x = PrepareOperands<T>(geo, in, key_positions, rope_u, tau_q, tau_v);
   ForwardTiles<T>(geo, x, outputs.out.data<T>(), outputs.lse.data<T>());
 }
@@ -534,7 +536,8 @@ void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tenso
   const T* tau_q = options.query_temperature ? saved.query_temperature.data<T>() : nullptr;
   const T* tau_v = options.value_temperature ? saved.value_temperature.data<T>() : nullptr;
   Tensor rope_u = Tensor::Empty(in.u.shape(), in.u.dtype());  // [Nq, H, d]
-  ops::cpu::Rope(in.u, in.query_positions, in.inv_freq, ops::RopeDirection::kForward, rope_u);
+  ops::cpu::Rope(in.u, in.query_positions, in.inv_freq, ops::RopeDirection::kForward, rope_u,
+                 in.rope_attention_factor);
   const OperandGrads<T> dx = BackwardTiles<T>(
       geo, PrepareOperands<T>(geo, in, key_positions, rope_u, tau_q, tau_v),
       StackQuerySide<T>(geo, dout.data<T>(), saved.out.data<T>(), saved.lse.data<T>()));
@@ -570,7 +573,8 @@ void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tenso
       }
     }
   }
-  ops::cpu::Rope(drope_u, in.query_positions, in.inv_freq, ops::RopeDirection::kBackward, drope_u);
+  ops::cpu::Rope(drope_u, in.query_positions, in.inv_freq, ops::RopeDirection::kBackward, drope_u,
+                 in.rope_attention_factor);
   AddInto<T>(grads.du, drope_u);
 
   // k~ = RoPE(k): dk += RoPE^T(dk~). v~ = tau^v v: dv += tau^v dv~, dtau^v = v . dv~.
@@ -597,7 +601,8 @@ void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tenso
       }
     }
   }
-  ops::cpu::Rope(dk_rotated, key_positions, in.inv_freq, ops::RopeDirection::kBackward, dk_rotated);
+  ops::cpu::Rope(dk_rotated, key_positions, in.inv_freq, ops::RopeDirection::kBackward, dk_rotated,
+                 in.rope_attention_factor);
   AddInto<T>(grads.dk, dk_rotated);
 
   // Through the temperatures into their sources (u and v themselves with weight sharing).
@@ -622,9 +627,10 @@ void Backward(const SsaOptions& options, const SsaBlockShape& shape, const Tenso
 template <typename T>
 void PrepareKeys(const SsaOptions& options, const Tensor& k, const Tensor& v,
                  const Tensor& value_source, const Tensor& positions, const Tensor& inv_freq,
-                 const Tensor& value_readout, Tensor& k_prepared, Tensor& v_prepared,
-                 Tensor& tau_v) {
-  ops::cpu::Rope(k, positions, inv_freq, ops::RopeDirection::kForward, k_prepared);
+                 const Tensor& value_readout, Tensor& k_prepared, Tensor& v_prepared, Tensor& tau_v,
+                 double rope_attention_factor) {
+  ops::cpu::Rope(k, positions, inv_freq, ops::RopeDirection::kForward, k_prepared,
+                 rope_attention_factor);
   const int64_t n = v.dim(0), g = v.dim(1), d = v.dim(2);
   if (!options.value_temperature) {
     if (v_prepared.raw_data() != v.raw_data())
@@ -690,10 +696,10 @@ void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
 void PrepareKeysAndValues(const SsaOptions& options, const Tensor& k, const Tensor& v,
                           const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
-                          Tensor& v_prepared, Tensor& tau_v) {
+                          Tensor& v_prepared, Tensor& tau_v, double rope_attention_factor) {
   ops::DispatchCpuFloat(k.dtype(), "PrepareKeysAndValues", [&]<typename T>() {
     PrepareKeys<T>(options, k, v, value_source, positions, inv_freq, value_readout, k_prepared,
-                   v_prepared, tau_v);
+                   v_prepared, tau_v, rope_attention_factor);
   });
 }
 

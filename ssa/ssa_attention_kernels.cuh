@@ -103,15 +103,19 @@ __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-
 
 // cos and sin of the RoPE angle position * inv_freq (f32, as ops::RopeForward and Hugging Face
 // compute it), reduced to [-pi, pi] with a two-part 2 pi and then taken by the SFU (absolute error
-// about 1e-6 there, far below bf16's): sincosf's cost would dominate the K tile loads. Every SSA
-// kernel rotates through this one function, so forward and backward agree bit for bit.
-__device__ __forceinline__ void RopeSinCos(float position, float inv_freq, float* sin_angle,
-                                           float* cos_angle) {
+// about 1e-6 there, far below bf16's): sincosf's cost would dominate the K tile loads. Both are
+// multiplied by the scaling's attention factor (ops::RopeAttentionFactor; 1 without yarn or
+// longrope), as transformers scales cos and sin. Every SSA kernel rotates through this one
+// function, so forward and backward agree bit for bit.
+__device__ __forceinline__ void RopeSinCos(float position, float inv_freq, float attention_factor,
+                                           float* sin_angle, float* cos_angle) {
   const float angle = position * inv_freq;
   const float turns = rintf(angle * 0.15915494309189535f);    // angle / 2 pi
   float reduced = fmaf(-turns, 6.28318548202514648f, angle);  // float(2 pi)
   reduced = fmaf(-turns, -1.7484555314695172e-7f, reduced);   // 2 pi - float(2 pi)
   __sincosf(reduced, sin_angle, cos_angle);
+  *sin_angle *= attention_factor;
+  *cos_angle *= attention_factor;
 }
 
 // One warp over one d-vector: lane handles the RoPE pairs (i, i + d/2) for i = lane + 32 j,
@@ -179,6 +183,7 @@ struct TokenBackwardArgs {
   const bf16* x = nullptr;             // [N, K, d]
   const int32_t* positions = nullptr;  // [N] (RoPE angles and ln n)
   const float* inv_freq = nullptr;     // [d/2]; null: no RoPE on this side
+  float rope_attention_factor = 1.0f;  // multiplies RoPE's cos and sin (RopeSinCos)
   const float* tau = nullptr;          // [N, K]; null: the temperature is off
   TemperatureTerms terms;
   const bf16* source = nullptr;   // [N, K, d] the temperature source (x itself with sharing)

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kVectorThreads)
     const float t0 = a.tau != nullptr ? tau * g0 : g0, t1 = a.tau != nullptr ? tau * g1 : g1;
     if (a.inv_freq != nullptr) {
       float s, c;
-      RopeSinCos(position, a.inv_freq[e0], &s, &c);
+      RopeSinCos(position, a.inv_freq[e0], a.rope_attention_factor, &s, &c);
       const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
       x0 = r0;
       x1 = r1;

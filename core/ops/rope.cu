@@ -16,11 +16,12 @@ using cuda_utils::ToFloat;
 
 constexpr int kThreads = 256;
 
-// grid: N blocks; dynamic shared memory: 2 * d/2 floats. sign = +1 forward, -1 backward. y may be
-// x: each pair is read by the thread that writes it.
+// grid: N blocks; dynamic shared memory: 2 * d/2 floats. sign = +1 forward, -1 backward; cos and
+// sin times `factor` (the scaling's attention factor) before rounding. y may be x: each pair is
+// read by the thread that writes it.
 template <typename T>
 __global__ void RotateKernel(const T* x, const int32_t* positions, const float* inv_freq,
-                             int64_t heads, int64_t d, float sign, T* y) {
+                             int64_t heads, int64_t d, float sign, float factor, T* y) {
   extern __shared__ float table[];  // [2, d/2]: cos, then sign * sin
   const int64_t half = d / 2;
   const int64_t token = blockIdx.x;
@@ -28,8 +29,8 @@ __global__ void RotateKernel(const T* x, const int32_t* positions, const float* 
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     float sin_angle, cos_angle;
     sincosf(position * inv_freq[i], &sin_angle, &cos_angle);
-    table[i] = RoundTo<T>(cos_angle);
-    table[half + i] = sign * RoundTo<T>(sin_angle);
+    table[i] = RoundTo<T>(cos_angle * factor);
+    table[half + i] = sign * RoundTo<T>(sin_angle * factor);
   }
   __syncthreads();
   const T* xt = x + token * heads * d;  // [H, d]
@@ -47,7 +48,7 @@ __global__ void RotateKernel(const T* x, const int32_t* positions, const float* 
 }  // namespace
 
 void Rope(const Context& ctx, const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
-          RopeDirection direction, Tensor& y) {
+          RopeDirection direction, Tensor& y, double attention_factor) {
   const int64_t n = x.dim(0), heads = x.dim(1), d = x.dim(2);
   if (n == 0 || heads == 0) return;
   const size_t shared_bytes = static_cast<size_t>(d) * sizeof(float);
@@ -55,7 +56,7 @@ void Rope(const Context& ctx, const Tensor& x, const Tensor& positions, const Te
   DispatchCudaFloat(x.dtype(), "Rope", [&]<typename T>() {
     RotateKernel<T><<<static_cast<unsigned>(n), kThreads, shared_bytes, StreamOf(ctx)>>>(
         x.data<T>(), positions.data<int32_t>(), inv_freq.data<float>(), heads, d, sign,
-        y.data<T>());
+        static_cast<float>(attention_factor), y.data<T>());
     KELVIN_CUDA_CHECK_LAUNCH();
   });
 }

@@ -11,11 +11,12 @@
 namespace kelvin::ops::cpu {
 namespace {
 
-// sign = +1 rotates by +angle (forward), -1 by -angle (backward). y may be x: pair i reads x[i] and
-// x[i + d/2] before writing them.
+// sign = +1 rotates by +angle (forward), -1 by -angle (backward); cos and sin are multiplied by
+// `factor` (the scaling's attention factor) as transformers' rotary embedding does. y may be x:
+// pair i reads x[i] and x[i + d/2] before writing them.
 template <typename T>
 void Rotate(const T* x, const int32_t* positions, const T* inv_freq, int64_t n, int64_t heads,
-            int64_t d, T sign, T* y) {
+            int64_t d, T sign, T factor, T* y) {
   const int64_t half = d / 2;
 #pragma omp parallel if (n * heads * d >= kParallelElements)
   {
@@ -27,8 +28,8 @@ void Rotate(const T* x, const int32_t* positions, const T* inv_freq, int64_t n, 
       const T position = static_cast<T>(positions[token]);
       for (int64_t i = 0; i < half; ++i) {
         const T angle = position * inv_freq[i];
-        cos_table[i] = std::cos(angle);
-        sin_table[i] = sign * std::sin(angle);
+        cos_table[i] = std::cos(angle) * factor;
+        sin_table[i] = sign * (std::sin(angle) * factor);
       }
       for (int64_t head = 0; head < heads; ++head) {
         const T* xr = x + (token * heads + head) * d;  // [d]
@@ -47,10 +48,11 @@ void Rotate(const T* x, const int32_t* positions, const T* inv_freq, int64_t n, 
 }  // namespace
 
 void Rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, RopeDirection direction,
-          Tensor& y) {
+          Tensor& y, double attention_factor) {
   DispatchCpuFloat(x.dtype(), "Rope", [&]<typename T>() {
     Rotate<T>(x.data<T>(), positions.data<int32_t>(), inv_freq.data<T>(), x.dim(0), x.dim(1),
-              x.dim(2), direction == RopeDirection::kForward ? T(1) : T(-1), y.data<T>());
+              x.dim(2), direction == RopeDirection::kForward ? T(1) : T(-1),
+              static_cast<T>(attention_factor), y.data<T>());
   });
 }
 

@@ -252,17 +252,15 @@ absl::StatusOr<const pb::FieldDescriptor*> ScalarFieldAt(
   return field;
 }
 
-// Repeated fields are strings or messages (KELVIN_CHECKed so that another kind is noticed).
+// `message`'s set fields as text format, indented two spaces a level: a line per scalar (one per
+// element of a repeated one, such as rope_scaling.short_factor), a block per message.
 void PrintMessage(const pb::Message& message, int depth, std::string& out) {
   const pb::Reflection& reflection = *message.GetReflection();
   const pb::Descriptor& type = *message.GetDescriptor();
   const std::string indent(2 * depth, ' ');
   for (int i = 0; i < type.field_count(); ++i) {
     const pb::FieldDescriptor& field = *type.field(i);
-    if (field.is_repeated()) {  // one line (string) or block (message) per element
-      KELVIN_CHECK(field.cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING ||
-                   field.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE)
-          << "print repeated field " << field.full_name();
+    if (field.is_repeated()) {  // one line (scalar) or block (message) per element
       for (int e = 0; e < reflection.FieldSize(message, &field); ++e) {
         if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
           absl::StrAppend(&out, indent, field.name(), " {\n");

@@ -29,6 +29,7 @@
 #include "ssa/ssa_options.h"
 #include "training/checkpoint/checkpoint_format.h"
 #include "training/job/job_setup.h"
+#include "training/job/rope_scaling_job.h"
 
 namespace kelvin::launcher {
 namespace {
@@ -96,23 +97,46 @@ std::optional<int64_t> CheckedProduct(int64_t a, int64_t b) {
   return product;
 }
 
+// A double of the job (`value` of `field`, at `path`): finite and within the field's (range)
+// option.
+void CheckNumber(const pb::FieldDescriptor& field, double value, const std::string& path,
+                 Problems& problems) {
+  if (!std::isfinite(value)) {
+    problems.Add(path, "=", value, ": must be a finite number");
+  } else if (field.options().HasExtension(config::range)) {
+    const config::NumberRange& range = field.options().GetExtension(config::range);
+    if (!(value >= range.min() && value <= range.max())) {
+      problems.Add(path, "=", value, ": must be in [", range.min(), ", ", range.max(),
+                   "], the range in which it makes physical sense (kelvin.proto says why)");
+    }
+  }
+}
+
 // Every double of the job is finite and within its field's (range) option, every enum holds a
 // named value (proto3 enums accept any number in text format). The schema's repeated fields are
-// strings or messages.
+// strings, doubles or messages.
 void CheckNumbersAndEnums(const pb::Message& message, const std::string& path, Problems& problems) {
   const pb::Reflection& reflection = *message.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
   reflection.ListFields(message, &fields);
   for (const pb::FieldDescriptor* field : fields) {
     const std::string field_path = path.empty() ? field->name() : path + "." + field->name();
-    if (field->is_repeated()) {  // strings (launch.*) or messages (data.blend.corpora)
+    // Strings (launch.*), doubles (model.architecture.rope_scaling's factor lists) or messages
+    // (data.blend.corpora).
+    if (field->is_repeated()) {
       KELVIN_CHECK(field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING ||
+                   field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE ||
                    field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE)
           << "check repeated field " << field->full_name();
-      if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) continue;
       for (int i = 0; i < reflection.FieldSize(message, field); ++i) {
-        CheckNumbersAndEnums(reflection.GetRepeatedMessage(message, field, i),
-                             absl::StrCat(field_path, "[", i, "]"), problems);
+        const std::string element_path = absl::StrCat(field_path, "[", i, "]");
+        if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE) {
+          CheckNumber(*field, reflection.GetRepeatedDouble(message, field, i), element_path,
+                      problems);
+        } else if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+          CheckNumbersAndEnums(reflection.GetRepeatedMessage(message, field, i), element_path,
+                               problems);
+        }
       }
       continue;
     }
@@ -121,21 +145,11 @@ void CheckNumbersAndEnums(const pb::Message& message, const std::string& path, P
         CheckNumbersAndEnums(reflection.GetMessage(message, field), field_path, problems);
         break;
       case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-      case pb::FieldDescriptor::CPPTYPE_FLOAT: {
-        const double value = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE
-                                 ? reflection.GetDouble(message, field)
-                                 : reflection.GetFloat(message, field);
-        if (!std::isfinite(value)) {
-          problems.Add(field_path, "=", value, ": must be a finite number");
-        } else if (field->options().HasExtension(config::range)) {
-          const config::NumberRange& range = field->options().GetExtension(config::range);
-          if (!(value >= range.min() && value <= range.max())) {
-            problems.Add(field_path, "=", value, ": must be in [", range.min(), ", ", range.max(),
-                         "], the range in which it makes physical sense (kelvin.proto says why)");
-          }
-        }
+        CheckNumber(*field, reflection.GetDouble(message, field), field_path, problems);
         break;
-      }
+      case pb::FieldDescriptor::CPPTYPE_FLOAT:
+        CheckNumber(*field, reflection.GetFloat(message, field), field_path, problems);
+        break;
       case pb::FieldDescriptor::CPPTYPE_ENUM: {
         const int number = reflection.GetEnumValue(message, field);
         if (field->enum_type()->FindValueByNumber(number) == nullptr) {
@@ -171,37 +185,14 @@ void CheckName(const config::JobConfig& job, Problems& problems) {
   }
 }
 
-void CheckRopeScaling(const config::RopeScaling& rope, Problems& problems) {
-  const std::string path = "model.architecture.rope_scaling";
-  if (rope.rope_type() == "default") {
-    if (rope.has_factor() || rope.has_low_freq_factor() || rope.has_high_freq_factor() ||
-        rope.has_original_max_position_embeddings()) {
-      problems.Add(path,
-                   ": factor, low_freq_factor, high_freq_factor and "
-                   "original_max_position_embeddings apply to rope_type \"llama3\" only");
-    }
-    return;
+void CheckRopeScaling(const config::Architecture& arch, Problems& problems) {
+  std::vector<std::string> found;  // the message's shape, then the value rules config.json meets
+  const ops::RopeConfig rope = training::RopeConfigFromJob(
+      arch.rope_scaling(), arch.has_rope_theta() ? arch.rope_theta() : 10000.0, found);
+  if (found.empty()) {
+    found = models::RopeScalingProblems(rope, /*head_dim=*/0, "model.architecture.rope_scaling");
   }
-  if (rope.rope_type() != "llama3") {
-    problems.Add(path, ".rope_type=\"", rope.rope_type(), "\": must be \"default\" or \"llama3\"");
-    return;
-  }
-  if (!rope.has_factor() || !rope.has_low_freq_factor() || !rope.has_high_freq_factor() ||
-      !rope.has_original_max_position_embeddings()) {
-    problems.Add(path,
-                 ": rope_type \"llama3\" needs factor, low_freq_factor, high_freq_factor "
-                 "and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)");
-    return;
-  }
-  ops::RopeConfig scaling;  // the rules config.json's values meet too (models::ValidateLlamaConfig)
-  scaling.llama3_scaling = true;
-  scaling.factor = rope.factor();
-  scaling.low_freq_factor = rope.low_freq_factor();
-  scaling.high_freq_factor = rope.high_freq_factor();
-  scaling.original_max_position = rope.original_max_position_embeddings();
-  for (const std::string& problem : models::RopeScalingProblems(scaling, path)) {
-    problems.Add(problem);
-  }
+  for (const std::string& problem : found) problems.Add(problem);
 }
 
 void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
@@ -240,7 +231,7 @@ void CheckArchitecture(const config::Architecture& arch, Problems& problems) {
                    " gives head dim ", arch.hidden_size() / heads, ": RoPE needs an even one");
     }
   }
-  if (arch.has_rope_scaling()) CheckRopeScaling(arch.rope_scaling(), problems);
+  if (arch.has_rope_scaling()) CheckRopeScaling(arch, problems);
 }
 
 // The SSA rules are ssa::SsaOptionsProblems'; only what the options cannot hold (a clamp with one

@@ -80,6 +80,92 @@ class JsonFields {
   std::string source_;
 };
 
+// The optional number `key` of `fields` (absent or null: unset).
+absl::StatusOr<std::optional<double>> OptionalNumber(const JsonFields& fields, const json& object,
+                                                     const std::string& key) {
+  if (!object.contains(key) || object[key].is_null()) return std::optional<double>();
+  KELVIN_ASSIGN_OR_RETURN(const double value, fields.Number(key, std::nullopt));
+  return value;
+}
+
+// LongRoPE's short_factor / long_factor: a list of at most kMaxHeadDim / 2 numbers (its length
+// against the head dim is RopeScalingProblems' rule).
+absl::StatusOr<std::vector<double>> NumberList(const json& object, const std::string& where,
+                                               const std::string& key) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": required field \"", key,
+        "\" is missing (rope_type \"longrope\" needs short_factor and long_factor, head_dim / 2 "
+        "numbers each)"));
+  }
+  if (!it->is_array() || it->size() > static_cast<size_t>(kMaxHeadDim / 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field \"", key, "\" must be a list of head_dim / 2 numbers, not ",
+                     it->is_array() ? absl::StrCat("a list of ", it->size()) : JsonTypeName(*it)));
+  }
+  std::vector<double> values;
+  values.reserve(it->size());
+  for (const json& value : *it) {
+    if (!value.is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": field \"", key, "\" holds ",
+                                                     value.dump(), ", expected numbers only"));
+    }
+    values.push_back(value.get<double>());
+  }
+  return values;
+}
+
+// The scaling's own fields (type already read). yarn and longrope without a factor take
+// max_position_embeddings / original_max_position_embeddings, and without an original length the
+// top-level original_max_position_embeddings (Phi-3's place; it wins, as in transformers), else
+// max_position_embeddings.
+absl::Status ParseRopeScaling(const json& root, const json& scaling, const std::string& source,
+                              const std::string& where, LlamaConfig& config) {
+  const JsonFields fields(scaling, where);
+  ops::RopeConfig& rope = config.rope;
+  if (rope.type == ops::RopeType::kLinear) {
+    KELVIN_ASSIGN_OR_RETURN(rope.factor, fields.Number("factor", std::nullopt));
+    return absl::OkStatus();
+  }
+  if (rope.type == ops::RopeType::kLlama3) {
+    KELVIN_ASSIGN_OR_RETURN(rope.factor, fields.Number("factor", std::nullopt));
+    KELVIN_ASSIGN_OR_RETURN(rope.low_freq_factor, fields.Number("low_freq_factor", std::nullopt));
+    KELVIN_ASSIGN_OR_RETURN(rope.high_freq_factor, fields.Number("high_freq_factor", std::nullopt));
+    KELVIN_ASSIGN_OR_RETURN(rope.original_max_position,
+                            fields.Int("original_max_position_embeddings", std::nullopt));
+    return absl::OkStatus();
+  }
+  KELVIN_ASSIGN_OR_RETURN(const int64_t top_level_original,
+                          JsonFields(root, source).Int("original_max_position_embeddings", 0));
+  KELVIN_ASSIGN_OR_RETURN(rope.original_max_position, fields.Int("original_max_position_embeddings",
+                                                                 config.max_position_embeddings));
+  if (top_level_original != 0) rope.original_max_position = top_level_original;
+  if (rope.original_max_position < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": original_max_position_embeddings=", rope.original_max_position,
+                     " must be at least 1 (the pretraining context length)"));
+  }
+  const double implicit_factor = static_cast<double>(config.max_position_embeddings) /
+                                 static_cast<double>(rope.original_max_position);
+  KELVIN_ASSIGN_OR_RETURN(rope.factor, fields.Number("factor", implicit_factor));
+  KELVIN_ASSIGN_OR_RETURN(rope.attention_factor,
+                          OptionalNumber(fields, scaling, "attention_factor"));
+  if (rope.type == ops::RopeType::kLongrope) {
+    KELVIN_ASSIGN_OR_RETURN(rope.short_factor, NumberList(scaling, where, "short_factor"));
+    KELVIN_ASSIGN_OR_RETURN(rope.long_factor, NumberList(scaling, where, "long_factor"));
+    return absl::OkStatus();
+  }
+  KELVIN_ASSIGN_OR_RETURN(rope.beta_fast, OptionalNumber(fields, scaling, "beta_fast"));
+  KELVIN_ASSIGN_OR_RETURN(rope.beta_slow, OptionalNumber(fields, scaling, "beta_slow"));
+  KELVIN_ASSIGN_OR_RETURN(rope.mscale, OptionalNumber(fields, scaling, "mscale"));
+  KELVIN_ASSIGN_OR_RETURN(rope.mscale_all_dim, OptionalNumber(fields, scaling, "mscale_all_dim"));
+  if (scaling.contains("truncate") && !scaling["truncate"].is_null()) {
+    KELVIN_ASSIGN_OR_RETURN(rope.truncate, fields.Bool("truncate", true));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig& config) {
   // A section of another type would leave RoPE at its default silently: refused.
   for (const char* section : {"rope_parameters", "rope_scaling"}) {
@@ -94,6 +180,7 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
   }
   // transformers 5 nests everything in rope_parameters; 4.x has rope_theta + rope_scaling.
   const bool v5 = root.contains("rope_parameters") && root["rope_parameters"].is_object();
+  config.hf_rope_form = v5 ? HfRopeForm::kRopeParameters : HfRopeForm::kRopeScaling;
   const json& scaling =
       v5 ? root["rope_parameters"]
          : (root.contains("rope_scaling") && root["rope_scaling"].is_object() ? root["rope_scaling"]
@@ -102,6 +189,12 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
   KELVIN_ASSIGN_OR_RETURN(config.rope.theta,
                           JsonFields(v5 ? scaling : root, source).Number("rope_theta", 10000.0));
   const JsonFields fields(scaling, where);
+  KELVIN_ASSIGN_OR_RETURN(const double partial, fields.Number("partial_rotary_factor", 1.0));
+  if (partial != 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": partial_rotary_factor ", partial,
+        " is not supported: Kelvin's Llama rotates the whole head (remove it, or set 1.0)"));
+  }
   KELVIN_ASSIGN_OR_RETURN(std::string type, fields.String("rope_type", ""));
   if (type.empty()) {
     KELVIN_ASSIGN_OR_RETURN(type, fields.String("type", "default"));  // transformers < 4.45
@@ -113,24 +206,36 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": factor ", factor,
           " with rope_type \"default\" would be ignored (default RoPE scales nothing): set "
-          "rope_type \"llama3\" with its low_freq_factor, high_freq_factor and "
-          "original_max_position_embeddings, or remove the factor"));
+          "rope_type \"linear\", \"yarn\", \"longrope\" or \"llama3\" with its fields, or "
+          "remove the factor"));
     }
+    config.rope.type = ops::RopeType::kDefault;
     return absl::OkStatus();
   }
-  if (type != "llama3") {
+  if (type == "dynamic") {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": rope_type \"", type, "\" is not supported (Kelvin supports default and llama3)"));
+        where,
+        ": rope_type \"dynamic\" (NTK-aware) is not supported: transformers recomputes its "
+        "frequencies at inference from the longest sequence its rotary module has seen so far "
+        "(growing, and reset below max_position_embeddings), so logits depend on the calls made "
+        "before, and training on it matches no inference; use \"yarn\" (NTK-by-parts, a fixed "
+        "scaling) or a larger rope_theta"));
   }
-  config.rope.llama3_scaling = true;
-  KELVIN_ASSIGN_OR_RETURN(config.rope.factor, fields.Number("factor", std::nullopt));
-  KELVIN_ASSIGN_OR_RETURN(config.rope.low_freq_factor,
-                          fields.Number("low_freq_factor", std::nullopt));
-  KELVIN_ASSIGN_OR_RETURN(config.rope.high_freq_factor,
-                          fields.Number("high_freq_factor", std::nullopt));
-  KELVIN_ASSIGN_OR_RETURN(config.rope.original_max_position,
-                          fields.Int("original_max_position_embeddings", std::nullopt));
-  return absl::OkStatus();
+  bool known = false;
+  for (const ops::RopeType t : {ops::RopeType::kLinear, ops::RopeType::kYarn,
+                                ops::RopeType::kLongrope, ops::RopeType::kLlama3}) {
+    if (type == ops::RopeTypeName(t)) {
+      config.rope.type = t;
+      known = true;
+    }
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": rope_type \"", type,
+                     "\" is not supported (Kelvin supports default, linear, yarn, longrope and "
+                     "llama3; dynamic is refused)"));
+  }
+  return ParseRopeScaling(root, scaling, source, where, config);
 }
 
 // A token id field: absent or null leaves nothing; an integer; a list of integers where `list`.
@@ -342,6 +447,39 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHfDirectory(const std::string& direct
   return LlamaConfigFromHfJson(*text, path);
 }
 
+namespace {
+
+// rope_type and the type's own fields in transformers' names (the optional ones only when set).
+json RopeToJson(const ops::RopeConfig& r) {
+  json j = {{"rope_type", ops::RopeTypeName(r.type)}};
+  if (r.type == ops::RopeType::kDefault) return j;
+  j["factor"] = r.factor;
+  if (r.type == ops::RopeType::kLinear) return j;
+  j["original_max_position_embeddings"] = r.original_max_position;
+  if (r.type == ops::RopeType::kLlama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+    return j;
+  }
+  const auto optional = [&](const char* key, const auto& value) {
+    if (value.has_value()) j[key] = *value;
+  };
+  optional("attention_factor", r.attention_factor);
+  if (r.type == ops::RopeType::kLongrope) {
+    j["short_factor"] = r.short_factor;
+    j["long_factor"] = r.long_factor;
+    return j;
+  }
+  optional("beta_fast", r.beta_fast);
+  optional("beta_slow", r.beta_slow);
+  optional("mscale", r.mscale);
+  optional("mscale_all_dim", r.mscale_all_dim);
+  optional("truncate", r.truncate);
+  return j;
+}
+
+}  // namespace
+
 std::string LlamaConfigToHfJson(const LlamaConfig& c, DType weights_dtype) {
   KELVIN_CHECK(weights_dtype == DType::kF32 || weights_dtype == DType::kBF16)
       << "Hugging Face exports are f32 or bf16, not " << DTypeName(weights_dtype);
@@ -361,7 +499,6 @@ std::string LlamaConfigToHfJson(const LlamaConfig& c, DType weights_dtype) {
                {"max_position_embeddings", c.max_position_embeddings},
                {"rms_norm_eps", c.rms_norm_eps},
                {"tie_word_embeddings", c.tie_word_embeddings},
-               {"rope_theta", c.rope.theta},
                // transformers 5 reads "dtype", 4.x and other stacks "torch_dtype".
                {"dtype", torch_dtype},
                {"torch_dtype", torch_dtype}};
@@ -376,22 +513,16 @@ std::string LlamaConfigToHfJson(const LlamaConfig& c, DType weights_dtype) {
                         {"AutoModel", "modeling_ssa_llama.SsaLlamaModel"},
                         {"AutoModelForCausalLM", "modeling_ssa_llama.SsaLlamaForCausalLM"}};
   }
-  json rope = {{"rope_type", c.rope.llama3_scaling ? "llama3" : "default"}};
-  if (c.rope.llama3_scaling) {
-    rope.update({{"factor", c.rope.factor},
-                 {"low_freq_factor", c.rope.low_freq_factor},
-                 {"high_freq_factor", c.rope.high_freq_factor},
-                 {"original_max_position_embeddings", c.rope.original_max_position}});
-  }
-  if (c.ssa.has_value()) {
-    // transformers 5's own layout (the SSA modeling code runs on transformers 5): AutoTokenizer
-    // reads config.json without the remote code, as a generic config, which fails on a 4.x
-    // rope_scaling of type llama3; rope_parameters it reads.
-    root.erase("rope_theta");
+  json rope = RopeToJson(c.rope);
+  // An SSA export always takes transformers 5's layout (its modeling code runs on transformers 5):
+  // AutoTokenizer reads config.json without the remote code, as a generic config, which fails on
+  // a 4.x rope_scaling; rope_parameters it reads. A plain Llama keeps its source's layout.
+  if (c.hf_rope_form == HfRopeForm::kRopeParameters || c.ssa.has_value()) {
     rope["rope_theta"] = c.rope.theta;
     root["rope_parameters"] = rope;
-  } else if (c.rope.llama3_scaling) {
-    root["rope_scaling"] = rope;  // the 4.x layout every stack that serves Llama reads
+  } else {
+    root["rope_theta"] = c.rope.theta;
+    if (c.rope.type != ops::RopeType::kDefault) root["rope_scaling"] = rope;
   }
   return root.dump(2) + "\n";
 }
@@ -410,7 +541,7 @@ absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name) {
     c.rope.theta = 500000.0;
     if (name == "llama3.1-8b") {
       c.max_position_embeddings = 131072;
-      c.rope.llama3_scaling = true;  // factor 8, low 1, high 4, original 8192: RopeConfig defaults
+      c.rope.type = ops::RopeType::kLlama3;  // factor 8, low 1, high 4, original 8192: defaults
     }
   } else if (name == "llama3.2-1b" || name == "llama3.2-3b") {
     // Meta's config.json of Llama-3.2-1B / -3B: tied embeddings, llama3 RoPE scaling by 32.
@@ -424,7 +555,7 @@ absl::StatusOr<LlamaConfig> LlamaPreset(std::string_view name) {
     c.max_position_embeddings = 131072;
     c.tie_word_embeddings = true;
     c.rope.theta = 500000.0;
-    c.rope.llama3_scaling = true;
+    c.rope.type = ops::RopeType::kLlama3;
     c.rope.factor = 32.0;
   } else if (name == "small-25m") {
     c.hidden_size = 512;
@@ -458,24 +589,71 @@ std::vector<std::string> LlamaPresetNames() {
   return {"llama3-8b", "llama3.1-8b", "llama3.2-1b", "llama3.2-3b", "small-25m", "tiny"};
 }
 
-std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, std::string_view path) {
+std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, int64_t head_dim,
+                                             std::string_view path) {
   std::vector<std::string> problems;
+  if (rope.type == ops::RopeType::kDefault) return problems;
   const std::string at(path);
+  const auto add = [&](auto&&... parts) { problems.push_back(absl::StrCat(at, parts...)); };
   // Non-finite values fail every comparison below.
-  if (!(rope.factor >= 1))
-    problems.push_back(absl::StrCat(at, ".factor=", rope.factor, ": must be >= 1"));
-  if (!(rope.low_freq_factor > 0)) {
-    problems.push_back(
-        absl::StrCat(at, ".low_freq_factor=", rope.low_freq_factor, ": must be > 0"));
+  if (!(rope.factor >= 1) || !std::isfinite(rope.factor)) {
+    add(".factor=", rope.factor, ": must be >= 1");
   }
-  if (!(rope.high_freq_factor > rope.low_freq_factor) || !std::isfinite(rope.high_freq_factor)) {
-    problems.push_back(absl::StrCat(at, ": high_freq_factor=", rope.high_freq_factor,
-                                    " must be a number > low_freq_factor=", rope.low_freq_factor));
+  if (rope.type != ops::RopeType::kLinear &&
+      (rope.original_max_position < 1 || rope.original_max_position > kMaxPositions)) {
+    add(".original_max_position_embeddings=", rope.original_max_position, ": must be in [1, ",
+        kMaxPositions, "]");
   }
-  if (rope.original_max_position < 1 || rope.original_max_position > kMaxPositions) {
-    problems.push_back(
-        absl::StrCat(at, ".original_max_position_embeddings=", rope.original_max_position,
-                     ": must be in [1, ", kMaxPositions, "]"));
+  if (rope.attention_factor.has_value() &&
+      (!(*rope.attention_factor > 0) || !std::isfinite(*rope.attention_factor))) {
+    add(".attention_factor=", *rope.attention_factor, ": must be a number > 0");
+  }
+  if (rope.type == ops::RopeType::kLlama3) {
+    if (!(rope.low_freq_factor > 0))
+      add(".low_freq_factor=", rope.low_freq_factor, ": must be > 0");
+    if (!(rope.high_freq_factor > rope.low_freq_factor) || !std::isfinite(rope.high_freq_factor)) {
+      add(": high_freq_factor=", rope.high_freq_factor,
+          " must be a number > low_freq_factor=", rope.low_freq_factor);
+    }
+  }
+  if (rope.type == ops::RopeType::kYarn) {
+    if (!(rope.theta > 1)) {
+      add(": rope_theta=", rope.theta,
+          " must be > 1 for yarn (its correction range divides by "
+          "ln rope_theta)");
+    }
+    for (const auto& [name, value] : {std::pair{"beta_fast", rope.beta_fast},
+                                      {"beta_slow", rope.beta_slow},
+                                      {"mscale", rope.mscale},
+                                      {"mscale_all_dim", rope.mscale_all_dim}}) {
+      if (value.has_value() && !std::isfinite(*value))
+        add(".", name, "=", *value, ": must be finite");
+    }
+    const double fast = rope.beta_fast.value_or(0) != 0 ? *rope.beta_fast : 32.0;
+    const double slow = rope.beta_slow.value_or(0) != 0 ? *rope.beta_slow : 1.0;
+    if (!(fast >= slow) || !(slow > 0)) {
+      add(": beta_fast=", fast, " and beta_slow=", slow,
+          " (unset or 0: 32 and 1) must satisfy beta_fast >= beta_slow > 0");
+    }
+  }
+  if (rope.type == ops::RopeType::kLongrope) {
+    for (const auto& [name, factors] :
+         {std::pair{"short_factor", &rope.short_factor}, {"long_factor", &rope.long_factor}}) {
+      if (head_dim > 0 && static_cast<int64_t>(factors->size()) != head_dim / 2) {
+        add(".", name, ": has ", factors->size(),
+            " numbers, must have head_dim / 2 = ", head_dim / 2);
+      }
+      for (const double f : *factors) {
+        if (!(f > 0) || !std::isfinite(f)) {
+          add(".", name, ": holds ", f, ", every factor must be a number > 0");
+          break;
+        }
+      }
+    }
+    if (!rope.attention_factor.has_value() && rope.factor > 1 && rope.original_max_position < 2) {
+      add(".original_max_position_embeddings=", rope.original_max_position,
+          ": must be >= 2 to derive the attention factor (or set attention_factor)");
+    }
   }
   return problems;
 }
@@ -530,8 +708,8 @@ absl::Status ValidateLlamaConfig(const LlamaConfig& c, std::string_view source) 
   if (!(c.rope.theta > 0) || !std::isfinite(c.rope.theta)) {
     problems.push_back(absl::StrCat("model.rope_theta=", c.rope.theta, ": must be > 0"));
   }
-  if (c.rope.llama3_scaling) {
-    for (std::string& problem : RopeScalingProblems(c.rope, "model.rope_scaling")) {
+  if (c.rope.type != ops::RopeType::kDefault) {
+    for (std::string& problem : RopeScalingProblems(c.rope, c.head_dim, "model.rope_scaling")) {
       problems.push_back(std::move(problem));
     }
   }

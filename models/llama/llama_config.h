@@ -38,6 +38,11 @@ struct SpecialTokenIds {
 inline constexpr char kSsaHfModelType[] = "ssa_llama";
 inline constexpr char kSsaHfArchitecture[] = "SsaLlamaForCausalLM";
 
+// How config.json spells RoPE: transformers 5's "rope_parameters" (rope_theta inside), or 4.x's
+// top-level "rope_theta" with "rope_scaling". A plain Llama's export writes the form its source
+// used; an SSA export always writes rope_parameters (LlamaConfigToHfJson says why).
+enum class HfRopeForm { kRopeParameters, kRopeScaling };
+
 struct LlamaConfig {
   int64_t hidden_size = 0;          // D
   int64_t intermediate_size = 0;    // F
@@ -50,6 +55,7 @@ struct LlamaConfig {
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   ops::RopeConfig rope;
+  HfRopeForm hf_rope_form = HfRopeForm::kRopeParameters;  // presets: the pinned transformers 5's
   SpecialTokenIds special_tokens;
   // Selective Self-Attention (docs/ssa.md); unset = vanilla attention. From the job config's
   // model.ssa, or the "ssa" object of an SSA export's config.json.
@@ -108,9 +114,13 @@ std::optional<std::string> LlamaPresetNamedIn(std::string_view directory_name);
 // model.hf_dir=/m", so that the user knows which file or setting to mend.
 absl::Status ValidateLlamaConfig(const LlamaConfig& config, std::string_view source = "");
 
-// The rules of a llama3 RoPE scaling (factor >= 1, 0 < low_freq_factor < high_freq_factor,
-// original_max_position >= 1), one problem per line with the fields under `path` (e.g.
-// "model.architecture.rope_scaling"): the one check of config.json's and the job's values.
-std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, std::string_view path);
+// The rules of a RoPE scaling, one problem per line with the fields under `path` (e.g.
+// "model.architecture.rope_scaling"): the one check of config.json's and the job's values. Every
+// scaling: factor >= 1 and original_max_position_embeddings in [1, kMaxPositions]; llama3:
+// 0 < low_freq_factor < high_freq_factor; yarn: rope_theta > 1, beta_fast >= beta_slow, finite
+// mscales, attention_factor > 0; longrope: head_dim / 2 positive short and long factors (not
+// checked while head_dim is 0, unknown), attention_factor > 0. Default RoPE: none.
+std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, int64_t head_dim,
+                                             std::string_view path);
 
 }  // namespace kelvin::models

@@ -3,6 +3,7 @@
 // [0, start + n), which hold k~ and v~ (each row rotated and scaled once, when it was appended).
 #include "models/llama/llama_decoder.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,11 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t 
   positions_ = CopyToDevice(ctx, positions, ctx.device());
   inv_freq_ = CopyToDevice(ctx, ops::RopeInverseFrequencies(c.rope, c.head_dim, AccumDType(dtype)),
                            ctx.device());
+  if (c.rope.type == ops::RopeType::kLongrope) {
+    inv_freq_long_ = CopyToDevice(
+        ctx, ops::RopeInverseFrequencies(c.rope, c.head_dim, AccumDType(dtype), /*long=*/true),
+        ctx.device());
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Shape shape = {sequences * max_tokens, model.layout().kv_heads, c.head_dim};
     cache_.push_back(
@@ -215,6 +221,12 @@ void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Te
   const Tensor query_source = project(w.query_projection, h_count);
   const Tensor value_source = project(w.value_projection, g);
 
+  // LongRoPE picks its factors per call from the call's largest position, as transformers does;
+  // the cache holds rotated keys, so each key keeps the factors of the call that appended it (as
+  // transformers' cache does).
+  int64_t largest = 0;
+  for (const Segment& s : segments) largest = std::max(largest, s.start + s.n - 1);
+  const Tensor& inv_freq = ops::RopeUsesLongFactors(c.rope, largest) ? inv_freq_long_ : inv_freq_;
   Tensor attention = Tensor::Empty({rows, h_count, d}, dtype, device);  // [N, H, d]
   for (const Segment& s : segments) {
     const int64_t end = s.start + s.n;
@@ -224,7 +236,8 @@ void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Te
     ssa::PrepareKeysAndValues(
         ctx, options, new_k, new_v,
         value_source.defined() ? value_source.Slice(s.row, s.row + s.n) : Tensor(),
-        positions_.Slice(s.start, end), inv_freq_, w.ssa.value_readout, new_k, new_v, tau_v);
+        positions_.Slice(s.start, end), inv_freq, w.ssa.value_readout, new_k, new_v, tau_v,
+        ops::RopeAttentionFactor(c.rope));
     ssa::SsaAttentionInputs inputs{
         u.Slice(s.row, s.row + s.n),
         positions_.Slice(s.start, end),
@@ -233,7 +246,8 @@ void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Te
         cached(cache.v, s, 0, end),
         positions_.Slice(0, end),
         Tensor(),
-        inv_freq_};
+        inv_freq,
+        ops::RopeAttentionFactor(c.rope)};
     inputs.keys_prepared = true;
     ssa::SsaAttentionOutputs outputs{
         attention.Slice(s.row, s.row + s.n), Tensor::Empty({s.n, h_count}, accum, device),

@@ -85,6 +85,7 @@ class LlamaDecoder {
   std::vector<int64_t> lengths_;   // [sequences]
   Tensor positions_;               // [max_tokens] i32: 0, 1, 2, ...
   Tensor inv_freq_;                // [d/2] RoPE inverse frequencies
+  Tensor inv_freq_long_;           // [d/2] LongRoPE's long factors; undefined for other scalings
   std::vector<LayerCache> cache_;  // [L]
   Tensor logits_;                  // [R, V] of the last call
   TemperatureObserver observer_;

@@ -99,6 +99,12 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
   inv_freq_ = CopyToDevice(
       ctx_, ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype)),
       ctx_.device());
+  if (config.rope.type == ops::RopeType::kLongrope) {
+    inv_freq_long_ = CopyToDevice(
+        ctx_,
+        ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype), /*long=*/true),
+        ctx_.device());
+  }
   InitSsaParameters();
   gradient_units_ = GradientUnitsOf(config, stage_);
 }
@@ -340,11 +346,15 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
 
 ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivations& slot,
                                                     const LlamaLayerActivations& a) const {
+  const Tensor& inv_freq = slot.long_rope ? inv_freq_long_ : inv_freq_;
+  const double rope_factor = ops::RopeAttentionFactor(config_.rope);
   if (!SplitsRows()) {
-    return {a.u, slot.positions, a.query_source, a.k, a.v, Tensor(), a.value_source, inv_freq_};
+    return {a.u,      slot.positions, a.query_source, a.k,        a.v,
+            Tensor(), a.value_source, inv_freq,       rope_factor};
   }
-  return {a.u,     slot.positions,     a.query_source,     a.k_all,
-          a.v_all, slot.key_positions, a.value_source_all, inv_freq_};
+  return {a.u,        slot.positions,     a.query_source,     a.k_all,
+          a.v_all,    slot.key_positions, a.value_source_all, inv_freq,
+          rope_factor};
 }
 
 int LlamaModel::AttentionBlocks() const { return SplitsRows() ? 2 : 1; }
@@ -394,6 +404,13 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
     return copy;
   };
   slot.host_positions = slot.host_key_positions = Tensor();
+  slot.long_rope = false;
+  if (config_.rope.type == ops::RopeType::kLongrope) {  // the whole rows' largest position id
+    const Tensor all = host_copy(positions.View({-1}));
+    const int32_t* p = all.data<int32_t>();
+    const int64_t largest = all.numel() > 0 ? *std::max_element(p, p + all.numel()) : 0;
+    slot.long_rope = ops::RopeUsesLongFactors(config_.rope, largest);
+  }
   if (!SplitsRows()) {
     CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
     CopyTensor(ctx_, positions.View({-1}), slot.positions);

@@ -69,6 +69,9 @@ struct LlamaMicroBatchActivations {
   // Host copies of positions [N] and key_positions [Nk] (i32) on CUDA when the micro-batch's
   // position ids came from the host: the cuDNN attention core lays out the documents from them.
   Tensor host_positions, host_key_positions;
+  // LongRoPE's long factors for this micro-batch: its largest position id reaches past the
+  // original length (ops::RopeUsesLongFactors), as transformers decides per forward call.
+  bool long_rope = false;
   std::vector<LlamaLayerActivations> layers;  // [local layers]; a chunk's input is its first x
   // [V] each [Nl, D]: the chunk's output (on the last virtual stage the final norm's input).
   std::vector<Tensor> outputs;
@@ -305,7 +308,8 @@ class LlamaModel : public parallel::PipelineStage {
   // [local layers] views of each layer's parameter values and gradients in params_.
   std::vector<LlamaLayerWeights> layer_values_, layer_grads_;
   LlamaEndWeights end_values_, end_grads_;  // this stage's embedding, final norm and LM head
-  Tensor inv_freq_;  // [d/2] RoPE inverse frequencies (AccumDType, on the model's device)
+  Tensor inv_freq_;       // [d/2] RoPE inverse frequencies (AccumDType, on the model's device)
+  Tensor inv_freq_long_;  // [d/2] LongRoPE's with its long factors; undefined for other scalings
   LlamaGradientUnits gradient_units_;
   // ReportFinishedGradients: the backwards per step, the callback, and [units] this step's count.
   int backwards_per_step_ = 0;

@@ -104,8 +104,9 @@ struct Block {
     ValueTemperatureForward(Cpu(), options, value_source, params.value_readout, tau_v, tanh_v);
     rope_u = Zeros(in.u.shape());
     rope_k = Zeros(in.k.shape());
-    ops::RopeForward(Cpu(), in.u, in.query_positions, in.inv_freq, rope_u);
-    ops::RopeForward(Cpu(), in.k, key_positions, in.inv_freq, rope_k);
+    ops::RopeForward(Cpu(), in.u, in.query_positions, in.inv_freq, rope_u,
+                     in.rope_attention_factor);
+    ops::RopeForward(Cpu(), in.k, key_positions, in.inv_freq, rope_k, in.rope_attention_factor);
     scale = 1.0 / std::sqrt(static_cast<double>(d));
   }
 
@@ -298,13 +299,15 @@ void SsaAttentionBlockBackward(const SsaOptions& options, const SsaBlockShape& s
       dtau_q.data<double>()[qt * h + head] = dtau;
     }
   }
-  ops::RopeBackward(Cpu(), drope_u, inputs.query_positions, inputs.inv_freq, du);
+  ops::RopeBackward(Cpu(), drope_u, inputs.query_positions, inputs.inv_freq, du,
+                    inputs.rope_attention_factor);
   AddInto(grads.du, du);
 
   // k~ = RoPE(k): dk = RoPE^T(dk~).
   Tensor dk_tilde = Zeros(inputs.k.shape()), dk_direct = Zeros(inputs.k.shape());
   std::copy(dk.begin(), dk.end(), dk_tilde.data<double>());
-  ops::RopeBackward(Cpu(), dk_tilde, blk.key_positions, inputs.inv_freq, dk_direct);
+  ops::RopeBackward(Cpu(), dk_tilde, blk.key_positions, inputs.inv_freq, dk_direct,
+                    inputs.rope_attention_factor);
   AddInto(grads.dk, dk_direct);
 
   // v~ = tau^v v: dtau^v = v . dv~, dv (direct) = tau^v dv~.

@@ -250,13 +250,21 @@ void ExpectWithinLimits(const LlamaConfig& c, const std::string& context) {
   EXPECT_EQ(c.head_dim % 2, 0) << context;
   EXPECT_TRUE(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0) << c.rms_norm_eps << context;
   EXPECT_TRUE(std::isfinite(c.rope.theta) && c.rope.theta > 0) << c.rope.theta << context;
-  if (c.rope.llama3_scaling) {
+  if (c.rope.type != ops::RopeType::kDefault) {
     EXPECT_GE(c.rope.factor, 1) << context;
+    if (c.rope.type != ops::RopeType::kLinear) {
+      in("original_max_position_embeddings", c.rope.original_max_position, kMaxPositions);
+    }
+  }
+  if (c.rope.type == ops::RopeType::kLlama3) {
     EXPECT_GT(c.rope.low_freq_factor, 0) << context;
     EXPECT_TRUE(std::isfinite(c.rope.high_freq_factor) &&
                 c.rope.high_freq_factor > c.rope.low_freq_factor)
         << c.rope.high_freq_factor << context;
-    in("original_max_position_embeddings", c.rope.original_max_position, kMaxPositions);
+  }
+  if (c.rope.type == ops::RopeType::kLongrope) {
+    EXPECT_EQ(static_cast<int64_t>(c.rope.short_factor.size()), c.head_dim / 2) << context;
+    EXPECT_EQ(static_cast<int64_t>(c.rope.long_factor.size()), c.head_dim / 2) << context;
   }
   EXPECT_GT(c.NumParameters(), 0) << context;
 }
@@ -267,11 +275,7 @@ bool SameArchitecture(const LlamaConfig& a, const LlamaConfig& b) {
          a.num_key_value_heads == b.num_key_value_heads && a.head_dim == b.head_dim &&
          a.vocab_size == b.vocab_size && a.max_position_embeddings == b.max_position_embeddings &&
          a.rms_norm_eps == b.rms_norm_eps && a.tie_word_embeddings == b.tie_word_embeddings &&
-         a.rope.theta == b.rope.theta && a.rope.llama3_scaling == b.rope.llama3_scaling &&
-         (!a.rope.llama3_scaling ||
-          (a.rope.factor == b.rope.factor && a.rope.low_freq_factor == b.rope.low_freq_factor &&
-           a.rope.high_freq_factor == b.rope.high_freq_factor &&
-           a.rope.original_max_position == b.rope.original_max_position));
+         a.rope == b.rope && (a.ssa.has_value() || a.hf_rope_form == b.hf_rope_form);
 }
 
 std::string Printable(const std::string& text) {  // the first 1500 bytes, escaped

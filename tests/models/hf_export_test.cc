@@ -129,7 +129,10 @@ TEST(HfExport, TheDirectoryHoldsTheSourcesTokenizerAndIdsAndTheSsaModelingCode) 
 TEST(HfExport, AnSsaExportWritesRopeAsTransformers5) {
   models::LlamaConfig config = SsaConfig();
   config.rope.theta = 50000.0;
-  config.rope.llama3_scaling = true;
+  config.rope.type = ops::RopeType::kLlama3;
+  // Read from a transformers 4 config.json: the plain export keeps that layout, the SSA one takes
+  // transformers 5's.
+  config.hf_rope_form = models::HfRopeForm::kRopeScaling;
   config.rope.factor = 4.0;
   config.rope.original_max_position = 32;
   for (const bool ssa : {true, false}) {
@@ -150,7 +153,7 @@ TEST(HfExport, AnSsaExportWritesRopeAsTransformers5) {
     absl::StatusOr<models::LlamaConfig> read = models::LlamaConfigFromHfDirectory(dir);
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_EQ(read->rope.theta, 50000.0);
-    EXPECT_TRUE(read->rope.llama3_scaling);
+    EXPECT_EQ(read->rope.type, ops::RopeType::kLlama3);
     EXPECT_EQ(read->rope.factor, 4.0);
     EXPECT_EQ(read->rope.original_max_position, 32);
   }

@@ -35,7 +35,7 @@ models::LlamaConfig TinyConfig() {
   c.vocab_size = 50;
   c.max_position_embeddings = 64;
   c.rope.theta = 10000.0;
-  c.rope.llama3_scaling = true;
+  c.rope.type = ops::RopeType::kLlama3;
   c.rope.original_max_position = 8;
   return c;
 }
@@ -96,7 +96,7 @@ TEST(LlamaModel, ExportThenImportIsBitIdentical) {
   absl::StatusOr<models::LlamaConfig> config = models::LlamaConfigFromHfDirectory(dir);
   ASSERT_TRUE(config.ok()) << config.status().message();
   EXPECT_EQ(config->num_key_value_heads, 2);
-  EXPECT_TRUE(config->rope.llama3_scaling);
+  EXPECT_EQ(config->rope.type, ops::RopeType::kLlama3);
   models::LlamaModel imported(*config, DType::kF32);
   absl::StatusOr<io::HfCheckpoint> checkpoint = io::HfCheckpoint::Open(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
@@ -156,7 +156,7 @@ TEST(LlamaConfig, SizesBeyondTheLimitsAndBadRopeScalingAreErrors) {
               HasSubstr("model.max_position_embeddings=-5: must be in [1, 134217728]"));
   for (const double factor : {0.0, -2.0, 0.5, std::nan("")}) {
     EXPECT_THAT(with([&](models::LlamaConfig& c) {
-                  c.rope.llama3_scaling = true;
+                  c.rope.type = ops::RopeType::kLlama3;
                   c.rope.factor = factor;
                 }),
                 HasSubstr("model.rope_scaling.factor="))
@@ -207,6 +207,57 @@ TEST(LlamaConfig, RopeSettingsOfTheWrongTypeAreErrors) {
               HasSubstr("field \"factor\" is \"2\", expected a number, not a string"));
   EXPECT_EQ(parse(R"("rope_scaling": {"rope_type": "default", "factor": 1.0})"), "");
   EXPECT_EQ(parse(R"("rope_scaling": null)"), "");
+}
+
+// transformers' dynamic NTK scaling is refused with its reason; longrope without its lists, a list
+// of the wrong length or with a non-number, and a partial rotary factor are errors naming them;
+// yarn's optional fields are read as given (unset stays unset), LongRoPE's factor defaults to
+// max_position_embeddings / original as in transformers.
+TEST(LlamaConfig, EveryTransformersScalingIsReadAndDynamicIsRefused) {
+  const auto parse = [](const std::string& rope) {
+    return models::LlamaConfigFromHfJson(
+        absl::StrCat(R"({"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                        "num_attention_heads": 2, "vocab_size": 30, "max_position_embeddings": 64,
+                        )",
+                     rope, "}"),
+        "m/config.json");
+  };
+  EXPECT_THAT(Message(parse(R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})").status()),
+              HasSubstr("m/config.json rope_scaling: rope_type \"dynamic\" (NTK-aware) is not "
+                        "supported: transformers recomputes its frequencies at inference"));
+  EXPECT_THAT(Message(parse(R"("rope_scaling": {"rope_type": "longrope",
+                               "original_max_position_embeddings": 16})")
+                          .status()),
+              HasSubstr("required field \"short_factor\" is missing"));
+  EXPECT_THAT(Message(parse(R"("rope_scaling": {"rope_type": "longrope", "short_factor": [1, "a"],
+                               "long_factor": [1, 2]})")
+                          .status()),
+              HasSubstr("field \"short_factor\" holds \"a\", expected numbers only"));
+  EXPECT_THAT(Message(parse(R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                               "partial_rotary_factor": 0.5})")
+                          .status()),
+              HasSubstr("partial_rotary_factor 0.5 is not supported"));
+
+  absl::StatusOr<models::LlamaConfig> longrope =
+      parse(R"("rope_scaling": {"rope_type": "longrope", "original_max_position_embeddings": 16,
+               "short_factor": [1, 2, 3], "long_factor": [1, 2, 3, 4]})");
+  ASSERT_TRUE(longrope.ok()) << longrope.status();
+  EXPECT_EQ(longrope->rope.factor, 4.0);  // 64 / 16
+  EXPECT_EQ(longrope->hf_rope_form, models::HfRopeForm::kRopeScaling);
+  EXPECT_THAT(
+      Message(models::ValidateLlamaConfig(*longrope, "m/config.json")),
+      HasSubstr("model.rope_scaling.short_factor: has 3 numbers, must have head_dim / 2 = 4"));
+
+  absl::StatusOr<models::LlamaConfig> yarn =
+      parse(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4,
+               "original_max_position_embeddings": 16, "beta_fast": 8, "truncate": false})");
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  EXPECT_EQ(yarn->rope.type, ops::RopeType::kYarn);
+  EXPECT_EQ(yarn->rope.beta_fast, 8.0);
+  EXPECT_FALSE(yarn->rope.beta_slow.has_value());
+  EXPECT_EQ(yarn->rope.truncate, false);
+  EXPECT_EQ(yarn->hf_rope_form, models::HfRopeForm::kRopeParameters);
+  EXPECT_TRUE(models::ValidateLlamaConfig(*yarn, "m/config.json").ok());
 }
 
 TEST(LlamaConfig, ValidationListsEveryProblem) {

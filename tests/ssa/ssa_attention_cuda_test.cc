@@ -108,8 +108,8 @@ SsaProblem Bf16Problem(const SsaOptions& options, int64_t b, int64_t t, int64_t 
         &pr.params.query_readout, &pr.params.value_readout, &pr.params.alpha, &pr.dout}) {
     if (x->defined()) *x = testing::Cast(testing::Cast(*x, DType::kBF16), DType::kF64);
   }
-  pr.in.inv_freq = testing::Cast(
-      ops::RopeInverseFrequencies(ops::RopeConfig{.theta = 10000.0}, d, DType::kF32), DType::kF64);
+  pr.in.inv_freq =
+      testing::Cast(ops::RopeInverseFrequencies(fixture::PlainRope(), d, DType::kF32), DType::kF64);
   return pr;
 }
 
@@ -129,7 +129,8 @@ SsaAttentionInputs InputsOn(const SsaAttentionInputs& in, const testing::Backend
           floats(in.v),
           ints(in.key_positions),
           floats(in.value_source),
-          On(in.inv_freq, AccumDType(b.dtype), b.device)};
+          On(in.inv_freq, AccumDType(b.dtype), b.device),
+          in.rope_attention_factor};
 }
 
 SsaParameters ParametersOn(const SsaParameters& p, const testing::Backend& b) {

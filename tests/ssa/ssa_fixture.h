@@ -48,6 +48,13 @@ inline Tensor Positions(int64_t batch, int64_t seq, bool packed) {
   return p;
 }
 
+// Default RoPE of base 10000, the problems' rotation.
+inline ops::RopeConfig PlainRope() {
+  ops::RopeConfig rope;
+  rope.theta = 10000.0;
+  return rope;
+}
+
 // Seeded uniform inputs and parameters in f64 over B rows of T tokens (the sources only without
 // weight sharing).
 inline SsaProblem RandomProblem(const SsaOptions& options, int64_t b, int64_t t, int64_t h,
@@ -58,7 +65,7 @@ inline SsaProblem RandomProblem(const SsaOptions& options, int64_t b, int64_t t,
   pr.in.query_positions = Positions(b, t, packed);
   pr.in.k = testing::Random({n, g, d}, DType::kF64, seed + 2, -2, 2);
   pr.in.v = testing::Random({n, g, d}, DType::kF64, seed + 3);
-  pr.in.inv_freq = ops::RopeInverseFrequencies(ops::RopeConfig{.theta = 10000.0}, d, DType::kF64);
+  pr.in.inv_freq = ops::RopeInverseFrequencies(PlainRope(), d, DType::kF64);
   if (!options.weight_sharing) {
     pr.in.query_source = testing::Random({n, h, d}, DType::kF64, seed + 4, -2, 2);
     pr.in.value_source = testing::Random({n, g, d}, DType::kF64, seed + 5, -2, 2);
@@ -205,7 +212,8 @@ inline SsaAttentionInputs BlockInputs(const SsaProblem& pr, int64_t qb, int64_t 
           TokenRange(in.v, b, kb, kc),
           TokenRange(in.query_positions, b, kb, kc),
           TokenRange(in.value_source, b, kb, kc),
-          in.inv_freq};
+          in.inv_freq,
+          in.rope_attention_factor};
 }
 
 }  // namespace kelvin::ssa::fixture

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -12,12 +13,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/check.h"
 #include "core/io/hf_checkpoint.h"
 #include "core/logging.h"
 #include "google/protobuf/text_format.h"
 #include "models/llama/hf_weight_check.h"
 #include "ssa/ssa_attention.h"
 #include "training/checkpoint/checkpoint_format.h"
+#include "training/job/rope_scaling_job.h"
 #include "training/metrics/metrics_file.h"
 
 namespace kelvin::training {
@@ -38,13 +41,16 @@ void ApplyArchitectureOverrides(const config::Architecture& a, models::LlamaConf
     c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
   }
   if (a.has_rope_scaling()) {
-    const config::RopeScaling& s = a.rope_scaling();
-    c.rope.llama3_scaling = s.rope_type() == "llama3";
-    if (s.has_factor()) c.rope.factor = s.factor();
-    if (s.has_low_freq_factor()) c.rope.low_freq_factor = s.low_freq_factor();
-    if (s.has_high_freq_factor()) c.rope.high_freq_factor = s.high_freq_factor();
-    if (s.has_original_max_position_embeddings()) {
-      c.rope.original_max_position = s.original_max_position_embeddings();
+    std::vector<std::string> problems;  // none: ValidateJobConfig has reported them
+    const int64_t source_max_position = c.max_position_embeddings;
+    c.rope = RopeConfigFromJob(a.rope_scaling(), c.rope.theta, problems);
+    KELVIN_CHECK(problems.empty()) << problems.front();
+    // The extended length, so that one override extends a model (and its export says so).
+    if (!a.has_max_position_embeddings() && c.rope.type != ops::RopeType::kDefault) {
+      const double base = c.rope.type == ops::RopeType::kLinear
+                              ? static_cast<double>(source_max_position)
+                              : static_cast<double>(c.rope.original_max_position);
+      c.max_position_embeddings = std::llround(base * c.rope.factor);
     }
   }
 }

@@ -15,7 +15,7 @@ double RoundTo(double v, DType dtype) {
 
 // sign = +1: y = R(angle) x; sign = -1: y = R(-angle) x = R(angle)^T x.
 void Rotate(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, double sign,
-            Tensor& y) {
+            double attention_factor, Tensor& y) {
   const int64_t n = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
   const std::vector<double> xv = ToDoubles(x), pos = ToDoubles(positions),
                             freq = ToDoubles(inv_freq);
@@ -24,7 +24,8 @@ void Rotate(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, do
   for (int64_t token = 0; token < n; ++token) {
     for (int64_t i = 0; i < half; ++i) {
       const double angle = RoundTo(RoundTo(pos[token], angle_dtype) * freq[i], angle_dtype);
-      const double c = std::cos(angle), s = sign * std::sin(angle);
+      const double c = std::cos(angle) * attention_factor;
+      const double s = sign * std::sin(angle) * attention_factor;
       for (int64_t head = 0; head < heads; ++head) {
         const int64_t at = (token * heads + head) * d + i;
         yv[at] = xv[at] * c - xv[at + half] * s;
@@ -37,12 +38,14 @@ void Rotate(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, do
 
 }  // namespace
 
-void RopeForward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y) {
-  Rotate(x, positions, inv_freq, 1.0, y);
+void RopeForward(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y,
+                 double attention_factor) {
+  Rotate(x, positions, inv_freq, 1.0, attention_factor, y);
 }
 
-void RopeBackward(const Tensor& dy, const Tensor& positions, const Tensor& inv_freq, Tensor& dx) {
-  Rotate(dy, positions, inv_freq, -1.0, dx);
+void RopeBackward(const Tensor& dy, const Tensor& positions, const Tensor& inv_freq, Tensor& dx,
+                  double attention_factor) {
+  Rotate(dy, positions, inv_freq, -1.0, attention_factor, dx);
 }
 
 }  // namespace kelvin::reference

@@ -10,6 +10,12 @@ key/value head g, with u = W_q x before RoPE and p_t the position id the model i
     tau^q[t, h] = tanh(a^q_h . GeLU(u[t, h])) + 1 + sigmoid(alpha_h) ln(p_t + 1)
     tau^v[t, g] = tanh(a^v_g . GeLU(v[t, g])) + 1
     q~ = tau^q RoPE(u),  k~ = RoPE(k),  v~ = tau^v v,  attention as Llama's on (q~, k~, v~)
+RoPE is transformers' own rotary embedding, which LlamaModel builds from the config's
+rope_parameters (rope_scaling in transformers 4's form): every scaling transformers has, whose
+cos and sin carry the scaling's attention factor m (yarn's, longrope's; 1 otherwise). So the
+factors compose by multiplication: q~ = tau^q m R(u) and k~ = m R(k), the logits are
+tau^q m^2 (R(u) . R(k)) / sqrt(d); tau^q's position term uses the raw position id, never the scaled
+frequencies. Kelvin computes the same (its attention operator scales cos and sin by m).
 GeLU is the exact erf form. Flags (config.ssa): a temperature that is off is 1; token_aware off
 drops the tanh terms; position_aware off drops the sigmoid(alpha) term; weight_sharing off reads
 the tanh terms from separate per-head projections (query_temperature_proj, value_temperature_proj)

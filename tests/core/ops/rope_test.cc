@@ -28,7 +28,7 @@ using testing::Backend;
 // low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192}.
 ops::RopeConfig Llama31Config() {
   ops::RopeConfig config;
-  config.llama3_scaling = true;
+  config.type = ops::RopeType::kLlama3;
   return config;
 }
 
@@ -105,6 +105,132 @@ TEST(RopeInverseFrequencies, Llama3ScalingMatchesTransformers) {
   }
 }
 
+// The other scalings at head dim 128, produced once with torch 2.15.0 and transformers 5.23.0 as
+// above: f32 bits of ROPE_INIT_FUNCTIONS[type](config, "cpu") (longrope's long factors with
+// seq_len = original + 1, as its per-call switch asks), and its attention factor (repr()).
+struct ScalingCase {
+  const char* name;
+  ops::RopeConfig config;
+  bool long_factors;
+  double attention_factor;
+  std::vector<std::pair<int64_t, uint32_t>> entries;  // index, f32 bits
+};
+
+std::vector<double> Factors(double first, double step) {  // [64]: first + step * i
+  std::vector<double> factors;
+  for (int i = 0; i < 64; ++i) factors.push_back(first + step * i);
+  return factors;
+}
+
+std::vector<ScalingCase> ScalingCases() {
+  ops::RopeConfig yarn;  // Llama-3-8B 8K -> 128K: theta 500000, factor 16, default betas
+  yarn.type = ops::RopeType::kYarn;
+  yarn.factor = 16.0;
+  yarn.original_max_position = 8192;
+  ops::RopeConfig deepseek;  // DeepSeek's form: mscales, truncate false
+  deepseek.theta = 10000.0;
+  deepseek.type = ops::RopeType::kYarn;
+  deepseek.factor = 40.0;
+  deepseek.original_max_position = 4096;
+  deepseek.beta_fast = 32;
+  deepseek.beta_slow = 1;
+  deepseek.mscale = 1.0;
+  deepseek.mscale_all_dim = 0.707;
+  deepseek.truncate = false;
+  ops::RopeConfig linear;
+  linear.type = ops::RopeType::kLinear;
+  linear.factor = 4.0;
+  ops::RopeConfig longrope;  // short factors 1 + 0.01 i, long 1 + 0.5 i
+  longrope.theta = 10000.0;
+  longrope.type = ops::RopeType::kLongrope;
+  longrope.factor = 32.0;
+  longrope.original_max_position = 4096;
+  longrope.short_factor = Factors(1.0, 0.01);
+  longrope.long_factor = Factors(1.0, 0.5);
+  return {
+      {"yarn",
+       yarn,
+       false,
+       1.2772588722239782,
+       {{0, 0x3f800000},
+        {1, 0x3f508ac1},
+        {10, 0x3e03c6a0},
+        {20, 0x3c71668c},
+        {30, 0x3a3cf566},
+        {40, 0x378fc8f8},
+        {50, 0x361406cb},
+        {63, 0x3424c2ff}}},
+      {"yarn mscale",
+       deepseek,
+       false,
+       1.0857263992561355,
+       {{0, 0x3f800000},
+        {1, 0x3f5dafd7},
+        {10, 0x3e72d423},
+        {20, 0x3d6655c2},
+        {30, 0x3c0a6214},
+        {40, 0x3a3d6f6d},
+        {50, 0x379d43a3},
+        {63, 0x3641bd81}}},
+      {"linear",
+       linear,
+       false,
+       1.0,
+       {{0, 0x3e800000},
+        {1, 0x3e508ac1},
+        {10, 0x3d03c6a0},
+        {20, 0x3b87a9c3},
+        {30, 0x3a0baa41},
+        {40, 0x388fc8f8},
+        {50, 0x371406cb},
+        {63, 0x3524c2ff}}},
+      {"longrope short",
+       longrope,
+       false,
+       1.1902380714238083,
+       {{0, 0x3f800000},
+        {1, 0x3f5b7df1},
+        {10, 0x3e5cc0d9},
+        {20, 0x3d3ff221},
+        {30, 0x3c281093},
+        {40, 0x3b1407df},
+        {50, 0x3a030db3},
+        {63, 0x389492e6}}},
+      {"longrope long",
+       longrope,
+       true,
+       1.1902380714238083,
+       {{0, 0x3f800000},
+        {1, 0x3f13ca8f},
+        {10, 0x3d21e2c2},
+        {20, 0x3ba78430},
+        {30, 0x3a5a7bf2},
+        {40, 0x391de643},
+        {50, 0x37f1f1e7},
+        {63, 0x366e7316}}},
+  };
+}
+
+TEST(RopeInverseFrequencies, EveryScalingMatchesTransformersBitForBit) {
+  for (const ScalingCase& c : ScalingCases()) {
+    SCOPED_TRACE(c.name);
+    const Tensor f32 = ops::RopeInverseFrequencies(c.config, 128, DType::kF32, c.long_factors);
+    for (const auto& [index, f32_bits] : c.entries) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(f32.data<float>()[index]), f32_bits)
+          << "inv_freq[" << index << "] " << f32.data<float>()[index] << " vs "
+          << std::bit_cast<float>(f32_bits);
+    }
+    EXPECT_NEAR(ops::RopeAttentionFactor(c.config), c.attention_factor, 1e-15);
+  }
+}
+
+TEST(RopeInverseFrequencies, LongropeSwitchesPastTheOriginalLength) {
+  ops::RopeConfig longrope = ScalingCases()[3].config;     // original 4096
+  EXPECT_FALSE(ops::RopeUsesLongFactors(longrope, 4095));  // a call of 4096 positions: short
+  EXPECT_TRUE(ops::RopeUsesLongFactors(longrope, 4096));
+  EXPECT_FALSE(ops::RopeUsesLongFactors(ScalingCases()[0].config, 1 << 20));  // yarn: never
+}
+
 const Context& CpuContext() { return testing::ContextFor(Device::Cpu()); }
 
 Tensor Positions(const std::vector<int32_t>& values) {  // [N] i32 host tensor
@@ -172,10 +298,14 @@ TEST_P(RopeTest, ForwardAndBackwardMatchReference) {
   const Context& ctx = testing::ContextFor(backend.device);
   const double tol = testing::RelTolerance(backend.dtype);
   uint64_t seed = 300;
-  for (const bool llama3 : {false, true}) {
-    const ops::RopeConfig config = llama3 ? Llama31Config() : PlainConfig();
+  // yarn: cos and sin times its attention factor (1.277), in the kernels as in the reference.
+  const std::pair<const char*, ops::RopeConfig> configs[] = {{"plain", PlainConfig()},
+                                                             {"llama3 scaling", Llama31Config()},
+                                                             {"yarn", ScalingCases()[0].config}};
+  for (const auto& [name, config] : configs) {
+    const double factor = ops::RopeAttentionFactor(config);
     for (const RopeCase& c : Cases()) {
-      SCOPED_TRACE(::testing::Message() << c.what << (llama3 ? ", llama3 scaling" : ", plain"));
+      SCOPED_TRACE(::testing::Message() << c.what << ", " << name);
       const int64_t n = static_cast<int64_t>(c.positions.size());
       const Shape shape = {n, c.heads, c.d};
       // Inputs rounded to the backend dtype; the reference sees exactly the same values in f64.
@@ -185,24 +315,24 @@ TEST_P(RopeTest, ForwardAndBackwardMatchReference) {
       const Tensor positions = Positions(c.positions);  // [N]
 
       Tensor y_ref = Tensor::Empty(shape, DType::kF64), dx_ref = Tensor::Empty(shape, DType::kF64);
-      reference::RopeForward(testing::Cast(x, DType::kF64), positions, inv_freq, y_ref);
-      reference::RopeBackward(testing::Cast(dy, DType::kF64), positions, inv_freq, dx_ref);
+      reference::RopeForward(testing::Cast(x, DType::kF64), positions, inv_freq, y_ref, factor);
+      reference::RopeBackward(testing::Cast(dy, DType::kF64), positions, inv_freq, dx_ref, factor);
 
       const Tensor pos_d = testing::ToDevice(positions, backend.device);
       const Tensor inv_d = testing::ToDevice(inv_freq, backend.device);
       Tensor y = Tensor::Empty(shape, backend.dtype, backend.device);
-      ops::RopeForward(ctx, testing::ToDevice(x, backend.device), pos_d, inv_d, y);
+      ops::RopeForward(ctx, testing::ToDevice(x, backend.device), pos_d, inv_d, y, factor);
       EXPECT_TRUE(testing::AllClose(y, y_ref, tol, "y"));
       Tensor dx = Tensor::Empty(shape, backend.dtype, backend.device);
-      ops::RopeBackward(ctx, testing::ToDevice(dy, backend.device), pos_d, inv_d, dx);
+      ops::RopeBackward(ctx, testing::ToDevice(dy, backend.device), pos_d, inv_d, dx, factor);
       EXPECT_TRUE(testing::AllClose(dx, dx_ref, tol, "dx"));
 
       // In place (y = x, dx = dy) gives the same bits.
       Tensor in_place = CopyToDevice(ctx, x, backend.device);
-      ops::RopeForward(ctx, in_place, pos_d, inv_d, in_place);
+      ops::RopeForward(ctx, in_place, pos_d, inv_d, in_place, factor);
       EXPECT_TRUE(testing::BitIdentical(in_place, y, "y computed in place"));
       in_place = CopyToDevice(ctx, dy, backend.device);
-      ops::RopeBackward(ctx, in_place, pos_d, inv_d, in_place);
+      ops::RopeBackward(ctx, in_place, pos_d, inv_d, in_place, factor);
       EXPECT_TRUE(testing::BitIdentical(in_place, dx, "dx computed in place"));
     }
   }

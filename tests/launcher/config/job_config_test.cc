@@ -331,6 +331,27 @@ TEST(JobConfigDefaults, FormattedJobParsesBackToTheSameJob) {
   EXPECT_TRUE(MessageDifferencer::Equals(*reparsed, job)) << FormatResolvedConfig(*reparsed);
 }
 
+// A LongRoPE scaling's factor lists (repeated numbers) print one line per element and parse back.
+// Before, printing any job with a rope_scaling stopped the program (repeated fields other than
+// strings and messages were refused).
+TEST(JobConfigDefaults, FormattedRopeFactorListsParseBack) {
+  config::JobConfig job = ParsedMinimalJob();
+  config::RopeScaling& rope = *job.mutable_model()->mutable_architecture()->mutable_rope_scaling();
+  rope.set_rope_type("longrope");
+  rope.set_factor(4.0);
+  rope.set_original_max_position_embeddings(4096);
+  for (const double factor : {1.0, 1.5, 2.25}) {
+    rope.add_short_factor(factor);
+    rope.add_long_factor(2 * factor);
+  }
+  ResolveDefaults(job);
+  const std::string text = FormatResolvedConfig(job);
+  EXPECT_THAT(text, HasSubstr("      short_factor: 1\n      short_factor: 1.5\n"));
+  const absl::StatusOr<config::JobConfig> reparsed = ParseJobConfigText(text, "resolved");
+  ASSERT_TRUE(reparsed.ok()) << reparsed.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*reparsed, job)) << text;
+}
+
 TEST(JobConfigFile, MissingDirectoryAndUnreadableFilesAreErrors) {
   const absl::StatusOr<config::JobConfig> missing = LoadJobConfig("/nonexistent/job.textproto");
   ASSERT_FALSE(missing.ok());

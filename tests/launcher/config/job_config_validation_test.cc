@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,33 @@ config::JobConfig BaseJob() {
 }
 
 TEST(JobConfigValidation, MinimalJobIsValid) { EXPECT_EQ(ProblemsWith({}), ""); }
+
+// LongRoPE's factor lists (repeated fields, set in a job file) meet config.json's rules: each
+// factor > 0. A complete yarn extension of the base job is valid.
+TEST(JobConfigValidation, RopeScalingListsAndAYarnExtension) {
+  config::JobConfig job = BaseJob();
+  config::RopeScaling& rope = *job.mutable_model()->mutable_architecture()->mutable_rope_scaling();
+  rope.set_rope_type("longrope");
+  rope.set_factor(4);
+  rope.set_original_max_position_embeddings(4096);
+  for (const double f : {1.0, 2.0}) rope.add_short_factor(f);
+  for (const double f : {1.0, 0.0}) rope.add_long_factor(f);
+  EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+              ::testing::HasSubstr("model.architecture.rope_scaling.long_factor: holds 0, every "
+                                   "factor must be a number > 0"));
+  // Each element of a list is a number of the job: finite (before, any list stopped the check).
+  rope.set_long_factor(1, std::numeric_limits<double>::infinity());
+  EXPECT_THAT(std::string(ValidateJobConfig(job).message()),
+              ::testing::HasSubstr("model.architecture.rope_scaling.long_factor[1]=inf: must be a "
+                                   "finite number"));
+  rope.Clear();
+  rope.set_rope_type("yarn");
+  rope.set_factor(16);
+  rope.set_original_max_position_embeddings(8192);
+  rope.set_mscale(1.0);
+  rope.set_truncate(false);
+  EXPECT_TRUE(ValidateJobConfig(job).ok()) << ValidateJobConfig(job);
+}
 
 TEST(JobConfigValidation, SlurmTimeLimitsInEachFormAreValid) {
   for (const char* time : {"90", "01:30:00", "2-00:00:00", "0-12:00:00"}) {
@@ -114,15 +142,47 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"model.architecture.rms_norm_eps=0"}, "model.architecture.rms_norm_eps=0: must be > 0"},
       {{"model.architecture.max_position_embeddings=32"},
        "training.seq_length=128 exceeds model.architecture.max_position_embeddings=32"},
-      {{"model.architecture.rope_scaling.rope_type=yarn"},
-       "model.architecture.rope_scaling.rope_type=\"yarn\": must be \"default\" or \"llama3\""},
+      {{"model.architecture.rope_scaling.rope_type=ntk"},
+       "model.architecture.rope_scaling.rope_type=\"ntk\": must be one of \"default\", "
+       "\"linear\", \"yarn\", \"longrope\", \"llama3\""},
+      {{"model.architecture.rope_scaling.rope_type=dynamic",
+        "model.architecture.rope_scaling.factor=2"},
+       "model.architecture.rope_scaling.rope_type=\"dynamic\": dynamic NTK scaling is refused: "
+       "transformers recomputes it at inference from the longest sequence seen so far, so no "
+       "training run matches it; use \"yarn\" or a larger rope_theta"},
       {{"model.architecture.rope_scaling.rope_type=llama3",
         "model.architecture.rope_scaling.factor=8"},
-       "model.architecture.rope_scaling: rope_type \"llama3\" needs factor, low_freq_factor, "
-       "high_freq_factor and original_max_position_embeddings (Llama-3.1: 8, 1, 4, 8192)"},
+       "model.architecture.rope_scaling: rope_type \"llama3\" needs low_freq_factor, "
+       "high_freq_factor, original_max_position_embeddings (Llama-3.1: factor 8, "
+       "low_freq_factor 1, high_freq_factor 4, original 8192)"},
       {{"model.architecture.rope_scaling.factor=8"},
-       "model.architecture.rope_scaling: factor, low_freq_factor, high_freq_factor and "
-       "original_max_position_embeddings apply to rope_type \"llama3\" only"},
+       "model.architecture.rope_scaling: factor not used by rope_type \"default\": remove it"},
+      {{"model.architecture.rope_scaling.rope_type=yarn",
+        "model.architecture.rope_scaling.factor=16",
+        "model.architecture.rope_scaling.original_max_position_embeddings=8192",
+        "model.architecture.rope_scaling.low_freq_factor=1",
+        "model.architecture.rope_scaling.high_freq_factor=4"},
+       "model.architecture.rope_scaling: low_freq_factor, high_freq_factor not used by rope_type "
+       "\"yarn\": remove them"},
+      {{"model.architecture.rope_scaling.rope_type=yarn"},
+       "model.architecture.rope_scaling: rope_type \"yarn\" needs factor, "
+       "original_max_position_embeddings"},
+      {{"model.architecture.rope_scaling.rope_type=yarn",
+        "model.architecture.rope_scaling.factor=16",
+        "model.architecture.rope_scaling.original_max_position_embeddings=8192",
+        "model.architecture.rope_scaling.attention_factor=-1"},
+       "model.architecture.rope_scaling.attention_factor=-1: must be a number > 0"},
+      {{"model.architecture.rope_scaling.rope_type=yarn",
+        "model.architecture.rope_scaling.factor=16",
+        "model.architecture.rope_scaling.original_max_position_embeddings=8192",
+        "model.architecture.rope_scaling.beta_fast=1",
+        "model.architecture.rope_scaling.beta_slow=2"},
+       "model.architecture.rope_scaling: beta_fast=1 and beta_slow=2 (unset or 0: 32 and 1) must "
+       "satisfy beta_fast >= beta_slow > 0"},
+      {{"model.architecture.rope_scaling.rope_type=longrope",
+        "model.architecture.rope_scaling.factor=4",
+        "model.architecture.rope_scaling.original_max_position_embeddings=4096"},
+       "model.architecture.rope_scaling: rope_type \"longrope\" needs short_factor, long_factor"},
       {{"model.architecture.rope_scaling.rope_type=llama3",
         "model.architecture.rope_scaling.factor=8",
         "model.architecture.rope_scaling.low_freq_factor=4",
