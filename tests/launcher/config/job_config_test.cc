@@ -435,6 +435,20 @@ TEST(ReadyJobs, EachJobIsWhatItsNameSays) {
   EXPECT_EQ(longctx.training().seq_length(), 32768);
   EXPECT_EQ(longctx.parallel().context_parallel(), 4);
   EXPECT_EQ(longctx.model().architecture().rope_scaling().rope_type(), "llama3");
+
+  // The extension recipes: Llama-3-8B 8K -> 128K with YaRN, and the same at CPU scale (x8).
+  const config::JobConfig extend = load("llama3_8b_extend_128k.textproto");
+  EXPECT_EQ(extend.model().architecture().rope_scaling().rope_type(), "yarn");
+  EXPECT_EQ(extend.model().architecture().rope_scaling().factor(), 16.0);
+  EXPECT_EQ(extend.model().architecture().rope_scaling().original_max_position_embeddings(), 8192);
+  EXPECT_EQ(extend.training().seq_length(), 131072);
+  EXPECT_TRUE(extend.model().ssa().enabled());
+  EXPECT_TRUE(extend.data().has_blend());
+  const config::JobConfig tiny = load("extend_tiny_cpu.textproto");
+  EXPECT_EQ(tiny.model().architecture().rope_scaling().rope_type(), "yarn");
+  EXPECT_EQ(tiny.model().architecture().rope_scaling().factor(), 8.0);
+  EXPECT_EQ(tiny.training().seq_length(), 8 * 160);
+  EXPECT_EQ(tiny.training().device(), config::TrainingConfig::CPU);
 }
 
 // Random edits of a valid job: every outcome is a Status, and every accepted job prints back to
