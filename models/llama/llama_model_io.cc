@@ -137,9 +137,17 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
     params_.Assign(e.name, loaded);
   }
   if (static_cast<int64_t>(missing_ssa.size()) == ssa_tensors && ssa_tensors > 0) {
+    // Read-outs 0 zero the token terms: tau^v = 1, and tau^q = 1 + sigma(alpha) ln n with the
+    // position term (else 1: the pretrained model's logits).
+    const ssa::SsaOptions& ssa = *config_.ssa;
+    const double sigma = 1 / (1 + std::exp(-ssa.alpha_init));
     KLOG_RANK0(INFO) << checkpoint.path() << " has no SSA tensors: starting SSA from read-outs 0 "
-                     << "and alpha " << config_.ssa->alpha_init
-                     << " (the pretrained model's logits)";
+                     << "and alpha " << ssa.alpha_init
+                     << (ssa.query_temperature && ssa.position_aware
+                             ? absl::StrCat(" (tau^q = 1 + ", sigma,
+                                            " ln n, tau^v = 1: the pretrained model's logits "
+                                            "with the position term on top)")
+                             : std::string(" (every temperature 1: the pretrained model's logits)"));
     InitSsaParameters();
   } else if (!missing_ssa.empty()) {
     return absl::NotFoundError(absl::StrCat(
