@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -17,6 +19,7 @@
 #include "launcher/commands/process_launch.h"
 #include "launcher/commands/score_command.h"
 #include "launcher/config/job_config.h"
+#include "models/generation/loss_by_position.h"
 #include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
@@ -149,6 +152,15 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
         "--needle");
   }
   const bool corpus = !a.score.data.empty() || !a.score.text.empty();
+  if (a.score.by_position.has_value() && !corpus) {
+    return UsageError(
+        "--by-position groups the losses of --data and --text by position: add one of them");
+  }
+  if (a.score.by_position.has_value() && a.score.seq_length > 0) {  // else once the model is read
+    const absl::StatusOr<std::vector<int64_t>> starts =
+        models::PositionBucketStarts(*a.score.by_position, a.score.seq_length);
+    if (!starts.ok()) return UsageError(std::string(starts.status().message()));
+  }
   if ((a.score.seq_length > 0 || a.score.stride > 0) && !corpus) {
     return UsageError(
         "--seq-length and --stride shape the windows of --data and --text: add one of them (the "
@@ -266,6 +278,7 @@ int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
   }
   if (!reports) return 0;
   KLOG(INFO) << FormatScore(job, *report);
+  if (!report->by_position.empty()) KLOG(INFO) << FormatLossByPosition(job, *report);
   return WriteJsonResult(a.json, ScoreJson(job, *report), "score");
 }
 
@@ -294,6 +307,24 @@ int Eval(const EvalArguments& a) {
   return RunOnEveryRank(a.job, [&a](const config::JobConfig& job, int world_rank) {
     return EvaluateHeldOut(a, job, world_rank);
   });
+}
+
+// --by-position's value: one integer, the buckets' width, or integers separated by commas, the
+// buckets' starts (their rules are models::PositionBucketStarts', checked against the window).
+std::string ParsePositionBuckets(const std::string& text, ScoreOptions& score) {
+  std::vector<int64_t> values;
+  for (const absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(part, &value)) {
+      return std::string(
+          "give a bucket width in positions (256) or bucket starts separated by commas "
+          "(0,1024,4096)");
+    }
+    values.push_back(value);
+  }
+  score.by_position = values.size() == 1 ? models::PositionBuckets::OfWidth(values[0])
+                                         : models::PositionBuckets::StartingAt(std::move(values));
+  return std::string();
 }
 
 // The options of the needle grid (--needle).
@@ -367,7 +398,8 @@ void AddEvalCommand(CommandLine& line) {
       "only its model fields, run on --device (f32 on the CPU, bf16 on CUDA); --needle runs one\n"
       "process, --data and --text split the model over mpirun's processes (tensor parallelism,\n"
       "a GPU each); every token of the corpus is scored once, in windows of --seq-length or\n"
-      "sliding at --stride; a --data PREFIX with a PREFIX_loss_mask counts only its targets.",
+      "sliding at --stride; a --data PREFIX with a PREFIX_loss_mask counts only its targets;\n"
+      "--by-position adds the loss per bucket of positions in the window.",
       [a] { return Eval(*a); });
   AddJobArguments(line, command, a->job);
   AddCheckpointChoice(line, command, a->checkpoint);
@@ -388,6 +420,12 @@ void AddEvalCommand(CommandLine& line) {
                 [a](const std::string& text) {
                   return ParseInteger(text, 1, "a token count >= 1", a->score.stride);
                 });
+  line.AddValue(command, "--by-position", "B",
+                "a bucket width in positions (256) or bucket starts separated by commas "
+                "(0,1024,4096)",
+                "the loss by position in the window too: buckets of B positions, or starting at "
+                "the listed positions",
+                [a](const std::string& text) { return ParsePositionBuckets(text, a->score); });
   AddNeedleOptions(line, command, *a);
   AddTokenizerOption(line, command, a->tokenizer);
   AddDeviceOption(line, command, a->device);

@@ -120,11 +120,19 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
                       : job.training().seq_length() > 0 ? job.training().seq_length()
                                                         : std::min(kDefaultWindow, max_positions);
   report.stride = options.stride > 0 ? options.stride : report.seq_length;
+  std::vector<int64_t> bucket_starts;  // [buckets]
+  if (options.by_position.has_value()) {
+    KELVIN_ASSIGN_OR_RETURN(bucket_starts,
+                            models::PositionBucketStarts(*options.by_position, report.seq_length));
+  }
   KELVIN_ASSIGN_OR_RETURN(
       models::LlamaDecoder decoder,
       models::LlamaDecoder::Create(*model, std::min(report.seq_length, max_positions)));
   KELVIN_ASSIGN_OR_RETURN(report.result, models::ScoreTokens(decoder, tokens, report.seq_length,
                                                              report.stride, scored.is_target));
+  if (!bucket_starts.empty()) {
+    report.by_position = models::LossByPosition(report.result, bucket_starts);
+  }
   if (report.result.targets == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         named, ": its loss mask ", scored.loss_mask,
@@ -145,6 +153,23 @@ std::string FormatScore(const config::JobConfig& job, const ScoreReport& r) {
       r.seq_length, r.stride);
 }
 
+std::string FormatLossByPosition(const config::JobConfig& job, const ScoreReport& r) {
+  std::string table = absl::StrFormat(
+      "loss of %s on %s by position in the window (windows of %d, stride %d; position p has seen "
+      "p + 1 tokens)\n%16s %10s %12s %12s\n",
+      job.name(), r.source, r.seq_length, r.stride, "positions", "targets", "loss", "perplexity");
+  for (const models::PositionBucket& bucket : r.by_position) {
+    const std::string positions = absl::StrFormat("[%d, %d)", bucket.begin, bucket.end);
+    if (bucket.targets == 0) {
+      absl::StrAppendFormat(&table, "%16s %10d %12s %12s\n", positions, 0, "-", "-");
+    } else {
+      absl::StrAppendFormat(&table, "%16s %10d %12.6f %12.6g\n", positions, bucket.targets,
+                            bucket.loss(), std::exp(bucket.loss()));
+    }
+  }
+  return table;
+}
+
 std::string ScoreJson(const config::JobConfig& job, const ScoreReport& r) {
   nlohmann::ordered_json root = {{"model", job.name()},
                                  {"data", r.source},
@@ -156,6 +181,19 @@ std::string ScoreJson(const config::JobConfig& job, const ScoreReport& r) {
                                  {"loss", r.result.loss()},
                                  {"perplexity", std::exp(r.result.loss())}};
   if (!r.loss_mask.empty()) root["loss_mask"] = r.loss_mask;
+  if (!r.by_position.empty()) {
+    nlohmann::ordered_json buckets = nlohmann::ordered_json::array();
+    for (const models::PositionBucket& bucket : r.by_position) {
+      const bool scored = bucket.targets > 0;
+      buckets.push_back(
+          {{"begin", bucket.begin},
+           {"end", bucket.end},
+           {"targets", bucket.targets},
+           {"loss", scored ? nlohmann::ordered_json(bucket.loss()) : nullptr},
+           {"perplexity", scored ? nlohmann::ordered_json(std::exp(bucket.loss())) : nullptr}});
+    }
+    root["by_position"] = buckets;
+  }
   return root.dump(2) + "\n";
 }
 

@@ -4,10 +4,13 @@
 // parallelism).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
+#include "models/generation/loss_by_position.h"
 #include "models/generation/sequence_scorer.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/job/job_setup.h"
@@ -20,6 +23,9 @@ struct ScoreOptions {
   std::string tokenizer;   // --tokenizer DIR: the tokenizer in place of model.hf_dir's ("" none)
   int64_t seq_length = 0;  // 0: training.seq_length, else min(2048, max_position_embeddings)
   int64_t stride = 0;      // 0: seq_length (non-overlapping windows)
+  // --by-position: the loss by position in the window too, in these buckets (checked against the
+  // window before scoring).
+  std::optional<models::PositionBuckets> by_position;
   training::CheckpointChoice checkpoint;
 };
 
@@ -28,6 +34,7 @@ struct ScoreReport {
   std::string loss_mask;  // --data's PREFIX_loss_mask when it has one (only its targets count)
   int64_t seq_length = 0, stride = 0;
   models::ScoreResult result;
+  std::vector<models::PositionBucket> by_position;  // [buckets]; empty without --by-position
 };
 
 // The model: a Hugging Face directory, or a job's checkpoint or model.hf_dir. Every token after
@@ -37,7 +44,8 @@ struct ScoreReport {
 // fine-tuning set from prepare-data) counts only the tokens that mask marks as targets, as
 // training's loss does; every token otherwise. The model runs where `placement` says
 // (launcher/commands/inference_model.h); `tp`: the group the model is split over (nullptr: this
-// process holds it whole), every rank calling with the same options.
+// process holds it whole), every rank calling with the same options. With options.by_position the
+// same per-token losses are also summed per bucket of window positions (report.by_position).
 absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,
                                       const training::TrainingPlacement& placement = {},
                                       parallel::Communicator* tp = nullptr);
@@ -46,9 +54,13 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
 // of 2048 (stride 2048)"; with a loss mask "... | 2310 targets of 10000 tokens (the loss mask
 // SOURCE_loss_mask) in 5 windows ...".
 std::string FormatScore(const config::JobConfig& job, const ScoreReport& report);
-// The same as JSON: {"model", "data", "seq_length", "stride", "windows", "tokens" (predicted),
-// "targets" (counted in the loss), "loss", "perplexity", "loss_mask" (with one)}, the loss in
-// full double precision.
+// The loss by position as a table under a title line, one bucket a line: its positions, targets,
+// loss and perplexity ("-" for a bucket without targets).
+std::string FormatLossByPosition(const config::JobConfig& job, const ScoreReport& report);
+// The score as JSON: {"model", "data", "seq_length", "stride", "windows", "tokens" (predicted),
+// "targets" (counted in the loss), "loss", "perplexity", "loss_mask" (with one), "by_position"
+// (with --by-position: [{"begin", "end", "targets", "loss", "perplexity"}], positions [begin, end)
+// of the window, loss and perplexity null without targets)}, losses in full double precision.
 std::string ScoreJson(const config::JobConfig& job, const ScoreReport& report);
 
 }  // namespace kelvin::launcher

@@ -36,6 +36,8 @@ absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const i
   const Context& ctx = decoder.context();
   const int64_t vocab = decoder.model().config().vocab_size;
   ScoreResult result;
+  result.loss_sum_at.assign(static_cast<size_t>(window), 0.0);
+  result.targets_at.assign(static_cast<size_t>(window), 0);
   int64_t scored_end = 0;  // inputs [0, scored_end) have had their targets scored
   for (int64_t begin = 0; scored_end < n - 1; begin += stride) {
     const int64_t end = std::min(begin + window, n - 1);  // inputs [begin, end)
@@ -62,9 +64,13 @@ absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const i
     const Tensor host = loss.is_cpu() ? loss : CopyToDevice(ctx, loss, Device::Cpu());
     for (int64_t i = 0; i < scored; ++i) {
       if (!is_target.empty() && is_target[first + i + 1] == 0) continue;  // not a target
-      result.loss_sum += accum == DType::kF64 ? host.data<double>()[i]
-                                              : static_cast<double>(host.data<float>()[i]);
+      const double token_loss = accum == DType::kF64 ? host.data<double>()[i]
+                                                     : static_cast<double>(host.data<float>()[i]);
+      const size_t position = static_cast<size_t>(first + i - begin);
+      result.loss_sum += token_loss;
       ++result.targets;
+      result.loss_sum_at[position] += token_loss;
+      ++result.targets_at[position];
     }
     result.predicted += scored;
     scored_end = end;

@@ -4,10 +4,12 @@
 // up to window - stride tokens of context before it, as Hugging Face's perplexity guide computes
 // it). Each window is one prefill of the KV-cache decoder. With a loss mask (fine-tuning data) only
 // the tokens it marks as targets count in the loss, each still predicted from its whole window.
+// The losses are also summed by position in the window (loss_by_position.h groups them).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "models/llama/llama_decoder.h"
@@ -19,6 +21,10 @@ struct ScoreResult {
   int64_t targets = 0;    // tokens counted in the loss (all but the first, or the mask's targets)
   int64_t predicted = 0;  // tokens predicted (all but the first), targets or not
   int64_t windows = 0;
+  // [window] by position p in its window of the input whose logits predict the target (its
+  // position id; it has seen p + 1 tokens): the summed loss and the number of targets scored there.
+  std::vector<double> loss_sum_at;
+  std::vector<int64_t> targets_at;
   double loss() const { return targets > 0 ? loss_sum / static_cast<double>(targets) : 0; }
 };
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "tests/models/generation/window_losses.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/tolerance.h"
 
@@ -27,22 +28,10 @@ std::vector<int32_t> Stream(int64_t n, int64_t vocab) {
 // the positions [from, end) whose target is one (`is_target`[p + 1] = 1; empty: every target).
 double ForwardLoss(LlamaModel& model, const std::vector<int32_t>& tokens, int64_t begin,
                    int64_t end, int64_t from, const std::vector<uint8_t>& is_target = {}) {
-  const int64_t n = end - begin;
-  Tensor ids = Tensor::Empty({1, n}, DType::kI32), positions = Tensor::Empty({1, n}, DType::kI32);
-  for (int64_t i = 0; i < n; ++i) {
-    ids.data<int32_t>()[i] = tokens[begin + i];
-    positions.data<int32_t>()[i] = static_cast<int32_t>(i);
-  }
-  const Tensor logits = model.Forward(Context::Cpu(), ids, positions).View({n, -1});
-  const int64_t vocab = logits.dim(1);
+  const std::vector<double> losses = testing::ForwardTokenLosses(model, tokens, begin, end);
   double loss = 0;
   for (int64_t p = from; p < end; ++p) {
-    if (!is_target.empty() && is_target[p + 1] == 0) continue;
-    const double* row = logits.data<double>() + (p - begin) * vocab;
-    double top = row[0], sum = 0;
-    for (int64_t v = 0; v < vocab; ++v) top = std::max(top, row[v]);
-    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - top);
-    loss += top + std::log(sum) - row[tokens[p + 1]];
+    if (is_target.empty() || is_target[p + 1] != 0) loss += losses[p - begin];
   }
   return loss;
 }
