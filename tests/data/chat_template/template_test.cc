@@ -110,6 +110,8 @@ TEST(ChatTemplate, ErrorsNameTheTemplateLineColumnAndConstruct) {
       {"{{ strftime_now(1) }}", "strftime_now takes one format string"},
       {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "the macro 'm' takes 1 arguments, got 2"},
       {"{% for x in 5 %}{% endfor %}", "line 1, column 13: 'int' object is not iterable"},
+      // Bytes that are not UTF-8 are the template's error, not the first sample's.
+      {"ab\nc\xff{{ 1 }}", "t.jinja, line 2, column 2: the byte 0xFF is not UTF-8"},
   };
   for (const auto& [source, expected] : cases) {
     SCOPED_TRACE(source);
