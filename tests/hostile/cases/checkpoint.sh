@@ -64,7 +64,7 @@ ck_case ck_json_optimizer_steps_negative 1 "$newest/checkpoint.json: \"optimizer
 ck_change() { jq_edit $newest/checkpoint.json '.loss_spike.recent_losses = "low"'; }
 ck_case ck_json_spike_losses_string 1 "$newest/checkpoint.json.*recent_losses" train
 ck_change() { jq_edit $newest/checkpoint.json '.loss_spike.recent_losses = [-5]'; }
-ck_case ck_json_spike_losses_negative 1 "$newest/checkpoint.json.*recent_losses" train
+ck_case ck_json_spike_losses_negative 1 '"loss_spike" holds the loss -5, not a finite number >= 0' train
 ck_change() { jq_edit $newest/checkpoint.json '.loss_spike.recent_losses = [range(100000)]'; }
 ck_case ck_json_spike_losses_beyond_window 1 "$newest/checkpoint.json.*recent_losses" train
 ck_change() { jq_edit $newest/checkpoint.json '.loss_spike.skips_in_a_row = -2'; }
@@ -104,12 +104,12 @@ ck_case ck_part_without_metadata 1 "$newest/$part" convert
 ck_change() { rm -r $newest && mkdir step_00000002.partial; }
 ck_case ck_only_older_and_partial 0 'hf' convert
 ck_change() { rm -r step_0*; }
-ck_case ck_dir_empty 1 'checkpoint.dir.*(no checkpoint|empty)' convert
+ck_case ck_dir_empty 1 'checkpoint.dir=.* holds no complete checkpoint' convert
 ck_change() { mkdir step_99999999; }
 ck_case ck_step_dir_without_json 1 'step_99999999' convert
 ck_change() { :; }
 ck_case ck_step_not_kept 1 'step.*7.*(step_00000001|step_00000002|1, 2)' convert --step 7
-ck_case ck_best_without_evaluations 1 'best.*(eval|keep_best)' convert --best
+ck_case ck_best_without_evaluations 1 'holds no checkpoint with an evaluation loss' convert --best
 ck_case ck_step_negative 2 'step.*-1' convert --step -1
 if begin ck_dir_is_a_file; then
   echo x > "$W/ckpt"
