@@ -59,6 +59,17 @@ std::string ParentOf(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+// The file that stands where `path` needs a directory (what ENOTDIR means), or "a part of its path".
+std::string FileInThePath(const std::string& path) {
+  std::error_code error;
+  for (fs::path p = fs::path(path).parent_path(); !p.empty(); p = p.parent_path()) {
+    const fs::file_status status = fs::status(p, error);
+    if (!error && fs::exists(status) && !fs::is_directory(status)) return p.string();
+    if (p == p.parent_path()) break;
+  }
+  return "a part of its path";
+}
+
 }  // namespace
 
 absl::Status FileError(const std::string& path, std::string_view step, int error) {
@@ -66,8 +77,10 @@ absl::Status FileError(const std::string& path, std::string_view step, int error
                                            " failed (", std::strerror(error), ")");
   switch (error) {
     case ENOENT:
-    case ENOTDIR:
       return absl::NotFoundError(absl::StrCat(message, "; create its directory first"));
+    case ENOTDIR:
+      return absl::NotFoundError(absl::StrCat(message, "; ", FileInThePath(path),
+                                              " is a file, not a directory: choose another path"));
     case EACCES:
     case EPERM:
     case EROFS:

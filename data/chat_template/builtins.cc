@@ -260,6 +260,18 @@ absl::StatusOr<Value> AffixTest(const std::string& what, const std::string& text
   return Value::Bool(false);
 }
 
+// The whole part of a finite `value` (Python's int(float)), or an error where Python's integer
+// would not fit the 64-bit ones Kelvin computes with (jinja2 renders it; Kelvin will not render
+// another number).
+absl::StatusOr<Value> WholePart(double value) {
+  const double whole = std::trunc(value);
+  if (whole < -0x1p63 || whole >= 0x1p63) {
+    return Invalid(absl::StrCat("int: ", value,
+                                " is beyond the 64-bit integers Kelvin's templates compute with"));
+  }
+  return Value::Int(static_cast<int64_t>(whole));
+}
+
 absl::StatusOr<Value> ToNumber(const Value& input, const Value* fallback, bool to_int) {
   const Value default_value = fallback ? *fallback : to_int ? Value::Int(0) : Value::Float(0);
   switch (input.kind()) {
@@ -269,8 +281,9 @@ absl::StatusOr<Value> ToNumber(const Value& input, const Value* fallback, bool t
     case Kind::kFloat: {
       const double value = input.as_double();
       if (!to_int) return input;
-      if (!std::isfinite(value) || std::fabs(value) >= 9.2e18) return default_value;
-      return Value::Int(static_cast<int64_t>(value));
+      if (std::isnan(value)) return default_value;  // jinja2: int() raises ValueError, caught
+      if (std::isinf(value)) return Invalid("int: cannot convert float infinity to integer");
+      return WholePart(value);
     }
     case Kind::kString: {
       const std::string text(StripPythonSpace(input.str(), true, true));
@@ -281,11 +294,12 @@ absl::StatusOr<Value> ToNumber(const Value& input, const Value* fallback, bool t
         const long long value = std::strtoll(text.c_str(), &end, 10);
         if (*end == '\0' && errno == 0) return Value::Int(value);
       }
-      const double value = std::strtod(text.c_str(), &end);
-      if (*end != '\0' || errno != 0) return default_value;
+      const double value = std::strtod(text.c_str(), &end);  // inf when beyond a double
+      if (*end != '\0') return default_value;
       if (!to_int) return Value::Float(value);
-      if (!std::isfinite(value) || std::fabs(value) >= 9.2e18) return default_value;
-      return Value::Int(static_cast<int64_t>(value));
+      // jinja2 gives the default for "inf" and "nan" (int(float(...)) fails and is caught).
+      if (!std::isfinite(value)) return default_value;
+      return WholePart(value);
     }
     default:
       return default_value;

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "data/chat_template/text.h"
 #include "data/tokenizer/utf8.h"
 
@@ -291,6 +292,12 @@ std::string LexedTemplate::Where(size_t offset) const {
 absl::StatusOr<LexedTemplate> Lex(std::string_view source) {
   LexedTemplate lexed;
   lexed.source = NormalizeNewlines(source);
+  // Text that is not UTF-8 would otherwise pass into every rendering and be blamed on the samples.
+  if (const std::optional<size_t> bad = data::FirstInvalidUtf8(lexed.source); bad.has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: the byte 0x%02X is not UTF-8: a chat template is UTF-8 text (save it as UTF-8)",
+        lexed.Where(*bad), static_cast<uint8_t>(lexed.source[*bad])));
+  }
   Lexer lexer(lexed);
   KELVIN_RETURN_IF_ERROR(lexer.Run());
   return lexed;

@@ -1,6 +1,7 @@
 // One JSON Lines fine-tuning sample, parsed from nlohmann's SAX events (see jsonl_sample_parser.h).
 #include "data/sft/jsonl_sample_parser.h"
 
+#include <algorithm>
 #include <limits>
 #include <unordered_set>
 
@@ -196,7 +197,17 @@ absl::Status JsonlSampleParser::Parse(std::string_view text, const std::string& 
     return line_error(events.error);
   }
   const auto [has_tokens, has_labels, has_loss_mask] = events.seen;
-  if (!has_tokens) return line_error("no \"input_ids\": each sample needs its token ids");
+  if (!has_tokens) {
+    const std::vector<std::string>& keys = sample_.ignored_keys;
+    for (const char* kind : {"text", "prompt", "messages"}) {  // the kinds a text encoder reads
+      if (text_encoder_ == nullptr && std::find(keys.begin(), keys.end(), kind) != keys.end()) {
+        return line_error(absl::StrCat("a \"", kind,
+                                       "\" sample is text, which needs the model's tokenizer: "
+                                       "give prepare-data --tokenizer DIR"));
+      }
+    }
+    return line_error("no \"input_ids\": each sample needs its token ids");
+  }
   if (has_labels && has_loss_mask) {
     return line_error("both \"labels\" and \"loss_mask\": give one of them");
   }

@@ -1,6 +1,7 @@
 // Text, prompt/completion and chat samples into ids and loss targets.
 #include "data/sft/text_sample_encoder.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,12 @@ absl::Status TextSampleEncoder::EncodeMessages(const json& object, std::string_v
       chat_template::EncodeChatSample(tokenizer_, *chat_template_, chat.messages, options);
   if (!encoded.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("\"messages\": ", encoded.status().message()));
+  }
+  if (std::find(encoded->targets.begin(), encoded->targets.end(), 1) == encoded->targets.end()) {
+    return absl::InvalidArgumentError(
+        "\"messages\": the chat template renders no token of the assistant messages (the "
+        "rendering with them adds nothing to the rendering before them): the sample would have "
+        "nothing to train on; check that the template writes each message's content");
   }
   sample.tokens = std::move(encoded->ids);
   sample.targets = std::move(encoded->targets);

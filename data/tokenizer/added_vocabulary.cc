@@ -2,6 +2,7 @@
 #include "data/tokenizer/added_vocabulary.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,11 @@ absl::StatusOr<AddedVocabulary> AddedVocabulary::Parse(const json& value, const 
     if (!token.is_object() || !token.contains("content") || !token["content"].is_string() ||
         !token.contains("id") || !token["id"].is_number_integer()) {
       return WrongType(at, "{\"id\": id, \"content\": text, ...}", token);
+    }
+    // tokenizers reads the id as a u32 and refuses the file otherwise; within that range it
+    // assigns its own ids (below), whatever the file says.
+    if (!token["id"].is_number_unsigned() || token["id"].get<uint64_t>() > UINT32_MAX) {
+      return WrongType(at + ".id", "an id in [0, 2^32), as tokenizers reads it", token["id"]);
     }
     const std::string content = token["content"];
     if (FirstInvalidUtf8(content).has_value()) return WrongType(at, "UTF-8 content", token);

@@ -145,6 +145,9 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
   if (a.needle && (!a.score.data.empty() || !a.score.text.empty())) {
     return UsageError("eval takes --needle or --data/--text, not both");
   }
+  if (!a.score.data.empty() && !a.score.text.empty()) {
+    return UsageError("eval scores one corpus: give --data PATH or --text FILE, not both");
+  }
   if ((a.grid_options || a.needle_grid.temperatures) && !a.needle) {
     return UsageError(
         "--lengths, --depths, --task, --samples, --seed and --temperatures shape the needle grid: "

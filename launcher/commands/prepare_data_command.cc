@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/io/atomic_file.h"
+#include "data/chat_template/template.h"
 #include "data/sft/jsonl_samples.h"
 #include "launcher/config/job_config.h"
 
@@ -54,10 +55,18 @@ void AddPrepareDataCommand(CommandLine& line) {
       ->required();
   line.AddText(command, "--tokenizer", "DIR", "the model directory",
                "the model directory whose tokenizer.json encodes text", a->tokenizer);
-  line.AddText(command, "--chat-date", "YYYY-MM-DD", "a date",
-               "what the chat template's strftime_now() formats (e.g. Llama-3.1's \"Today Date\"), "
-               "for reproducible data; default: today",
-               a->chat_date);
+  // Checked here, so that a date no sample uses (no --tokenizer, no chat line) is not accepted.
+  line.AddValue(command, "--chat-date", "YYYY-MM-DD", "a date",
+                "what the chat template's strftime_now() formats (e.g. Llama-3.1's \"Today "
+                "Date\"), for reproducible data; default: today",
+                [a](const std::string& text) {
+                  if (!chat_template::ParseFixedDate(text, "--chat-date").ok()) {
+                    return std::string("give a date of the calendar: YYYY-MM-DD or "
+                                       "YYYY-MM-DDTHH:MM:SS");
+                  }
+                  a->chat_date = text;
+                  return std::string();
+                });
 }
 
 }  // namespace kelvin::launcher

@@ -173,6 +173,14 @@ void CheckName(const config::JobConfig& job, Problems& problems) {
     problems.Add("name is empty: set name (letters, digits, '.', '_', '-')");
     return;
   }
+  // A file name holds at most 255 bytes: the name with ".sbatch" after it must fit.
+  constexpr size_t kMaxNameLength = 200;
+  if (job.name().size() > kMaxNameLength) {
+    problems.Add("name=\"", absl::CHexEscape(job.name().substr(0, 40)), "...\" is ",
+                 job.name().size(), " characters long: at most ", kMaxNameLength,
+                 " (it names files, directories and SLURM jobs)");
+    return;
+  }
   const bool plain = std::all_of(job.name().begin(), job.name().end(), [](char c) {
     return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
   });

@@ -243,14 +243,19 @@ TEST(LossSpikeTraining, ADamagedRecordIsAClearError) {
   const std::string index = testing::FileBytes(step / "checkpoint.json");
   const size_t at = index.find("\"recent_losses\": [");
   ASSERT_NE(at, std::string::npos) << index;
-  std::ofstream(step / "checkpoint.json")
-      << index.substr(0, at) << "\"recent_losses\": [\"5\", " << index.substr(at + 18);
-  const absl::StatusOr<CheckpointIndex> read = ReadCheckpointIndex(step);
-  ASSERT_FALSE(read.ok());
-  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(read.status().message()),
-              HasSubstr((step / "checkpoint.json").string() +
-                        ": \"loss_spike\" holds the loss \"5\", not a finite number"));
+  // A loss is a cross-entropy: a number, finite and >= 0 (a negative one would make every later
+  // loss a "spike" and blame the training).
+  for (const std::string bad : {"\"5\"", "-5"}) {
+    SCOPED_TRACE(bad);
+    std::ofstream(step / "checkpoint.json")
+        << index.substr(0, at) << "\"recent_losses\": [" << bad << ", " << index.substr(at + 18);
+    const absl::StatusOr<CheckpointIndex> read = ReadCheckpointIndex(step);
+    ASSERT_FALSE(read.ok());
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(read.status().message()),
+                HasSubstr((step / "checkpoint.json").string() + ": \"loss_spike\" holds the loss " +
+                          bad + ", not a finite number >= 0"));
+  }
   fs::remove_all(dir);
 }
 

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kIndexFile = "checkpoint.json";
 
-// checkpoint.json's "loss_spike": {"recent_losses": [finite numbers, at most
+// checkpoint.json's "loss_spike": {"recent_losses": [finite numbers >= 0, at most
 // kMaxLossSpikeWindow], "skipped_steps": count, "skips_in_a_row": count}; anything else is an
 // error naming the file.
 absl::StatusOr<LossSpikeRecord> ParseLossSpikeRecord(const fs::path& path,
@@ -41,9 +41,9 @@ absl::StatusOr<LossSpikeRecord> ParseLossSpikeRecord(const fs::path& path,
     return damaged(
         absl::StrCat("has no \"recent_losses\" list of at most ", kMaxLossSpikeWindow, " numbers"));
   }
-  for (const nlohmann::json& loss : *losses) {
-    if (!loss.is_number() || !std::isfinite(loss.get<double>())) {
-      return damaged(absl::StrCat("holds the loss ", loss.dump(), ", not a finite number"));
+  for (const nlohmann::json& loss : *losses) {  // cross-entropies: finite and >= 0
+    if (!loss.is_number() || !std::isfinite(loss.get<double>()) || loss.get<double>() < 0) {
+      return damaged(absl::StrCat("holds the loss ", loss.dump(), ", not a finite number >= 0"));
     }
     record.recent_losses.push_back(loss.get<double>());
   }

@@ -75,6 +75,17 @@ TEST(AtomicFile, AFailedWriteKeepsTheOldFileAndLeavesNoTemporary) {
   EXPECT_THAT(Entries(dir.path()), ElementsAre("state.json"));
 }
 
+// A file where the path needs a directory is named as such, not "create its directory first".
+TEST(AtomicFile, AFileInThePathIsNamed) {
+  testing::ScratchDir dir;
+  testing::WriteFile(dir.Path("f"), "x");
+  const absl::Status failed = WriteFileAtomically(dir.Path("f/d/out.bin"), {"data"});
+  EXPECT_EQ(failed.code(), absl::StatusCode::kNotFound) << failed;
+  EXPECT_THAT(std::string(failed.message()),
+              HasSubstr("; " + dir.Path("f") + " is a file, not a directory: choose another path"));
+  EXPECT_THAT(Entries(dir.path()), ElementsAre("f"));
+}
+
 TEST(AtomicFile, FilesCommittedTogetherAllLandOrNoneChanges) {
   testing::ScratchDir dir;
   ASSERT_TRUE(WriteFileAtomically(dir.Path("d.bin"), {"old bin"}).ok());

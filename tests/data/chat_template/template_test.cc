@@ -110,6 +110,14 @@ TEST(ChatTemplate, ErrorsNameTheTemplateLineColumnAndConstruct) {
       {"{{ strftime_now(1) }}", "strftime_now takes one format string"},
       {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "the macro 'm' takes 1 arguments, got 2"},
       {"{% for x in 5 %}{% endfor %}", "line 1, column 13: 'int' object is not iterable"},
+      // Bytes that are not UTF-8 are the template's error, not the first sample's.
+      {"ab\nc\xff{{ 1 }}", "t.jinja, line 2, column 2: the byte 0xFF is not UTF-8"},
+      // int of a number beyond Kelvin's 64-bit integers: jinja2 renders Python's long integer
+      // (or, for infinity, raises OverflowError); Kelvin never renders another number.
+      {"{{ (1e308 * 10) | int }}", "int: cannot convert float infinity to integer"},
+      {"{{ 1e300 | int }}", "int: 1e+300 is beyond the 64-bit integers"},
+      {"{{ 9.3e18 | int }}", "int: 9.3e+18 is beyond the 64-bit integers"},
+      {"{{ '99999999999999999999' | int }}", "int: 1e+20 is beyond the 64-bit integers"},
   };
   for (const auto& [source, expected] : cases) {
     SCOPED_TRACE(source);
@@ -149,6 +157,13 @@ TEST(ChatTemplate, HostileTemplatesEndInErrorsWithinTheirBounds) {
               HasSubstr("the rendering exceeds 1000 bytes"));
   EXPECT_THAT(ErrorOf("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns | tojson }}"),
               HasSubstr("tojson: the value nests too deep (or contains itself)"));
+}
+
+// What jinja2's int filter gives where its int() fails: the default, not an error.
+TEST(ChatTemplate, IntOfNotANumberIsTheDefault) {
+  EXPECT_EQ(*Render("{{ 'inf' | int }},{{ 'nan' | int(7) }},{{ (1e308 * 10 - 1e308 * 10) | int }}"),
+            "0,7,0");
+  EXPECT_EQ(*Render("{{ -9.2e18 | int }},{{ '-12.7' | int }}"), "-9200000000000000000,-12");
 }
 
 TEST(ChatTemplate, GenerationBlocksMarkTheirOutput) {

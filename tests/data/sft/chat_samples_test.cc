@@ -1,6 +1,7 @@
 // Chat lines in prepare-data rendered by the model's own template: a default system prompt, a
 // dated header (--chat-date), tools and an assistant's tool calls reach the rendering; a line
-// nested 10^5 deep or with a key given twice is an error naming the line, not a crash.
+// nested 10^5 deep or with a key given twice is an error naming the line, not a crash; so is a
+// template that renders nothing of the assistant's turns.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -96,6 +97,31 @@ TEST(ChatSamples, ToolsAndAnAssistantsToolCallsReachTheTemplate) {
   EXPECT_EQ(trained,
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
             "</tool_call><|im_end|>It is -3 C.<|im_end|>");
+}
+
+// A template that renders nothing of the assistant's turns gives the sample no target: the error
+// names the line and the template, not the "labels" a chat line does not have.
+TEST(ChatSamples, ATemplateWithoutTheAssistantsTurnsIsAnErrorNamingTheLine) {
+  testing::ScratchDir model;
+  MakeModel(model, "qwen2_style", "smollm2_style");
+  testing::WriteFile(model.Path("chat_template.jinja"),
+                     "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}"
+                     "{% endif %}{% endfor %}");
+  absl::StatusOr<TextSampleEncoder> encoder = TextSampleEncoder::FromDirectory(model.Path(""));
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  testing::ScratchDir dir;
+  testing::WriteFile(dir.Path("s.jsonl"),
+                     R"({"messages": [{"role": "user", "content": "q"}, )"
+                     R"({"role": "assistant", "content": "a"}]})"
+                     "\n");
+  const absl::StatusOr<PreparedSamples> result =
+      PrepareJsonlSamples(dir.Path("s.jsonl"), dir.Path("out/sft"), &*encoder);
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr(dir.Path("s.jsonl") +
+                        ":1: \"messages\": the chat template renders no token of the assistant "
+                        "messages"));
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("out")));
 }
 
 TEST(ChatSamples, DeepOrDuplicatedJsonIsAnErrorNamingTheLine) {

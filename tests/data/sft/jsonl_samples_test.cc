@@ -212,6 +212,11 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
       {R"([1, 2])", ":2: the line is an array, not an object with \"input_ids\""},
       {R"("text")", ":2: the line is a string, not an object with \"input_ids\""},
       {R"({"labels": [1]})", ":2: no \"input_ids\""},
+      // Text lines without a tokenizer say what they need.
+      {R"({"text": "a"})",
+       ":2: a \"text\" sample is text, which needs the model's tokenizer: give prepare-data "
+       "--tokenizer DIR"},
+      {R"({"messages": [{"role": "user", "content": "a"}]})", ":2: a \"messages\" sample"},
       {R"({"input_ids": []})", ":2: \"input_ids\" is empty"},
       {R"({"input_ids": "1 2"})", ":2: \"input_ids\" is a string, not an array of integers"},
       {R"({"input_ids": {"a": 1}})", ":2: \"input_ids\" is an object, not an array of integers"},

@@ -151,6 +151,11 @@ TEST(Tokenizer, UnsupportedPartsAreErrorsNamingThem) {
                 t["decoder"] = {{"type", "WordPiece"}};
               }),
               HasSubstr("t.json decoder is {\"type\":\"WordPiece\"}"));
+  // An added token's id beyond tokenizers' u32 is refused, as tokenizers refuses the file.
+  EXPECT_THAT(LoadError([](json& t) { t["added_tokens"][0]["id"] = 4294967296; }),
+              HasSubstr("t.json added_tokens[0].id is 4294967296, expected an id in [0, 2^32)"));
+  EXPECT_THAT(LoadError([](json& t) { t["added_tokens"][1]["id"] = -1; }),
+              HasSubstr("t.json added_tokens[1].id is -1, expected an id in [0, 2^32)"));
   EXPECT_THAT(LoadError([](json& t) { t["added_tokens"][0]["lstrip"] = "yes"; }),
               HasSubstr("added_tokens[0].lstrip is \"yes\", expected true or false"));
   EXPECT_THAT(LoadError([](json& t) {

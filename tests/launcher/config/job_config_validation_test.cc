@@ -301,6 +301,9 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
       {{"name=."}, "name=\".\": use only letters, digits, '.', '_' and '-', and not \".\""},
       {{"name=.."}, "name=\"..\": use only letters, digits, '.', '_' and '-', and not \".\""},
       {{"name=../x"}, "name=\"../x\": use only letters, digits"},
+      // A name longer than a file name may be would fail at launch naming run_dir, not name.
+      {{"name=" + std::string(5000, 'n')},
+       "name=\"" + std::string(40, 'n') + "...\" is 5000 characters long: at most 200"},
       {{"launch.mpi_plugin=pmix;rm"},
        "launch.mpi_plugin=\"pmix;rm\": name srun's PMI plugin (letters, digits and '_', e.g. "
        "pmix or pmi2; `srun --mpi=list` on the cluster lists them)"},
