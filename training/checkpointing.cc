@@ -1,7 +1,9 @@
-// The trainer's checkpoint side: resuming from checkpoint.dir (any layout's checkpoint), the
-// state a checkpoint holds, saves in turn or in the background, pruning (keep_last, keep_best)
-// and the agreement after each step on preemption signals and background saves.
+// Resuming, restoring, saving and pruning the checkpoints of checkpoint.dir, and the stops
+// (preemption, agreed errors) that commit a background save first.
+#include "training/checkpointing.h"
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -14,21 +16,51 @@
 #include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/profile_range.h"
+#include "parallel/comm/stop_deadline.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/checkpoint/preemption.h"
 #include "training/checkpoint/training_state.h"
 #include "training/job/job_plan.h"
-#include "training/trainer.h"
+#include "training/run_directory.h"
 
 namespace kelvin::training {
+namespace {
 
-absl::Status Trainer::Resume(const std::string& fresh_run_id) {
+// What to do after a preemption stop: run the job again, or under SLURM what happens next.
+std::string ResumeAdvice() {
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  if (slurm_job == nullptr) return "run the same job again to resume";
+  return absl::StrCat("SLURM job ", slurm_job,
+                      " continues from it when it runs again (its batch script requeues it after "
+                      "a time-limit warning; a preempted job is requeued by SLURM)");
+}
+
+}  // namespace
+
+Checkpointing::Checkpointing(const config::JobConfig& job, ModelAndOptimizer& trained,
+                             const DataSources& data, LossSpikeRule& loss_spike)
+    : job_(job), trained_(trained), loss_spike_(loss_spike) {
+  const config::TrainingConfig& t = job.training();
+  const int64_t global_batch_size =
+      t.micro_batch_size() * trained.micro_batches() * trained.grid().spec().data_parallel;
+  data_order_ = {{"data", job.data().ShortDebugString()},
+                 {"data.corpora", absl::StrJoin(data.corpora, "; ")},
+                 {"data.eval corpus", data.eval_corpus},
+                 {"training.global_batch_size", std::to_string(global_batch_size)},
+                 {"training.seq_length", std::to_string(t.seq_length())},
+                 {"training.seed", std::to_string(t.seed())}};
+  for (const NamedEvalSource& also : data.also_eval) {
+    data_order_["data.also_eval " + also.name + " corpus"] = also.corpus;
+  }
+}
+
+absl::Status Checkpointing::Resume(const std::string& fresh_run_id) {
   KELVIN_RETURN_IF_ERROR(ResumeFromCheckpoint());
   if (run_id_.empty()) run_id_ = fresh_run_id.empty() ? AgreedNewRunId() : fresh_run_id;
   return absl::OkStatus();
 }
 
-absl::Status Trainer::ResumeFromCheckpoint() {
+absl::Status Checkpointing::ResumeFromCheckpoint() {
   const config::CheckpointConfig& c = job_.checkpoint();
   if (c.dir().empty() || c.resume() == config::CheckpointConfig::NEVER) return absl::OkStatus();
   for (std::string newest_error;;) {
@@ -58,7 +90,7 @@ absl::Status Trainer::ResumeFromCheckpoint() {
   }
 }
 
-absl::Status Trainer::SetAsideDamaged(const std::string& path, const absl::Status& error) {
+absl::Status Checkpointing::SetAsideDamaged(const std::string& path, const absl::Status& error) {
   const std::string aside = path + ".damaged";
   absl::Status moved = absl::OkStatus();
   if (WorldRank() == 0) {
@@ -69,21 +101,21 @@ absl::Status Trainer::SetAsideDamaged(const std::string& path, const absl::Statu
                   << ", which does not restore: " << error.message() << "; it is kept as " << aside
                   << " and the run resumes from an older checkpoint";
   }
-  return parallel::AgreeOnStatus(grid_->world(), moved,
+  return parallel::AgreeOnStatus(trained_.grid().world(), moved,
                                  "setting aside the damaged checkpoint " + path);
 }
 
-std::string Trainer::AgreedNewRunId() {
+std::string Checkpointing::AgreedNewRunId() {
   std::string id = NewRunId();
   Tensor bytes = Tensor::Empty({static_cast<int64_t>(id.size())}, DType::kI32);  // world rank 0's
   std::copy(id.begin(), id.end(), bytes.data<int32_t>());
-  grid_->world().Broadcast(bytes, 0);
+  trained_.grid().world().Broadcast(bytes, 0);
   std::transform(bytes.data<int32_t>(), bytes.data<int32_t>() + bytes.numel(), id.begin(),
                  [](int32_t c) { return static_cast<char>(c); });
   return id;
 }
 
-absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
+absl::Status Checkpointing::RestoreCheckpoint(const CheckpointChoice& choice) {
   const config::CheckpointConfig& c = job_.checkpoint();
   if (c.dir().empty()) {
     return absl::InvalidArgumentError(
@@ -95,7 +127,7 @@ absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
   return RestoreFrom(*found);
 }
 
-absl::StatusOr<std::optional<CheckpointDirectoryLock>> Trainer::LockCheckpointDirectory() {
+absl::StatusOr<std::optional<CheckpointDirectoryLock>> Checkpointing::LockDirectory() {
   const std::string& dir = job_.checkpoint().dir();
   std::optional<CheckpointDirectoryLock> lock;
   absl::Status locked = absl::OkStatus();
@@ -108,27 +140,27 @@ absl::StatusOr<std::optional<CheckpointDirectoryLock>> Trainer::LockCheckpointDi
     }
   }
   KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(grid_->world(), locked, "locking checkpoint.dir=" + dir));
+      parallel::AgreeOnStatus(trained_.grid().world(), locked, "locking checkpoint.dir=" + dir));
   return lock;
 }
 
-absl::StatusOr<std::optional<std::string>> Trainer::AgreedCheckpoint(
+absl::StatusOr<std::optional<std::string>> Checkpointing::AgreedCheckpoint(
     const CheckpointChoice& choice) {
   const std::string& dir = job_.checkpoint().dir();
   const absl::StatusOr<std::optional<std::string>> found = ChooseCheckpoint(dir, choice);
-  KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(grid_->world(), found.status(), "listing checkpoint.dir=" + dir));
+  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(trained_.grid().world(), found.status(),
+                                                 "listing checkpoint.dir=" + dir));
   KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(*found));
   return *found;
 }
 
-absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
+absl::StatusOr<std::vector<int64_t>> Checkpointing::CheckpointSteps() {
   const config::CheckpointConfig& c = job_.checkpoint();
   if (c.dir().empty()) {
     return absl::InvalidArgumentError(
         "kelvin eval --all reads the job's checkpoints: set checkpoint.dir");
   }
-  parallel::Communicator& world = grid_->world();
+  parallel::Communicator& world = trained_.grid().world();
   absl::StatusOr<std::vector<int64_t>> listed = CompleteCheckpointSteps(c.dir());
   KELVIN_RETURN_IF_ERROR(
       parallel::AgreeOnStatus(world, listed.status(), "listing checkpoint.dir=" + c.dir()));
@@ -148,18 +180,18 @@ absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
   return steps;
 }
 
-absl::Status Trainer::RestoreFrom(const std::string& path) {
-  parallel::Communicator& world = grid_->world();
-  SettleParameters();  // the restore refreshes the model through the gradient buffers
+absl::Status Checkpointing::RestoreFrom(const std::string& path) {
+  parallel::Communicator& world = trained_.grid().world();
+  trained_.SettleParameters();  // the restore refreshes the model through the gradient buffers
   const TrainingState state = CurrentTrainingState();
-  absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(path, job_.name(), state, ctx_);
+  absl::StatusOr<RestoredSteps> loaded = LoadCheckpoint(path, job_.name(), state, trained_.ctx());
   // A damaged part may fail some ranks only: every rank takes the first failing rank's error, so
   // that none trains without the others and all decide alike whether to skip the checkpoint.
   KELVIN_RETURN_IF_ERROR(parallel::ShareFirstFailure(world, loaded.status()));
   const RestoredSteps& restored = *loaded;
   start_step_ = restored.steps_completed;
   run_id_ = restored.run_id;  // "" for a kelvin-checkpoint-3: Resume draws a new one
-  optimizer_->Restored(restored.optimizer_steps);
+  trained_.optimizer().Restored(restored.optimizer_steps);
   KLOG_RANK0(INFO) << "resumed from " << path << " (" << start_step_ << " steps done)";
   if (restored.loss_spike.has_value()) {
     loss_spike_.Restore(*restored.loss_spike);
@@ -198,12 +230,12 @@ absl::Status Trainer::RestoreFrom(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::string>& found) {
+absl::Status Checkpointing::CheckSameCheckpointEverywhere(const std::optional<std::string>& found) {
   const int64_t step = found.has_value() ? CheckpointStepOf(*found).value_or(-1) : -1;
   Tensor range = Tensor::Empty({2}, DType::kI64);  // [max step, -min step] over the ranks
   range.data<int64_t>()[0] = step;
   range.data<int64_t>()[1] = -step;
-  grid_->world().AllReduce(range, parallel::ReduceOp::kMax);
+  trained_.grid().world().AllReduce(range, parallel::ReduceOp::kMax);
   const int64_t newest = range.data<int64_t>()[0], oldest = -range.data<int64_t>()[1];
   if (newest == oldest) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
@@ -212,8 +244,7 @@ absl::Status Trainer::CheckSameCheckpointEverywhere(const std::optional<std::str
       "; -1: none): the shared filesystem shows the latest save late; run the job again"));
 }
 
-std::string Trainer::ResumeAdviceBeforeSpike(int64_t step) const {
-  const std::string& dir = job_.checkpoint().dir();
+std::string ResumeAdviceBeforeSpike(const std::string& dir, int64_t step) {
   if (dir.empty()) return "start the run again";
   // The checkpoint of step - 1 holds the weights that gave the spike; those before it were judged
   // by a kept loss. Every rank lists the same directory (rank 0 pruned it before this step).
@@ -234,64 +265,54 @@ std::string Trainer::ResumeAdviceBeforeSpike(int64_t step) const {
                       absl::StrJoin(newer, ", "), ") out of checkpoint.dir first");
 }
 
-std::string Trainer::LayoutName() const {
-  if (WorldSize() == 1) return "one process";  // what checkpoints have always called it
-  return training::LayoutName(grid_->spec(), optimizer_->ShardsState());
+std::string Checkpointing::LayoutName() const {
+  // What checkpoints have always called one process.
+  if (trained_.grid().spec().world_size == 1) return "one process";
+  return training::LayoutName(trained_.grid().spec(), trained_.optimizer().ShardsState());
 }
 
-TrainingState Trainer::CurrentTrainingState() const {
+TrainingState Checkpointing::CurrentTrainingState() const {
   // The ranks of a (cp, dp) group hold the same model slice; ZeRO-1 shards over all of them.
-  const ReplicaPlace place{grid_->dp_cp().rank(), optimizer_->ShardsState()};
-  TrainingState state = TrainingStateOf(*model_, optimizer_->StateSpans(),
-                                        optimizer_->steps_taken(), place, LayoutName());
-  const config::TrainingConfig& t = job_.training();
+  const ReplicaPlace place{trained_.grid().dp_cp().rank(), trained_.optimizer().ShardsState()};
+  TrainingState state = TrainingStateOf(trained_.model(), trained_.optimizer().StateSpans(),
+                                        trained_.optimizer().steps_taken(), place, LayoutName());
   state.run_id = run_id_;
   state.loss_spike = loss_spike_.Record();
-  state.data_order = {{"data", job_.data().ShortDebugString()},
-                      {"data.corpora", absl::StrJoin(data_.corpora, "; ")},
-                      {"data.eval corpus", data_.eval_corpus},
-                      {"training.global_batch_size",
-                       std::to_string(t.micro_batch_size() * micro_batches_ * DataParallelSize())},
-                      {"training.seq_length", std::to_string(t.seq_length())},
-                      {"training.seed", std::to_string(t.seed())}};
-  for (const NamedEvalSource& also : data_.also_eval) {
-    state.data_order["data.also_eval " + also.name + " corpus"] = also.corpus;
-  }
+  state.data_order = data_order_;
   return state;
 }
 
-absl::Status Trainer::SaveCheckpointAt(int64_t steps_completed, bool wait) {
+absl::Status Checkpointing::Save(int64_t steps_completed, std::optional<double> eval_loss,
+                                 bool wait) {
   const ProfileRange range(absl::StrCat("checkpoint save of step ", steps_completed));
   const config::CheckpointConfig& c = job_.checkpoint();
-  parallel::Communicator& world = grid_->world();
+  parallel::Communicator& world = trained_.grid().world();
   if (background_save_.in_flight()) KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
-  SettleParameters();
+  trained_.SettleParameters();
   TrainingState state = CurrentTrainingState();
-  if (!evaluations_.empty() && evaluations_.back().step == steps_completed) {
-    state.eval_loss = evaluations_.back().loss;  // for checkpoint.keep_best
-  }
+  state.eval_loss = eval_loss;    // for checkpoint.keep_best
   if (!c.async_save() || wait) {  // waiting anyway: no host copy, no thread
     KELVIN_ASSIGN_OR_RETURN(
         const std::string path,
-        SaveCheckpoint(c.dir(), steps_completed, job_.name(), state, ctx_, world));
+        SaveCheckpoint(c.dir(), steps_completed, job_.name(), state, trained_.ctx(), world));
     CheckpointSaved({path, false});
     return absl::OkStatus();
   }
   KELVIN_ASSIGN_OR_RETURN(
       PendingCheckpoint pending,
-      PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(), state, ctx_, world,
+      PendingCheckpoint::Begin(c.dir(), steps_completed, job_.name(), state, trained_.ctx(), world,
                                /*snapshot_host_tensors=*/true));
   background_save_.Start(std::move(pending));
   return absl::OkStatus();
 }
 
-absl::Status Trainer::FinishBackgroundSave() {
-  KELVIN_ASSIGN_OR_RETURN(const std::string path, background_save_.Finish(grid_->world()));
+absl::Status Checkpointing::FinishBackgroundSave() {
+  KELVIN_ASSIGN_OR_RETURN(const std::string path, background_save_.Finish(trained_.grid().world()));
   CheckpointSaved({path, true});
   return absl::OkStatus();
 }
 
-absl::Status Trainer::StopOnAgreedError(const absl::Status& error) {
+absl::Status Checkpointing::StopOnAgreedError(const absl::Status& error) {
   if (background_save_.in_flight()) {
     const absl::Status committed = FinishBackgroundSave();
     if (!committed.ok()) KLOG_RANK0(WARNING) << "the background save failed too: " << committed;
@@ -299,8 +320,8 @@ absl::Status Trainer::StopOnAgreedError(const absl::Status& error) {
   return error;
 }
 
-void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
-  saved_checkpoints_.push_back(saved);
+void Checkpointing::CheckpointSaved(const SavedCheckpoint& saved) {
+  saved_.push_back(saved);
   KLOG_RANK0(INFO) << "saved checkpoint " << saved.path
                    << (saved.written_in_background ? " (written in the background)" : "");
   if (WorldRank() == 0) {
@@ -317,14 +338,14 @@ void Trainer::CheckpointSaved(const SavedCheckpoint& saved) {
   }
 }
 
-void Trainer::LogBestCheckpoint(const BestCheckpoint& best) const {
+void Checkpointing::LogBestCheckpoint(const BestCheckpoint& best) const {
   KLOG(INFO) << absl::StrFormat(
       "the lowest evaluation loss so far: %.4f after step %d (%s, kept; `kelvin convert --best` "
       "exports it)",
       best.eval_loss, best.step, best.path);
 }
 
-Trainer::StepAgreement Trainer::AgreeAfterStep() {
+Checkpointing::StepAgreement Checkpointing::AgreeAfterStep() {
   // Every rank stops after the same step (the signal may reach the ranks at different times) and
   // commits the background save at the same step.
   const bool saving = background_save_.in_flight();
@@ -332,8 +353,38 @@ Trainer::StepAgreement Trainer::AgreeAfterStep() {
   Tensor flags = Tensor::Empty({2}, DType::kI32);  // [signal, a rank still writing]
   flags.data<int32_t>()[0] = PreemptionSignal();
   flags.data<int32_t>()[1] = writing;
-  grid_->world().AllReduce(flags, parallel::ReduceOp::kMax);
+  trained_.grid().world().AllReduce(flags, parallel::ReduceOp::kMax);
   return {flags.data<int32_t>()[0], saving && flags.data<int32_t>()[1] == 0};
+}
+
+absl::Status Checkpointing::StopForPreemption(int64_t steps_completed, int signal, bool saved,
+                                              std::optional<double> eval_loss) {
+  parallel::DisarmStopDeadline();
+  if (!saved) {
+    KELVIN_RETURN_IF_ERROR(Save(steps_completed, eval_loss, /*wait=*/true));
+  } else if (background_save_.in_flight()) {  // this step's
+    KELVIN_RETURN_IF_ERROR(FinishBackgroundSave());
+  }
+  if (WorldRank() == 0) {
+    const absl::Status marked = MarkStoppedForPreemption(job_, steps_completed, signal);
+    if (!marked.ok()) KLOG(WARNING) << "the run directory's stop marker: " << marked;
+  }
+  return absl::CancelledError(
+      absl::StrCat("stopped by ", StopSignalDescription(signal), " after step ", steps_completed,
+                   " of ", job_.training().steps(), "; the checkpoint of step ", steps_completed,
+                   " is saved in ", job_.checkpoint().dir(), ": ", ResumeAdvice()));
+}
+
+void Checkpointing::RemoveUnfinished() {
+  const absl::StatusOr<std::vector<std::string>> removed =
+      RemoveCheckpointLeftovers(job_.checkpoint().dir());
+  if (!removed.ok()) {
+    KLOG(WARNING) << "unfinished checkpoints stay: " << removed.status();
+    return;
+  }
+  for (const std::string& path : *removed) {
+    KLOG(INFO) << "removed " << path << ", left by an interrupted checkpoint save or deletion";
+  }
 }
 
 }  // namespace kelvin::training
