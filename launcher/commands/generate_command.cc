@@ -178,6 +178,7 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
 absl::Status AddPromptFile(const std::string& path, GenerateOptions& options) {
   KELVIN_ASSIGN_OR_RETURN(const std::string text,
                           io::ReadRegularFile(path, "prompt file", uint64_t{1} << 30));
+  const size_t prompts_before = options.prompts.size();
   int64_t number = 0;  // of the line, from 1
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++number;
@@ -185,6 +186,12 @@ absl::Status AddPromptFile(const std::string& path, GenerateOptions& options) {
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     options.prompts.emplace_back(line);
     options.prompt_sources.push_back(absl::StrCat(path, " line ", number));
+  }
+  if (options.prompts.size() == prompts_before) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt file ", path,
+                     " holds no prompt: every line is blank (a prompt is a line with "
+                     "text)"));
   }
   return absl::OkStatus();
 }
@@ -253,6 +260,13 @@ int Generate(GenerateArguments a, const config::JobConfig& job,
 
 int RunGenerate(const GenerateArguments& a) {
   const GenerateOptions& o = a.options;
+  // The options' own rules (sampling, budget, stop text) are the command line's: exit 2.
+  if (const absl::Status checked = CheckGenerateOptions(o); !checked.ok()) {
+    return UsageError(std::string(checked.message()));
+  }
+  if (a.chat.empty() && o.prompts.empty() && o.token_prompts.empty() && a.prompt_file.empty()) {
+    return UsageError("no prompt: give --prompt, --prompt-file, --tokens or --chat");
+  }
   if (!a.chat.empty() &&
       (!o.prompts.empty() || !o.token_prompts.empty() || !a.prompt_file.empty())) {
     return UsageError("generate takes --chat or --prompt/--prompt-file/--tokens, not both");
@@ -344,8 +358,7 @@ void AddGenerateCommand(CommandLine& line) {
                   return problem;
                 });
   line.AddText(command, "--stop", "TEXT", "a text",
-               "stop a prompt once its generated text ends with TEXT", o.stop,
-               {.allow_empty = true});
+               "stop a prompt once its generated text ends with TEXT", o.stop);
   line.AddFlag(command, "--logprobs", "each token's log-probability in the output", o.logprobs);
   line.AddFlag(command, "--allow-unspellable",
                "let sampling draw ids the tokenizer cannot spell (a vocabulary padded beyond the "
