@@ -681,14 +681,19 @@ std::optional<std::string> LlamaPresetNamedIn(std::string_view directory_name) {
 
 absl::Status ValidateLlamaConfig(const LlamaConfig& c, std::string_view source) {
   std::vector<std::string> problems;
-  auto in_range = [&](const std::string& field, int64_t value, int64_t max) {
+  // `field` as config.json and the job's model.architecture both name it, or `field (job_name)`.
+  auto in_range = [&](const std::string& field, int64_t value, int64_t max,
+                      const std::string& job_name = "") {
     if (value < 1 || value > max) {
-      problems.push_back(absl::StrCat("model.", field, "=", value, ": must be in [1, ", max, "]"));
+      problems.push_back(
+          absl::StrCat("model.", field, "=", value,
+                       job_name.empty() ? "" : absl::StrCat(" (", job_name, " in a job)"),
+                       ": must be in [1, ", max, "]"));
     }
   };
   in_range("hidden_size", c.hidden_size, kMaxHiddenSize);
   in_range("intermediate_size", c.intermediate_size, kMaxIntermediateSize);
-  in_range("num_layers", c.num_layers, kMaxLayers);
+  in_range("num_hidden_layers", c.num_layers, kMaxLayers, "model.architecture.num_layers");
   in_range("num_attention_heads", c.num_attention_heads, kMaxHeads);
   in_range("num_key_value_heads", c.num_key_value_heads, kMaxHeads);
   in_range("head_dim", c.head_dim, kMaxHeadDim);

@@ -151,7 +151,8 @@ TEST(LlamaConfig, SizesBeyondTheLimitsAndBadRopeScalingAreErrors) {
   EXPECT_THAT(with([](models::LlamaConfig& c) { c.hidden_size = int64_t{1} << 62; }),
               HasSubstr("model.hidden_size=4611686018427387904: must be in [1, 131072]"));
   EXPECT_THAT(with([](models::LlamaConfig& c) { c.num_layers = int64_t{1} << 50; }),
-              HasSubstr("model.num_layers=1125899906842624: must be in [1, 4096]"));
+              HasSubstr("model.num_hidden_layers=1125899906842624 (model.architecture.num_layers "
+                        "in a job): must be in [1, 4096]"));
   EXPECT_THAT(with([](models::LlamaConfig& c) { c.max_position_embeddings = -5; }),
               HasSubstr("model.max_position_embeddings=-5: must be in [1, 134217728]"));
   for (const double factor : {0.0, -2.0, 0.5, std::nan("")}) {
