@@ -186,6 +186,26 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
          : (root.contains("rope_scaling") && root["rope_scaling"].is_object() ? root["rope_scaling"]
                                                                               : json::object());
   const std::string where = absl::StrCat(source, v5 ? " rope_parameters" : " rope_scaling");
+  // Beside rope_parameters, a 4.x rope_scaling or top-level rope_theta must say the same: else
+  // which one a reader takes decides the model.
+  if (v5) {
+    const json& parameters = root["rope_parameters"];
+    json older = root.contains("rope_scaling") && root["rope_scaling"].is_object()
+                     ? root["rope_scaling"]
+                     : json::object();
+    if (root.contains("rope_theta") && !root["rope_theta"].is_null()) {
+      older["rope_theta"] = root["rope_theta"];
+    }
+    for (const auto& [key, value] : older.items()) {
+      const auto it = parameters.find(key);
+      if (it != parameters.end() && *it != value) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": rope_parameters.", key, " is ", it->dump(), " but ",
+            key == "rope_theta" ? "rope_theta" : "rope_scaling." + key, " is ", value.dump(),
+            ": transformers 5 reads rope_parameters; remove the other or make them equal"));
+      }
+    }
+  }
   KELVIN_ASSIGN_OR_RETURN(config.rope.theta,
                           JsonFields(v5 ? scaling : root, source).Number("rope_theta", 10000.0));
   const JsonFields fields(scaling, where);

@@ -208,6 +208,17 @@ TEST(LlamaConfig, RopeSettingsOfTheWrongTypeAreErrors) {
               HasSubstr("field \"factor\" is \"2\", expected a number, not a string"));
   EXPECT_EQ(parse(R"("rope_scaling": {"rope_type": "default", "factor": 1.0})"), "");
   EXPECT_EQ(parse(R"("rope_scaling": null)"), "");
+  // Both layouts, or rope_theta twice, must agree: else the reader decides the model.
+  const std::string yarn = R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4,
+                              "factor": 8, "original_max_position_embeddings": 64})";
+  EXPECT_THAT(parse(yarn + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 2})"),
+              HasSubstr("m/config.json: rope_parameters.factor is 8 but rope_scaling.factor is 2: "
+                        "transformers 5 reads rope_parameters"));
+  EXPECT_THAT(parse(yarn + R"(, "rope_theta": 500000)"),
+              HasSubstr("rope_parameters.rope_theta is 10000.0 but rope_theta is 500000"));
+  EXPECT_EQ(parse(yarn + R"(, "rope_theta": 1e4, "rope_scaling": {"rope_type": "yarn",
+                             "factor": 8})"),
+            "");
 }
 
 // transformers' dynamic NTK scaling is refused with its reason; longrope without its lists, a list
