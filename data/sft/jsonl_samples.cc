@@ -185,15 +185,18 @@ absl::Status Prepare(const std::string& jsonl_path, const TextSampleEncoder* tex
 
 }  // namespace
 
+std::string OutputPrefixProblem(const std::string& output_prefix) {
+  const std::string name = std::filesystem::path(output_prefix).filename().string();
+  if (!name.empty() && name != "." && name != "..") return "";
+  return "names no file: give a path prefix such as data/sft/train (prepare-data writes "
+         "PREFIX.bin, PREFIX.idx and PREFIX_loss_mask.bin/.idx)";
+}
+
 absl::StatusOr<PreparedSamples> PrepareJsonlSamples(const std::string& jsonl_path,
                                                     const std::string& output_prefix,
                                                     const TextSampleEncoder* text_encoder) {
-  const std::string name = std::filesystem::path(output_prefix).filename().string();
-  if (name.empty() || name == "." || name == "..") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--out \"", output_prefix,
-        "\" names no file: give a path prefix such as data/sft/train (prepare-data writes "
-        "PREFIX.bin, PREFIX.idx and PREFIX_loss_mask.bin/.idx)"));
+  if (const std::string problem = OutputPrefixProblem(output_prefix); !problem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--out \"", output_prefix, "\" ", problem));
   }
   for (const char* output : {".bin", ".idx", "_loss_mask.bin", "_loss_mask.idx"}) {
     std::error_code error;  // none where the output does not exist yet

@@ -39,6 +39,10 @@ absl::StatusOr<PreparedSamples> PrepareJsonlSamples(
     const std::string& jsonl_path, const std::string& output_prefix,
     const TextSampleEncoder* text_encoder = nullptr);
 
+// Why `output_prefix` cannot be PrepareJsonlSamples' output prefix (it names no file: empty, a
+// directory's trailing '/', "." or ".."), or "" when it can.
+std::string OutputPrefixProblem(const std::string& output_prefix);
+
 // What was written, and the data section of a job that trains on it.
 std::string DescribePreparedSamples(const PreparedSamples& prepared);
 

@@ -50,8 +50,12 @@ void AddPrepareDataCommand(CommandLine& line) {
       "Prints the job's data section for the written dataset.",
       [a] { return PrepareData(*a); });
   line.AddInput(command, a->samples, "SAMPLES.jsonl", "samples file");
-  line.AddText(command, "--out", "PREFIX", "a path prefix",
-               "writes PREFIX.bin/.idx and PREFIX_loss_mask.bin/.idx", a->out)
+  line.AddValue(command, "--out", "PREFIX", "a path prefix",
+                "writes PREFIX.bin/.idx and PREFIX_loss_mask.bin/.idx",
+                [a](const std::string& text) {
+                  a->out = text;
+                  return data::OutputPrefixProblem(text);
+                })
       ->required();
   line.AddText(command, "--tokenizer", "DIR", "the model directory",
                "the model directory whose tokenizer.json encodes text", a->tokenizer);
@@ -61,8 +65,9 @@ void AddPrepareDataCommand(CommandLine& line) {
                 "Date\"), for reproducible data; default: today",
                 [a](const std::string& text) {
                   if (!chat_template::ParseFixedDate(text, "--chat-date").ok()) {
-                    return std::string("give a date of the calendar: YYYY-MM-DD or "
-                                       "YYYY-MM-DDTHH:MM:SS");
+                    return std::string(
+                        "give a date of the calendar: YYYY-MM-DD or "
+                        "YYYY-MM-DDTHH:MM:SS");
                   }
                   a->chat_date = text;
                   return std::string();

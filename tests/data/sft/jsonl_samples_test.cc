@@ -277,5 +277,15 @@ TEST(JsonlSamples, BadLinesAreErrorsAndNothingIsWritten) {
   EXPECT_FALSE(std::filesystem::exists(dir.Path("untaught_loss_mask.bin")));
 }
 
+// An output prefix that names no file is refused by the command line and the preparation alike.
+TEST(JsonlSamples, AnOutputPrefixMustNameAFile) {
+  for (const std::string prefix : {"", "o/", "data/.", "data/.."}) {
+    EXPECT_THAT(OutputPrefixProblem(prefix), HasSubstr("names no file")) << prefix;
+  }
+  EXPECT_EQ(OutputPrefixProblem("data/sft/train"), "");
+  const absl::StatusOr<PreparedSamples> prepared = PrepareJsonlSamples("unused.jsonl", "out/");
+  EXPECT_THAT(std::string(prepared.status().message()), HasSubstr("--out \"out/\" names no file"));
+}
+
 }  // namespace
 }  // namespace kelvin::data
