@@ -213,14 +213,22 @@ absl::Status Checkpointing::RestoreFrom(const std::string& path) {
                            "partition of mixed CPUs, OPENBLAS_CORETYPE in the batch script, e.g. "
                            "Haswell, pins OpenBLAS's kernels)";
   }
+  std::vector<std::string> unrecorded;  // settings the checkpoint's checkpoint.json lacks
   for (const auto& [setting, value] : state.data_order) {
     const auto saved = restored.saved_data_order.find(setting);
+    if (saved == restored.saved_data_order.end()) unrecorded.push_back(setting);
     if (saved != restored.saved_data_order.end() && saved->second != value) {
       KLOG_RANK0(WARNING) << "the checkpoint's run had " << setting << "=" << saved->second
                           << ", this job has " << value
                           << ": the training data from here on is not what that run would have "
                              "read (rows may repeat or be skipped)";
     }
+  }
+  if (!unrecorded.empty()) {
+    KLOG_RANK0(WARNING) << "the checkpoint records no data order for "
+                        << absl::StrJoin(unrecorded, ", ")
+                        << " (an older or edited checkpoint.json): whether the training data from "
+                           "here on is what its run would have read cannot be checked";
   }
   if (restored.saved_layout != state.layout) {
     KLOG_RANK0(INFO) << "resharded the checkpoint of layout \"" << restored.saved_layout
