@@ -59,7 +59,8 @@ std::string ParentOf(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
-// The file that stands where `path` needs a directory (what ENOTDIR means), or "a part of its path".
+// The file that stands where `path` needs a directory (what ENOTDIR means), or "a part of its
+// path".
 std::string FileInThePath(const std::string& path) {
   std::error_code error;
   for (fs::path p = fs::path(path).parent_path(); !p.empty(); p = p.parent_path()) {

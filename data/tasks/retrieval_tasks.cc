@@ -21,11 +21,11 @@ constexpr int kVariableLetters = 5;
 
 // Names of two 5-letter words: every name has 11 bytes.
 constexpr const char* kAdjectives[] = {"amber", "brisk", "dusty", "eager", "faint", "giant",
-                                            "happy", "jolly", "lucky", "misty", "noble", "olive",
-                                            "proud", "quiet", "rapid", "sunny"};
+                                       "happy", "jolly", "lucky", "misty", "noble", "olive",
+                                       "proud", "quiet", "rapid", "sunny"};
 constexpr const char* kNouns[] = {"badge", "cabin", "delta", "eagle", "flame", "grape",
-                                       "heron", "ivory", "jewel", "kayak", "lemon", "maple",
-                                       "otter", "pearl", "river", "tiger"};
+                                  "heron", "ivory", "jewel", "kayak", "lemon", "maple",
+                                  "otter", "pearl", "river", "tiger"};
 
 std::string DrawName(std::mt19937_64& rng) {
   return absl::StrCat(kAdjectives[UniformBelow(rng, std::size(kAdjectives))], "-",

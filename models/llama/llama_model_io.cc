@@ -147,7 +147,8 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
                              ? absl::StrCat(" (tau^q = 1 + ", sigma,
                                             " ln n, tau^v = 1: the pretrained model's logits "
                                             "with the position term on top)")
-                             : std::string(" (every temperature 1: the pretrained model's logits)"));
+                             : std::string(
+                                   " (every temperature 1: the pretrained model's logits)"));
     InitSsaParameters();
   } else if (!missing_ssa.empty()) {
     return absl::NotFoundError(absl::StrCat(

@@ -68,8 +68,7 @@ TEST_F(NeedleGridTest, GenerationRetrievesExactlyWhatTeacherForcingGetsRight) {
   const NeedleText text = ByteNeedleText();
   NeedleGridSpec spec;
   spec.seed = 77;
-  absl::StatusOr<models::LlamaDecoder> decoder =
-      models::LlamaDecoder::Create(model(), 512);
+  absl::StatusOr<models::LlamaDecoder> decoder = models::LlamaDecoder::Create(model(), 512);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
   int64_t retrieved = 0, some_digits = 0, attempts = 0;
   for (const int64_t length : {kTrainedLength, 2 * kTrainedLength}) {
@@ -190,8 +189,7 @@ TEST_F(NeedleGridTest, EveryTaskSizesItsPromptsAndScoresItsCells) {
   const absl::StatusOr<NeedleText> tokens = TokenizerNeedleText(*tokenizer);
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   const NeedleText bytes = ByteNeedleText();
-  absl::StatusOr<models::LlamaDecoder> decoder =
-      models::LlamaDecoder::Create(model(), 512);
+  absl::StatusOr<models::LlamaDecoder> decoder = models::LlamaDecoder::Create(model(), 512);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
   for (const data::RetrievalTask task :
        {data::RetrievalTask::kMultiKey, data::RetrievalTask::kMultiValue,

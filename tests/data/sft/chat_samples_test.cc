@@ -110,10 +110,9 @@ TEST(ChatSamples, ATemplateWithoutTheAssistantsTurnsIsAnErrorNamingTheLine) {
   absl::StatusOr<TextSampleEncoder> encoder = TextSampleEncoder::FromDirectory(model.Path(""));
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   testing::ScratchDir dir;
-  testing::WriteFile(dir.Path("s.jsonl"),
-                     R"({"messages": [{"role": "user", "content": "q"}, )"
-                     R"({"role": "assistant", "content": "a"}]})"
-                     "\n");
+  testing::WriteFile(dir.Path("s.jsonl"), R"({"messages": [{"role": "user", "content": "q"}, )"
+                                          R"({"role": "assistant", "content": "a"}]})"
+                                          "\n");
   const absl::StatusOr<PreparedSamples> result =
       PrepareJsonlSamples(dir.Path("s.jsonl"), dir.Path("out/sft"), &*encoder);
   ASSERT_FALSE(result.ok());

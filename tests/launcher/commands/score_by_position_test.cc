@@ -76,7 +76,7 @@ TEST(ScoreByPosition, TheMaskedBucketsSumThePositionsLosses) {
   const std::string table = FormatLossByPosition(job, *report);
   EXPECT_THAT(table, HasSubstr("(windows of 16, stride 16; position p has seen p + 1 tokens)"));
   EXPECT_THAT(table, HasSubstr("\n          [0, 5)          1 "));  // target 3 (input 2)
-  EXPECT_THAT(table, HasSubstr("\n         [5, 10)          3 "));   // targets 6, 7, 9
+  EXPECT_THAT(table, HasSubstr("\n         [5, 10)          3 "));  // targets 6, 7, 9
   EXPECT_THAT(table, HasSubstr("\n        [15, 16)          0            -            -\n"));
   const nlohmann::json json = nlohmann::json::parse(ScoreJson(job, *report));
   ASSERT_EQ(json["by_position"].size(), 4u);
