@@ -179,7 +179,7 @@ absl::StatusOr<std::optional<data::Tokenizer>> LoadModelTokenizer(const config::
   if (!present) {
     if (needed_by.empty()) return std::nullopt;
     return absl::FailedPreconditionError(absl::StrCat(
-        needed_by, " need the model's tokenizer: ",
+        "the model's tokenizer is needed for ", needed_by, ": ",
         job.model().has_hf_dir()
             ? absl::StrCat("model.hf_dir=", job.model().hf_dir(), " has no tokenizer.json")
             : std::string("the job has no model.hf_dir"),

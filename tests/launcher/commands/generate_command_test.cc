@@ -167,7 +167,7 @@ TEST(GenerateCommand, TokenizerOptionGivesAModelItsTokenizer) {
   absl::StatusOr<std::vector<std::string>> lines =
       GenerateFromJob(JobOfModelDirectory(bare), options);
   EXPECT_THAT(std::string(lines.status().message()),
-              ::testing::HasSubstr("text prompts and --stop need the model's tokenizer: "
+              ::testing::HasSubstr("the model's tokenizer is needed for text prompts and --stop: "
                                    "model.hf_dir=" +
                                    bare + " has no tokenizer.json; give --tokenizer DIR"));
   options.tokenizer = kTokenizerFixture;
@@ -194,7 +194,7 @@ TEST(GenerateCommand, TokenizerOptionGivesAModelItsTokenizer) {
   ScoreOptions score;
   score.text = text.string();
   EXPECT_THAT(std::string(ScoreData(JobOfModelDirectory(bare), score).status().message()),
-              ::testing::HasSubstr("--text " + text.string() + " need the model's tokenizer"));
+              ::testing::HasSubstr("the model's tokenizer is needed for --text " + text.string()));
   score.tokenizer = kTokenizerFixture;
   EXPECT_TRUE(ScoreData(JobOfModelDirectory(bare), score).ok());
 }
