@@ -275,33 +275,6 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   cpu::SsaAttentionBackward(options, shape, dout, inputs, params, saved, grads);
 }
 
-void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
-                         const Tensor& block_lse) {
-  KELVIN_CHECK(out.defined() && out.ndim() == 3)
-      << "merge_attention_block.out must be [Nq, H, d], got " << out.ToString();
-  const DType dtype = out.dtype();
-  if (ctx.is_cuda()) {
-    KELVIN_CHECK(dtype == DType::kBF16)
-        << "merge_attention_block.out is " << out.ToString() << ", expected dtype bf16 on CUDA";
-  } else {
-    KELVIN_CHECK(dtype == DType::kF32 || dtype == DType::kF64)
-        << "merge_attention_block.out is " << out.ToString()
-        << ", expected dtype f32 or f64 on the CPU";
-  }
-  const Shape rows{out.dim(0), out.dim(1)};
-  ops::CheckShape(block_out, out.shape(), "merge_attention_block.block_out");
-  ops::CheckDType(block_out, dtype, "merge_attention_block.block_out");
-  ops::CheckShape(lse, rows, "merge_attention_block.lse");
-  ops::CheckDType(lse, AccumDType(dtype), "merge_attention_block.lse");
-  ops::CheckShape(block_lse, rows, "merge_attention_block.block_lse");
-  ops::CheckDType(block_lse, AccumDType(dtype), "merge_attention_block.block_lse");
-  ops::CheckDevice(ctx, {&out, &lse, &block_out, &block_lse}, "merge_attention_block");
-#if KELVIN_WITH_CUDA
-  if (ctx.is_cuda()) return cuda::MergeAttentionBlock(ctx, out, lse, block_out, block_lse);
-#endif
-  cpu::MergeAttentionBlock(out, lse, block_out, block_lse);
-}
-
 bool CudaSupportsHeadDim(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 std::string CudnnCoreUnavailableReason(const Context& ctx) {

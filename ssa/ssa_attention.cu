@@ -508,25 +508,6 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionParams p, Ba
   }
 }
 
-// One warp per (token, head) row of d: the log-sum-exp merge of MergeAttentionBlock.
-__global__ void MergeKernel(bf16* out, float* lse, const bf16* block_out, const float* block_lse,
-                            int64_t rows, int d) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(kWarps) + threadIdx.x / 32;
-  if (r >= rows) return;
-  const int lane = threadIdx.x % 32;
-  const float a = lse[r], b = block_lse[r];
-  const float m = fmaxf(a, b);
-  if (m == -INFINITY) return;  // neither has a visible key: out stays 0
-  const float merged = m + logf(expf(a - m) + expf(b - m));
-  const float wa = expf(a - merged), wb = expf(b - merged);
-  for (int e = lane; e < d; e += 32) {
-    out[r * d + e] =
-        bf16(wa * Bf16ToFloat(out[r * d + e]) + wb * Bf16ToFloat(block_out[r * d + e]));
-  }
-  __syncwarp();  // every lane has read lse[r]
-  if (lane == 0) lse[r] = merged;
-}
-
 // Calls fn.template operator()<kD>() for the supported head dims.
 template <typename Fn>
 void DispatchHeadDim(int64_t d, Fn&& fn) {
@@ -1017,16 +998,6 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   }
   // The scratch tensors return to the allocator's cache when this function ends; it hands them
   // out again only to work on this same stream, which runs after the kernels above.
-}
-
-void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
-                         const Tensor& block_lse) {
-  const int64_t rows = out.dim(0) * out.dim(1);
-  if (rows == 0) return;
-  MergeKernel<<<static_cast<unsigned>(cuda_utils::CeilDiv(rows, kWarps)), kThreads, 0,
-                StreamOf(ctx)>>>(out.data<bf16>(), lse.data<float>(), block_out.data<bf16>(),
-                                 block_lse.data<float>(), rows, static_cast<int>(out.dim(2)));
-  KELVIN_CUDA_CHECK_LAUNCH();
 }
 
 // k~ and v~ by the PrepareKernel the forward runs on its keys (so the same bf16 values), tau^v by

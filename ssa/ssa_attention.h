@@ -71,13 +71,6 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
                           SsaAttentionGrads& grads, const AttentionCoreOptions& core = {});
 
-// out [Nq, H, d], lse [Nq, H] += one key block's partial results (same shapes): the log-sum-exp
-// merge lse' = log(e^lse + e^block_lse), out' = e^(lse - lse') out + e^(block_lse - lse')
-// block_out. Start from out = 0, lse = -inf (or the first block's results). Key blocks merged this
-// way are the building blocks of a ring attention (tested, not yet used by the model).
-void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
-                         const Tensor& block_lse);
-
 // Whether the CUDA kernels run heads of `head_dim` (64 and 128; another is a programmer error
 // there, so a caller choosing the device checks it first).
 bool CudaSupportsHeadDim(int64_t head_dim);
@@ -95,8 +88,6 @@ void SsaAttentionForward(const SsaOptions& options, const SsaBlockShape& shape,
 void SsaAttentionBackward(const SsaOptions& options, const SsaBlockShape& shape, const Tensor& dout,
                           const SsaAttentionInputs& inputs, const SsaParameters& params,
                           const SsaAttentionOutputs& saved, SsaAttentionGrads& grads);
-void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
-                         const Tensor& block_lse);
 void PrepareKeysAndValues(const SsaOptions& options, const Tensor& k, const Tensor& v,
                           const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,
@@ -111,8 +102,6 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
                           SsaAttentionGrads& grads, const AttentionCoreOptions& core);
-void MergeAttentionBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
-                         const Tensor& block_lse);
 void PrepareKeysAndValues(const Context& ctx, const SsaOptions& options, const Tensor& k,
                           const Tensor& v, const Tensor& value_source, const Tensor& positions,
                           const Tensor& inv_freq, const Tensor& value_readout, Tensor& k_prepared,

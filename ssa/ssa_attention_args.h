@@ -55,7 +55,7 @@ struct SsaParameters {
 struct SsaAttentionOutputs {
   // [Nq, H, d]: sum over the call's visible keys of softmax-over-those-keys * v~. For the full
   // operator this is O; for a key block it is the block-local partial output (0 where a query
-  // sees no key of the block), which MergeAttentionBlock weights by exp(lse_block - lse).
+  // sees no key of the block); blocks combine by their lse (the log-sum-exp merge the tests run).
   Tensor out;
   Tensor lse;                // [Nq, H] log-sum-exp of the scaled scores; -inf where none visible
   Tensor query_temperature;  // [Nq, H] tau^q (saved for backward)

@@ -650,26 +650,6 @@ void PrepareKeys(const SsaOptions& options, const Tensor& k, const Tensor& v,
   }
 }
 
-template <typename T>
-void Merge(Tensor& out, Tensor& lse, const Tensor& block_out, const Tensor& block_lse) {
-  constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
-  const int64_t rows = out.dim(0) * out.dim(1), d = out.dim(2);
-  T* o = out.data<T>();
-  T* l = lse.data<T>();
-  const T* bo = block_out.data<T>();
-  const T* bl = block_lse.data<T>();
-#pragma omp parallel for schedule(static) if (rows * d >= kParallelElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T m = std::max(l[r], bl[r]);
-    if (m == kMinusInf) continue;  // neither has a visible key: out stays as it is (0)
-    const T merged = m + std::log(std::exp(l[r] - m) + std::exp(bl[r] - m));
-    const T wa = std::exp(l[r] - merged), wb = std::exp(bl[r] - merged);
-#pragma omp simd
-    for (int64_t e = 0; e < d; ++e) o[r * d + e] = wa * o[r * d + e] + wb * bo[r * d + e];
-    l[r] = merged;
-  }
-}
-
 }  // namespace
 
 void SsaAttentionForward(const SsaOptions& options, const SsaBlockShape& shape,
@@ -685,12 +665,6 @@ void SsaAttentionBackward(const SsaOptions& options, const SsaBlockShape& shape,
   ops::DispatchCpuFloat(inputs.u.dtype(), "SsaAttentionBackward", [&]<typename T>() {
     Backward<T>(options, shape, dout, inputs, params, saved, grads);
   });
-}
-
-void MergeAttentionBlock(Tensor& out, Tensor& lse, const Tensor& block_out,
-                         const Tensor& block_lse) {
-  ops::DispatchCpuFloat(out.dtype(), "MergeAttentionBlock",
-                        [&]<typename T>() { Merge<T>(out, lse, block_out, block_lse); });
 }
 
 void PrepareKeysAndValues(const SsaOptions& options, const Tensor& k, const Tensor& v,

@@ -442,7 +442,7 @@ Result RunInBlocks(const SsaProblem& pr, AttentionBackend backend,
                           CoreOptions(backend, host_inputs.back(), &ran));
       EXPECT_EQ(ran, expected) << "forward of queries [" << qb << ", +" << qc << ") x keys [" << kb
                                << ", +" << kc << ")";
-      MergeAttentionBlock(ctx, merged.fwd.out, lse, part.fwd.out, part.fwd.lse);
+      fixture::MergeKeyBlock(ctx, merged.fwd.out, lse, part.fwd.out, part.fwd.lse);
       parts.push_back(part.fwd);
     }
     const Tensor dout = On(fixture::TokenRange(pr.dout, b, qb, qc), back.dtype, back.device);

@@ -276,7 +276,8 @@ TEST_P(SsaAttentionCpu, MergedKeyBlocksEqualTheFullOperator) {
             const int64_t kb = keys[ki], kc = keys[ki + 1] - kb;
             parts.push_back(
                 TiledForward(pr, {b, qb, qc, kb, kc}, fixture::BlockInputs(pr, qb, qc, kb, kc)));
-            MergeAttentionBlock(Cpu(), merged.out, merged.lse, parts.back().out, parts.back().lse);
+            fixture::MergeKeyBlock(Cpu(), merged.out, merged.lse, parts.back().out,
+                                   parts.back().lse);
           }
           EXPECT_TRUE(testing::AllClose(merged.out, fixture::TokenRange(full.out, b, qb, qc),
                                         forward_tol, "merged out"));
@@ -321,7 +322,7 @@ TEST_P(SsaAttentionCpu, ABlockAQueryCannotSeeGivesZeroAndMinusInfinityAndMergesT
   const SsaAttentionOutputs past =
       TiledForward(pr, {b, 0, 4, 0, 4}, fixture::BlockInputs(pr, 0, 4, 0, 4));
   Tensor out = testing::Cast(past.out, dtype), lse = testing::Cast(past.lse, AccumDType(dtype));
-  MergeAttentionBlock(Cpu(), out, lse, future.out, future.lse);
+  fixture::MergeKeyBlock(Cpu(), out, lse, future.out, future.lse);
   EXPECT_TRUE(testing::BitIdentical(out, past.out, "merged out"));
   EXPECT_TRUE(testing::BitIdentical(lse, past.lse, "merged lse"));
 }

@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/context.h"
+#include "core/copy.h"
 #include "core/io/safetensors.h"
 #include "core/ops/rope.h"
+#include "ssa/reference/ssa_attention_reference.h"
 #include "ssa/ssa_attention_args.h"
 #include "ssa/ssa_options.h"
 #include "tests/testing/tensors.h"
@@ -214,6 +217,18 @@ inline SsaAttentionInputs BlockInputs(const SsaProblem& pr, int64_t qb, int64_t 
           TokenRange(in.value_source, b, kb, kc),
           in.inv_freq,
           in.rope_attention_factor};
+}
+
+// out [Nq, H, d] and lse [Nq, H] (on ctx's device, in their dtypes) += one key block's results of
+// the same queries, merged in f64 by the reference's log-sum-exp merge: how the tests compose key
+// blocks into the whole operator (the model runs whole key ranges and never merges).
+inline void MergeKeyBlock(const Context& ctx, Tensor& out, Tensor& lse, const Tensor& block_out,
+                          const Tensor& block_lse) {
+  Tensor out64 = testing::Cast(out, DType::kF64), lse64 = testing::Cast(lse, DType::kF64);
+  reference::MergeAttentionBlock(out64, lse64, testing::Cast(block_out, DType::kF64),
+                                 testing::Cast(block_lse, DType::kF64));
+  CopyTensor(ctx, testing::Cast(out64, out.dtype()), out);
+  CopyTensor(ctx, testing::Cast(lse64, lse.dtype()), lse);
 }
 
 }  // namespace kelvin::ssa::fixture
