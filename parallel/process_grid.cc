@@ -29,6 +29,20 @@ std::string ProductText(std::optional<int64_t> product) {
   return product.has_value() ? absl::StrCat(*product) : "(overflows int64)";
 }
 
+// The communicator over `comm`'s members: a group of one process is a SelfCommunicator whatever
+// the backend, so that every collective of a size-1 group is an identity (no host staging, no
+// NCCL communicator) and callers never test size() == 1 to skip one.
+absl::StatusOr<std::unique_ptr<Communicator>> GroupOver(CommBackend backend, MPI_Comm comm,
+                                                        std::string_view role,
+                                                        const CommunicatorOptions& options,
+                                                        const Context& ctx) {
+  const std::vector<int> members = WorldRanksOf(comm);
+  if (members.size() == 1) {
+    return std::make_unique<SelfCommunicator>(std::string(role), members.front(), ctx);
+  }
+  return CreateCommunicator(backend, comm, role, options, ctx);
+}
+
 // The communicator over the ranks of `world` that share `color`, ordered by `key`; nullptr for
 // ranks passing MPI_UNDEFINED.
 absl::StatusOr<std::unique_ptr<Communicator>> SplitGroup(MPI_Comm world, int color, int key,
@@ -39,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> SplitGroup(MPI_Comm world, int col
   KELVIN_MPI_CHECK(MPI_Comm_split(world, color, key, &group));
   if (group == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
   absl::StatusOr<std::unique_ptr<Communicator>> communicator =
-      CreateCommunicator(backend, group, role, options, ctx);
+      GroupOver(backend, group, role, options, ctx);
   KELVIN_MPI_CHECK(MPI_Comm_free(&group));
   return communicator;
 }
@@ -171,7 +185,7 @@ absl::StatusOr<std::unique_ptr<ProcessGrid>> ProcessGrid::Create(const GridSpec&
   const GridCoordinates c = CoordinatesOf(world_rank, spec);
   grid->coordinates_ = c;
   KELVIN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world_group,
-                          CreateCommunicator(backend, world, "world", options, ctx));
+                          GroupOver(backend, world, "world", options, ctx));
   grid->world_ = std::make_unique<TimedCommunicator>("world", std::move(world_group));
   // Every rank is here before the (blocking) splits; a missing one times out in this barrier.
   grid->world_->Barrier();

@@ -1,5 +1,5 @@
-// The region ops as the group's collectives on flat views. One rank skips the reduction (a device
-// tensor would otherwise travel through a one-rank MPI group's host staging).
+// The region ops as the group's collectives on flat views (a one-rank group's are identities: the
+// process grid makes it a SelfCommunicator).
 #include "parallel/tensor_parallel.h"
 
 #include "core/check.h"
@@ -7,7 +7,6 @@
 namespace kelvin::parallel {
 
 void ReduceFromTensorParallelRegion(Communicator& tp, Tensor& partial) {
-  if (tp.size() == 1) return;
   tp.AllReduce(partial, ReduceOp::kSum);
 }
 
