@@ -9,6 +9,7 @@
 #include "models/llama/llama_activations.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
+#include "ssa/attention_scratch.h"
 
 namespace kelvin::models {
 
@@ -48,7 +49,6 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const Size grad = static_cast<int64_t>(DTypeSize(AccumDType(o.parameter_dtype)));
   const Size d_model = c.hidden_size, d = c.head_dim, f = shard.ffn;
   const Size heads = shard.heads, kv_heads = shard.kv_heads;
-  const Size q = heads * d, kv = kv_heads * d;
   const ssa::SsaOptions ssa = c.AttentionOptions();
   const TokenSplits splits{.context_parallel = cp, .sequence_parallel = o.sequence_parallel};
 
@@ -128,33 +128,14 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   plan.backward_scratch =
       (slots * chunks * nl * d_model * act + shared_scratch + recompute_buffers).value();
   if (o.activation_dtype == DType::kBF16) {
-    // ssa/ssa_attention.cu, one backward call over nq queries (half the rank's with context
-    // parallelism: two query blocks) and the nk keys: bf16 q~ [nq, H, d], k~ [nk, G, d] and, with
-    // the value temperature, v~; the temperatures' f32 row terms: dz and d position [nq, H] of
-    // tau^q, dz [nk, G] of tau^v; then the core's own scratch.
-    const Size nq = cp ? n / 2 : n;
-    const bool query_token = ssa.query_temperature && ssa.token_aware;
-    const bool query_position = ssa.query_temperature && ssa.position_aware;
-    const bool value_token = ssa.value_temperature && ssa.token_aware;
-    const Size tiles = (nq * q + nk * kv + (ssa.value_temperature ? nk * kv : Size(0))) * 2;
-    const Size rows = (nq * heads * ((query_token ? 1 : 0) + (query_position ? 1 : 0)) +
-                       (value_token ? nk * kv_heads : Size(0))) *
-                      4;
-    // The own kernel: f32 dq~ [nq, H, d], dk~, dv~ [nk, G, d] and delta [nq, H].
-    const Size fused = (nq * q + nk * kv * 2 + nq * heads) * 4;
-    // The cuDNN core: bf16 dq~, dk~, dv~, and the workspace the cuDNN frontend sizes for its
-    // ragged backward bounded by the token counts (cudnn_frontend's sdpa_backward node): f32 dQ
-    // accumulator [nq, H, d] and row sums [nq, H], with GQA f32 full-head dK and dV [nk, H, d];
-    // the engine's own workspace, known only from a built plan (logged when one is built), is
-    // not counted.
-    const Size cudnn = (nq * q + nk * kv * 2) * 2 + (nq * q + nq * heads) * 4 +
-                       (heads.value() > kv_heads.value() ? nk * q * 2 * 4 : Size(0));
-    Size core = fused;
-    if (o.attention_backend == ssa::AttentionBackend::kCudnn) core = cudnn;
-    if (o.attention_backend == ssa::AttentionBackend::kAuto && cudnn.value() > fused.value()) {
-      core = cudnn;
-    }
-    plan.operator_scratch = (tiles + rows + core + kCublasLtWorkspaceBytes).value();
+    // One backward call of the CUDA operator over nq queries (half the rank's with context
+    // parallelism: two query blocks) and the nk keys, as the operator reports it, and cuBLASLt's
+    // workspace.
+    const ssa::AttentionCallSize call{
+        .queries = cp ? n / 2 : n, .keys = nk, .heads = heads, .kv_heads = kv_heads, .head_dim = d};
+    plan.operator_scratch = (ssa::AttentionBackwardScratchBytes(ssa, call, o.attention_backend) +
+                             kCublasLtWorkspaceBytes)
+                                .value();
   }
   return plan;
 }

@@ -49,7 +49,7 @@ tracked_files() {
   if git -C "$root" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
     git -C "$root" ls-files
   else
-    local folders=(.ci bench cmake configs core data docs experiments launcher models parallel
+    local folders=(.ci bench cmake configs core data docs experiments inference launcher models parallel
                    scripts ssa tests tools training)
     find . -maxdepth 1 -type f | sed 's|^\./||'
     for folder in "${folders[@]}"; do
