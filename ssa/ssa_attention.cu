@@ -891,7 +891,8 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
   const PreparedTiles tiles = Prepare(ctx, inputs, tau_q, tau_v);
   const AttentionParams p = MakeParams(shape, inputs, tiles);
   // Scratch: the gradients of q~ [Nq, H, d], k~ and v~ [Nk, G, d]; bf16 from the cuDNN core, f32
-  // from the own kernel.
+  // from the own kernel. AttentionBackwardScratchBytes (attention_scratch.h) reports this call's
+  // buffers to the memory plan: a buffer added here is added there.
   Tensor dq_tilde, dk_tilde, dv_tilde;
   bool done = false;
 #if KELVIN_WITH_CUDNN
