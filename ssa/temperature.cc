@@ -339,6 +339,7 @@ TemperatureStatistics ComputeTemperatureStatistics(const Context& ctx, const Ten
 }
 
 TemperatureSummary MergeTemperatureSummaries(const std::vector<TemperatureSummary>& parts) {
+  if (parts.size() == 1) return parts.front();  // exactly, not through the moments
   TemperatureSummary merged;
   double sum = 0, squares = 0;  // of the values, from each part's mean and variance
   for (const TemperatureSummary& part : parts) {

@@ -36,7 +36,7 @@ void EncodeLayer(const ssa::TemperatureStatistics& t, double* row) {
 std::vector<ssa::TemperatureStatistics> MergeOver(
     parallel::Communicator& group, const std::vector<ssa::TemperatureStatistics>& local,
     bool gather_heads) {
-  if (group.size() == 1 || local.empty()) return local;
+  if (local.empty()) return local;
   const int64_t layers = static_cast<int64_t>(local.size());
   const int64_t heads = static_cast<int64_t>(local.front().sigma_alpha.size());
   const int64_t width = kFields + heads, size = group.size();
@@ -66,7 +66,7 @@ std::vector<ssa::TemperatureStatistics> MergeOver(
 std::vector<ssa::TemperatureStatistics> GatherOverStages(
     parallel::Communicator& pp, const models::LlamaStageLayout& stage, int64_t layers,
     const std::vector<ssa::TemperatureStatistics>& local) {
-  if (local.empty() || pp.size() == 1) return local;  // one stage holds every layer in order
+  if (local.empty()) return local;
   const int64_t heads = static_cast<int64_t>(local.front().sigma_alpha.size());
   const int64_t width = kFields + heads;
   Tensor table = Tensor::ZerosCpu({layers, width}, DType::kF64);  // [L, width], this stage's rows

@@ -308,6 +308,25 @@ TEST(SsaTemperature, StatisticsSummariseEachTemperature) {
   EXPECT_EQ(empty.query.mean, 0.0);
 }
 
+// Merging summaries: the union's moments from the parts'; one part (a group of one rank) is
+// returned exactly, not rebuilt from its moments (3 x 0.1 / 3 is not 0.1 in doubles).
+TEST(SsaTemperature, MergedSummariesAreTheUnionsAndOnePartIsItself) {
+  const TemperatureSummary a{3, 0.1, 0.2, -0.3, 0.4}, b{1, 1.1, 0.0, 1.1, 1.1};
+  const TemperatureSummary one = MergeTemperatureSummaries({a});
+  EXPECT_EQ(one.count, a.count);
+  EXPECT_EQ(one.mean, a.mean);
+  EXPECT_EQ(one.std, a.std);
+  EXPECT_EQ(one.min, a.min);
+  EXPECT_EQ(one.max, a.max);
+  const TemperatureSummary both = MergeTemperatureSummaries({a, b, TemperatureSummary{}});
+  EXPECT_EQ(both.count, 4);
+  EXPECT_DOUBLE_EQ(both.mean, (3 * 0.1 + 1.1) / 4);
+  // E[x^2] = (3 (0.2^2 + 0.1^2) + 1.1^2) / 4, minus the mean squared.
+  EXPECT_NEAR(both.std, std::sqrt((3 * 0.05 + 1.21) / 4 - 0.35 * 0.35), 1e-15);
+  EXPECT_EQ(both.min, -0.3);
+  EXPECT_EQ(both.max, 1.1);
+}
+
 // On CUDA the summary is reduced on the device: it equals the host's of the same values (sums
 // in another order: within f64 rounding), alpha is read back, and a temperature that is off stays
 // empty.
