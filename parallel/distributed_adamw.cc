@@ -85,6 +85,7 @@ double DistributedAdamW::GradientSumOfSquares(const CountsTowardsNorm& counts) {
   const Context& ctx = params_.context();
   std::vector<Tensor> counted;
   for (const ParameterSet::Entry& e : params_.entries()) {
+    if (!e.trainable) continue;  // no gradient
     const GroupShard& s = groups_[static_cast<int>(e.group)];
     const int64_t lo = std::max(e.offset, s.begin);
     const int64_t hi = std::min(e.offset + e.value.numel(), s.begin + s.count);

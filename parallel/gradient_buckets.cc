@@ -51,6 +51,7 @@ std::vector<GradientBucket> PlanGradientBuckets(const ParameterSet& params,
     open.units.push_back(static_cast<int>(u));
     for (const std::string& name : units[u]) {
       const ParameterSet::Entry& e = params.Get(name);
+      if (!e.trainable) continue;  // frozen: no gradient to reduce, no master to gather
       open.stretches.push_back({e.group, e.offset, e.offset + e.value.numel()});
       open.elements += e.value.numel();
     }

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 
+#include "core/copy.h"
 #include "core/ops/dispatch.h"
 #if KELVIN_WITH_CUDNN
 #include "ssa/cudnn_attention.h"
@@ -237,6 +239,23 @@ void SsaAttentionBackward(const Context& ctx, const SsaOptions& options, const S
                           const Tensor& dout, const SsaAttentionInputs& inputs,
                           const SsaParameters& params, const SsaAttentionOutputs& saved,
                           SsaAttentionGrads& grads, const AttentionCoreOptions& core) {
+  // Frozen SSA parameters (an undefined gradient beside a defined parameter): the kernels compute
+  // their gradients with the rest, here into discarded scratch.
+  SsaAttentionGrads with_scratch = grads;  // handles: the other gradients reach the caller's
+  bool scratch = false;
+  SsaParameters& d = with_scratch.params;
+  for (auto [value, gradient] :
+       {std::pair{&params.query_readout, &d.query_readout},
+        std::pair{&params.value_readout, &d.value_readout}, std::pair{&params.alpha, &d.alpha}}) {
+    if (value->defined() && !gradient->defined()) {
+      *gradient = Zeros(ctx, value->shape(), AccumDType(value->dtype()));
+      scratch = true;
+    }
+  }
+  if (scratch) {
+    return SsaAttentionBackward(ctx, options, shape, dout, inputs, params, saved, with_scratch,
+                                core);
+  }
   KELVIN_CHECK(!inputs.keys_prepared)
       << "ssa_attention: the backward needs the keys and values as projected (keys_prepared is "
          "forward only)";

@@ -19,7 +19,7 @@ absl::Status CheckGradientsFinite(const Context& ctx, const ParameterSet& params
   std::vector<std::string> named;
   int64_t non_finite = 0;
   for (const ParameterSet::Entry& e : params.entries()) {
-    if (std::isfinite(ops::SumOfSquares(ctx, e.grad))) continue;
+    if (!e.trainable || std::isfinite(ops::SumOfSquares(ctx, e.grad))) continue;
     if (named.size() < kNamed) named.push_back(e.name);
     ++non_finite;
   }

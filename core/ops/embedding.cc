@@ -31,6 +31,7 @@ void EmbeddingForward(const Context& ctx, const Tensor& ids, const Tensor& table
 
 void EmbeddingBackward(const Context& ctx, const Tensor& ids, const Tensor& dout,
                        int64_t vocab_begin, Tensor& dtable) {
+  if (!dtable.defined()) return;  // a frozen table
   const int64_t n = CheckIds(ids, vocab_begin);
   KELVIN_CHECK_EQ(dtable.ndim(), 2) << "embedding.dtable must be [V, D], got " << dtable.ToString();
   CheckShape(dout, {n, dtable.dim(1)}, "embedding.dout");

@@ -23,6 +23,7 @@ void EmbeddingForward(const Context& ctx, const Tensor& ids, const Tensor& table
 // shard are skipped. CPU: deterministic for any thread count (each thread owns a block of columns
 // and adds tokens in order). CUDA: f32 atomicAdd, so the summation order of repeated ids varies
 // between runs (results agree to f32 rounding, not bit for bit).
+// An undefined dtable (a frozen table's gradient) skips the call.
 void EmbeddingBackward(const Context& ctx, const Tensor& ids, const Tensor& dout,
                        int64_t vocab_begin, Tensor& dtable);
 

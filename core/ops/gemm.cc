@@ -103,7 +103,7 @@ void GemmBackward(const Context& ctx, const Tensor& dc, const Tensor& a, bool tr
   KELVIN_CHECK(dc.dtype() == a.dtype() && dc.dtype() == b.dtype())
       << "GemmBackward: dc " << dc.ToString() << " must have the dtype of the inputs ("
       << DescribeOperands(a, transpose_a, b, transpose_b) << ")";
-  if (da != nullptr) {
+  if (da != nullptr && da->defined()) {
     CheckShape(*da, a.shape(), "gemm_backward.da");
     const float beta = accumulate_da ? 1.0f : 0.0f;
     // d op(A) = dC op(B)^T [M, K]; when A is stored transposed, dA = op(B) dC^T [K, M].
@@ -113,7 +113,7 @@ void GemmBackward(const Context& ctx, const Tensor& dc, const Tensor& a, bool tr
       Gemm(ctx, dc, /*transpose_a=*/false, b, !transpose_b, *da, 1.0f, beta);
     }
   }
-  if (db != nullptr) {
+  if (db != nullptr && db->defined()) {
     CheckShape(*db, b.shape(), "gemm_backward.db");
     const float beta = accumulate_db ? 1.0f : 0.0f;
     // d op(B) = op(A)^T dC [K, N]; when B is stored transposed, dB = dC^T op(A) [N, K].

@@ -18,7 +18,8 @@ void Gemm(const Context& ctx, const Tensor& a, bool transpose_a, const Tensor& b
 
 // Backward of C = op(A) @ op(B): given dc [M, N] (dtype of a and b), writes dA into *da (a's
 // shape) and dB into *db (b's shape), or adds into them with accumulate_da / accumulate_db; pass
-// nullptr to skip one. da and db may be of any output dtype Gemm accepts for these inputs.
+// nullptr or an undefined tensor (a frozen weight's gradient) to skip one. da and db may be of any
+// output dtype Gemm accepts for these inputs.
 void GemmBackward(const Context& ctx, const Tensor& dc, const Tensor& a, bool transpose_a,
                   const Tensor& b, bool transpose_b, Tensor* da, Tensor* db, bool accumulate_da,
                   bool accumulate_db);

@@ -1,6 +1,7 @@
 // RMSNorm: argument checks and dispatch to the CPU or CUDA kernel.
 #include "core/ops/rmsnorm.h"
 
+#include "core/copy.h"
 #include "core/ops/dispatch.h"
 
 namespace kelvin::ops {
@@ -32,6 +33,10 @@ void RmsNormForward(const Context& ctx, const Tensor& x, const Tensor& weight, d
 
 void RmsNormBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                      const Tensor& rstd, Tensor& dx, Tensor& dweight) {
+  if (!dweight.defined()) {  // frozen weight: the kernels compute dx and dweight in one pass
+    Tensor discarded = Zeros(ctx, weight.shape(), AccumDType(x.dtype()));
+    return RmsNormBackward(ctx, dy, x, weight, rstd, dx, discarded);
+  }
   CheckCommon(ctx, x, weight, rstd);
   CheckShape(dy, x.shape(), "rmsnorm.dy");
   CheckDType(dy, x.dtype(), "rmsnorm.dy");

@@ -14,7 +14,7 @@ void RmsNormForward(const Context& ctx, const Tensor& x, const Tensor& weight, d
                     Tensor& y, Tensor& rstd);
 
 // dy [N, D], x [N, D], weight [D], rstd [N] -> dx [N, D] (written), dweight [D] (AccumDType,
-// accumulated +=).
+// accumulated +=; an undefined dweight, a frozen weight's, is computed into a discarded scratch).
 void RmsNormBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                      const Tensor& rstd, Tensor& dx, Tensor& dweight);
 

@@ -33,7 +33,7 @@ AdamWOptimizer::AdamWOptimizer(ParameterSet& params, const AdamWSettings& settin
 double AdamWOptimizer::GradientSumOfSquares(const CountsTowardsNorm& counts) {
   std::vector<Tensor> counted;  // every replica holds the whole reduced gradients
   for (const ParameterSet::Entry& e : params_.entries()) {
-    if (counts(e.name)) counted.push_back(e.grad);
+    if (e.trainable && counts(e.name)) counted.push_back(e.grad);
   }
   return ops::SumOfSquares(params_.context(), counted);
 }
@@ -67,7 +67,7 @@ std::vector<OptimizerSpan> OptimizerSpansOf(const ParameterSet& params, ParamGro
   const int64_t end = begin + m.numel();
   std::vector<OptimizerSpan> spans;
   for (const ParameterSet::Entry& e : params.entries()) {
-    if (e.group != group) continue;
+    if (!e.trainable || e.group != group) continue;
     const int64_t first = std::max(begin, e.offset);
     const int64_t last = std::min(end, e.offset + NumElements(e.shape));
     if (first >= last) continue;

@@ -15,13 +15,21 @@ constexpr const char* kShardedMastersHint =
 
 }  // namespace
 
-void ParameterSet::Declare(const std::string& name, const Shape& shape, ParamGroup group) {
+void ParameterSet::Declare(const std::string& name, const Shape& shape, ParamGroup group,
+                           bool trainable) {
   KELVIN_CHECK(!allocated_) << "parameter " << name << " declared after Allocate";
   KELVIN_CHECK(index_.find(name) == index_.end()) << "parameter " << name << " declared twice";
-  const int g = static_cast<int>(group);
+  int64_t& elements = trainable ? group_elements_[static_cast<int>(group)] : frozen_elements_;
   index_[name] = entries_.size();
-  entries_.push_back({name, shape, group, group_elements_[g], Tensor(), Tensor(), Tensor()});
-  group_elements_[g] += kelvin::NumElements(shape);
+  entries_.push_back({name, shape, group, trainable, elements, Tensor(), Tensor(), Tensor()});
+  elements += kelvin::NumElements(shape);
+}
+
+void ParameterSet::ViewValues() {
+  for (Entry& e : entries_) {
+    const Tensor& flat = e.trainable ? values_[static_cast<int>(e.group)] : frozen_values_;
+    e.value = flat.Slice(e.offset, e.offset + kelvin::NumElements(e.shape)).View(e.shape);
+  }
 }
 
 void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_master,
@@ -29,6 +37,7 @@ void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_maste
   KELVIN_CHECK(gradient_shards >= 1) << "gradient_shards " << gradient_shards;
   KELVIN_CHECK(!allocated_) << "ParameterSet allocated twice";
   ctx_ = ctx;
+  if (frozen_elements_ > 0) frozen_values_ = Zeros(ctx, {frozen_elements_}, dtype);
   separate_master_ = separate_master || dtype == DType::kBF16;
   masters_sharded_ = separate_master_ && gradient_shards > 1;
   const DType accum = AccumDType(dtype);
@@ -43,11 +52,12 @@ void ParameterSet::Allocate(const Context& ctx, DType dtype, bool separate_maste
       masters_[g] = separate_master_ ? Zeros(ctx, {group_elements_[g]}, accum) : values_[g];
     }
   }
+  ViewValues();
   for (Entry& e : entries_) {
-    const int g = static_cast<int>(e.group);
-    const int64_t n = kelvin::NumElements(e.shape);
-    e.value = values_[g].Slice(e.offset, e.offset + n).View(e.shape);
-    e.grad = grads_[g].Slice(e.offset, e.offset + n).View(e.shape);
+    if (!e.trainable) continue;  // no gradient
+    e.grad = grads_[static_cast<int>(e.group)]
+                 .Slice(e.offset, e.offset + kelvin::NumElements(e.shape))
+                 .View(e.shape);
   }
   allocated_ = true;
   if (masters_sharded_) {
@@ -61,15 +71,13 @@ void ParameterSet::AllocateForwardOnly(const Context& ctx, DType dtype) {
   KELVIN_CHECK(!allocated_) << "ParameterSet allocated twice";
   ctx_ = ctx;
   forward_only_ = true;
+  if (frozen_elements_ > 0) frozen_values_ = Zeros(ctx, {frozen_elements_}, dtype);
   for (int g = 0; g < kNumParamGroups; ++g) {
     if (group_elements_[g] == 0) continue;
     values_[g] = Zeros(ctx, {group_elements_[g]}, dtype);
     masters_[g] = values_[g];
   }
-  for (Entry& e : entries_) {
-    const int g = static_cast<int>(e.group);
-    e.value = values_[g].Slice(e.offset, e.offset + kelvin::NumElements(e.shape)).View(e.shape);
-  }
+  ViewValues();
   allocated_ = true;
   ViewMasters();
 }
@@ -77,6 +85,10 @@ void ParameterSet::AllocateForwardOnly(const Context& ctx, DType dtype) {
 void ParameterSet::ViewMasters() {
   for (Entry& e : entries_) {
     const Tensor& masters = masters_[static_cast<int>(e.group)];
+    if (!e.trainable) {
+      e.master = e.value;  // a frozen value is its own master
+      continue;
+    }
     e.master = masters.defined()
                    ? masters.Slice(e.offset, e.offset + kelvin::NumElements(e.shape)).View(e.shape)
                    : Tensor();
@@ -112,8 +124,10 @@ Tensor& ParameterSet::value(const std::string& name) {
 
 Tensor& ParameterSet::master(const std::string& name) {
   KELVIN_CHECK(allocated_) << "parameter " << name << " read before Allocate";
-  KELVIN_CHECK(masters_whole()) << "the master weights of " << name << kShardedMastersHint;
-  return entries_[index_.at(Get(name).name)].master;
+  Entry& e = entries_[index_.at(Get(name).name)];
+  KELVIN_CHECK(!e.trainable || masters_whole())
+      << "the master weights of " << name << kShardedMastersHint;
+  return e.master;
 }
 
 Tensor& ParameterSet::masters(ParamGroup group) {
@@ -126,7 +140,9 @@ Tensor& ParameterSet::grad(const std::string& name) {
   return entries_[index_.at(Get(name).name)].grad;
 }
 
-int64_t ParameterSet::NumElements() const {
+int64_t ParameterSet::NumElements() const { return NumTrainableElements() + frozen_elements_; }
+
+int64_t ParameterSet::NumTrainableElements() const {
   int64_t n = 0;
   for (int64_t e : group_elements_) n += e;
   return n;
@@ -162,12 +178,14 @@ void ParameterSet::Assign(const std::string& name, const Tensor& host) {
   } else {
     ops::Cast(ctx_, host, master);
   }
-  if (separate_master_) ops::Cast(ctx_, master, value(name));
+  if (separate_master_ && Get(name).trainable) ops::Cast(ctx_, master, value(name));
 }
 
 Tensor ParameterSet::MasterOnHost(const std::string& name) const {
-  KELVIN_CHECK(masters_whole()) << "the master weights of " << name << kShardedMastersHint;
-  const Tensor& master = Get(name).master;
+  const Entry& e = Get(name);
+  KELVIN_CHECK(!e.trainable || masters_whole())
+      << "the master weights of " << name << kShardedMastersHint;
+  const Tensor& master = e.master;
   return master.is_cpu() ? master : CopyToDevice(ctx_, master, Device::Cpu());
 }
 

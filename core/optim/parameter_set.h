@@ -20,21 +20,30 @@ inline constexpr int kNumParamGroups = 3;
 // Mixed precision (bf16 models): the layers read a bf16 model copy (`value`), the optimizer
 // updates f32 master weights (`master`) and the gradients are f32 (`grad`), as Megatron's and
 // PyTorch AMP's bf16 training keep them. For f32 and f64 models master and value are one tensor.
+// A frozen parameter (declared not trainable: the base of a parameter-efficient fine-tune) holds
+// its values alone, in a flat buffer of its own outside the groups: no master weights (its value
+// is its own master, as in AllocateForwardOnly), no gradient (an undefined grad view, which the
+// ops take as "skip this parameter gradient") and so no optimizer state, since the optimizers and
+// the gradient reductions work on the groups' buffers, which hold the trainable parameters only.
 class ParameterSet {
  public:
   struct Entry {
     std::string name;  // the Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
     Shape shape;
     ParamGroup group;
-    int64_t offset = 0;  // element offset inside its group's flat buffer
-    Tensor value;        // view of values(group), dtype of Allocate: what the layers read
-    Tensor master;       // view of masters(group), AccumDType: what the optimizer updates;
-                         // undefined while the masters are sharded (masters_whole() false)
-    Tensor grad;         // view of grads(group), AccumDType of the values
+    bool trainable = true;  // false: frozen (values only; see the class comment)
+    int64_t offset = 0;     // element offset inside its group's flat buffer (frozen: inside
+                            // frozen_values())
+    Tensor value;           // view of values(group), dtype of Allocate: what the layers read
+    Tensor master;          // view of masters(group), AccumDType: what the optimizer updates;
+                            // undefined while the masters are sharded (masters_whole() false);
+                            // frozen: the value itself
+    Tensor grad;            // view of grads(group), AccumDType of the values; frozen: undefined
   };
 
-  // Declares a parameter (before Allocate); names are unique.
-  void Declare(const std::string& name, const Shape& shape, ParamGroup group);
+  // Declares a parameter (before Allocate); names are unique. `trainable` false freezes it.
+  void Declare(const std::string& name, const Shape& shape, ParamGroup group,
+               bool trainable = true);
   // Allocates the flat buffers [elements of the group] on ctx's device, zeroed. A bf16 `dtype`
   // gets f32 master weights apart from its values; so does any dtype with separate_master (the
   // CPU tests run the mixed-precision bookkeeping with an f32 model this way). `gradient_shards`
@@ -78,21 +87,24 @@ class ParameterSet {
   Tensor& master(const std::string& name);
   Tensor& grad(const std::string& name);
 
-  // Flat buffers of one group (undefined tensor when the group is empty; masters also while
-  // sharded).
+  // [frozen elements] the frozen parameters' values (undefined when none is frozen).
+  const Tensor& frozen_values() const { return frozen_values_; }
+  // Flat buffers of one group, trainable parameters only (undefined tensor when the group is
+  // empty; masters also while sharded).
   Tensor& values(ParamGroup group) { return values_[static_cast<int>(group)]; }
   Tensor& masters(ParamGroup group);
   Tensor& grads(ParamGroup group) { return grads_[static_cast<int>(group)]; }
   // grads(group) and its zero tail [a multiple of gradient_shards elements].
   Tensor& padded_grads(ParamGroup group) { return padded_grads_[static_cast<int>(group)]; }
-  int64_t NumElements() const;
+  int64_t NumElements() const;           // every parameter's, frozen ones included
+  int64_t NumTrainableElements() const;  // those the optimizer updates
   // Bytes of the whole master weights kept apart from the values (0 without a model copy, or when
   // sharded: the distributed optimizer holds the shards).
   int64_t WholeMasterBytes() const;
   void ZeroGrads();
 
   // Parameter `name` = `host` (a host tensor of its shape, any float dtype), converted into the
-  // master weights and the model copy.
+  // master weights and the model copy (a frozen one: into its value, rounded to its dtype).
   void Assign(const std::string& name, const Tensor& host);
   // A host copy of parameter `name`'s master weights (the tensor itself when already on the host).
   Tensor MasterOnHost(const std::string& name) const;
@@ -101,13 +113,17 @@ class ParameterSet {
   void SyncModelCopy();
 
  private:
+  // Points the entries' value views at values_ and frozen_values_.
+  void ViewValues();
   // Points the entries' master views at masters_ (undefined views where a group has none).
   void ViewMasters();
 
   std::vector<Entry> entries_;
   std::map<std::string, size_t> index_;
-  int64_t group_elements_[kNumParamGroups] = {};
+  int64_t group_elements_[kNumParamGroups] = {};  // trainable parameters only
+  int64_t frozen_elements_ = 0;
   Context ctx_ = Context::Cpu();
+  Tensor frozen_values_;             // [frozen elements] the model's dtype
   Tensor values_[kNumParamGroups];   // [group elements] the model's dtype
   Tensor masters_[kNumParamGroups];  // [group elements] AccumDType; values_ without a model copy
   Tensor grads_[kNumParamGroups];    // [group elements] AccumDType, views of padded_grads_

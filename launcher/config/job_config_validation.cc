@@ -265,6 +265,71 @@ void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
   }
 }
 
+// model.peft and model.lora (docs/training.md, "Parameter-efficient fine-tuning"); what needs the
+// architecture (SSA from a model directory, the rank against the projections' sizes) is checked
+// where the model is resolved (training::ResolveModelArchitecture).
+void CheckPeft(const config::JobConfig& job, Problems& problems) {
+  const config::ModelConfig& model = job.model();
+  if (model.has_lora() && !job.training().export_hf_dir().empty()) {
+    problems.Add("training.export_hf_dir=\"", job.training().export_hf_dir(),
+                 "\" with model.lora: Kelvin cannot export LoRA adapters yet (neither as a peft "
+                 "adapter nor merged); leave training.export_hf_dir empty");
+  }
+  if (model.has_peft()) {
+    const config::PeftConfig& peft = model.peft();
+    if (!peft.adapters() && !peft.ssa() && !peft.norms() && !peft.embeddings()) {
+      problems.Add(
+          "model.peft trains nothing: set at least one of adapters, ssa, norms, embeddings to "
+          "true, or remove model.peft for a full fine-tune");
+    }
+    if (peft.adapters() && !model.has_lora()) {
+      problems.Add(
+          "model.peft.adapters=true but the model has no adapters: add model.lora { rank: 16 "
+          "targets: \"q_proj\" ... }, or set adapters to false");
+    }
+    if (peft.ssa() && !model.ssa().enabled() && !model.has_hf_dir()) {
+      problems.Add(
+          "model.peft.ssa=true but SSA is off: set model.ssa.enabled=true, or set "
+          "model.peft.ssa to false");
+    }
+  }
+  if (!model.has_lora()) return;
+  const config::LoraConfig& lora = model.lora();
+  if (!model.has_peft() || !model.peft().adapters()) {
+    problems.Add(
+        "model.lora without model.peft { adapters: true }: adapters that do not train stay at "
+        "zero; add model.peft { adapters: true } (the base is then frozen), or remove model.lora");
+  }
+  constexpr int64_t kMaxLoraRank = 4096;
+  if (lora.rank() < 1 || lora.rank() > kMaxLoraRank) {
+    problems.Add("model.lora.rank=", lora.rank(), ": give a rank in [1, ", kMaxLoraRank,
+                 "] (16 or 64 are usual)");
+  }
+  if (lora.has_alpha() && !(lora.alpha() > 0)) {
+    problems.Add("model.lora.alpha=", lora.alpha(), ": must be > 0 (the default is the rank)");
+  }
+  if (lora.dropout() != 0) {
+    problems.Add("model.lora.dropout=", lora.dropout(),
+                 ": LoRA dropout is not implemented yet; set it to 0 (or leave it out)");
+  }
+  if (lora.targets().empty()) {
+    problems.Add(
+        "model.lora.targets is empty: name the projections to adapt, e.g. targets: [\"q_proj\", "
+        "\"k_proj\", \"v_proj\", \"o_proj\"]");
+  }
+  std::set<models::LoraTarget> seen;
+  for (const std::string& name : lora.targets()) {
+    const std::optional<models::LoraTarget> target = models::LoraTargetNamed(name);
+    if (!target.has_value()) {
+      problems.Add("model.lora.targets: unknown projection \"", name,
+                   "\"; known: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+    } else if (!seen.insert(*target).second) {
+      problems.Add("model.lora.targets names ", models::LoraTargetName(*target),
+                   " twice: name each projection once");
+    }
+  }
+}
+
 // model.attention_backend=CUDNN needs a CUDA run. Whether the binary has the core and the library
 // loads is checked where the model is built (job_setup's AttentionBackendFor), not here: plan and
 // launch run on machines without the GPUs, often from a CPU-only build.
@@ -304,6 +369,7 @@ void CheckModel(const config::JobConfig& job, Problems& problems) {
   }
   if (model.has_architecture()) CheckArchitecture(model.architecture(), problems);
   CheckSsa(model.ssa(), problems);
+  CheckPeft(job, problems);
   CheckAttentionBackend(job, problems);
 }
 

@@ -289,9 +289,9 @@ struct StageTime {
 // The stage's gradient reduction and parameter gather in buckets of whole units (as
 // parallel::PlanGradientBuckets packs them: consecutive units until a bucket holds
 // parallel.grad_bucket_elements), against the last micro-batch's backward and the next forward;
-// and AdamW over its shard: 28 bytes per shard element (the gradient, the f32 master and two
-// moments read, the three written), 4 per element to zero the gradients, and with a model copy
-// 6 more (the gathered f32 masters read, the bf16 weights written).
+// and AdamW over its shard (trainable parameters only): 28 bytes per shard element (the gradient,
+// the f32 master and two moments read, the three written), 4 per element to zero the gradients, and
+// with a model copy 6 more (the gathered f32 masters read, the bf16 weights written).
 void PlanDataParallel(const Layout& l, const training::JobLayout& layout, int stage_rank,
                       const Work& layer, const Work& head, StageTime& stage) {
   const models::LlamaStageLayout stage_layout =
@@ -299,8 +299,13 @@ void PlanDataParallel(const Layout& l, const training::JobLayout& layout, int st
   const models::LlamaShardLayout tp0 = models::ShardLayoutOf(l.arch, 0, l.g.tensor_parallel);
   std::map<std::string, double> elements_of;
   for (const models::LlamaParameterSpec& spec : models::StageParameterSpecs(l.arch, stage_layout)) {
-    elements_of[spec.name] = static_cast<double>(
-        models::RegionOf(models::ShardOf(l.arch, tp0, spec.name), spec.full_shape).numel());
+    // A frozen parameter has no gradient to reduce and no master for AdamW.
+    elements_of[spec.name] =
+        spec.trainable
+            ? static_cast<double>(
+                  models::RegionOf(models::ShardOf(l.arch, tp0, spec.name), spec.full_shape)
+                      .numel())
+            : 0.0;
   }
   const models::LlamaGradientUnits units = models::GradientUnitsOf(l.arch, stage_layout);
   std::vector<Pass> unit_seconds(units.parameters.size());

@@ -33,8 +33,11 @@ constexpr SizeField kSizeFields[] = {
 };
 
 // Every parameter of the whole model (one stage holding all layers), in Hugging Face order.
+// The LoRA adapters are never part of a model's checkpoint (a base's).
 std::vector<LlamaParameterSpec> WholeModel(const LlamaConfig& config) {
-  return StageParameterSpecs(config, StageLayoutOf(config, 0, 1, 1));
+  LlamaConfig base = config;
+  base.lora.reset();
+  return StageParameterSpecs(base, StageLayoutOf(base, 0, 1, 1));
 }
 
 // The unsharded shape of `tensor` under `config`.

@@ -10,6 +10,7 @@
 #include "core/ops/rope.h"
 #include "core/optim/parameter_set.h"
 #include "core/status.h"
+#include "models/llama/llama_peft.h"
 #include "ssa/ssa_options.h"
 
 namespace kelvin::models {
@@ -60,6 +61,11 @@ struct LlamaConfig {
   // Selective Self-Attention (docs/ssa.md); unset = vanilla attention. From the job config's
   // model.ssa, or the "ssa" object of an SSA export's config.json.
   std::optional<ssa::SsaOptions> ssa;
+  // Parameter-efficient fine-tuning (llama_peft.h), from the job's model.lora and model.peft,
+  // never from config.json: LoRA adapters beside the targeted projections (unset: none), and the
+  // sets that train on a frozen base (unset: every parameter trains).
+  std::optional<LoraOptions> lora;
+  std::optional<TrainableSets> trainable;
 
   int64_t q_size() const { return num_attention_heads * head_dim; }   // H*d
   int64_t kv_size() const { return num_key_value_heads * head_dim; }  // G*d

@@ -81,7 +81,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
   KELVIN_CHECK(!parallelism.sequence_parallel || tp_->size() > 1)
       << "sequence parallelism needs a tensor-parallel group of two ranks or more";
   for (const LlamaParameterSpec& spec : StageParameterSpecs(config, stage_)) {
-    Declare(spec.name, spec.full_shape, spec.group);
+    Declare(spec.name, spec.full_shape, spec.group, spec.trainable);
   }
   if (placement.forward_only) {
     params_.AllocateForwardOnly(ctx_, dtype);
@@ -106,14 +106,16 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
         ctx_.device());
   }
   InitSsaParameters();
+  InitLoraParameters(/*seed=*/0);
   gradient_units_ = GradientUnitsOf(config, stage_);
 }
 
-void LlamaModel::Declare(const std::string& name, const Shape& full_shape, ParamGroup group) {
+void LlamaModel::Declare(const std::string& name, const Shape& full_shape, ParamGroup group,
+                         bool trainable) {
   const ParameterShard shard = ShardOf(config_, layout_, name);
   Shape local_shape = full_shape;
   if (shard.axis >= 0) local_shape[shard.axis] = shard.count;
-  params_.Declare(name, local_shape, group);
+  params_.Declare(name, local_shape, group, trainable);
   full_shapes_[name] = full_shape;
   shards_[name] = shard;
 }
@@ -178,10 +180,11 @@ void LlamaModel::FinishUnit(int unit) {
 }
 
 void LlamaModel::SumPartialGradient(const ParameterSet::Entry& e) {
+  if (!e.trainable) return;  // frozen: no gradient
   const ParameterShard& shard = shards_.at(e.name);
   Tensor grad = e.grad;
-  if (shard.axis < 0 && parallelism_.sequence_parallel) {
-    tp_->AllReduce(grad, parallel::ReduceOp::kSum);  // each rank saw its own tokens
+  if ((shard.axis < 0 && parallelism_.sequence_parallel) || shard.partial_over_tensor_parallel) {
+    tp_->AllReduce(grad, parallel::ReduceOp::kSum);  // each rank saw its own tokens or outputs
   } else if (shard.replicated_kv) {
     // Sum over the ranks sharing each KV head: every rank adds its gradient into its head's
     // slot of a [G, ...] buffer, the group sums, each rank takes its head's slot back.

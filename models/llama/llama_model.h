@@ -138,6 +138,11 @@ class LlamaModel : public parallel::PipelineStage {
   // start by reading what the weight-shared variant reads). LoadHfCheckpoint calls it for a
   // checkpoint without SSA tensors (a pretrained Llama).
   void InitSsaParameters();
+  // The LoRA adapters' start (config().lora), as peft's default: B zero (so the model is its base),
+  // A uniform in +-1 / sqrt(in) (torch's kaiming_uniform_ with a = sqrt(5)), drawn from `seed` as
+  // InitRandom draws. The constructor and InitRandom call it; LoadHfCheckpoint leaves the adapters
+  // alone (a base has none), so a job calls it after loading its base.
+  void InitLoraParameters(uint64_t seed);
 
   const LlamaStageLayout& stage() const { return stage_; }
 
@@ -220,7 +225,11 @@ class LlamaModel : public parallel::PipelineStage {
 
  private:
   // Declares this rank's slice of the parameter `name` of full shape `full_shape`.
-  void Declare(const std::string& name, const Shape& full_shape, ParamGroup group);
+  void Declare(const std::string& name, const Shape& full_shape, ParamGroup group, bool trainable);
+  // Parameter `name` = this rank's slice of a full tensor drawn element by element from
+  // `distribution` on a stream seeded by `seed` and the name (the same on every layout).
+  template <typename Distribution>
+  void AssignRandomDraw(const std::string& name, uint64_t seed, Distribution distribution);
   // Pipeline rank 0's `tensors` (full, f32) += every other stage's, in Hugging Face order; the
   // other stages send theirs (TP rank 0 of each stage calls it).
   void GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors);

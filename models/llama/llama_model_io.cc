@@ -69,11 +69,10 @@ void LlamaModel::InitSsaParameters() {
         if (spec.suffix == "self_attn.ssa.alpha") {
           ops::Fill(ctx_, master, config_.ssa->alpha_init);
         } else if (spec.suffix == "self_attn.ssa.query_temperature_proj.weight") {
-          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.q_proj.weight")),
-                     master);
+          // Cast: a frozen W_q's master is its bf16 value, a trainable W_tmp's f32.
+          ops::Cast(ctx_, params_.master(LayerParameterName(l, "self_attn.q_proj.weight")), master);
         } else if (spec.suffix == "self_attn.ssa.value_temperature_proj.weight") {
-          CopyTensor(ctx_, params_.master(LayerParameterName(l, "self_attn.v_proj.weight")),
-                     master);
+          ops::Cast(ctx_, params_.master(LayerParameterName(l, "self_attn.v_proj.weight")), master);
         } else {
           ops::Fill(ctx_, master, 0.0);  // the read-outs a^q [H, d], a^v [G, d]
         }
@@ -83,34 +82,57 @@ void LlamaModel::InitSsaParameters() {
   params_.SyncModelCopy();
 }
 
+template <typename Distribution>
+void LlamaModel::AssignRandomDraw(const std::string& name, uint64_t seed,
+                                  Distribution distribution) {
+  // The full tensor's draw from a stream of its own (the seed and the name), the same on every
+  // layout whichever stage holds it; this rank keeps its slice.
+  std::seed_seq seeds{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                      NameHash(name)};
+  std::mt19937_64 rng(seeds);
+  const Shape& full_shape = full_shapes_.at(name);
+  Tensor full = Tensor::Empty(full_shape, DType::kF64);
+  for (int64_t i = 0; i < full.numel(); ++i) full.data<double>()[i] = distribution(rng);
+  const ParameterShard& shard = shards_.at(name);
+  Tensor slice = full;
+  if (shard.axis >= 0) {
+    Shape local_shape = full_shape;
+    local_shape[shard.axis] = shard.count;
+    slice = Tensor::Empty(local_shape, DType::kF64);
+    CopyAlongAxis(full, shard.axis, shard.begin, slice, 0, shard.count);
+  }
+  params_.Assign(name, slice);
+}
+
 void LlamaModel::InitRandom(uint64_t seed) {
   for (const ParameterSet::Entry& e : params_.entries()) {
+    if (IsLoraParameter(e.name)) continue;  // InitLoraParameters
     if (e.group == ParamGroup::kNoDecay) {
       Tensor master = e.master;
       ops::Fill(ctx_, master, 1.0);
       continue;
     }
-    // The full tensor's draw from a stream of its own (the seed and the name), the same on every
-    // layout whichever stage holds it; this rank keeps its slice.
-    std::seed_seq seeds{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                        NameHash(e.name)};
-    std::mt19937_64 rng(seeds);
-    std::normal_distribution<double> normal(0.0, 0.02);
-    const Shape& full_shape = full_shapes_.at(e.name);
-    Tensor full = Tensor::Empty(full_shape, DType::kF64);
-    for (int64_t i = 0; i < full.numel(); ++i) full.data<double>()[i] = normal(rng);
-    const ParameterShard& shard = shards_.at(e.name);
-    Tensor slice = full;
-    if (shard.axis >= 0) {
-      Shape local_shape = full_shape;
-      local_shape[shard.axis] = shard.count;
-      slice = Tensor::Empty(local_shape, DType::kF64);
-      CopyAlongAxis(full, shard.axis, shard.begin, slice, 0, shard.count);
-    }
-    params_.Assign(e.name, slice);
+    AssignRandomDraw(e.name, seed, std::normal_distribution<double>(0.0, 0.02));
   }
   InitSsaParameters();
+  InitLoraParameters(seed);
   params_.SyncModelCopy();  // the norms' ones
+}
+
+void LlamaModel::InitLoraParameters(uint64_t seed) {
+  for (const ParameterSet::Entry& e : params_.entries()) {
+    if (!IsLoraParameter(e.name)) continue;
+    if (e.name.ends_with(".lora_B.weight")) {
+      Tensor master = e.master;
+      ops::Fill(ctx_, master, 0.0);
+      continue;
+    }
+    // peft's default: torch's kaiming_uniform_ with a = sqrt(5) on A [r, in], whose bound
+    // sqrt(6 / ((1 + a^2) in)) is 1 / sqrt(in).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(full_shapes_.at(e.name)[1]));
+    AssignRandomDraw(e.name, seed, std::uniform_real_distribution<double>(-bound, bound));
+  }
+  params_.SyncModelCopy();
 }
 
 absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
@@ -119,6 +141,7 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
       stage_.num_local_layers() * static_cast<int64_t>(SsaLayerParameters(config_).size());
   std::vector<std::string> missing_ssa;
   for (const ParameterSet::Entry& e : params_.entries()) {
+    if (IsLoraParameter(e.name)) continue;  // a base model's checkpoint: InitLoraParameters
     const io::SafetensorsEntry* found = checkpoint.Find(e.name);
     if (found == nullptr && e.name.find(".self_attn.ssa.") != std::string::npos) {
       missing_ssa.push_back(e.name);
@@ -176,6 +199,13 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
 
 absl::Status LlamaModel::ExportHf(const std::string& directory,
                                   const HfExportProvenance& provenance) {
+  if (config_.lora.has_value()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "exporting ", directory,
+        ": the model has LoRA adapters (model.lora), and Kelvin cannot "
+        "write them yet (neither as a peft adapter nor merged); leave training.export_hf_dir "
+        "empty for a LoRA job"));
+  }
   parallel::Communicator& tp = *tp_;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {

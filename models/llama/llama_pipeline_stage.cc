@@ -65,6 +65,12 @@ std::vector<LlamaParameterSpec> StageParameterSpecs(const LlamaConfig& config,
       for (const SsaParameterSpec& spec : SsaLayerParameters(config)) {
         add(spec.suffix, spec.shape, spec.group);
       }
+      if (config.lora.has_value()) {
+        for (const LoraParameterSpec& spec :
+             LoraLayerParameters(*config.lora, d_model, config.q_size(), config.kv_size(), f)) {
+          add(spec.suffix, spec.shape, ParamGroup::kDecay);
+        }
+      }
     }
   }
   if (stage.holds_head()) {
@@ -73,6 +79,7 @@ std::vector<LlamaParameterSpec> StageParameterSpecs(const LlamaConfig& config,
       specs.push_back({kLmHeadName, {config.vocab_size, d_model}, ParamGroup::kDecay});
     }
   }
+  for (LlamaParameterSpec& spec : specs) spec.trainable = IsTrainable(config.trainable, spec.name);
   return specs;
 }
 

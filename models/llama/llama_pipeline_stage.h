@@ -42,11 +42,13 @@ struct LlamaParameterSpec {
   std::string name;  // Hugging Face name
   Shape full_shape;  // before tensor-parallel sharding
   ParamGroup group;
+  bool trainable = true;  // false: frozen (LlamaConfig::trainable)
 };
 
 // The parameters pipeline rank `stage.rank` holds, in declaration order: the embedding (virtual
 // stage 0, or the tied LM head of the last stage), each chunk's layers, then the final norm and
 // the untied LM head (last stage). For one rank this is the whole model in Hugging Face order.
+// Each layer's LoRA parameters (LoraLayerParameters) follow its SSA ones.
 std::vector<LlamaParameterSpec> StageParameterSpecs(const LlamaConfig& config,
                                                     const LlamaStageLayout& stage);
 

@@ -1,7 +1,10 @@
 // The tensor-parallel layout of Llama: which slice of each parameter a rank holds.
 #include "models/llama/llama_sharding.h"
 
+#include <string_view>
+
 #include "core/check.h"
+#include "models/llama/llama_peft.h"
 
 namespace kelvin::models {
 
@@ -32,6 +35,16 @@ ParameterShard ShardOf(const LlamaConfig& c, const LlamaShardLayout& s, const st
   const int64_t d = c.head_dim;
   auto ends_with = [&](const char* suffix) { return name.ends_with(suffix); };
   if (s.tp_size == 1) return {};
+  if (IsLoraParameter(name)) {
+    const bool is_a = name.ends_with(".lora_A.weight");
+    const std::string base =
+        name.substr(0, name.size() - std::string_view(".lora_A.weight").size()) + ".weight";
+    const bool column = !base.ends_with("o_proj.weight") && !base.ends_with("down_proj.weight");
+    if (column) {  // A [r, D] whole, its gradient partial; B [out, r] split like W's rows
+      return is_a ? ParameterShard{.partial_over_tensor_parallel = true} : ShardOf(c, s, base);
+    }
+    return is_a ? ShardOf(c, s, base) : ParameterShard{};  // A [r, in] split like W's columns
+  }
   if (ends_with("embed_tokens.weight") || name == "lm_head.weight") {
     return {0, s.vocab_begin, s.vocab};
   }

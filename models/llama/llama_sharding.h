@@ -14,7 +14,11 @@ namespace kelvin::models {
 // Query heads, FFN columns and the vocabulary are split evenly over the TP ranks; KV heads are
 // split when TP divides G and replicated (each rank keeping the one its query heads use) when G
 // divides TP; the SSA read-outs, alphas and temperature projections follow their heads
-// (docs/ssa.md, "Forward": no extra communication); norms are replicated.
+// (docs/ssa.md, "Forward": no extra communication); norms are replicated. A LoRA adapter shards
+// with its base projection: beside a column-parallel one (q, k, v, gate, up) A [r, D] is whole on
+// every rank and B [out, r] split like the output; beside a row-parallel one (o, down) A [r, in]
+// is split like the input and B [D, r] whole (its intermediate x A^T [N, r] is then a partial sum
+// per rank, which the layer all-reduces over the TP group before B).
 struct LlamaShardLayout {
   int tp_rank = 0, tp_size = 1;
   int64_t head_begin = 0, heads = 0;   // query heads [head_begin, head_begin + heads)
@@ -35,6 +39,9 @@ struct ParameterShard {
   // Replicated over a subgroup whose gradients must be summed: the KV-head parameters when
   // kv_replicated (norms need no sum without sequence parallelism: every rank computes the same).
   bool replicated_kv = false;
+  // Whole on every rank but its gradient partial per rank, summed over the TP group: LoRA's A
+  // beside a column-parallel projection (each rank's B slice sees its output slice only).
+  bool partial_over_tensor_parallel = false;
 };
 
 // The shard of the parameter named `name` (a Hugging Face name, SSA ones included).

@@ -52,8 +52,9 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   const ssa::SsaOptions ssa = c.AttentionOptions();
   const TokenSplits splits{.context_parallel = cp, .sequence_parallel = o.sequence_parallel};
 
-  // The rank's parameters: its stage's tensors, sliced by its tensor-parallel shard, by group.
-  Size params = 0;
+  // The rank's parameters: its stage's tensors, sliced by its tensor-parallel shard; the trainable
+  // ones by group (a frozen parameter has its values alone: ParameterSet).
+  Size params = 0, trainable = 0;
   Size group_elements[kNumParamGroups] = {};
   for (const LlamaParameterSpec& spec : StageParameterSpecs(c, stage)) {
     const ParameterShard slice = ShardOf(c, shard, spec.name);
@@ -62,16 +63,18 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
       elements = elements * (static_cast<int>(i) == slice.axis ? slice.count : spec.full_shape[i]);
     }
     params += elements;
+    if (!spec.trainable) continue;
+    trainable += elements;
     group_elements[static_cast<int>(spec.group)] += elements;
   }
   MemoryPlan plan;
   plan.parameters = (params * static_cast<int64_t>(DTypeSize(o.parameter_dtype))).value();
-  plan.gradients = (params * grad).value();
+  plan.gradients = (trainable * grad).value();
   const Size replicas = Size(o.data_parallel) * o.context_parallel;  // ZeRO-1's shards
   const bool zero = o.distributed_optimizer && replicas.value() > 1;
   if (!zero) {
-    plan.master_weights = o.separate_master ? (params * 4).value() : 0;
-    plan.optimizer_state = (params * grad * 2).value();
+    plan.master_weights = o.separate_master ? (trainable * 4).value() : 0;
+    plan.optimizer_state = (trainable * grad * 2).value();
   } else {
     Size masters = 0, state = 0, gradients = plan.gradients;
     // parallel/distributed_adamw.h over D = DP x CP ranks, per group of E elements with

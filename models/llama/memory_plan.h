@@ -36,6 +36,8 @@ struct MemoryPlanOptions {
   ssa::AttentionBackend attention_backend = ssa::AttentionBackend::kFused;
 };
 
+// Frozen parameters (LlamaConfig::trainable) count in `parameters` only; master weights,
+// gradients and optimizer state are those of the trainable ones.
 struct MemoryPlan {
   int64_t parameters = 0;       // bytes of the forward's parameter copy
   int64_t master_weights = 0;   // f32 master copy when separate (ZeRO-1: this rank's shard)

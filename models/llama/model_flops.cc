@@ -43,7 +43,10 @@ LayerFlops DecoderLayerFlopsPerToken(const LlamaConfig& config, int64_t sequence
   const double recomputed = (recompute_attention ? m.qkv : 0.0) + (recompute_mlp ? m.gate_up : 0.0);
   const double row = static_cast<double>(sequence_length) * QueryWidth(config);  // T H d
   LayerFlops flops;
-  flops.gemm = {.forward = 2 * m.Total(), .backward = 4 * m.Total() + 2 * recomputed};
+  // A frozen base (config.trainable set) computes no weight gradients: its backward is dx alone.
+  const double backward_per_parameter = config.trainable.has_value() ? 2 : 4;
+  flops.gemm = {.forward = 2 * m.Total(),
+                .backward = backward_per_parameter * m.Total() + 2 * recomputed};
   flops.attention = {.forward = 2 * row, .backward = 5 * row + (recompute_attention ? 2 * row : 0)};
   return flops;
 }
@@ -51,7 +54,8 @@ LayerFlops DecoderLayerFlopsPerToken(const LlamaConfig& config, int64_t sequence
 PassFlops LmHeadFlopsPerToken(const LlamaConfig& config) {
   const double matrix =
       static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
-  return {.forward = 2 * matrix, .backward = 4 * matrix};
+  const bool frozen = config.trainable.has_value() && !config.trainable->embeddings;
+  return {.forward = 2 * matrix, .backward = (frozen ? 2 : 4) * matrix};
 }
 
 }  // namespace kelvin::models

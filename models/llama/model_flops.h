@@ -26,8 +26,9 @@ struct PassFlops {
 };
 
 // The hardware FLOPs of one decoder layer per token of a T-token row:
-//   GEMMs: forward 2 x the layer's matrix parameters, backward 4 x, plus 2 x the matrices that
-//     recompute runs again (W_q, W_k, W_v with recompute_attention; gate and up with
+//   GEMMs: forward 2 x the layer's matrix parameters, backward 4 x (2 x on a frozen base, which
+//     computes no weight gradient; the LoRA adapters' small GEMMs are not counted), plus 2 x the
+//     matrices that recompute runs again (W_q, W_k, W_v with recompute_attention; gate and up with
 //     recompute_mlp);
 //   attention core, in FlashAttention's count (the unit of Kelvin's measured attention rates):
 //     forward 2 T H d (causal), backward 5 T H d (it recomputes the scores), plus the forward
@@ -40,7 +41,7 @@ struct LayerFlops {
 LayerFlops DecoderLayerFlopsPerToken(const LlamaConfig& config, int64_t sequence_length,
                                      bool recompute_attention, bool recompute_mlp);
 
-// The LM head's GEMM per token: forward 2 V D, backward 4 V D.
+// The LM head's GEMM per token: forward 2 V D, backward 4 V D (2 V D when frozen).
 PassFlops LmHeadFlopsPerToken(const LlamaConfig& config);
 
 }  // namespace kelvin::models

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/optim/adamw_optimizer.h"
 #include "models/llama/llama_model.h"
 #include "tests/models/memory_plan_check.h"
 #include "tests/testing/tensors.h"
@@ -25,6 +26,43 @@ TEST(MemoryPlan, PredictsTheModelsAllocationsExactly) {
   for (int64_t i = 0; i < b * t; ++i) positions.data<int32_t>()[i] = static_cast<int32_t>(i % t);
   model.Forward(Context::Cpu(), tokens, positions);
   testing::ExpectPlanMatchesAllocations(*config, {b, t}, model);
+}
+
+// A frozen base (LoRA on q and v, the SSA parameters and the norms trainable): the parameters
+// count whole, the masters, gradients and AdamW moments only the trainable ones, as allocated.
+TEST(MemoryPlan, AFrozenBaseCountsItsValuesOnly) {
+  absl::StatusOr<models::LlamaConfig> config = models::LlamaPreset("tiny");
+  ASSERT_TRUE(config.ok());
+  config->num_layers = 2;
+  config->ssa = ssa::SsaOptions();
+  config->lora = models::LoraOptions{
+      .rank = 4, .alpha = 8, .targets = {models::LoraTarget::kQ, models::LoraTarget::kV}};
+  config->trainable = models::TrainableSets{.adapters = true, .ssa = true, .norms = true};
+  models::LlamaModel model(*config, DType::kF32, {}, {},
+                           models::LlamaPlacement{.separate_master = true});
+  AdamWOptimizer optimizer(model.parameters(), AdamWSettings{});
+  const int64_t b = 2, t = 5;
+  const Tensor tokens = testing::RandomInts({b, t}, DType::kI32, 2, 0, 259);
+  Tensor positions = Tensor::Empty({b, t}, DType::kI32);
+  for (int64_t i = 0; i < b * t; ++i) positions.data<int32_t>()[i] = static_cast<int32_t>(i % t);
+  model.Forward(Context::Cpu(), tokens, positions);
+  models::MemoryPlanOptions options{b, t};
+  options.separate_master = true;
+  testing::ExpectPlanMatchesAllocations(*config, options, model);
+  const models::MemoryPlan plan = models::PlanLlamaMemory(*config, options);
+  testing::ExpectPlanMatchesParameterMemory(plan, model, optimizer);
+  // What trains: per layer A [4, 128] and B [out, 4] of q (out 128) and v (out 64), the SSA
+  // read-outs [4, 32], [2, 32] and alphas [4], the two norms [128]; then the final norm.
+  const int64_t per_layer =
+      (4 * 128 + 128 * 4) + (4 * 128 + 64 * 4) + 4 * 32 + 2 * 32 + 4 + 2 * 128;
+  EXPECT_EQ(model.parameters().NumTrainableElements(), 2 * per_layer + 128);
+  EXPECT_EQ(plan.gradients, (2 * per_layer + 128) * 4);
+  EXPECT_EQ(plan.optimizer_state, (2 * per_layer + 128) * 4 * 2);
+  EXPECT_EQ(plan.parameters, model.parameters().NumElements() * 4);
+  EXPECT_GT(model.parameters().NumElements(), 10 * model.parameters().NumTrainableElements());
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    EXPECT_EQ(e.grad.defined(), e.trainable) << e.name;
+  }
 }
 
 TEST(MemoryPlan, Llama3_8BAt8KTokensInBf16) {

@@ -16,6 +16,7 @@ std::set<std::string> CheckpointTensorNames(const models::LlamaConfig& config) {
   std::set<std::string> names;
   for (const models::LlamaParameterSpec& spec :
        models::StageParameterSpecs(config, models::StageLayoutOf(config, 0, 1, 1))) {
+    if (!spec.trainable) continue;  // a frozen base is the job's model source, not checkpointed
     names.insert(spec.name);
     names.insert(MomentName("m", spec.name));
     names.insert(MomentName("v", spec.name));

@@ -197,6 +197,15 @@ absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& lay
       absl::StrJoin(remedies, ", or ")));
 }
 
+ParameterCounts CountParameters(const models::LlamaConfig& arch) {
+  ParameterCounts counts;
+  for (const models::LlamaParameterSpec& spec :
+       models::StageParameterSpecs(arch, models::StageLayoutOf(arch, 0, 1, 1))) {
+    (spec.trainable ? counts.trainable : counts.frozen) += NumElements(spec.full_shape);
+  }
+  return counts;
+}
+
 CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLayout& layout) {
   const parallel::GridSpec& g = layout.spec;
   const auto bytes = static_cast<int64_t>(DTypeSize(AccumDType(layout.dtype)));
@@ -204,13 +213,15 @@ CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLa
   const int64_t state_shards =
       layout.distributed_optimizer ? int64_t{g.data_parallel} * g.context_parallel : 1;
   CheckpointBytes plan;
-  plan.total = arch.NumParameters() * bytes * 3;  // weights and two moments
   const models::LlamaShardLayout tp0 = models::ShardLayoutOf(arch, 0, g.tensor_parallel);
+  // Weights and two moments of each trainable parameter (a frozen base is not written).
+  plan.total = CountParameters(arch).trainable * bytes * 3;
   for (int pp = 0; pp < g.pipeline_parallel; ++pp) {
     const models::LlamaStageLayout stage =
         models::StageLayoutOf(arch, pp, g.pipeline_parallel, g.virtual_pipeline_stages);
     int64_t elements = 0;  // of the shards tensor rank 0 writes
     for (const models::LlamaParameterSpec& spec : models::StageParameterSpecs(arch, stage)) {
+      if (!spec.trainable) continue;
       // The last stage's tied embedding is the first stage's copy.
       if (spec.name == models::kEmbeddingName && !stage.holds_embedding_input()) continue;
       elements += models::RegionOf(models::ShardOf(arch, tp0, spec.name), spec.full_shape).numel();
@@ -284,6 +295,21 @@ absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
       arch.num_layers, arch.hidden_size, arch.num_attention_heads, arch.num_key_value_heads,
       arch.vocab_size, arch.NumParameters() / 1e6, DTypeName(layout.dtype),
       layout.separate_master ? " with f32 master weights" : "");
+  if (arch.trainable.has_value()) {
+    const models::TrainableSets& sets = *arch.trainable;
+    std::vector<std::string> names;
+    for (const auto& [on, name] :
+         {std::pair{sets.adapters, "LoRA adapters"}, std::pair{sets.ssa, "SSA parameters"},
+          std::pair{sets.norms, "norms"}, std::pair{sets.embeddings, "embeddings and LM head"}}) {
+      if (on) names.push_back(name);
+    }
+    const ParameterCounts counts = CountParameters(arch);
+    absl::StrAppendFormat(&out,
+                          "parameter-efficient: %.4g M trainable parameters (%s) on a frozen "
+                          "base of %.4g M\n",
+                          static_cast<double>(counts.trainable) / 1e6, absl::StrJoin(names, ", "),
+                          static_cast<double>(counts.frozen) / 1e6);
+  }
   absl::StrAppendFormat(&out,
                         "layout: %d processes = tensor %d%s x context %d x pipeline %d (%d model "
                         "chunk(s) per stage) x data %d%s\n",

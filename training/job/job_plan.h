@@ -59,8 +59,9 @@ std::vector<std::string> ActivationMemoryRemedies(const config::JobConfig& job);
 absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& layout,
                               const PeakMemory& peak);
 
-// What one checkpoint of `layout` writes (training/checkpoint/checkpoint.h): the whole model's
-// master weights and AdamW moments, each element once, and the largest part (one process's file):
+// What one checkpoint of `layout` writes (training/checkpoint/checkpoint.h): the master weights
+// and AdamW moments of the whole model's trainable parameters (a frozen base is not written),
+// each element once, and the largest part (one process's file):
 // tensor rank 0 and data-parallel rank 0 of a pipeline stage, which writes its shards' weights and
 // moments, with the distributed optimizer its 1/(DP x CP) of them.
 struct CheckpointBytes {
@@ -69,6 +70,13 @@ struct CheckpointBytes {
   int largest_part_stage = 0;  // its pipeline stage
 };
 CheckpointBytes PlanCheckpointBytes(const models::LlamaConfig& arch, const JobLayout& layout);
+
+// The whole model's parameters (LoRA adapters included) that train and that are frozen
+// (models::LlamaConfig::trainable).
+struct ParameterCounts {
+  int64_t trainable = 0, frozen = 0;
+};
+ParameterCounts CountParameters(const models::LlamaConfig& arch);
 
 // The layout in short, as checkpoints record it and logs print it: "tp2 sp cp2 pp2 vp1 dp4 zero1".
 std::string LayoutName(const parallel::GridSpec& spec, bool distributed_optimizer);

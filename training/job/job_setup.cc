@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -103,6 +104,45 @@ absl::Status ResolveSsa(const config::ModelConfig& model, models::LlamaConfig& a
       ". Remove the model.ssa section to use the directory's SSA, or set the same flags"));
 }
 
+// model.lora and model.peft (ValidateJobConfig checked the fields alone) into the architecture,
+// with the rules that need it: SSA on (the job's or the directory's) for model.peft.ssa, and a
+// rank no larger than the smaller side of each targeted projection.
+absl::Status ResolvePeft(const config::ModelConfig& model, models::LlamaConfig& arch) {
+  if (model.has_peft()) {
+    const config::PeftConfig& peft = model.peft();
+    if (peft.ssa() && !arch.ssa.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.peft.ssa=true but the model has no SSA (neither model.ssa.enabled nor an SSA "
+          "export in model.hf_dir): turn SSA on, or set model.peft.ssa to false"));
+    }
+    arch.trainable = models::TrainableSets{.adapters = peft.adapters(),
+                                           .ssa = peft.ssa(),
+                                           .norms = peft.norms(),
+                                           .embeddings = peft.embeddings()};
+  }
+  if (!model.has_lora()) return absl::OkStatus();
+  const config::LoraConfig& lora = model.lora();
+  models::LoraOptions options;
+  options.rank = lora.rank();
+  options.alpha = lora.has_alpha() ? lora.alpha() : static_cast<double>(lora.rank());
+  options.rslora = lora.rslora();
+  for (const std::string& name : lora.targets()) {
+    options.targets.push_back(*models::LoraTargetNamed(name));  // validated
+  }
+  std::sort(options.targets.begin(), options.targets.end());
+  for (const models::LoraParameterSpec& spec : models::LoraLayerParameters(
+           options, arch.hidden_size, arch.q_size(), arch.kv_size(), arch.intermediate_size)) {
+    const int64_t side = spec.is_a ? spec.shape[1] : spec.shape[0];
+    if (lora.rank() > side) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.lora.rank=", lora.rank(), " exceeds the ", side, " features of ",
+                       models::LoraTargetName(spec.target), ": give a rank of at most ", side));
+    }
+  }
+  arch.lora = options;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::ModelConfig& model) {
@@ -114,6 +154,7 @@ absl::StatusOr<models::LlamaConfig> ResolveModelArchitecture(const config::Model
   }
   ApplyArchitectureOverrides(model.architecture(), arch);
   KELVIN_RETURN_IF_ERROR(ResolveSsa(model, arch));
+  KELVIN_RETURN_IF_ERROR(ResolvePeft(model, arch));
   const std::string source =
       absl::StrCat(model.has_hf_dir() ? absl::StrCat(model.hf_dir(), "/config.json")
                                       : absl::StrCat("model.preset=", model.preset()),
@@ -426,6 +467,7 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> BuildModel(
                              .attention_backend = backend});
   if (checkpoint.has_value()) {
     KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(*checkpoint));
+    model->InitLoraParameters(job.training().seed());
   } else {
     model->InitRandom(job.training().seed());
   }
