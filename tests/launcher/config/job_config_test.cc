@@ -436,6 +436,14 @@ TEST(ReadyJobs, EachJobIsWhatItsNameSays) {
   EXPECT_EQ(longctx.parallel().context_parallel(), 4);
   EXPECT_EQ(longctx.model().architecture().rope_scaling().rope_type(), "llama3");
 
+  // LoRA + SSA on a frozen base, one GPU.
+  const config::JobConfig lora = load("llama3_8b_lora_ssa.textproto");
+  EXPECT_TRUE(lora.model().peft().adapters() && lora.model().peft().ssa());
+  EXPECT_FALSE(lora.model().peft().norms() || lora.model().peft().embeddings());
+  EXPECT_EQ(lora.model().lora().rank(), 16);
+  EXPECT_EQ(lora.model().lora().targets_size(), 7);
+  EXPECT_EQ(lora.launch().nodes() * lora.launch().processes_per_node(), 1);
+
   // The extension recipes: Llama-3-8B 8K -> 128K with YaRN, and the same at CPU scale (x8).
   const config::JobConfig extend = load("llama3_8b_extend_128k.textproto");
   EXPECT_EQ(extend.model().architecture().rope_scaling().rope_type(), "yarn");
