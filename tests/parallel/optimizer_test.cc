@@ -32,13 +32,85 @@ std::unique_ptr<ParameterSet> ThreeGroups() {
   return params;
 }
 
-// Gradients of step `step`, the same in every set.
+// Gradients of step `step`, the same in every set (frozen parameters have none).
 void FillGradients(ParameterSet& params, int step) {
   uint64_t seed = 100 * static_cast<uint64_t>(step + 1);
   for (const ParameterSet::Entry& e : params.entries()) {
+    if (!e.trainable) continue;
     Tensor grad = params.grad(e.name);
     CopyTensor(Context::Cpu(), testing::Random(e.shape, DType::kF32, seed++), grad);
   }
+}
+
+// ThreeGroups with a frozen matrix beside them, in `dtype` (bf16: f32 masters apart).
+std::unique_ptr<ParameterSet> WithFrozenBase(DType dtype) {
+  auto params = std::make_unique<ParameterSet>();
+  params->Declare("base", {6, 5}, ParamGroup::kDecay, /*trainable=*/false);
+  params->Declare("w", {4, 5}, ParamGroup::kDecay);
+  params->Declare("norm", {5}, ParamGroup::kNoDecay);
+  params->Declare("temperature", {3}, ParamGroup::kTemperature);
+  params->Allocate(Context::Cpu(), dtype);
+  uint64_t seed = 1;
+  for (const ParameterSet::Entry& e : params->entries()) {
+    params->Assign(e.name, testing::Random(e.shape, DType::kF32, seed++));
+  }
+  return params;
+}
+
+// A frozen parameter holds its values alone (bf16 model: no f32 master, no gradient, no moments),
+// keeps them through AdamW and ZeRO-1 steps, counts in no gradient norm and no bucket; the
+// trainable ones step alike under both optimizers.
+TEST(OptimizerTest, AFrozenParameterHasNoStateAndKeepsItsValues) {
+  const AdamWSettings settings{0.9, 0.95, 1e-8, 0.1, 0.5};
+  std::unique_ptr<ParameterSet> bf16 = WithFrozenBase(DType::kBF16);
+  const ParameterSet::Entry& base = bf16->Get("base");
+  EXPECT_FALSE(base.trainable);
+  EXPECT_FALSE(base.grad.defined());
+  EXPECT_EQ(base.master.raw_data(), base.value.raw_data());  // its own master, in bf16
+  EXPECT_EQ(base.value.dtype(), DType::kBF16);
+  EXPECT_EQ(bf16->NumElements(), 30 + 20 + 5 + 3);
+  EXPECT_EQ(bf16->NumTrainableElements(), 20 + 5 + 3);
+  EXPECT_EQ(bf16->WholeMasterBytes(), (20 + 5 + 3) * 4);
+  AdamWOptimizer bf16_adamw(*bf16, settings);
+  EXPECT_EQ(bf16_adamw.StateBytes(), (20 + 5 + 3) * 4 * 2);
+  for (const OptimizerSpan& span : bf16_adamw.StateSpans()) EXPECT_NE(span.parameter, "base");
+  const Tensor bf16_before = testing::ToHost(bf16->value("base"));
+
+  std::unique_ptr<ParameterSet> whole = WithFrozenBase(DType::kF32),
+                                sharded = WithFrozenBase(DType::kF32);
+  const Tensor before = testing::ToHost(whole->value("base"));
+  SelfCommunicator self("dp_cp", 0, Context::Cpu());
+  AdamWOptimizer adamw(*whole, settings);
+  DistributedAdamW zero(*sharded, settings, self);
+  const std::vector<GradientBucket> buckets =
+      PlanGradientBuckets(*sharded, {{"base", "w"}, {"norm", "temperature"}}, 1);
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0].elements, 20);  // w alone
+  GradientBuckets into_shards(*sharded, self, buckets, /*overlap=*/true, &zero);
+  const CountsTowardsNorm all = [](const std::string&) { return true; };
+  for (int step = 0; step < 2; ++step) {
+    FillGradients(*bf16, step);
+    FillGradients(*whole, step);
+    FillGradients(*sharded, step);
+    into_shards.Finished(1);
+    into_shards.Finished(0);
+    into_shards.Wait();
+    const double squares = adamw.GradientSumOfSquares(all);
+    EXPECT_GT(squares, 0.0);
+    EXPECT_EQ(squares, zero.GradientSumOfSquares(all));
+    EXPECT_EQ(squares, bf16_adamw.GradientSumOfSquares(all));
+    for (Optimizer* optimizer : std::vector<Optimizer*>{&adamw, &zero, &bf16_adamw}) {
+      optimizer->Step(Context::Cpu(), 1e-2);
+    }
+    for (ParameterSet* params : {bf16.get(), whole.get(), sharded.get()}) params->ZeroGrads();
+  }
+  EXPECT_TRUE(testing::BitIdentical(bf16->value("base"), bf16_before, "bf16 base"));
+  for (const ParameterSet::Entry& e : whole->entries()) {
+    EXPECT_TRUE(testing::BitIdentical(sharded->value(e.name), e.value, e.name));
+  }
+  EXPECT_TRUE(testing::BitIdentical(whole->value("base"), before, "base"));
+  EXPECT_FALSE(
+      testing::BitIdentical(whole->value("w"), testing::Random({4, 5}, DType::kF32, 2), "w"));
 }
 
 TEST(OptimizerTest, ZeroOneOverOneRankStepsAsAdamW) {
