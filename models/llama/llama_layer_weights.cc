@@ -17,6 +17,11 @@ LlamaLayerWeights LayerWeightsOf(const ParameterSet& params, int64_t layer, bool
     const std::string name = LayerParameterName(layer, suffix);
     return params.Contains(name) ? of(params.Get(name)) : Tensor();
   };
+  std::array<LoraAdapter, kNumLoraTargets> lora;
+  for (int t = 0; t < kNumLoraTargets; ++t) {
+    const std::string module = LoraTargetModule(static_cast<LoraTarget>(t));
+    lora[t] = {optional(module + ".lora_A.weight"), optional(module + ".lora_B.weight")};
+  }
   return {required("input_layernorm.weight"),
           required("self_attn.q_proj.weight"),
           required("self_attn.k_proj.weight"),
@@ -29,7 +34,8 @@ LlamaLayerWeights LayerWeightsOf(const ParameterSet& params, int64_t layer, bool
           optional("self_attn.ssa.query_temperature_proj.weight"),
           optional("self_attn.ssa.value_temperature_proj.weight"),
           {optional("self_attn.ssa.query_readout"), optional("self_attn.ssa.value_readout"),
-           optional("self_attn.ssa.alpha")}};
+           optional("self_attn.ssa.alpha")},
+          lora};
 }
 
 LlamaEndWeights EndWeightsOf(const ParameterSet& params, bool tied, bool gradients) {

@@ -4,22 +4,32 @@
 // the ParameterSet's flat buffers (values or gradients).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "core/optim/parameter_set.h"
 #include "core/tensor.h"
+#include "models/llama/llama_peft.h"
 #include "ssa/ssa_attention_args.h"
 
 namespace kelvin::models {
+
+// One projection's LoRA matrices (ops::LoraForward's a and b); undefined where not targeted.
+struct LoraAdapter {
+  Tensor a;  // [r, in] (row-parallel base: this rank's input slice)
+  Tensor b;  // [out, r] (column-parallel base: this rank's output slice)
+};
 
 struct LlamaLayerWeights {
   Tensor input_norm, q, k, v, o, post_norm, gate, up, down;  // [out, in] as Hugging Face's
   Tensor query_projection, value_projection;  // SSA's W_tmp without weight sharing, else undefined
   ssa::SsaParameters ssa;                     // a^q, a^v, alpha; undefined without SSA
+  std::array<LoraAdapter, kNumLoraTargets> lora;  // by LoraTarget; undefined without model.lora
 };
 
-// Layer `layer`'s values in `params` (with `gradients`, their gradients); the SSA members stay
-// undefined where `params` has no such parameter. Aborts when a Llama weight is missing.
+// Layer `layer`'s values in `params` (with `gradients`, their gradients); the SSA and LoRA members
+// stay undefined where `params` has no such parameter (and gradients where it is frozen). Aborts
+// when a Llama weight is missing.
 LlamaLayerWeights LayerWeightsOf(const ParameterSet& params, int64_t layer, bool gradients);
 
 // Undefined on the pipeline stages that do not hold them.

@@ -16,6 +16,7 @@ namespace kelvin::models {
 
 // The projections of a decoder layer that LoRA can adapt (peft's target_modules names).
 enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kNumLoraTargets = 7;
 
 // LoRA (Hu et al., 2021): W x + s B A x beside a frozen W [out, in], A [r, in], B [out, r].
 struct LoraOptions {

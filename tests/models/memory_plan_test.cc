@@ -63,6 +63,12 @@ TEST(MemoryPlan, AFrozenBaseCountsItsValuesOnly) {
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     EXPECT_EQ(e.grad.defined(), e.trainable) << e.name;
   }
+  // The layer's typed members: the targeted projections' A and B, nothing for the others.
+  const auto& lora = model.layer_weights(1).lora;
+  EXPECT_EQ(lora[static_cast<int>(models::LoraTarget::kQ)].a.shape(), (Shape{4, 128}));
+  EXPECT_EQ(lora[static_cast<int>(models::LoraTarget::kV)].b.shape(), (Shape{64, 4}));
+  EXPECT_FALSE(lora[static_cast<int>(models::LoraTarget::kK)].a.defined());
+  EXPECT_FALSE(lora[static_cast<int>(models::LoraTarget::kDown)].b.defined());
 }
 
 TEST(MemoryPlan, Llama3_8BAt8KTokensInBf16) {
