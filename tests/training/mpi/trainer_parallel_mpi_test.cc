@@ -376,6 +376,26 @@ Layout CheckpointLayout() {
   return Layout{"TP2_SPxPP2xDP2_ZeRO1", 2, 2, true, true, 2};
 }
 
+// A frozen base (the SSA parameters and norms train, model.peft) under ZeRO-1 at this world size,
+// the masters sharded with 4 ranks: the one-process run's losses and parameters (the frozen ones
+// held, not updated), and the plan what was allocated (masters, gradients and moments of the
+// trainable parameters only).
+TEST(ParallelTraining, AFrozenBaseEqualsOneProcess) {
+  Layout layout{"DP2_ZeRO1", 1, 2, false, true};
+  if (WorldSize() == 4) {
+    layout = Layout{.name = "TP2_SPxDP2_ZeRO1_separate_masters",
+                    .tp = 2,
+                    .dp = 2,
+                    .sequence_parallel = true,
+                    .distributed_optimizer = true,
+                    .separate_master = true};
+  }
+  if (WorldSize() == 8) layout = Layout{"TP2_SPxPP2xDP2_ZeRO1", 2, 2, true, true, 2};
+  ExpectFollowsTheOneProcessRun(
+      layout, {testing::kF32RelTol, testing::kF32ReducedGradNormRelTol, testing::kF32RelTol},
+      {"model.peft.ssa=true", "model.peft.norms=true"});
+}
+
 // The same layout under two schedules (or a's job with `a_extra` and b's with `b_extra`): identical
 // losses, gradient norms and parameters.
 void ExpectBitIdenticalRuns(const Layout& a, const Layout& b, std::vector<std::string> a_extra = {},
