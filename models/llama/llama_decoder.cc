@@ -1,4 +1,4 @@
-// The decoder's layer: the training forward's ops on the appended tokens of every sequence at
+// The decoder's calls of the one layer (LlamaLayer) on the appended tokens of every sequence at
 // once, the attention per sequence: its query block at [start, start + n) against its cached keys
 // [0, start + n), which hold k~ and v~ (each row rotated and scaled once, when it was appended).
 #include "models/llama/llama_decoder.h"
@@ -8,24 +8,78 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
-#include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
-#include "core/ops/gemm.h"
 #include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
-#include "core/ops/swiglu.h"
 #include "parallel/tensor_parallel.h"
 #include "ssa/ssa_attention.h"
 
 namespace kelvin::models {
-namespace {
 
-// y [N, out] = x [N, in] W^T (Hugging Face's Linear layout).
-void Linear(const Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
-  ops::Gemm(ctx, x, false, w, true, y);
-}
+// The decoder's attention side in one layer of one call: each sequence's new keys and values go
+// into its cache rows, where they become k~ = RoPE(k) and v~ = tau^v v once; each sequence's
+// query block at [start, start + n) then attends to its cached keys [0, start + n).
+class LlamaDecoder::CacheKeys : public LlamaAttentionKeys {
+ public:
+  CacheKeys(const LlamaDecoder& decoder, LayerCache& cache, const std::vector<Segment>& segments,
+            const Tensor& inv_freq)
+      : decoder_(decoder), cache_(cache), segments_(segments), inv_freq_(inv_freq) {}
 
-}  // namespace
+  // Sequence s's cache rows [begin, end) of `t` (the layer's k or v cache).
+  Tensor Cached(const Tensor& t, const Segment& s, int64_t begin, int64_t end) const {
+    const int64_t first = s.sequence * decoder_.max_tokens_;
+    return t.Slice(first + begin, first + end);
+  }
+  // Whether the k and v projections write the cache rows directly (one sequence in the call).
+  bool Direct() const { return segments_.size() == 1; }
+
+  void PlaceKeys(const Context& ctx, const LlamaLayerWeights& w,
+                 LlamaLayerActivations& a) override {
+    const LlamaConfig& c = decoder_.model_->config();
+    const ssa::SsaOptions& options = decoder_.model_->layer().attention_options();
+    for (const Segment& s : segments_) {
+      const int64_t end = s.start + s.n;
+      Tensor new_k = Cached(cache_.k, s, s.start, end), new_v = Cached(cache_.v, s, s.start, end);
+      if (!Direct()) {
+        CopyTensor(ctx, a.k.Slice(s.row, s.row + s.n), new_k);
+        CopyTensor(ctx, a.v.Slice(s.row, s.row + s.n), new_v);
+      }
+      // In place, once: every later call reads the rows as they are.
+      Tensor tau_v = a.tau_v.defined() ? a.tau_v.Slice(s.row, s.row + s.n) : Tensor();
+      ssa::PrepareKeysAndValues(
+          ctx, options, new_k, new_v,
+          a.value_source.defined() ? a.value_source.Slice(s.row, s.row + s.n) : Tensor(),
+          decoder_.positions_.Slice(s.start, end), inv_freq_, w.ssa.value_readout, new_k, new_v,
+          tau_v, ops::RopeAttentionFactor(c.rope));
+    }
+  }
+
+  std::vector<LlamaAttentionCall> Calls(const LlamaLayerActivations& /*a*/) const override {
+    const double rope_factor = ops::RopeAttentionFactor(decoder_.model_->config().rope);
+    std::vector<LlamaAttentionCall> calls;
+    for (const Segment& s : segments_) {
+      const int64_t end = s.start + s.n;
+      ssa::SsaAttentionInputs inputs{Tensor(),
+                                     decoder_.positions_.Slice(s.start, end),
+                                     Tensor(),
+                                     Cached(cache_.k, s, 0, end),
+                                     Cached(cache_.v, s, 0, end),
+                                     decoder_.positions_.Slice(0, end),
+                                     Tensor(),
+                                     inv_freq_,
+                                     rope_factor};
+      inputs.keys_prepared = true;
+      calls.push_back({{1, s.start, s.n, 0, end}, s.row, s.row + s.n, inputs, Tensor(), {}});
+    }
+    return calls;
+  }
+
+ private:
+  const LlamaDecoder& decoder_;
+  LayerCache& cache_;
+  const std::vector<Segment>& segments_;
+  const Tensor& inv_freq_;
+};
 
 absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64_t max_tokens,
                                                   int64_t sequences) {
@@ -118,7 +172,13 @@ absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<i
   Tensor x = Tensor::Empty({rows, c.hidden_size}, dtype, ctx.device());  // [N, D]
   ops::EmbeddingForward(ctx, CopyToDevice(ctx, ids, ctx.device()), embedding, shard.vocab_begin, x);
   parallel::ReduceFromTensorParallelRegion(model_->tp(), x);
-  for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, segments, x);
+  // LongRoPE picks its factors per call from the call's largest position, as transformers does;
+  // the cache holds rotated keys, so each key keeps the factors of the call that appended it (as
+  // transformers' cache does).
+  int64_t largest = 0;
+  for (const Segment& s : segments) largest = std::max(largest, s.start + s.n - 1);
+  const Tensor& inv_freq = ops::RopeUsesLongFactors(c.rope, largest) ? inv_freq_long_ : inv_freq_;
+  for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, segments, inv_freq, x);
   const Tensor last = LastRows(segments, logit_rows, x);  // [R, D]
   const int64_t logit_count = last.dim(0);
   Tensor h = Tensor::Empty(last.shape(), dtype, ctx.device());
@@ -170,111 +230,55 @@ Tensor LlamaDecoder::GatherVocabulary(const Tensor& local) {
   return ctx.is_cuda() ? CopyToDevice(ctx, full, ctx.device()) : full;
 }
 
-void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x) {
+void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments,
+                         const Tensor& inv_freq, Tensor& x) {
   const LlamaConfig& c = model_->config();
   const Context& ctx = model_->context();
   const DType dtype = x.dtype(), accum = AccumDType(dtype);
   const Device device = ctx.device();
   const LlamaShardLayout& shard = model_->layout();
-  const int64_t rows = x.dim(0), h_count = shard.heads, g = shard.kv_heads, d = c.head_dim;
-  const ssa::SsaOptions options = c.AttentionOptions();
+  const int64_t rows = x.dim(0), heads = shard.heads, g = shard.kv_heads, d = c.head_dim;
+  const ssa::SsaOptions& options = model_->layer().attention_options();
   const LlamaLayerWeights& w = model_->layer_weights(layer);
-  LayerCache& cache = cache_[layer];
-  const auto cached = [&](const Tensor& t, const Segment& s, int64_t begin, int64_t end) {
-    return t.Slice(s.sequence * max_tokens_ + begin, s.sequence * max_tokens_ + end);
+  CacheKeys keys(*this, cache_[layer], segments, inv_freq);
+  const auto empty = [&](bool needed, const Shape& shape, DType type) {
+    return needed ? Tensor::Empty(shape, type, device) : Tensor();
   };
-
-  Tensor h = Tensor::Empty(x.shape(), dtype, device);
-  Tensor rstd = Tensor::Empty({rows}, accum, device);
-  ops::RmsNormForward(ctx, x, w.input_norm, c.rms_norm_eps, h, rstd);
-  Tensor u = Tensor::Empty({rows, h_count, d}, dtype, device);  // [N, H, d] before RoPE
-  Tensor u_rows = u.View({rows, -1});
-  Linear(ctx, h, w.q, u_rows);
-  // The new keys and values [N, G d], then into each sequence's cache rows (one sequence: the
-  // GEMMs write there directly).
-  const bool direct = segments.size() == 1;
-  const auto project_into_cache = [&](const Tensor& weight, Tensor& cache_rows) {
-    if (direct) {
-      Tensor target =
-          cached(cache_rows, segments[0], segments[0].start, segments[0].start + segments[0].n)
-              .View({rows, -1});
-      Linear(ctx, h, weight, target);
-      return;
-    }
-    Tensor projected = Tensor::Empty({rows, g * d}, dtype, device);
-    Linear(ctx, h, weight, projected);
-    for (const Segment& s : segments) {
-      Tensor target = cached(cache_rows, s, s.start, s.start + s.n).View({s.n, -1});
-      CopyTensor(ctx, projected.Slice(s.row, s.row + s.n), target);
-    }
-  };
-  project_into_cache(w.k, cache.k);
-  project_into_cache(w.v, cache.v);
-  // The temperature sources [N, H, d] and [N, G, d] without weight sharing.
-  const auto project = [&](const Tensor& weight, int64_t heads) {
-    if (!weight.defined()) return Tensor();
-    Tensor source = Tensor::Empty({rows, heads, d}, dtype, device);
-    Tensor source_rows = source.View({rows, -1});
-    Linear(ctx, h, weight, source_rows);
-    return source;
-  };
-  const Tensor query_source = project(w.query_projection, h_count);
-  const Tensor value_source = project(w.value_projection, g);
-
-  // LongRoPE picks its factors per call from the call's largest position, as transformers does;
-  // the cache holds rotated keys, so each key keeps the factors of the call that appended it (as
-  // transformers' cache does).
-  int64_t largest = 0;
-  for (const Segment& s : segments) largest = std::max(largest, s.start + s.n - 1);
-  const Tensor& inv_freq = ops::RopeUsesLongFactors(c.rope, largest) ? inv_freq_long_ : inv_freq_;
-  Tensor attention = Tensor::Empty({rows, h_count, d}, dtype, device);  // [N, H, d]
-  for (const Segment& s : segments) {
-    const int64_t end = s.start + s.n;
-    // The appended rows become k~ and v~ in place, once: every later call reads them as they are.
-    Tensor new_k = cached(cache.k, s, s.start, end), new_v = cached(cache.v, s, s.start, end);
-    Tensor tau_v = options.value_temperature ? Tensor::Empty({s.n, g}, accum, device) : Tensor();
-    ssa::PrepareKeysAndValues(
-        ctx, options, new_k, new_v,
-        value_source.defined() ? value_source.Slice(s.row, s.row + s.n) : Tensor(),
-        positions_.Slice(s.start, end), inv_freq, w.ssa.value_readout, new_k, new_v, tau_v,
-        ops::RopeAttentionFactor(c.rope));
-    ssa::SsaAttentionInputs inputs{
-        u.Slice(s.row, s.row + s.n),
-        positions_.Slice(s.start, end),
-        query_source.defined() ? query_source.Slice(s.row, s.row + s.n) : Tensor(),
-        cached(cache.k, s, 0, end),
-        cached(cache.v, s, 0, end),
-        positions_.Slice(0, end),
-        Tensor(),
-        inv_freq,
-        ops::RopeAttentionFactor(c.rope)};
-    inputs.keys_prepared = true;
-    ssa::SsaAttentionOutputs outputs{
-        attention.Slice(s.row, s.row + s.n), Tensor::Empty({s.n, h_count}, accum, device),
-        options.query_temperature ? Tensor::Empty({s.n, h_count}, accum, device) : Tensor(),
-        Tensor()};
-    ssa::SsaAttentionForward(ctx, options, {1, s.start, s.n, 0, end}, inputs, w.ssa, outputs);
-    if (observer_ && c.ssa.has_value()) {
-      observer_(layer, positions_.Slice(s.start, end), outputs.query_temperature, tau_v);
-    }
+  // The call's activations: the residual adds in place on x, one norm buffer for both norms.
+  LlamaLayerActivations a;
+  a.x = a.x_mid = x;                                   // [N, D]
+  a.h_attn = a.h_mlp = empty(true, x.shape(), dtype);  // [N, D]
+  a.rstd_attn = a.rstd_mlp = empty(true, {rows}, accum);
+  a.u = empty(true, {rows, heads, d}, dtype);
+  if (keys.Direct()) {  // the projections write the cache rows
+    const Segment& s = segments[0];
+    a.k = keys.Cached(cache_[layer].k, s, s.start, s.start + s.n);  // [N, G, d]
+    a.v = keys.Cached(cache_[layer].v, s, s.start, s.start + s.n);
+  } else {
+    a.k = empty(true, {rows, g, d}, dtype);
+    a.v = empty(true, {rows, g, d}, dtype);
   }
-
-  // x [n, D] += the attention's projection, then += the MLP's (elementwise ops, in place); both
-  // row-parallel, their partial sums reduced over the tensor-parallel group.
-  Tensor projected = Tensor::Empty(x.shape(), dtype, device);
-  Linear(ctx, attention.View({rows, -1}), w.o, projected);
-  parallel::ReduceFromTensorParallelRegion(model_->tp(), projected);
-  ops::Add(ctx, x, projected, x);
-  ops::RmsNormForward(ctx, x, w.post_norm, c.rms_norm_eps, h, rstd);
-  Tensor gate = Tensor::Empty({rows, shard.ffn}, dtype, device);  // [N, F / TP]
-  Tensor up = Tensor::Empty({rows, shard.ffn}, dtype, device);
-  Linear(ctx, h, w.gate, gate);
-  Linear(ctx, h, w.up, up);
-  Tensor act = Tensor::Empty({rows, shard.ffn}, dtype, device);
-  ops::SwiGluForward(ctx, gate, up, act);
-  Linear(ctx, act, w.down, projected);
-  parallel::ReduceFromTensorParallelRegion(model_->tp(), projected);
-  ops::Add(ctx, x, projected, x);
+  a.query_source = empty(w.query_projection.defined(), {rows, heads, d}, dtype);
+  a.value_source = empty(w.value_projection.defined(), {rows, g, d}, dtype);
+  a.attn = empty(true, {rows, heads, d}, dtype);
+  a.lse = empty(true, {rows, heads}, accum);
+  a.tau_q = empty(options.query_temperature, {rows, heads}, accum);
+  a.tau_v = empty(options.value_temperature, {rows, g}, accum);
+  a.gate = empty(true, {rows, shard.ffn}, dtype);  // [N, F / TP]
+  a.up = empty(true, {rows, shard.ffn}, dtype);
+  a.act = empty(true, {rows, shard.ffn}, dtype);
+  Tensor projected = empty(true, x.shape(), dtype);  // [N, D] the row-parallel partial sums
+  const LlamaTokenRegions regions(model_->tp(), /*sequence_parallel=*/false, c.rms_norm_eps,
+                                  /*scratch=*/nullptr);
+  model_->layer().Forward(ctx, w, regions, keys, a, projected, x);
+  if (!observer_ || !c.ssa.has_value()) return;
+  const auto rows_of = [](const Tensor& t, const Segment& s) {
+    return t.defined() ? t.Slice(s.row, s.row + s.n) : Tensor();
+  };
+  for (const Segment& s : segments) {
+    observer_(layer, positions_.Slice(s.start, s.start + s.n), rows_of(a.tau_q, s),
+              rows_of(a.tau_v, s));
+  }
 }
 
 }  // namespace kelvin::models

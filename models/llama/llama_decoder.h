@@ -72,8 +72,10 @@ class LlamaDecoder {
     int64_t sequence, start, n, row;
   };
   LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t sequences);
-  // One decoder layer on x [N, D] (in place), N the segments' rows.
-  void Layer(int64_t layer, const std::vector<Segment>& segments, Tensor& x);
+  class CacheKeys;  // a call's attention side in one layer (LlamaAttentionKeys)
+  // One decoder layer on x [N, D] (in place), N the segments' rows, RoPE at `inv_freq` [d/2].
+  void Layer(int64_t layer, const std::vector<Segment>& segments, const Tensor& inv_freq,
+             Tensor& x);
   // x [N, D] -> [R, D]: each segment's last min(n, logit_rows) rows (x itself when that is all).
   Tensor LastRows(const std::vector<Segment>& segments, int64_t logit_rows, const Tensor& x) const;
   // local [R, V / TP] logits of this rank's vocabulary slice -> [R, V] of the whole vocabulary

@@ -12,61 +12,96 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
-#include "core/ops/gemm.h"
-#include "core/ops/rmsnorm.h"
 #include "core/ops/rope.h"
-#include "core/ops/swiglu.h"
 #include "core/profile_range.h"
 #include "parallel/comm/self_communicator.h"
 #include "parallel/context_parallel.h"
-#include "parallel/tensor_parallel.h"
 #include "ssa/ssa_attention.h"
 
 namespace kelvin::models {
-namespace {
 
-// y [N, out] = x [N, in] W^T, W [out, in] as Hugging Face stores Linear weights.
-void Linear(const Context& ctx, const Tensor& x, const Tensor& w, Tensor& y) {
-  ops::Gemm(ctx, x, false, w, true, y);
-}
+// The training model's attention side for one micro-batch: its activation buffers, the keys,
+// values and value source gathered over the context-parallel group; one call over the whole rows,
+// or with context parallelism two, this rank's early and late chunk of every row (the rows
+// [block * N/2, (block + 1) * N/2) of the query-side buffers) against every key.
+class LlamaModel::MicroBatchKeys : public LlamaAttentionKeys {
+ public:
+  MicroBatchKeys(LlamaModel& model, const LlamaMicroBatchActivations& slot)
+      : model_(model), slot_(slot) {}
 
-// For y = x W^T: dx (= or +=) dy W, dW += dy^T x.
-void LinearBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& w,
-                    Tensor& dx, bool accumulate_dx, Tensor& dw) {
-  ops::GemmBackward(ctx, dy, x, false, w, true, &dx, &dw, accumulate_dx, true);
-}
+  void PlaceKeys(const Context& ctx, const LlamaLayerWeights& /*w*/,
+                 LlamaLayerActivations& a) override {
+    if (!model_.SplitsRows()) return;
+    parallel::Communicator& cp = *model_.cp_;
+    Tensor& reorder = model_.scratch_.cp_reorder;
+    parallel::GatherSequence(ctx, cp, slot_.batch, a.k, reorder, a.k_all);
+    parallel::GatherSequence(ctx, cp, slot_.batch, a.v, reorder, a.v_all);
+    if (a.value_source_all.defined()) {
+      parallel::GatherSequence(ctx, cp, slot_.batch, a.value_source, reorder, a.value_source_all);
+    }
+  }
 
-// Rows [block * n / blocks, (block + 1) * n / blocks) of a query-side tensor [n, ...] (an
-// undefined tensor stays undefined).
-Tensor QueryRows(const Tensor& t, int block, int blocks) {
-  if (!t.defined() || blocks == 1) return t;
-  const int64_t rows = t.dim(0) / blocks;
-  return t.Slice(block * rows, (block + 1) * rows);
-}
+  std::vector<LlamaAttentionCall> Calls(const LlamaLayerActivations& a) const override {
+    const Tensor& inv_freq = slot_.long_rope ? model_.inv_freq_long_ : model_.inv_freq_;
+    const double rope_factor = ops::RopeAttentionFactor(model_.config_.rope);
+    const ssa::AttentionBackend backend = model_.attention_backend_;
+    const int64_t n = slot_.positions.dim(0);
+    if (!model_.SplitsRows()) {
+      return {{ssa::SsaBlockShape::Full(slot_.batch, slot_.seq),
+               0,
+               n,
+               {Tensor(), slot_.positions, Tensor(), a.k, a.v, Tensor(), a.value_source, inv_freq,
+                rope_factor},
+               a.tau_v,
+               {backend, slot_.host_positions, Tensor()}}};
+    }
+    const int ranks = model_.ContextParallelSize();
+    const int64_t tc = slot_.seq / (2 * ranks), half = n / 2;
+    std::vector<LlamaAttentionCall> calls;
+    for (int block = 0; block < 2; ++block) {
+      const int64_t begin = block * half, end = begin + half;
+      const Tensor host_positions =
+          slot_.host_positions.defined() ? slot_.host_positions.Slice(begin, end) : Tensor();
+      calls.push_back({{slot_.batch, parallel::ContextChunk(model_.cp_->rank(), block, ranks) * tc,
+                        tc, 0, slot_.seq},
+                       begin,
+                       end,
+                       {Tensor(), slot_.positions.Slice(begin, end), Tensor(), a.k_all, a.v_all,
+                        slot_.key_positions, a.value_source_all, inv_freq, rope_factor},
+                       a.tau_v,
+                       {backend, host_positions, slot_.host_key_positions}});
+    }
+    return calls;
+  }
 
-// The attention inputs of one query block: its rows of the query side, every key.
-ssa::SsaAttentionInputs QueryBlockInputs(const ssa::SsaAttentionInputs& in, int block, int blocks) {
-  ssa::SsaAttentionInputs part = in;
-  part.u = QueryRows(in.u, block, blocks);
-  part.query_positions = QueryRows(in.query_positions, block, blocks);
-  part.query_source = QueryRows(in.query_source, block, blocks);
-  return part;
-}
+  // The key-side gradients cover the whole sequence, partial over this rank's queries: summed
+  // over the group, each rank keeps its tokens'.
+  void KeyGradients(const Context& ctx, LlamaScratch& s, Tensor& dk, Tensor& dv,
+                    Tensor& dvalue_source) override {
+    LlamaAttentionKeys::KeyGradients(ctx, s, dk, dv, dvalue_source);
+    if (!model_.SplitsRows()) return;
+    parallel::Communicator& cp = *model_.cp_;
+    parallel::ReduceScatterSequence(ctx, cp, slot_.batch, s.dk, s.cp_reorder, s.dk_local);
+    parallel::ReduceScatterSequence(ctx, cp, slot_.batch, s.dv, s.cp_reorder, s.dv_local);
+    dk = s.dk_local;
+    dv = s.dv_local;
+    if (s.dvalue_source.defined()) {
+      parallel::ReduceScatterSequence(ctx, cp, slot_.batch, s.dvalue_source, s.cp_reorder,
+                                      s.dvalue_source_local);
+      dvalue_source = s.dvalue_source_local;
+    }
+  }
 
-// How the SSA operator runs query block `block`'s attention core: the model's backend and the
-// host copies of the block's position ids (llama_model.h, LlamaMicroBatchActivations).
-ssa::AttentionCoreOptions CoreOptions(ssa::AttentionBackend backend,
-                                      const LlamaMicroBatchActivations& slot, int block,
-                                      int blocks) {
-  return {backend, QueryRows(slot.host_positions, block, blocks), slot.host_key_positions};
-}
-
-}  // namespace
+ private:
+  LlamaModel& model_;
+  const LlamaMicroBatchActivations& slot_;
+};
 
 LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParallelism& parallelism,
                        const LlamaRecompute& recompute, const LlamaPlacement& placement)
     : config_(config),
       attention_options_(config.AttentionOptions()),
+      layer_(config),
       attention_backend_(placement.attention_backend),
       dtype_(dtype),
       ctx_(placement.ctx),
@@ -210,21 +245,6 @@ int64_t LlamaModel::LocalLayer(int64_t layer) const {
   return -1;
 }
 
-Tensor& LlamaModel::ReduceTokens(Tensor& partial) {
-  if (!parallelism_.sequence_parallel) {
-    parallel::ReduceFromTensorParallelRegion(*tp_, partial);
-    return partial;
-  }
-  parallel::ReduceScatterToSequenceParallelRegion(*tp_, partial, scratch_.local_tokens);
-  return scratch_.local_tokens;
-}
-
-const Tensor& LlamaModel::FullTokenGradient(const Tensor& local) {
-  if (!parallelism_.sequence_parallel) return local;
-  parallel::GatherFromSequenceParallelRegion(*tp_, local, scratch_.gathered_grad);
-  return scratch_.gathered_grad;
-}
-
 void LlamaModel::AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq) {
   AllocateScratch(batch, seq);
   if (batch == slot.batch && seq == slot.seq) return;
@@ -347,29 +367,6 @@ LlamaModel::BufferBytes LlamaModel::AllocatedBufferBytes() const {
   return b;
 }
 
-ssa::SsaAttentionInputs LlamaModel::AttentionInputs(const LlamaMicroBatchActivations& slot,
-                                                    const LlamaLayerActivations& a) const {
-  const Tensor& inv_freq = slot.long_rope ? inv_freq_long_ : inv_freq_;
-  const double rope_factor = ops::RopeAttentionFactor(config_.rope);
-  if (!SplitsRows()) {
-    return {a.u,      slot.positions, a.query_source, a.k,        a.v,
-            Tensor(), a.value_source, inv_freq,       rope_factor};
-  }
-  return {a.u,        slot.positions,     a.query_source,     a.k_all,
-          a.v_all,    slot.key_positions, a.value_source_all, inv_freq,
-          rope_factor};
-}
-
-int LlamaModel::AttentionBlocks() const { return SplitsRows() ? 2 : 1; }
-
-ssa::SsaBlockShape LlamaModel::AttentionShape(const LlamaMicroBatchActivations& slot,
-                                              int block) const {
-  if (!SplitsRows()) return ssa::SsaBlockShape::Full(slot.batch, slot.seq);
-  const int ranks = ContextParallelSize();
-  const int64_t tc = slot.seq / (2 * ranks);
-  return {slot.batch, parallel::ContextChunk(cp_->rank(), block, ranks) * tc, tc, 0, slot.seq};
-}
-
 std::vector<ssa::TemperatureStatistics> LlamaModel::TemperatureStatistics() const {
   return temperature_statistics_;
 }
@@ -475,7 +472,7 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
     // Vocab-parallel embedding: each rank's rows, zero elsewhere, summed over the group.
     ops::EmbeddingForward(ctx, slot.tokens, end_values_.embedding, layout_.vocab_begin,
                           scratch_.proj);
-    CopyTensor(ctx, ReduceTokens(scratch_.proj), input);
+    CopyTensor(ctx, Regions().ReduceTokens(scratch_.proj), input);
   }
   Tensor& output = slot.outputs[chunk];
   for (int64_t l = c.layer_begin; l < c.layer_end; ++l) {
@@ -486,26 +483,9 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
   if (!stage_.ends_model(chunk)) return output;
   ParametersNeeded(gradient_units_.head);
   if (config_.tie_word_embeddings) ParametersNeeded(embedding_unit);  // the LM head
-  NormForward(ctx, output, end_values_.final_norm, slot.h_final, slot.rstd_final);
+  Regions().NormForward(ctx, output, end_values_.final_norm, slot.h_final, slot.rstd_final);
   Linear(ctx, slot.h_final, end_values_.lm_head, slot.logits);
   return slot.logits;
-}
-
-void LlamaModel::NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
-                             Tensor& rstd) {
-  if (!parallelism_.sequence_parallel) {
-    ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, h, rstd);
-    return;
-  }
-  ops::RmsNormForward(ctx, x, weight, config_.rms_norm_eps, scratch_.local_tokens, rstd);
-  parallel::GatherFromSequenceParallelRegion(*tp_, scratch_.local_tokens, h);
-}
-
-void LlamaModel::NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, const Tensor& weight,
-                              const Tensor& rstd, Tensor& dweight, Tensor& dx) {
-  const Tensor& dh_local = ReduceTokens(dh);  // the TP ranks' partial input gradients, summed
-  ops::RmsNormBackward(ctx, dh_local, x, weight, rstd, scratch_.d_proj, dweight);
-  ops::Add(ctx, dx, scratch_.d_proj, dx);
 }
 
 LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer) {
@@ -516,56 +496,12 @@ LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot,
   return a;
 }
 
-void LlamaModel::AttentionForward(const Context& ctx, const LlamaMicroBatchActivations& slot,
-                                  int64_t layer, LlamaLayerActivations& a) {
-  const LlamaLayerWeights& w = layer_weights(layer);
-  const int64_t n = a.h_attn.dim(0);
-  Tensor u = a.u.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
-  Linear(ctx, a.h_attn, w.q, u);
-  Linear(ctx, a.h_attn, w.k, k);
-  Linear(ctx, a.h_attn, w.v, v);
-  if (a.query_source.defined()) {
-    Tensor source = a.query_source.View({n, -1});
-    Linear(ctx, a.h_attn, w.query_projection, source);
-  }
-  if (a.value_source.defined()) {
-    Tensor source = a.value_source.View({n, -1});
-    Linear(ctx, a.h_attn, w.value_projection, source);
-  }
-  if (SplitsRows()) {  // the whole sequence's keys, values and value source
-    parallel::GatherSequence(ctx, *cp_, slot.batch, a.k, scratch_.cp_reorder, a.k_all);
-    parallel::GatherSequence(ctx, *cp_, slot.batch, a.v, scratch_.cp_reorder, a.v_all);
-    if (a.value_source_all.defined()) {
-      parallel::GatherSequence(ctx, *cp_, slot.batch, a.value_source, scratch_.cp_reorder,
-                               a.value_source_all);
-    }
-  }
-  const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
-  const int blocks = AttentionBlocks();
-  for (int block = 0; block < blocks; ++block) {
-    ssa::SsaAttentionOutputs outputs{QueryRows(a.attn, block, blocks),
-                                     QueryRows(a.lse, block, blocks),
-                                     QueryRows(a.tau_q, block, blocks), a.tau_v};
-    ssa::SsaAttentionForward(ctx, attention_options_, AttentionShape(slot, block),
-                             QueryBlockInputs(inputs, block, blocks), w.ssa, outputs,
-                             CoreOptions(attention_backend_, slot, block, blocks));
-  }
-}
-
-void LlamaModel::MlpForward(const Context& ctx, int64_t layer, LlamaLayerActivations& a) {
-  const LlamaLayerWeights& w = layer_weights(layer);
-  Linear(ctx, a.h_mlp, w.gate, a.gate);
-  Linear(ctx, a.h_mlp, w.up, a.up);
-  ops::SwiGluForward(ctx, a.gate, a.up, a.act);
-}
-
 void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                               Tensor& x_out) {
   LlamaLayerActivations a = LayerBuffers(slot, layer);
   const LlamaLayerWeights& w = layer_weights(layer);
-  const int64_t n = a.h_attn.dim(0);
-  NormForward(ctx, a.x, w.input_norm, a.h_attn, a.rstd_attn);
-  AttentionForward(ctx, slot, layer, a);
+  MicroBatchKeys keys(*this, slot);
+  layer_.Forward(ctx, w, Regions(), keys, a, scratch_.proj, x_out);
   const bool record =
       statistics_micro_batch_ == kEveryMicroBatch || slot.micro_batch == statistics_micro_batch_;
   if (config_.ssa.has_value() && record) {  // kept per layer: recompute may drop the temperatures
@@ -576,12 +512,6 @@ void LlamaModel::LayerForward(const Context& ctx, LlamaMicroBatchActivations& sl
     temperature_statistics_[LocalLayer(layer)] =
         ssa::ComputeTemperatureStatistics(ctx, a.tau_q, a.tau_v, alpha);
   }
-  Linear(ctx, a.attn.View({n, -1}), w.o, scratch_.proj);
-  ops::Add(ctx, a.x, ReduceTokens(scratch_.proj), a.x_mid);
-  NormForward(ctx, a.x_mid, w.post_norm, a.h_mlp, a.rstd_mlp);
-  MlpForward(ctx, layer, a);
-  Linear(ctx, a.act, w.down, scratch_.proj);
-  ops::Add(ctx, a.x_mid, ReduceTokens(scratch_.proj), x_out);
 }
 
 void LlamaModel::Backward(const Context& ctx, const Tensor& dlogits) {
@@ -606,8 +536,8 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
     LinearBackward(ctx, slot.logits, slot.h_final, end_values_.lm_head, scratch_.dh, false,
                    end_grads_.lm_head);
     ops::Fill(ctx, dx, 0.0);
-    NormBackward(ctx, scratch_.dh, slot.outputs[chunk], end_values_.final_norm, slot.rstd_final,
-                 end_grads_.final_norm, dx);
+    Regions().NormBackward(ctx, scratch_.dh, slot.outputs[chunk], end_values_.final_norm,
+                           slot.rstd_final, end_grads_.final_norm, dx);
     BackwardDone(gradient_units_.head);
   }
   for (int64_t l = c.layer_end - 1; l >= c.layer_begin; --l) {
@@ -616,7 +546,7 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
     BackwardDone(gradient_units_.layer[static_cast<size_t>(LocalLayer(l))]);
   }
   if (stage_.starts_model(chunk)) {
-    ops::EmbeddingBackward(ctx, slot.tokens, FullTokenGradient(dx), layout_.vocab_begin,
+    ops::EmbeddingBackward(ctx, slot.tokens, Regions().FullTokenGradient(dx), layout_.vocab_begin,
                            end_grads_.embedding);
     BackwardDone(gradient_units_.embedding);
   }
@@ -625,74 +555,13 @@ void LlamaModel::BackwardChunk(const Context& ctx, int micro_batch, int chunk) {
 void LlamaModel::LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                                Tensor& dx) {
   LlamaLayerActivations a = LayerBuffers(slot, layer);
-  const LlamaLayerWeights& w = layer_weights(layer);
-  LlamaLayerWeights& dw = layer_grads_[LocalLayer(layer)];
-  const int64_t n = a.h_attn.dim(0);
-  // Recompute runs the same forward again (deterministic: the same bits as when kept).
-  if (recompute_.mlp) MlpForward(ctx, layer, a);
-  // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
-  LinearBackward(ctx, FullTokenGradient(dx), a.act, w.down, scratch_.dact, false, dw.down);
-  ops::SwiGluBackward(ctx, scratch_.dact, a.gate, a.up, scratch_.dgate, scratch_.dup);
-  LinearBackward(ctx, scratch_.dgate, a.h_mlp, w.gate, scratch_.dh, false, dw.gate);
-  LinearBackward(ctx, scratch_.dup, a.h_mlp, w.up, scratch_.dh, true, dw.up);
-  NormBackward(ctx, scratch_.dh, a.x_mid, w.post_norm, a.rstd_mlp, dw.post_norm,
-               dx);  // dx now holds d x_mid
-  // Attention: x_mid = x + o_proj(SsaAttention(q(h), k(h), v(h))), h = RMSNorm(x); the operator
-  // applies RoPE and the temperatures.
-  if (recompute_.attention) AttentionForward(ctx, slot, layer, a);
-  Tensor dattn = scratch_.dattn.View({n, -1});
-  LinearBackward(ctx, FullTokenGradient(dx), a.attn.View({n, -1}), w.o, dattn, false, dw.o);
-  // The operator accumulates into its gradients.
-  for (Tensor* t : {&scratch_.du, &scratch_.dk, &scratch_.dv, &scratch_.dquery_source,
-                    &scratch_.dvalue_source}) {
-    if (t->defined()) ops::Fill(ctx, *t, 0.0);
-  }
-  ssa::SsaAttentionGrads grads{
-      scratch_.du, scratch_.dk, scratch_.dv, scratch_.dquery_source, scratch_.dvalue_source,
-      dw.ssa};
-  const ssa::SsaAttentionInputs inputs = AttentionInputs(slot, a);
-  const int blocks = AttentionBlocks();
-  for (int block = 0; block < blocks; ++block) {  // the key-side gradients accumulate
-    const ssa::SsaAttentionOutputs saved{QueryRows(a.attn, block, blocks),
-                                         QueryRows(a.lse, block, blocks),
-                                         QueryRows(a.tau_q, block, blocks), a.tau_v};
-    ssa::SsaAttentionGrads block_grads = grads;
-    block_grads.du = QueryRows(grads.du, block, blocks);
-    block_grads.dquery_source = QueryRows(grads.dquery_source, block, blocks);
-    ssa::SsaAttentionBackward(ctx, attention_options_, AttentionShape(slot, block),
-                              QueryRows(scratch_.dattn, block, blocks),
-                              QueryBlockInputs(inputs, block, blocks), w.ssa, saved, block_grads,
-                              CoreOptions(attention_backend_, slot, block, blocks));
-  }
-  // With context parallelism the key-side gradients cover the whole sequence, partial over this
-  // rank's queries: summed over the group, each rank keeps its tokens'.
-  Tensor dk = scratch_.dk, dv = scratch_.dv, dvalue_source = scratch_.dvalue_source;
-  if (SplitsRows()) {
-    parallel::ReduceScatterSequence(ctx, *cp_, slot.batch, scratch_.dk, scratch_.cp_reorder,
-                                    scratch_.dk_local);
-    parallel::ReduceScatterSequence(ctx, *cp_, slot.batch, scratch_.dv, scratch_.cp_reorder,
-                                    scratch_.dv_local);
-    dk = scratch_.dk_local;
-    dv = scratch_.dv_local;
-    if (scratch_.dvalue_source.defined()) {
-      parallel::ReduceScatterSequence(ctx, *cp_, slot.batch, scratch_.dvalue_source,
-                                      scratch_.cp_reorder, scratch_.dvalue_source_local);
-      dvalue_source = scratch_.dvalue_source_local;
-    }
-  }
-  LinearBackward(ctx, scratch_.du.View({n, -1}), a.h_attn, w.q, scratch_.dh, false, dw.q);
-  LinearBackward(ctx, dk.View({n, -1}), a.h_attn, w.k, scratch_.dh, true, dw.k);
-  LinearBackward(ctx, dv.View({n, -1}), a.h_attn, w.v, scratch_.dh, true, dw.v);
-  if (scratch_.dquery_source.defined()) {
-    LinearBackward(ctx, scratch_.dquery_source.View({n, -1}), a.h_attn, w.query_projection,
-                   scratch_.dh, true, dw.query_projection);
-  }
-  if (dvalue_source.defined()) {
-    LinearBackward(ctx, dvalue_source.View({n, -1}), a.h_attn, w.value_projection, scratch_.dh,
-                   true, dw.value_projection);
-  }
-  NormBackward(ctx, scratch_.dh, a.x, w.input_norm, a.rstd_attn, dw.input_norm,
-               dx);  // dx now holds d x (the layer input)
+  MicroBatchKeys keys(*this, slot);
+  layer_.Backward(ctx, layer_weights(layer), layer_grads_[LocalLayer(layer)], Regions(), keys,
+                  recompute_, a, scratch_, dx);
+}
+
+LlamaTokenRegions LlamaModel::Regions() {
+  return LlamaTokenRegions(*tp_, parallelism_.sequence_parallel, config_.rms_norm_eps, &scratch_);
 }
 
 }  // namespace kelvin::models

@@ -20,6 +20,7 @@
 #include "models/llama/llama_activations.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_gradient_units.h"
+#include "models/llama/llama_layer.h"
 #include "models/llama/llama_layer_weights.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_sharding.h"
@@ -116,6 +117,8 @@ class LlamaModel : public parallel::PipelineStage {
     return layer_values_[LocalLayer(layer)];
   }
   const LlamaEndWeights& end_weights() const { return end_values_; }
+  // The math of every layer, which the KV-cache decoder runs too.
+  const LlamaLayer& layer() const { return layer_; }
   const LlamaShardLayout& layout() const { return layout_; }
   parallel::Communicator& tp() const { return *tp_; }
   const Context& context() const { return ctx_; }
@@ -247,13 +250,8 @@ class LlamaModel : public parallel::PipelineStage {
   int64_t LocalTokens(int64_t tokens) const;  // Nl of N tokens
   int ContextParallelSize() const { return cp_->size(); }
   // Whether rows are split over context-parallel ranks (attention then runs two query blocks
-  // against the gathered keys).
+  // against the gathered keys: MicroBatchKeys).
   bool SplitsRows() const { return cp_->size() > 1; }
-  // The attention's query blocks against the whole rows' keys: one, the whole rows, without
-  // context parallelism; with it two, this rank's early and late chunk of every row (the rows
-  // [block * N/2, (block + 1) * N/2) of the query-side tensors).
-  int AttentionBlocks() const;
-  ssa::SsaBlockShape AttentionShape(const LlamaMicroBatchActivations& slot, int block) const;
   // A backward of micro-batch through `unit` (-1: none) is done: counted, and the unit finished
   // after the step's last one (ReportFinishedGradients).
   void BackwardDone(int unit);
@@ -264,14 +262,9 @@ class LlamaModel : public parallel::PipelineStage {
   // The forward is about to read `unit`'s parameters (-1: none): WaitForParametersWith's wait.
   void ParametersNeeded(int unit);
   int64_t LocalLayer(int64_t layer) const;  // the index of layer `layer` among this rank's
-  // Sequence-parallel region boundaries (all-reduces without sequence parallelism, no-ops without
-  // TP; NormForward all-gathers the norm's output). The partial sums [N, D] of the TP ranks'
-  // row-parallel GEMMs -> summed: in place (no sequence parallelism; `local` is then `partial`) or
-  // reduce-scattered into local [Nl, D].
-  Tensor& ReduceTokens(Tensor& partial);
-  // The full-token gradient of a region's output: with sequence parallelism all-gathered from the
-  // local [Nl, D] gradient into a scratch [N, D], else `local` itself.
-  const Tensor& FullTokenGradient(const Tensor& local);
+  // The token regions over this rank's TP group and the scratch (LlamaTokenRegions).
+  LlamaTokenRegions Regions();
+  // Layer `layer` of micro-batch `slot`: its activations -> x_out [Nl, D] (LlamaLayer::Forward).
   void LayerForward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                     Tensor& x_out);
   // A layer's activation fields for a micro-batch of B x T = `batch` x `seq`: those kept in the
@@ -280,28 +273,14 @@ class LlamaModel : public parallel::PipelineStage {
                                 LlamaLayerActivations& a) const;
   // Layer `layer`'s activation buffers: the slot's, with the recomputed ones from recomputed_.
   LlamaLayerActivations LayerBuffers(LlamaMicroBatchActivations& slot, int64_t layer);
-  // From a.h_attn: the q, k, v (and temperature source) projections and the SSA operator's
-  // outputs (attn, lse, tau^q, tau^v) into a's buffers. Forward, and backward's recompute.
-  void AttentionForward(const Context& ctx, const LlamaMicroBatchActivations& slot, int64_t layer,
-                        LlamaLayerActivations& a);
-  // From a.h_mlp: gate, up and act = SwiGLU(gate, up) into a's buffers.
-  void MlpForward(const Context& ctx, int64_t layer, LlamaLayerActivations& a);
-  // RMSNorm of the local tokens x [Nl, D] -> h [N, D] (all-gathered with sequence parallelism).
-  void NormForward(const Context& ctx, const Tensor& x, const Tensor& weight, Tensor& h,
-                   Tensor& rstd);
-  // dh [N, D] of the norm's output (the TP ranks' partial sums, reduced here) -> dx [Nl, D] +=
-  // the input gradient, dweight += the weight gradient.
-  void NormBackward(const Context& ctx, Tensor& dh, const Tensor& x, const Tensor& weight,
-                    const Tensor& rstd, Tensor& dweight, Tensor& dx);
-  // dx [N, D]: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
+  // dx [Nl, D]: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
   void LayerBackward(const Context& ctx, LlamaMicroBatchActivations& slot, int64_t layer,
                      Tensor& dx);
-  // The SSA operator's view of a layer's inputs over its activation buffers `a`.
-  ssa::SsaAttentionInputs AttentionInputs(const LlamaMicroBatchActivations& slot,
-                                          const LlamaLayerActivations& a) const;
+  class MicroBatchKeys;  // a micro-batch's attention side (LlamaAttentionKeys)
 
   LlamaConfig config_;
   ssa::SsaOptions attention_options_;  // config_.AttentionOptions()
+  LlamaLayer layer_;                   // the math of every layer
   ssa::AttentionBackend attention_backend_;
   DType dtype_;
   Context ctx_;  // the device of every buffer
