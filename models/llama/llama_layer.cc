@@ -4,6 +4,7 @@
 
 #include "core/ops/elementwise.h"
 #include "core/ops/gemm.h"
+#include "core/ops/lora.h"
 #include "core/ops/rmsnorm.h"
 #include "core/ops/swiglu.h"
 #include "parallel/tensor_parallel.h"
@@ -33,6 +34,9 @@ ssa::SsaAttentionOutputs CallOutputs(const LlamaAttentionCall& call,
           Rows(a.lse, call.query_begin, call.query_end),
           Rows(a.tau_q, call.query_begin, call.query_end), call.value_temperature};
 }
+
+// The index of a projection's adapter in LlamaLayerWeights::lora.
+size_t Target(LoraTarget target) { return static_cast<size_t>(target); }
 
 }  // namespace
 
@@ -85,13 +89,33 @@ void LlamaAttentionKeys::KeyGradients(const Context& /*ctx*/, LlamaScratch& scra
   dvalue_source = scratch.dvalue_source;
 }
 
+void LlamaLayer::Project(const Context& ctx, const Tensor& x, const Tensor& w,
+                         const LoraAdapter& lora, Tensor& y) const {
+  Linear(ctx, x, w, y);
+  if (!lora.a.defined()) return;
+  Tensor z = Tensor::Empty({x.dim(0), lora.a.dim(0)}, x.dtype(), ctx.device());  // [N, r]
+  ops::LoraForward(ctx, x, lora.a, lora.b, lora_scale_, z, y);
+}
+
+void LlamaLayer::ProjectBackward(const Context& ctx, const Tensor& dy, const Tensor& x,
+                                 const Tensor& w, const LoraAdapter& lora, LoraAdapter& dlora,
+                                 Tensor& dx, bool accumulate_dx, Tensor& dw) const {
+  LinearBackward(ctx, dy, x, w, dx, accumulate_dx, dw);
+  if (!lora.a.defined()) return;
+  const Shape rows = {x.dim(0), lora.a.dim(0)};
+  Tensor z = Tensor::Empty(rows, x.dtype(), ctx.device());   // [N, r] = x A^T, as the forward's
+  Tensor dz = Tensor::Empty(rows, x.dtype(), ctx.device());  // [N, r]
+  Linear(ctx, x, lora.a, z);
+  ops::LoraBackward(ctx, dy, x, lora.a, lora.b, z, lora_scale_, dz, dx, dlora.a, dlora.b);
+}
+
 void LlamaLayer::AttentionForward(const Context& ctx, const LlamaLayerWeights& w,
                                   LlamaAttentionKeys& keys, LlamaLayerActivations& a) const {
   const int64_t n = a.h_attn.dim(0);
   Tensor u = a.u.View({n, -1}), k = a.k.View({n, -1}), v = a.v.View({n, -1});
-  Linear(ctx, a.h_attn, w.q, u);
-  Linear(ctx, a.h_attn, w.k, k);
-  Linear(ctx, a.h_attn, w.v, v);
+  Project(ctx, a.h_attn, w.q, w.lora[Target(LoraTarget::kQ)], u);
+  Project(ctx, a.h_attn, w.k, w.lora[Target(LoraTarget::kK)], k);
+  Project(ctx, a.h_attn, w.v, w.lora[Target(LoraTarget::kV)], v);
   if (a.query_source.defined()) {
     Tensor source = a.query_source.View({n, -1});
     Linear(ctx, a.h_attn, w.query_projection, source);
@@ -110,8 +134,8 @@ void LlamaLayer::AttentionForward(const Context& ctx, const LlamaLayerWeights& w
 
 void LlamaLayer::MlpForward(const Context& ctx, const LlamaLayerWeights& w,
                             LlamaLayerActivations& a) const {
-  Linear(ctx, a.h_mlp, w.gate, a.gate);
-  Linear(ctx, a.h_mlp, w.up, a.up);
+  Project(ctx, a.h_mlp, w.gate, w.lora[Target(LoraTarget::kGate)], a.gate);
+  Project(ctx, a.h_mlp, w.up, w.lora[Target(LoraTarget::kUp)], a.up);
   ops::SwiGluForward(ctx, a.gate, a.up, a.act);
 }
 
@@ -121,11 +145,11 @@ void LlamaLayer::Forward(const Context& ctx, const LlamaLayerWeights& w,
   const int64_t n = a.h_attn.dim(0);
   regions.NormForward(ctx, a.x, w.input_norm, a.h_attn, a.rstd_attn);
   AttentionForward(ctx, w, keys, a);
-  Linear(ctx, a.attn.View({n, -1}), w.o, proj);
+  Project(ctx, a.attn.View({n, -1}), w.o, w.lora[Target(LoraTarget::kO)], proj);
   ops::Add(ctx, a.x, regions.ReduceTokens(proj), a.x_mid);
   regions.NormForward(ctx, a.x_mid, w.post_norm, a.h_mlp, a.rstd_mlp);
   MlpForward(ctx, w, a);
-  Linear(ctx, a.act, w.down, proj);
+  Project(ctx, a.act, w.down, w.lora[Target(LoraTarget::kDown)], proj);
   ops::Add(ctx, a.x_mid, regions.ReduceTokens(proj), x_out);
 }
 
@@ -136,17 +160,23 @@ void LlamaLayer::Backward(const Context& ctx, const LlamaLayerWeights& w, LlamaL
   const int64_t n = a.h_attn.dim(0);
   if (recompute.mlp) MlpForward(ctx, w, a);
   // MLP: x_out = x_mid + down(SwiGLU(gate(h), up(h))), h = RMSNorm(x_mid). dx holds d x_out.
-  LinearBackward(ctx, regions.FullTokenGradient(dx), a.act, w.down, s.dact, false, dw.down);
+  ProjectBackward(ctx, regions.FullTokenGradient(dx), a.act, w.down,
+                  w.lora[Target(LoraTarget::kDown)], dw.lora[Target(LoraTarget::kDown)], s.dact,
+                  false, dw.down);
   ops::SwiGluBackward(ctx, s.dact, a.gate, a.up, s.dgate, s.dup);
-  LinearBackward(ctx, s.dgate, a.h_mlp, w.gate, s.dh, false, dw.gate);
-  LinearBackward(ctx, s.dup, a.h_mlp, w.up, s.dh, true, dw.up);
+  ProjectBackward(ctx, s.dgate, a.h_mlp, w.gate, w.lora[Target(LoraTarget::kGate)],
+                  dw.lora[Target(LoraTarget::kGate)], s.dh, false, dw.gate);
+  ProjectBackward(ctx, s.dup, a.h_mlp, w.up, w.lora[Target(LoraTarget::kUp)],
+                  dw.lora[Target(LoraTarget::kUp)], s.dh, true, dw.up);
   regions.NormBackward(ctx, s.dh, a.x_mid, w.post_norm, a.rstd_mlp, dw.post_norm,
                        dx);  // dx now holds d x_mid
   // Attention: x_mid = x + o_proj(SsaAttention(q(h), k(h), v(h))), h = RMSNorm(x); the operator
   // applies RoPE and the temperatures.
   if (recompute.attention) AttentionForward(ctx, w, keys, a);
   Tensor dattn = s.dattn.View({n, -1});
-  LinearBackward(ctx, regions.FullTokenGradient(dx), a.attn.View({n, -1}), w.o, dattn, false, dw.o);
+  ProjectBackward(ctx, regions.FullTokenGradient(dx), a.attn.View({n, -1}), w.o,
+                  w.lora[Target(LoraTarget::kO)], dw.lora[Target(LoraTarget::kO)], dattn, false,
+                  dw.o);
   // The operator accumulates into its gradients.
   for (Tensor* t : {&s.du, &s.dk, &s.dv, &s.dquery_source, &s.dvalue_source}) {
     if (t->defined()) ops::Fill(ctx, *t, 0.0);
@@ -165,9 +195,12 @@ void LlamaLayer::Backward(const Context& ctx, const LlamaLayerWeights& w, LlamaL
   }
   Tensor dk, dv, dvalue_source;
   keys.KeyGradients(ctx, s, dk, dv, dvalue_source);
-  LinearBackward(ctx, s.du.View({n, -1}), a.h_attn, w.q, s.dh, false, dw.q);
-  LinearBackward(ctx, dk.View({n, -1}), a.h_attn, w.k, s.dh, true, dw.k);
-  LinearBackward(ctx, dv.View({n, -1}), a.h_attn, w.v, s.dh, true, dw.v);
+  ProjectBackward(ctx, s.du.View({n, -1}), a.h_attn, w.q, w.lora[Target(LoraTarget::kQ)],
+                  dw.lora[Target(LoraTarget::kQ)], s.dh, false, dw.q);
+  ProjectBackward(ctx, dk.View({n, -1}), a.h_attn, w.k, w.lora[Target(LoraTarget::kK)],
+                  dw.lora[Target(LoraTarget::kK)], s.dh, true, dw.k);
+  ProjectBackward(ctx, dv.View({n, -1}), a.h_attn, w.v, w.lora[Target(LoraTarget::kV)],
+                  dw.lora[Target(LoraTarget::kV)], s.dh, true, dw.v);
   if (s.dquery_source.defined()) {
     LinearBackward(ctx, s.dquery_source.View({n, -1}), a.h_attn, w.query_projection, s.dh, true,
                    dw.query_projection);

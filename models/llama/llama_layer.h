@@ -92,7 +92,9 @@ class LlamaAttentionKeys {
 // The layer's math: N tokens (Nl of them in the norm regions; llama_activations.h).
 class LlamaLayer {
  public:
-  explicit LlamaLayer(const LlamaConfig& config) : options_(config.AttentionOptions()) {}
+  explicit LlamaLayer(const LlamaConfig& config)
+      : options_(config.AttentionOptions()),
+        lora_scale_(config.lora.has_value() ? config.lora->Scale() : 0.0) {}
 
   const ssa::SsaOptions& attention_options() const { return options_; }
 
@@ -117,7 +119,20 @@ class LlamaLayer {
                 Tensor& dx) const;
 
  private:
+  // y [N, out] = x [N, in] W^T, plus LoRA's s (x A^T) B^T where `lora` adapts the projection. A
+  // row-parallel projection's y is a partial sum over the TP ranks (x and A this rank's slice of
+  // the input, B whole), reduced with the projection's: its B gradient is partial too.
+  void Project(const Context& ctx, const Tensor& x, const Tensor& w, const LoraAdapter& lora,
+               Tensor& y) const;
+  // Its backward: dx (= or += with accumulate_dx) dy W + the adapter's; dw, and the adapter's
+  // da and db in `dlora`, += (each skipped where undefined: frozen). The adapter's z = x A^T is
+  // recomputed ([N, r]: cheaper to redo than to keep per layer).
+  void ProjectBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& w,
+                       const LoraAdapter& lora, LoraAdapter& dlora, Tensor& dx, bool accumulate_dx,
+                       Tensor& dw) const;
+
   ssa::SsaOptions options_;
+  double lora_scale_;  // s of model.lora (0 without)
 };
 
 }  // namespace kelvin::models

@@ -43,7 +43,9 @@ ParameterShard ShardOf(const LlamaConfig& c, const LlamaShardLayout& s, const st
     if (column) {  // A [r, D] whole, its gradient partial; B [out, r] split like W's rows
       return is_a ? ParameterShard{.partial_over_tensor_parallel = true} : ShardOf(c, s, base);
     }
-    return is_a ? ShardOf(c, s, base) : ParameterShard{};  // A [r, in] split like W's columns
+    // A [r, in] split like W's columns; B [out, r] whole, its gradient partial (each rank's z is
+    // its input slice's share of x A^T).
+    return is_a ? ShardOf(c, s, base) : ParameterShard{.partial_over_tensor_parallel = true};
   }
   if (ends_with("embed_tokens.weight") || name == "lm_head.weight") {
     return {0, s.vocab_begin, s.vocab};

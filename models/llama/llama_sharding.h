@@ -40,7 +40,8 @@ struct ParameterShard {
   // kv_replicated (norms need no sum without sequence parallelism: every rank computes the same).
   bool replicated_kv = false;
   // Whole on every rank but its gradient partial per rank, summed over the TP group: LoRA's A
-  // beside a column-parallel projection (each rank's B slice sees its output slice only).
+  // beside a column-parallel projection (each rank's B slice sees its output slice only) and its
+  // B beside a row-parallel one (each rank's z is its input slice's partial sum).
   bool partial_over_tensor_parallel = false;
 };
 

@@ -18,6 +18,7 @@
 #include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "models/llama/llama_model.h"
+#include "models/llama/llama_peft.h"
 #include "models/llama/memory_plan.h"
 #include "tests/models/memory_plan_check.h"
 #include "tests/models/tiny_ssa_llama.h"
@@ -174,6 +175,90 @@ INSTANTIATE_TEST_SUITE_P(WeightSharing, LlamaSsaGradient, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Shared" : "OwnProjection";
                          });
+
+// The tiny SSA model with LoRA (rank 2, alpha 3) beside all seven projections, training the
+// adapters and SSA on a frozen base.
+models::LlamaConfig TinyLoraConfig() {
+  models::LlamaConfig c = testing::TinySsaLlamaConfig(true, true);
+  c.lora = models::LoraOptions();
+  c.lora->rank = 2;
+  c.lora->alpha = 3.0;
+  for (int t = 0; t < models::kNumLoraTargets; ++t) {
+    c.lora->targets.push_back(static_cast<models::LoraTarget>(t));
+  }
+  c.trainable = models::TrainableSets();
+  c.trainable->adapters = c.trainable->ssa = true;
+  return c;
+}
+
+// The LoRA model starts as its base (B = 0: bit for bit), and with adapters set is the model
+// whose weights are merged, W + s B A (f64, within rounding): the adapters' forward and scale.
+TEST(LlamaLora, StartsAsTheBaseAndEqualsTheMergedModel) {
+  models::LlamaModel lora(TinyLoraConfig(), DType::kF64);
+  models::LlamaConfig base_config = testing::TinySsaLlamaConfig(true, true);
+  models::LlamaModel base(base_config, DType::kF64);
+  base.InitRandom(31);
+  RandomizeSsa(base, 32);
+  CopySharedParameters(base, lora);
+  lora.InitLoraParameters(33);
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 34, 0, 10);
+  const Context ctx = Context::Cpu();
+  const Tensor base_logits = testing::ToHost(base.Forward(ctx, tokens, PackedPositions()));
+  EXPECT_TRUE(testing::BitIdentical(testing::ToHost(lora.Forward(ctx, tokens, PackedPositions())),
+                                    base_logits, "logits with B = 0"));
+
+  const double scale = TinyLoraConfig().lora->Scale();
+  ASSERT_EQ(scale, 1.5);
+  std::mt19937_64 rng(35);
+  std::normal_distribution<double> normal(0.0, 0.3);
+  for (int64_t layer = 0; layer < base_config.num_layers; ++layer) {
+    for (int t = 0; t < models::kNumLoraTargets; ++t) {
+      const std::string module =
+          absl::StrCat("model.layers.", layer, ".",
+                       models::LoraTargetModule(static_cast<models::LoraTarget>(t)));
+      const Tensor a = lora.parameters().value(module + ".lora_A.weight");  // [r, in]
+      const Tensor b = lora.parameters().value(module + ".lora_B.weight");  // [out, r]
+      for (int64_t i = 0; i < b.numel(); ++i) b.data<double>()[i] = normal(rng);
+      const Tensor w = base.parameters().value(module + ".weight");  // [out, in]
+      const int64_t out = w.dim(0), in = w.dim(1), r = a.dim(0);
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) {
+          double update = 0;
+          for (int64_t k = 0; k < r; ++k) {
+            update += b.data<double>()[o * r + k] * a.data<double>()[k * in + i];
+          }
+          w.data<double>()[o * in + i] += scale * update;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(testing::AllClose(testing::ToHost(lora.Forward(ctx, tokens, PackedPositions())),
+                                testing::ToHost(base.Forward(ctx, tokens, PackedPositions())),
+                                1e-12, "logits against the merged model"));
+}
+
+// The adapters' and SSA's gradients through the whole model against f64 central differences; the
+// frozen base has none.
+TEST(LlamaLora, AdapterAndSsaGradientsMatchFiniteDifferences) {
+  models::LlamaModel model(TinyLoraConfig(), DType::kF64);
+  RandomizeForGradientCheck(model, 41);
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 42, 0, 10);
+  const Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 43, 0, 10);
+  const Tensor positions = PackedPositions();
+  model.parameters().ZeroGrads();
+  Loss(model, tokens, positions, labels, true);
+  auto loss = [&] { return Loss(model, tokens, positions, labels, false); };
+  int trained = 0;
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    const bool trains = models::IsLoraParameter(e.name) || e.group == ParamGroup::kTemperature;
+    EXPECT_EQ(e.grad.defined(), trains) << e.name;
+    if (!e.grad.defined()) continue;
+    ++trained;
+    EXPECT_TRUE(SampledGradientMatches(loss, e.value, e.grad, e.name));
+  }
+  EXPECT_EQ(trained,
+            2 * (2 * models::kNumLoraTargets + 3));  // per layer: A, B x 7, a^q, a^v, alpha
+}
 
 TEST(LlamaSsa, TemperatureStatisticsDescribeTheLastForward) {
   models::LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);

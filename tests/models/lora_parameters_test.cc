@@ -53,13 +53,14 @@ TEST(LoraParameters, ShardWithTheirBaseProjection) {
     const auto [b, b_name] = shard(two, module, 'B');
     ExpectShard(b, 0, begin, count, false, false, b_name);
   }
-  // Row-parallel bases: A columns like W's columns, B whole.
+  // Row-parallel bases: A columns like W's columns, B whole (gradient summed over TP: each rank's
+  // z is its input slice's partial sum).
   for (const auto& [module, begin, count] :
        {std::tuple{"self_attn.o_proj", 64, 64}, std::tuple{"mlp.down_proj", 192, 192}}) {
     const auto [a, a_name] = shard(two, module, 'A');
     ExpectShard(a, 1, begin, count, false, false, a_name);
     const auto [b, b_name] = shard(two, module, 'B');
-    ExpectShard(b, -1, 0, 0, false, false, b_name);
+    ExpectShard(b, -1, 0, 0, /*partial=*/true, false, b_name);
   }
   // TP 4 > G 2: B of k and v follows the replicated KV head (rank 3 holds head 1).
   const auto [kv_b, kv_name] = shard(ShardLayoutOf(c, 3, 4), "self_attn.v_proj", 'B');

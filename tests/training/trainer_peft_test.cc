@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "core/copy.h"
 #include "launcher/config/job_config.h"
 #include "tests/testing/files.h"
@@ -21,15 +22,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Trains the SSA demo job with `peft_overrides` 3 steps; checks every parameter against its value
-// before the first step: unchanged when frozen, changed when trainable. Returns the trainable
-// parameters' names.
-std::vector<std::string> TrainAndCompare(const std::vector<std::string>& peft_overrides) {
+// Trains the SSA demo job with `peft_overrides` (and LoRA of rank 4 beside `lora_targets`) 3
+// steps; checks every parameter against its value before the first step: unchanged when frozen,
+// changed when trainable. Returns the trainable parameters' names.
+std::vector<std::string> TrainAndCompare(const std::vector<std::string>& peft_overrides,
+                                         const std::vector<std::string>& lora_targets = {}) {
   std::vector<std::string> overrides = {
       "model.ssa.enabled=true",       "lr_schedule.warmup_steps=1", "training.seq_length=110",
       "training.export_hf_dir=\"\"",  "training.steps=3",           "training.micro_batch_size=2",
       "training.global_batch_size=2", "training.eval_interval=0"};
   overrides.insert(overrides.end(), peft_overrides.begin(), peft_overrides.end());
+  if (!lora_targets.empty()) {
+    overrides.push_back("model.lora.rank=4");
+    overrides.push_back("model.lora.targets=[" + absl::StrJoin(lora_targets, ", ") + "]");
+  }
   const absl::StatusOr<config::JobConfig> job =
       launcher::LoadJobConfig(testing::DemoJobPath(), overrides);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -78,6 +84,23 @@ TEST(TrainerPeft, NormsAndEmbeddingsTrainBesideTheTemperatures) {
   }
   EXPECT_GT(norms, 0);
   EXPECT_GT(embeddings, 0);
+}
+
+// LoRA beside the attention's q and v and the MLP's down projection: the adapters alone train
+// (A from its peft draw, B from zero), every base weight and the frozen SSA stay as they were.
+TEST(TrainerPeft, LoraAdaptersTrainAndTheBaseStaysFrozen) {
+  const std::vector<std::string> trainable =
+      TrainAndCompare({"model.peft.adapters=true"}, {"q_proj", "v_proj", "down_proj"});
+  const size_t per_layer = 2 * 3;  // A and B of each of 3 targets
+  EXPECT_EQ(trainable.size() % per_layer, 0u);
+  EXPECT_FALSE(trainable.empty());
+  for (const std::string& name : trainable) {
+    EXPECT_TRUE(name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight")) << name;
+    EXPECT_TRUE(name.find("q_proj") != std::string::npos ||
+                name.find("v_proj") != std::string::npos ||
+                name.find("down_proj") != std::string::npos)
+        << name;
+  }
 }
 
 // SSA on but frozen (its backward computes the read-outs' gradients into scratch): the norms alone

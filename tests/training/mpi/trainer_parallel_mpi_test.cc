@@ -67,6 +67,9 @@ struct Layout {
   // f32 master weights apart from the f32 model, as bf16 training keeps them (with ZeRO-1:
   // sharded over the data-parallel ranks)
   bool separate_master = false;
+  // LoRA (rank 4, alpha 8) beside all seven projections, training the adapters and SSA on a
+  // frozen base
+  bool lora = false;
 
   int world() const { return tp * dp * pp * cp; }
 };
@@ -133,6 +136,13 @@ config::JobConfig SmallJob(const Layout& layout, std::vector<std::string> extra 
       absl::StrCat("model.recompute_mlp=", layout.recompute ? "true" : "false"),
       absl::StrCat("training.device=", layout.device),
       "model.precision=AUTO"};
+  if (layout.lora) {
+    overrides.insert(overrides.end(),
+                     {"model.lora.rank=4", "model.lora.alpha=8",
+                      "model.lora.targets=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                      "down_proj]",
+                      "model.peft.adapters=true", "model.peft.ssa=true"});
+  }
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   absl::StatusOr<config::JobConfig> job = launcher::LoadJobConfig(demo, overrides);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -189,6 +199,7 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
   one.layers = layout.layers;
   one.hidden = layout.hidden;
   one.tied = layout.tied;
+  one.lora = layout.lora;
   absl::StatusOr<std::unique_ptr<Trainer>> reference = CreateTrainer(one, extra, MPI_COMM_SELF);
   ASSERT_TRUE(reference.ok()) << reference.status();
   ASSERT_TRUE((*reference)->Run().ok());
@@ -394,6 +405,33 @@ TEST(ParallelTraining, AFrozenBaseEqualsOneProcess) {
   ExpectFollowsTheOneProcessRun(
       layout, {testing::kF32RelTol, testing::kF32ReducedGradNormRelTol, testing::kF32RelTol},
       {"model.peft.ssa=true", "model.peft.norms=true"});
+}
+
+// LoRA adapters and SSA on a frozen base: TP2 (the column-parallel adapters' A and the row-parallel
+// ones' B summed over the ranks), CP2 x DP2 with ZeRO-1, and TP2+SP x PP2 x DP2 with ZeRO-1 follow
+// the one-process run.
+TEST(ParallelTraining, LoraAdaptersEqualOneProcess) {
+  Layout layout{.name = "TP2", .tp = 2, .dp = 1, .sequence_parallel = false, .lora = true};
+  if (WorldSize() == 4) {
+    layout = Layout{.name = "CP2xDP2_ZeRO1",
+                    .tp = 1,
+                    .dp = 2,
+                    .sequence_parallel = false,
+                    .distributed_optimizer = true,
+                    .cp = 2,
+                    .lora = true};
+  }
+  if (WorldSize() == 8) {
+    layout = Layout{.name = "TP2_SPxPP2xDP2_ZeRO1",
+                    .tp = 2,
+                    .dp = 2,
+                    .sequence_parallel = true,
+                    .distributed_optimizer = true,
+                    .pp = 2,
+                    .lora = true};
+  }
+  ExpectFollowsTheOneProcessRun(
+      layout, {testing::kF32RelTol, testing::kF32ReducedGradNormRelTol, testing::kF32RelTol});
 }
 
 // The same layout under two schedules (or a's job with `a_extra` and b's with `b_extra`): identical
