@@ -211,8 +211,9 @@ std::string TypeName(const pb::FieldDescriptor& field) {
   return field.type_name();
 }
 
-// The singular scalar field that the dotted path `components` names, walked through descriptors
-// only (so that a bad path changes nothing). Errors name the bad component and the valid fields.
+// The scalar field (singular, or a repeated one as the last component: an override sets its whole
+// list) that the dotted path `components` names, walked through descriptors only (so that a bad
+// path changes nothing). Errors name the bad component and the valid fields.
 absl::StatusOr<const pb::FieldDescriptor*> ScalarFieldAt(
     const std::vector<std::string>& components) {
   const pb::Descriptor* type = config::JobConfig::descriptor();
@@ -234,9 +235,9 @@ absl::StatusOr<const pb::FieldDescriptor*> ScalarFieldAt(
           "; valid fields: ", absl::StrJoin(FieldNames(*type), ", ")));
     }
     walked = walked.empty() ? name : absl::StrCat(walked, ".", name);
-    if (field->is_repeated()) {
+    if (field->is_repeated() && field->message_type() != nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat(walked, " is a repeated field; overrides set single values"));
+          absl::StrCat(walked, " is a repeated message; overrides set values and lists of values"));
     }
     if (field->message_type() != nullptr) {
       type = field->message_type();
@@ -325,18 +326,41 @@ absl::Status ApplyOverride(std::string_view assignment, config::JobConfig& confi
   if (!found.ok()) return fail(found.status().message());
   const pb::FieldDescriptor* field = *found;
 
-  // Text-format value; a string field also takes bare text.
-  std::string text(value);
-  if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && !value.starts_with('"') &&
-      !value.starts_with('\'')) {
-    text = absl::StrCat("\"", absl::CEscape(value), "\"");
+  // Text-format value; a string field also takes bare text. A repeated field takes a list,
+  // [a, b, c] (bare strings quoted one by one), that replaces its elements.
+  const auto quoted = [&](const std::string& element) {
+    const bool bare = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING &&
+                      !element.starts_with('"') && !element.starts_with('\'');
+    return bare ? absl::StrCat("\"", absl::CEscape(element), "\"") : element;
+  };
+  std::string text;
+  if (field->is_repeated()) {
+    if (!value.starts_with('[') || !value.ends_with(']')) {
+      return fail(
+          absl::StrCat(path, " is a list: give its values in brackets, e.g. ", path, "=[a, b]"));
+    }
+    std::vector<std::string> elements;
+    const std::string inside = StripWhitespace(value.substr(1, value.size() - 2));
+    if (!inside.empty()) {
+      for (const absl::string_view element : absl::StrSplit(inside, ',')) {
+        elements.push_back(
+            quoted(StripWhitespace(std::string_view(element.data(), element.size()))));
+      }
+    }
+    text = absl::StrCat(field->name(), ": [", absl::StrJoin(elements, ", "), "]");
+  } else {
+    text = quoted(value);
   }
   ErrorList errors;
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   std::unique_ptr<pb::Message> scratch(
       pb::MessageFactory::generated_factory()->GetPrototype(field->containing_type())->New());
-  if (!parser.ParseFieldValueFromString(text, field, scratch.get())) {
+  const auto parse = [&](pb::Message* into) {
+    return field->is_repeated() ? parser.MergeFromString(text, into)
+                                : parser.ParseFieldValueFromString(text, field, into);
+  };
+  if (!parse(scratch.get())) {
     std::string why =
         errors.errors.empty() ? "unexpected text after the value" : errors.errors.front().message;
     if (field->enum_type() != nullptr) {
@@ -352,7 +376,8 @@ absl::Status ApplyOverride(std::string_view assignment, config::JobConfig& confi
     target = target->GetReflection()->MutableMessage(
         target, target->GetDescriptor()->FindFieldByName(components[i]));
   }
-  const bool parsed = parser.ParseFieldValueFromString(text, field, target);
+  if (field->is_repeated()) target->GetReflection()->ClearField(target, field);
+  const bool parsed = parse(target);
   KELVIN_CHECK(parsed) << "override value parsed once but not twice: " << assignment;
   return absl::OkStatus();
 }

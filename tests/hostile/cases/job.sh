@@ -45,7 +45,7 @@ job_case set_unknown_enum 1 'training.device.*TPU' plan --set training.device=TP
 # An unquoted string value is taken as the string.
 job_case set_string_unquoted 0 'layout' plan --set launch.run_dir=/tmp/x
 job_case set_string_with_newline 1 'launch.run_dir' launch "--set=launch.run_dir=\"a\\nb\""
-job_case set_repeated_field 1 'launch.setup_commands is a repeated field' plan --set launch.setup_commands=\"echo\"
+job_case set_repeated_field 1 'launch.setup_commands is a list' plan --set launch.setup_commands=\"echo\"
 job_case set_invalid_utf8 1 'name' plan "--set=name=\"$(printf 'a\xffb')\""
 # Launch settings.
 job_case launch_time_limit_impossible 1 'launch.time_limit.*25:99:99' launch \

@@ -176,6 +176,30 @@ TEST(JobConfigOverride, StringsBareOrQuotedAndOneofSwitches) {
   EXPECT_EQ(job.checkpoint().dir(), "");
 }
 
+// A repeated scalar field takes a bracketed list that replaces its elements (bare strings quoted
+// one by one); an empty list clears it.
+TEST(JobConfigOverride, ListsReplaceARepeatedField) {
+  config::JobConfig job = ParsedMinimalJob();
+  ASSERT_TRUE(ApplyOverride("model.lora.targets=[q_proj, \"v_proj\"]", job).ok());
+  ASSERT_TRUE(ApplyOverride("model.lora.targets=[o_proj,down_proj, up_proj]", job).ok());
+  EXPECT_THAT(job.model().lora().targets(),
+              ::testing::ElementsAre("o_proj", "down_proj", "up_proj"));
+  ASSERT_TRUE(ApplyOverride("model.architecture.rope_scaling.short_factor=[1, 2.5]", job).ok());
+  EXPECT_THAT(job.model().architecture().rope_scaling().short_factor(),
+              ::testing::ElementsAre(1.0, 2.5));
+  ASSERT_TRUE(ApplyOverride("launch.setup_commands=[]", job).ok());
+  EXPECT_EQ(job.launch().setup_commands_size(), 0);
+  EXPECT_THAT(OverrideError("launch.setup_commands=\"echo\""),
+              HasSubstr("launch.setup_commands is a list: give its values in brackets, e.g. "
+                        "launch.setup_commands=[a, b]"));
+  EXPECT_THAT(OverrideError("model.architecture.rope_scaling.short_factor=[1, x]"),
+              HasSubstr("bad value \"[1, x]\" for model.architecture.rope_scaling.short_factor"));
+  EXPECT_THAT(OverrideError("data.also_eval=[]"),
+              HasSubstr("data.also_eval is a repeated message; overrides set values and lists"));
+  EXPECT_THAT(OverrideError("model.lora.targets.x=1"),
+              HasSubstr("model.lora.targets is a string, not a message"));
+}
+
 TEST(JobConfigOverride, BadPathNamesComponentAndValidFields) {
   const std::string message = OverrideError("optimizer.lrr=1e-5");
   EXPECT_THAT(message, StartsWith("override \"optimizer.lrr=1e-5\": optimizer "
