@@ -4,16 +4,19 @@ Pinned: torch==2.15.0, transformers==5.23.0, safetensors==0.8.0 (tools/requireme
 Run:    python tools/make_rope_fixture.py            (writes tests/fixtures/rope/<case>/)
 
 For every scaling transformers computes for Llama (a raised rope_theta, linear, yarn twice, longrope,
-llama3) and for an SSA Llama with yarn (models/llama/hf/, the modeling code Kelvin ships), a tiny
+llama3, dynamic) and for an SSA Llama with yarn (models/llama/hf/, the modeling code Kelvin ships), a tiny
 random model (hidden 32, 2 layers, 2 heads of 16, 1 KV head, vocab 64, an original context of 32
-positions and max_position_embeddings 128) is saved with save_pretrained into <case>/model, its
+positions and max_position_embeddings 128; dynamic's original context is max_position_embeddings,
+32) is saved with save_pretrained into <case>/model, its
 config.json rewritten into transformers 4's form (top-level rope_theta + rope_scaling) for the
 cases marked so, and read back with from_pretrained, so the logits are those of the config.json
 Kelvin reads. <case>/logits.safetensors holds, all float32 but the ids:
   input_ids, position_ids [1, 128] int64 and logits [1, 128, 64]: one call over 128 positions,
   four times the original length;
   short_input_ids, short_position_ids [1, 32] and short_logits [1, 32, 64]: a call within the
-  original length (LongRoPE's short factors; the same frequencies for the other types).
+  original length (LongRoPE's short factors; the same frequencies for the other types);
+  dynamic only: decode_logits [1, 128, 64], the 128 tokens decoded with a cache, 24 in the first
+  call and then one per call (each call beyond the original length with its own frequencies).
 tests/models/rope_scaling_parity_test.cc matches them in CI without torch. The script prints each
 case's attention factor, the largest logit and how far the logits are from default RoPE's.
 
@@ -30,7 +33,7 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 OUT = os.path.join(ROOT, "tests", "fixtures", "rope")
@@ -60,14 +63,21 @@ CASES = {
                 "original_max_position_embeddings": ORIGINAL}, "v5", False),
     "ssa_yarn": ({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                   "original_max_position_embeddings": ORIGINAL}, "v5", True),
+    # Dynamic NTK's original length is max_position_embeddings itself (32 here, not 128).
+    "dynamic": ({"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}, "v4", False),
 }
+# Decoding (dynamic only): a prompt of PROMPT tokens in one call, then one token per call up to
+# LENGTH, each call's logits; dynamic NTK recomputes the frequencies per call beyond the original
+# length, and the cache keeps each key as the call that appended it rotated it.
+PROMPT = 24
 
 
 def make_model(rope_parameters, ssa):
     torch.manual_seed(0)
+    dynamic = rope_parameters["rope_type"] == "dynamic"
     common = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=1, head_dim=HEAD_DIM, vocab_size=VOCAB,
-                  max_position_embeddings=LENGTH, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  max_position_embeddings=ORIGINAL if dynamic else LENGTH, rms_norm_eps=1e-5, tie_word_embeddings=False,
                   attention_bias=False, mlp_bias=False, rope_parameters=dict(rope_parameters),
                   dtype="float32", attn_implementation="eager")
     if ssa:
@@ -116,6 +126,24 @@ def logits_of(model, length):
     return ids, positions, logits
 
 
+def decode_logits(model, ids):
+    """The logits of ids [1, LENGTH] decoded with a cache: PROMPT tokens in one call, then one at a
+    time, every call's logits in order."""
+    cache = DynamicCache(config=model.config)
+    rows = []
+    with torch.no_grad():
+        for begin, end in [(0, PROMPT)] + [(t, t + 1) for t in range(PROMPT, LENGTH)]:
+            out = model(input_ids=ids[:, begin:end], position_ids=torch.arange(begin, end)[None],
+                        past_key_values=cache, use_cache=True)
+            rows.append(out.logits.float())
+    return torch.cat(rows, dim=1)
+
+
+def load(model_dir, ssa):
+    return (SsaLlamaForCausalLM if ssa else AutoModelForCausalLM).from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+
+
 def make_case(name, rope_parameters, form, ssa):
     directory = os.path.join(OUT, name)
     shutil.rmtree(directory, ignore_errors=True)
@@ -124,17 +152,22 @@ def make_case(name, rope_parameters, form, ssa):
     if form == "v4":
         to_v4(model_dir)
     os.remove(os.path.join(model_dir, "generation_config.json"))
-    loaded = (SsaLlamaForCausalLM if ssa else AutoModelForCausalLM).from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager")
-    loaded.eval()
-    # The long call first: LongRoPE swaps its factors per call, in both directions.
+    loaded = load(model_dir, ssa)
+    dynamic = rope_parameters["rope_type"] == "dynamic"
+    # The long call first: LongRoPE swaps its factors per call, in both directions. Dynamic NTK's
+    # rotary module keeps the frequencies of the longest call it has seen (until a call shorter
+    # than the original length), so each of its calls runs on a freshly loaded model: the
+    # frequencies of that call alone, which Kelvin computes per call.
     ids, positions, logits = logits_of(loaded, LENGTH)
-    short_ids, short_positions, short_logits = logits_of(loaded, SHORT)
-    save_file({"input_ids": ids.contiguous(), "position_ids": positions.contiguous(),
+    short_ids, short_positions, short_logits = logits_of(
+        load(model_dir, ssa) if dynamic else loaded, SHORT)
+    tensors = {"input_ids": ids.contiguous(), "position_ids": positions.contiguous(),
                "logits": logits.contiguous(), "short_input_ids": short_ids.contiguous(),
                "short_position_ids": short_positions.contiguous(),
-               "short_logits": short_logits.contiguous()},
-              os.path.join(directory, "logits.safetensors"))
+               "short_logits": short_logits.contiguous()}
+    if dynamic:
+        tensors["decode_logits"] = decode_logits(load(model_dir, ssa), ids).contiguous()
+    save_file(tensors, os.path.join(directory, "logits.safetensors"))
     # How far the scaling moves the logits from default RoPE's on the same weights: what a wrong
     # scaling would have to hide within the test's 1e-5.
     unscaled = make_model({"rope_type": "default", "rope_theta": 10000.0}, ssa).eval()

@@ -88,16 +88,39 @@ T YarnInverseFrequency(const RopeConfig& c, const YarnRange& range, int64_t i, i
   return interpolation * (T(1) - extrapolation_factor) + extrapolation * extrapolation_factor;
 }
 
+// Dynamic NTK's base for a call of seq_len > original_max_position positions, as transformers'
+// _compute_dynamic_ntk_parameters computes it from the forward's max(position_ids) + 1 (a tensor,
+// so in float32 steps):
+//   base * ((factor * seq_len / original) - (factor - 1)) ** (dim / (dim - 2))
+// where the exponent is a Python float rounded to T.
+template <typename T>
+T DynamicBase(const RopeConfig& c, int64_t seq_len, int64_t head_dim) {
+  const T scaled =
+      static_cast<T>(c.factor) * static_cast<T>(seq_len) / static_cast<T>(c.original_max_position) -
+      static_cast<T>(c.factor - 1);
+  const T exponent =
+      static_cast<T>(static_cast<double>(head_dim) / static_cast<double>(head_dim - 2));
+  return static_cast<T>(c.theta) * std::pow(scaled, exponent);
+}
+
+// seq_len: the call's max position + 1 (read by dynamic only).
 template <typename T>
 void InverseFrequencies(const RopeConfig& config, int64_t head_dim, bool long_factors,
-                        T* inv_freq) {
+                        int64_t seq_len, T* inv_freq) {
   const YarnRange range =
       config.type == RopeType::kYarn ? YarnCorrectionRange(config, head_dim) : YarnRange{0, 0};
+  // Dynamic beyond the original length: the base it scales (within it: rope_theta, exactly).
+  const bool dynamic = config.type == RopeType::kDynamic && seq_len > config.original_max_position;
+  const double dynamic_base =
+      dynamic ? static_cast<double>(DynamicBase<T>(config, seq_len, head_dim)) : config.theta;
   for (int64_t i = 0; i < head_dim / 2; ++i) {
     const T plain = T(1) / ThetaPower<T>(config.theta, i, head_dim);
     switch (config.type) {
       case RopeType::kDefault:
         inv_freq[i] = plain;
+        break;
+      case RopeType::kDynamic:
+        inv_freq[i] = T(1) / ThetaPower<T>(dynamic_base, i, head_dim);
         break;
       case RopeType::kLinear:
         inv_freq[i] = plain / static_cast<T>(config.factor);
@@ -161,6 +184,8 @@ const char* RopeTypeName(RopeType type) {
       return "longrope";
     case RopeType::kLlama3:
       return "llama3";
+    case RopeType::kDynamic:
+      return "dynamic";
   }
   return "?";
 }
@@ -169,8 +194,22 @@ bool RopeUsesLongFactors(const RopeConfig& config, int64_t max_position) {
   return config.type == RopeType::kLongrope && max_position + 1 > config.original_max_position;
 }
 
+bool RopeDependsOnCall(const RopeConfig& config) {
+  return config.type == RopeType::kLongrope || config.type == RopeType::kDynamic;
+}
+
+bool RopeScalesCall(const RopeConfig& config, int64_t max_position) {
+  return RopeDependsOnCall(config) && max_position + 1 > config.original_max_position;
+}
+
 Tensor RopeInverseFrequencies(const RopeConfig& config, int64_t head_dim, DType dtype,
                               bool long_factors) {
+  return RopeCallInverseFrequencies(config, head_dim, dtype,
+                                    long_factors ? config.original_max_position : 0);
+}
+
+Tensor RopeCallInverseFrequencies(const RopeConfig& config, int64_t head_dim, DType dtype,
+                                  int64_t max_position) {
   KELVIN_CHECK(head_dim > 0 && head_dim % 2 == 0)
       << "RopeInverseFrequencies: head_dim must be even and positive, got " << head_dim;
   KELVIN_CHECK_GT(config.theta, 0.0) << "RopeInverseFrequencies: rope_theta must be positive";
@@ -192,9 +231,13 @@ Tensor RopeInverseFrequencies(const RopeConfig& config, int64_t head_dim, DType 
         << "RopeInverseFrequencies: longrope needs " << half << " short and long factors, got "
         << config.short_factor.size() << " and " << config.long_factor.size();
   }
+  if (config.type == RopeType::kDynamic) {
+    KELVIN_CHECK(head_dim > 2) << "RopeInverseFrequencies: dynamic scaling needs head_dim > 2";
+  }
   Tensor inv_freq = Tensor::Empty({head_dim / 2}, dtype);  // [d/2]
   DispatchCpuFloat(dtype, "RopeInverseFrequencies", [&]<typename T>() {
-    InverseFrequencies(config, head_dim, long_factors, inv_freq.data<T>());
+    InverseFrequencies(config, head_dim, RopeUsesLongFactors(config, max_position),
+                       max_position + 1, inv_freq.data<T>());
   });
   return inv_freq;
 }

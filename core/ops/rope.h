@@ -1,8 +1,8 @@
 // Rotary position embedding (RoPE) in Llama's Hugging Face "rotate_half" layout: element i of a
 // head pairs with element i + d/2. N tokens, H heads, d head dim (even). Also the inverse
 // frequencies and attention factor of every RoPE scaling transformers computes for Llama (default,
-// linear, yarn, longrope, llama3). CPU: f32, f64. CUDA: f32, bf16 (angle and products in f32, cos
-// and sin rounded to bf16 as Hugging Face's cos.to(x.dtype) does).
+// linear, yarn, longrope, llama3, dynamic). CPU: f32, f64. CUDA: f32, bf16 (angle and products in
+// f32, cos and sin rounded to bf16 as Hugging Face's cos.to(x.dtype) does).
 #pragma once
 
 #include <cstdint>
@@ -14,10 +14,10 @@
 
 namespace kelvin::ops {
 
-// rope_type of a Hugging Face config.json. transformers' "dynamic" (NTK) is not one: it recomputes
-// the frequencies from the longest sequence its rotary module has seen so far, a state that no
-// single forward pass can reproduce, so Kelvin refuses it when it reads a config.
-enum class RopeType { kDefault, kLinear, kYarn, kLongrope, kLlama3 };
+// rope_type of a Hugging Face config.json. kDynamic is transformers' dynamic NTK scaling, whose
+// frequencies depend on the call's length (RopeCallInverseFrequencies); its original length is
+// max_position_embeddings (RopeConfig::original_max_position holds it).
+enum class RopeType { kDefault, kLinear, kYarn, kLongrope, kLlama3, kDynamic };
 
 // The rope fields of a Hugging Face Llama config.json (rope_parameters, or rope_theta and
 // rope_scaling). Fields a scaling type does not use are ignored; optional ones stay unset when the
@@ -25,12 +25,14 @@ enum class RopeType { kDefault, kLinear, kYarn, kLongrope, kLlama3 };
 struct RopeConfig {
   double theta = 500000.0;  // rope_theta
   RopeType type = RopeType::kDefault;
-  // linear, yarn, llama3, longrope: the context extension factor. yarn and longrope without one in
-  // config.json: max_position_embeddings / original_max_position_embeddings, as transformers.
+  // linear, yarn, llama3, longrope, dynamic: the context extension factor. yarn and longrope
+  // without one in config.json: max_position_embeddings / original_max_position_embeddings, as
+  // transformers.
   double factor = 8.0;
-  double low_freq_factor = 1.0;          // llama3
-  double high_freq_factor = 4.0;         // llama3
-  int64_t original_max_position = 8192;  // llama3, yarn, longrope: the pretraining context
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3, yarn, longrope: the pretraining context; dynamic: max_position_embeddings
+  int64_t original_max_position = 8192;
   // yarn and longrope: multiplies cos and sin (so q.k by its square); unset: from factor (and
   // mscale, mscale_all_dim for yarn) as transformers derives it.
   std::optional<double> attention_factor;
@@ -45,22 +47,36 @@ struct RopeConfig {
   bool operator==(const RopeConfig&) const = default;
 };
 
-// "default", "linear", "yarn", "longrope", "llama3": the rope_type of config.json.
+// "default", "linear", "yarn", "longrope", "llama3", "dynamic": the rope_type of config.json.
 const char* RopeTypeName(RopeType type);
 
 // Whether a forward call whose largest position id is `max_position` uses LongRoPE's long factors:
 // as transformers, when max_position + 1 exceeds original_max_position (always false for the other
 // types). The call is one forward of transformers' model: one micro-batch, or one decoder append.
 bool RopeUsesLongFactors(const RopeConfig& config, int64_t max_position);
+// Whether the frequencies depend on the forward call (longrope, dynamic): each call then takes
+// RopeCallInverseFrequencies of its largest position id.
+bool RopeDependsOnCall(const RopeConfig& config);
+// Whether a call whose largest position id is `max_position` uses other frequencies than
+// RopeInverseFrequencies' (LongRoPE's long factors, dynamic NTK's raised base): the type depends
+// on the call and max_position + 1 exceeds original_max_position.
+bool RopeScalesCall(const RopeConfig& config, int64_t max_position);
 
 // inv_freq [d/2] host tensor of `dtype` (f32 normally, f64 for f64 tests), as transformers'
 // ROPE_INIT_FUNCTIONS compute it: 1 / theta^(2i/d), divided by factor (linear), blended between
 // that and its factor-th by YaRN's ramp over the correction range (yarn), divided by the short or
 // long factors (longrope, `long_factors` picks), or Llama 3's smoothing (long wavelengths divided
-// by factor, short ones kept, those between interpolated). f32 mirrors transformers' float32 torch
-// operations one by one (same order, same roundings); f64 is the same formulas in double.
+// by factor, short ones kept, those between interpolated); dynamic: the unscaled ones (a call
+// within the original length). f32 mirrors transformers' float32 torch operations one by one
+// (same order, same roundings); f64 is the same formulas in double.
 Tensor RopeInverseFrequencies(const RopeConfig& config, int64_t head_dim, DType dtype,
                               bool long_factors = false);
+// The frequencies of one forward call whose largest position id is `max_position`, as
+// transformers picks them per call: LongRoPE's long factors beyond the original length; dynamic
+// NTK's base raised for the call's length L = max_position + 1 beyond the original length O,
+// rope_theta * (factor L / O - (factor - 1))^(d / (d - 2)); the others' fixed ones.
+Tensor RopeCallInverseFrequencies(const RopeConfig& config, int64_t head_dim, DType dtype,
+                                  int64_t max_position);
 
 // The factor transformers multiplies cos and sin by (its attention_scaling): yarn's and
 // longrope's, given or derived from the factor; 1 for the other types.

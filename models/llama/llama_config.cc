@@ -128,6 +128,22 @@ absl::Status ParseRopeScaling(const json& root, const json& scaling, const std::
     KELVIN_ASSIGN_OR_RETURN(rope.factor, fields.Number("factor", std::nullopt));
     return absl::OkStatus();
   }
+  if (rope.type == ops::RopeType::kDynamic) {
+    // transformers takes max_position_embeddings as dynamic NTK's original length.
+    KELVIN_ASSIGN_OR_RETURN(rope.factor, fields.Number("factor", std::nullopt));
+    KELVIN_ASSIGN_OR_RETURN(const int64_t original, fields.Int("original_max_position_embeddings",
+                                                               config.max_position_embeddings));
+    if (original != config.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": original_max_position_embeddings=", original,
+          " with rope_type \"dynamic\": transformers ignores it (dynamic NTK scales beyond "
+          "max_position_embeddings=",
+          config.max_position_embeddings,
+          "); remove it, or set max_position_embeddings to the original length"));
+    }
+    rope.original_max_position = config.max_position_embeddings;
+    return absl::OkStatus();
+  }
   if (rope.type == ops::RopeType::kLlama3) {
     KELVIN_ASSIGN_OR_RETURN(rope.factor, fields.Number("factor", std::nullopt));
     KELVIN_ASSIGN_OR_RETURN(rope.low_freq_factor, fields.Number("low_freq_factor", std::nullopt));
@@ -226,24 +242,16 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": factor ", factor,
           " with rope_type \"default\" would be ignored (default RoPE scales nothing): set "
-          "rope_type \"linear\", \"yarn\", \"longrope\" or \"llama3\" with its fields, or "
-          "remove the factor"));
+          "rope_type \"linear\", \"yarn\", \"longrope\", \"llama3\" or \"dynamic\" with its "
+          "fields, or remove the factor"));
     }
     config.rope.type = ops::RopeType::kDefault;
     return absl::OkStatus();
   }
-  if (type == "dynamic") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where,
-        ": rope_type \"dynamic\" (NTK-aware) is not supported: transformers recomputes its "
-        "frequencies at inference from the longest sequence its rotary module has seen so far "
-        "(growing, and reset below max_position_embeddings), so logits depend on the calls made "
-        "before, and training on it matches no inference; use \"yarn\" (NTK-by-parts, a fixed "
-        "scaling) or a larger rope_theta"));
-  }
   bool known = false;
-  for (const ops::RopeType t : {ops::RopeType::kLinear, ops::RopeType::kYarn,
-                                ops::RopeType::kLongrope, ops::RopeType::kLlama3}) {
+  for (const ops::RopeType t :
+       {ops::RopeType::kLinear, ops::RopeType::kYarn, ops::RopeType::kLongrope,
+        ops::RopeType::kLlama3, ops::RopeType::kDynamic}) {
     if (type == ops::RopeTypeName(t)) {
       config.rope.type = t;
       known = true;
@@ -252,8 +260,8 @@ absl::Status ParseRope(const json& root, const std::string& source, LlamaConfig&
   if (!known) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": rope_type \"", type,
-                     "\" is not supported (Kelvin supports default, linear, yarn, longrope and "
-                     "llama3; dynamic is refused)"));
+                     "\" is not supported (Kelvin supports default, linear, yarn, longrope, "
+                     "llama3 and dynamic)"));
   }
   return ParseRopeScaling(root, scaling, source, where, config);
 }
@@ -474,7 +482,8 @@ json RopeToJson(const ops::RopeConfig& r) {
   json j = {{"rope_type", ops::RopeTypeName(r.type)}};
   if (r.type == ops::RopeType::kDefault) return j;
   j["factor"] = r.factor;
-  if (r.type == ops::RopeType::kLinear) return j;
+  // dynamic's original length is max_position_embeddings, written beside.
+  if (r.type == ops::RopeType::kLinear || r.type == ops::RopeType::kDynamic) return j;
   j["original_max_position_embeddings"] = r.original_max_position;
   if (r.type == ops::RopeType::kLlama3) {
     j["low_freq_factor"] = r.low_freq_factor;
@@ -623,6 +632,10 @@ std::vector<std::string> RopeScalingProblems(const ops::RopeConfig& rope, int64_
       (rope.original_max_position < 1 || rope.original_max_position > kMaxPositions)) {
     add(".original_max_position_embeddings=", rope.original_max_position, ": must be in [1, ",
         kMaxPositions, "]");
+  }
+  if (rope.type == ops::RopeType::kDynamic && head_dim > 0 && head_dim <= 2) {
+    add(": rope_type \"dynamic\" needs head_dim > 2 (its base is raised to d / (d - 2)), got ",
+        head_dim);
   }
   if (rope.attention_factor.has_value() &&
       (!(*rope.attention_factor > 0) || !std::isfinite(*rope.attention_factor))) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/copy.h"
@@ -89,10 +90,14 @@ absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64
         "with tensor parallelism or one process)");
   }
   const LlamaConfig& config = model.config();
-  if (max_tokens < 1 || max_tokens > config.max_position_embeddings) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a decoder of ", max_tokens, " tokens: the model's positions are [1, ",
-                     config.max_position_embeddings, "] (max_position_embeddings)"));
+  // Dynamic NTK scaling exists to run beyond max_position_embeddings (its original length).
+  const int64_t most = config.rope.type == ops::RopeType::kDynamic
+                           ? std::numeric_limits<int32_t>::max()
+                           : config.max_position_embeddings;
+  if (max_tokens < 1 || max_tokens > most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a decoder of ", max_tokens, " tokens: the model's positions are [1, ", most, "]",
+        most == config.max_position_embeddings ? " (max_position_embeddings)" : ""));
   }
   if (sequences < 1) {
     return absl::InvalidArgumentError(
@@ -109,13 +114,6 @@ LlamaDecoder::LlamaDecoder(const LlamaModel& model, int64_t max_tokens, int64_t 
   Tensor positions = Tensor::Empty({max_tokens}, DType::kI32);
   for (int64_t t = 0; t < max_tokens; ++t) positions.data<int32_t>()[t] = static_cast<int32_t>(t);
   positions_ = CopyToDevice(ctx, positions, ctx.device());
-  inv_freq_ = CopyToDevice(ctx, ops::RopeInverseFrequencies(c.rope, c.head_dim, AccumDType(dtype)),
-                           ctx.device());
-  if (c.rope.type == ops::RopeType::kLongrope) {
-    inv_freq_long_ = CopyToDevice(
-        ctx, ops::RopeInverseFrequencies(c.rope, c.head_dim, AccumDType(dtype), /*long=*/true),
-        ctx.device());
-  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Shape shape = {sequences * max_tokens, model.layout().kv_heads, c.head_dim};
     cache_.push_back(
@@ -172,12 +170,12 @@ absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<i
   Tensor x = Tensor::Empty({rows, c.hidden_size}, dtype, ctx.device());  // [N, D]
   ops::EmbeddingForward(ctx, CopyToDevice(ctx, ids, ctx.device()), embedding, shard.vocab_begin, x);
   parallel::ReduceFromTensorParallelRegion(model_->tp(), x);
-  // LongRoPE picks its factors per call from the call's largest position, as transformers does;
-  // the cache holds rotated keys, so each key keeps the factors of the call that appended it (as
-  // transformers' cache does).
+  // LongRoPE's factors and dynamic NTK's base are picked per call from the call's largest
+  // position, as transformers does; the cache holds rotated keys, so each key keeps the
+  // frequencies of the call that appended it (as transformers' cache does).
   int64_t largest = 0;
   for (const Segment& s : segments) largest = std::max(largest, s.start + s.n - 1);
-  const Tensor& inv_freq = ops::RopeUsesLongFactors(c.rope, largest) ? inv_freq_long_ : inv_freq_;
+  const Tensor inv_freq = model_->rope_frequencies().ForCall(ctx, largest);
   for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, segments, inv_freq, x);
   const Tensor last = LastRows(segments, logit_rows, x);  // [R, D]
   const int64_t logit_count = last.dim(0);

@@ -21,7 +21,8 @@ namespace kelvin::models {
 class LlamaDecoder {
  public:
   // A decoder of `sequences` sequences (a batch) of up to `max_tokens` tokens each (at most
-  // max_position_embeddings); the model must outlive it. A tensor-parallel model decodes on every
+  // max_position_embeddings, but for dynamic NTK scaling, which runs beyond it); the model must
+  // outlive it. A tensor-parallel model decodes on every
   // rank of its group together (each rank its heads, every call's logits gathered whole); a model
   // split into pipeline stages is an error that says so.
   static absl::StatusOr<LlamaDecoder> Create(const LlamaModel& model, int64_t max_tokens,
@@ -86,8 +87,6 @@ class LlamaDecoder {
   int64_t max_tokens_;
   std::vector<int64_t> lengths_;   // [sequences]
   Tensor positions_;               // [max_tokens] i32: 0, 1, 2, ...
-  Tensor inv_freq_;                // [d/2] RoPE inverse frequencies
-  Tensor inv_freq_long_;           // [d/2] LongRoPE's long factors; undefined for other scalings
   std::vector<LayerCache> cache_;  // [L]
   Tensor logits_;                  // [R, V] of the last call
   TemperatureObserver observer_;

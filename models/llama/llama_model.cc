@@ -42,7 +42,7 @@ class LlamaModel::MicroBatchKeys : public LlamaAttentionKeys {
   }
 
   std::vector<LlamaAttentionCall> Calls(const LlamaLayerActivations& a) const override {
-    const Tensor& inv_freq = slot_.long_rope ? model_.inv_freq_long_ : model_.inv_freq_;
+    const Tensor& inv_freq = slot_.inv_freq;
     const double rope_factor = ops::RopeAttentionFactor(model_.config_.rope);
     const ssa::AttentionBackend backend = model_.attention_backend_;
     const int64_t n = slot_.positions.dim(0);
@@ -102,6 +102,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
     : config_(config),
       attention_options_(config.AttentionOptions()),
       layer_(config),
+      rope_(config.rope, config.head_dim, dtype, placement.ctx),
       attention_backend_(placement.attention_backend),
       dtype_(dtype),
       ctx_(placement.ctx),
@@ -131,15 +132,6 @@ LlamaModel::LlamaModel(const LlamaConfig& config, DType dtype, const LlamaParall
   }
   end_values_ = EndWeightsOf(params_, config.tie_word_embeddings, /*gradients=*/false);
   end_grads_ = EndWeightsOf(params_, config.tie_word_embeddings, /*gradients=*/true);
-  inv_freq_ = CopyToDevice(
-      ctx_, ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype)),
-      ctx_.device());
-  if (config.rope.type == ops::RopeType::kLongrope) {
-    inv_freq_long_ = CopyToDevice(
-        ctx_,
-        ops::RopeInverseFrequencies(config.rope, config.head_dim, AccumDType(dtype), /*long=*/true),
-        ctx_.device());
-  }
   InitSsaParameters();
   InitLoraParameters(/*seed=*/0);
   gradient_units_ = GradientUnitsOf(config, stage_);
@@ -404,13 +396,13 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
     return copy;
   };
   slot.host_positions = slot.host_key_positions = Tensor();
-  slot.long_rope = false;
-  if (config_.rope.type == ops::RopeType::kLongrope) {  // the whole rows' largest position id
+  int64_t largest = 0;  // the whole rows' largest position id, where the frequencies need it
+  if (rope_.DependsOnCall()) {
     const Tensor all = host_copy(positions.View({-1}));
     const int32_t* p = all.data<int32_t>();
-    const int64_t largest = all.numel() > 0 ? *std::max_element(p, p + all.numel()) : 0;
-    slot.long_rope = ops::RopeUsesLongFactors(config_.rope, largest);
+    largest = all.numel() > 0 ? *std::max_element(p, p + all.numel()) : 0;
   }
+  slot.inv_freq = rope_.ForCall(ctx_, largest);
   if (!SplitsRows()) {
     CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
     CopyTensor(ctx_, positions.View({-1}), slot.positions);

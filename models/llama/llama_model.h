@@ -23,6 +23,7 @@
 #include "models/llama/llama_layer.h"
 #include "models/llama/llama_layer_weights.h"
 #include "models/llama/llama_pipeline_stage.h"
+#include "models/llama/llama_rope.h"
 #include "models/llama/llama_sharding.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/pipeline/pipeline_stage.h"
@@ -70,9 +71,9 @@ struct LlamaMicroBatchActivations {
   // Host copies of positions [N] and key_positions [Nk] (i32) on CUDA when the micro-batch's
   // position ids came from the host: the cuDNN attention core lays out the documents from them.
   Tensor host_positions, host_key_positions;
-  // LongRoPE's long factors for this micro-batch: its largest position id reaches past the
-  // original length (ops::RopeUsesLongFactors), as transformers decides per forward call.
-  bool long_rope = false;
+  // [d/2] the RoPE inverse frequencies of this micro-batch (LlamaRopeFrequencies::ForCall of its
+  // largest position id: LongRoPE's factors and dynamic NTK's base depend on it).
+  Tensor inv_freq;
   std::vector<LlamaLayerActivations> layers;  // [local layers]; a chunk's input is its first x
   // [V] each [Nl, D]: the chunk's output (on the last virtual stage the final norm's input).
   std::vector<Tensor> outputs;
@@ -119,6 +120,8 @@ class LlamaModel : public parallel::PipelineStage {
   const LlamaEndWeights& end_weights() const { return end_values_; }
   // The math of every layer, which the KV-cache decoder runs too.
   const LlamaLayer& layer() const { return layer_; }
+  // The RoPE frequencies each forward call uses, which the KV-cache decoder uses too.
+  const LlamaRopeFrequencies& rope_frequencies() const { return rope_; }
   const LlamaShardLayout& layout() const { return layout_; }
   parallel::Communicator& tp() const { return *tp_; }
   const Context& context() const { return ctx_; }
@@ -281,6 +284,7 @@ class LlamaModel : public parallel::PipelineStage {
   LlamaConfig config_;
   ssa::SsaOptions attention_options_;  // config_.AttentionOptions()
   LlamaLayer layer_;                   // the math of every layer
+  LlamaRopeFrequencies rope_;          // the RoPE frequencies of each forward call
   ssa::AttentionBackend attention_backend_;
   DType dtype_;
   Context ctx_;  // the device of every buffer
@@ -296,8 +300,6 @@ class LlamaModel : public parallel::PipelineStage {
   // [local layers] views of each layer's parameter values and gradients in params_.
   std::vector<LlamaLayerWeights> layer_values_, layer_grads_;
   LlamaEndWeights end_values_, end_grads_;  // this stage's embedding, final norm and LM head
-  Tensor inv_freq_;       // [d/2] RoPE inverse frequencies (AccumDType, on the model's device)
-  Tensor inv_freq_long_;  // [d/2] LongRoPE's with its long factors; undefined for other scalings
   LlamaGradientUnits gradient_units_;
   // ReportFinishedGradients: the backwards per step, the callback, and [units] this step's count.
   int backwards_per_step_ = 0;

@@ -221,11 +221,12 @@ TEST(LlamaConfig, RopeSettingsOfTheWrongTypeAreErrors) {
             "");
 }
 
-// transformers' dynamic NTK scaling is refused with its reason; longrope without its lists, a list
+// transformers' dynamic NTK scaling is read with max_position_embeddings as its original length (a
+// different original_max_position_embeddings is an error); longrope without its lists, a list
 // of the wrong length or with a non-number, and a partial rotary factor are errors naming them;
 // yarn's optional fields are read as given (unset stays unset), LongRoPE's factor defaults to
 // max_position_embeddings / original as in transformers.
-TEST(LlamaConfig, EveryTransformersScalingIsReadAndDynamicIsRefused) {
+TEST(LlamaConfig, EveryTransformersScalingIsRead) {
   const auto parse = [](const std::string& rope) {
     return models::LlamaConfigFromHfJson(
         absl::StrCat(R"({"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
@@ -234,9 +235,19 @@ TEST(LlamaConfig, EveryTransformersScalingIsReadAndDynamicIsRefused) {
                      rope, "}"),
         "m/config.json");
   };
-  EXPECT_THAT(Message(parse(R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})").status()),
-              HasSubstr("m/config.json rope_scaling: rope_type \"dynamic\" (NTK-aware) is not "
-                        "supported: transformers recomputes its frequencies at inference"));
+  absl::StatusOr<models::LlamaConfig> dynamic =
+      parse(R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})");
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status();
+  EXPECT_EQ(dynamic->rope.type, ops::RopeType::kDynamic);
+  EXPECT_EQ(dynamic->rope.factor, 2.0);
+  EXPECT_EQ(dynamic->rope.original_max_position, 64);  // max_position_embeddings
+  EXPECT_THAT(Message(parse(R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0,
+                               "original_max_position_embeddings": 16})")
+                          .status()),
+              HasSubstr("m/config.json rope_scaling: original_max_position_embeddings=16 with "
+                        "rope_type \"dynamic\": transformers ignores it"));
+  EXPECT_THAT(Message(parse(R"("rope_scaling": {"rope_type": "dynamic"})").status()),
+              HasSubstr("factor"));
   EXPECT_THAT(Message(parse(R"("rope_scaling": {"rope_type": "longrope",
                                "original_max_position_embeddings": 16})")
                           .status()),

@@ -46,8 +46,11 @@ void ApplyArchitectureOverrides(const config::Architecture& a, models::LlamaConf
     const int64_t source_max_position = c.max_position_embeddings;
     c.rope = RopeConfigFromJob(a.rope_scaling(), c.rope.theta, problems);
     KELVIN_CHECK(problems.empty()) << problems.front();
+    // Dynamic NTK's original length is max_position_embeddings; it scales beyond it per call.
+    if (c.rope.type == ops::RopeType::kDynamic) c.rope.original_max_position = source_max_position;
     // The extended length, so that one override extends a model (and its export says so).
-    if (!a.has_max_position_embeddings() && c.rope.type != ops::RopeType::kDefault) {
+    if (!a.has_max_position_embeddings() && c.rope.type != ops::RopeType::kDefault &&
+        c.rope.type != ops::RopeType::kDynamic) {
       const double base = c.rope.type == ops::RopeType::kLinear
                               ? static_cast<double>(source_max_position)
                               : static_cast<double>(c.rope.original_max_position);
@@ -381,6 +384,13 @@ absl::Status CheckExportDirectory(const std::string& label, const std::string& d
 }
 
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch) {
+  if (arch.rope.type == ops::RopeType::kDynamic) {
+    return absl::InvalidArgumentError(
+        "the model's rope_type \"dynamic\" (NTK) is applied at inference only: its frequencies "
+        "change with each forward call's length, as transformers recomputes them, so no training "
+        "step would match what inference computes; train with \"yarn\" or \"linear\" "
+        "(model.architecture.rope_scaling) or a larger rope_theta");
+  }
   if (job.training().seq_length() <= arch.max_position_embeddings) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("training.seq_length=", job.training().seq_length(),

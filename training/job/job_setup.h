@@ -33,7 +33,8 @@ absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::str
 // it in errors ("training.export_hf_dir=\"DIR\"", "--out DIR").
 absl::Status CheckExportDirectory(const std::string& label, const std::string& directory,
                                   const config::JobConfig& job);
-// training.seq_length within the model's max_position_embeddings.
+// training.seq_length within the model's max_position_embeddings, and a RoPE scaling that training
+// can use (dynamic NTK is for inference only).
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);
 // What an export of the job's model says produced it: the source model (model.hf_dir, whose
 // tokenizer files it copies, named by its directory's name, or model.preset), the job's name and

@@ -15,16 +15,13 @@ constexpr char kPath[] = "model.architecture.rope_scaling";
 std::optional<ops::RopeType> TypeOf(const std::string& name, std::vector<std::string>& problems) {
   for (const ops::RopeType type :
        {ops::RopeType::kDefault, ops::RopeType::kLinear, ops::RopeType::kYarn,
-        ops::RopeType::kLongrope, ops::RopeType::kLlama3}) {
+        ops::RopeType::kLongrope, ops::RopeType::kLlama3, ops::RopeType::kDynamic}) {
     if (name == ops::RopeTypeName(type)) return type;
   }
   problems.push_back(absl::StrCat(
       kPath, ".rope_type=\"", name,
-      name == "dynamic"
-          ? "\": dynamic NTK scaling is refused: transformers recomputes it at inference from the "
-            "longest sequence seen so far, so no training run matches it; use \"yarn\" or a larger "
-            "rope_theta"
-          : "\": must be one of \"default\", \"linear\", \"yarn\", \"longrope\", \"llama3\""));
+      "\": must be one of \"default\", \"linear\", \"yarn\", \"longrope\", \"llama3\", "
+      "\"dynamic\""));
   return std::nullopt;
 }
 

@@ -144,12 +144,14 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "training.seq_length=128 exceeds model.architecture.max_position_embeddings=32"},
       {{"model.architecture.rope_scaling.rope_type=ntk"},
        "model.architecture.rope_scaling.rope_type=\"ntk\": must be one of \"default\", "
-       "\"linear\", \"yarn\", \"longrope\", \"llama3\""},
+       "\"linear\", \"yarn\", \"longrope\", \"llama3\", \"dynamic\""},
       {{"model.architecture.rope_scaling.rope_type=dynamic",
-        "model.architecture.rope_scaling.factor=2"},
-       "model.architecture.rope_scaling.rope_type=\"dynamic\": dynamic NTK scaling is refused: "
-       "transformers recomputes it at inference from the longest sequence seen so far, so no "
-       "training run matches it; use \"yarn\" or a larger rope_theta"},
+        "model.architecture.rope_scaling.factor=2",
+        "model.architecture.rope_scaling.original_max_position_embeddings=64"},
+       "model.architecture.rope_scaling: original_max_position_embeddings not used by rope_type "
+       "\"dynamic\": remove it"},
+      {{"model.architecture.rope_scaling.rope_type=dynamic"},
+       "model.architecture.rope_scaling: rope_type \"dynamic\" needs factor"},
       {{"model.architecture.rope_scaling.rope_type=llama3",
         "model.architecture.rope_scaling.factor=8"},
        "model.architecture.rope_scaling: rope_type \"llama3\" needs low_freq_factor, "
