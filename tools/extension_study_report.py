@@ -124,7 +124,9 @@ def fmt(mean, std):
 def fmt_diff(mean, half, count):
     if math.isnan(mean):
         return "n/a"
-    return f"{mean:+.1f} (1 seed)" if count < 2 else f"{mean:+.1f} [{mean - half:.1f}, {mean + half:.1f}]"
+    if count < 2:
+        return f"{mean:+.1f} (1 seed)"
+    return f"{mean:+.1f} [{mean - half:.1f}, {mean + half:.1f}]"
 
 
 def factor_tables(factor, cells):
@@ -239,7 +241,8 @@ def time_table(runs):
 def summary_table(runs, factors):
     """Needle retrieval at L and at the extended length, with the paired difference there."""
     lines = ["| factor | variant | seeds | needle @L % | needle @target % | vs strongest non-SSA "
-             "@target | multi-key @target % | held-out loss @L |", "|---|---|---|---|---|---|---|---|"]
+             "@target | multi-key @target % | held-out loss @L |",
+             "|---|---|---|---|---|---|---|---|"]
     for factor in factors:
         cells = cells_of(runs, factor)
         first = next(iter(next(iter(cells.values())).values()))
@@ -315,7 +318,8 @@ def plot_temperature(runs, out):
 def plot_tau_q(factor, cells, out):
     rows = [(v, [r for r in seeds.values() if r["needle"].get("temperatures")])
             for v, seeds in cells.items()]
-    rows = [(v, rs) for v, rs in rows if rs and rs[0]["needle"]["temperatures"][0]["query"]["count"]]
+    rows = [(v, rs) for v, rs in rows
+            if rs and rs[0]["needle"]["temperatures"][0]["query"]["count"]]
     if not rows:
         return False
     layers = len(rows[0][1][0]["needle"]["temperatures"])

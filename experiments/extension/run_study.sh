@@ -100,10 +100,12 @@ train_base() {
     local -a flags
     read -r -a flags <<<"$(ssa_flags "$([[ $kind == ssa ]] && echo ssa || echo raw)") \
       --set training.seed=$seed --set training.steps=$base_steps \
-      --set lr_schedule.warmup_steps=$((base_steps * 3 / 25)) --set training.seq_length=$base_length --set launch.run_dir=\"$dir\" \
+      --set lr_schedule.warmup_steps=$((base_steps * 3 / 25)) \
+      --set training.seq_length=$base_length --set launch.run_dir=\"$dir\" \
       --set checkpoint.dir=\"$dir/checkpoints\" --set checkpoint.interval_steps=$base_steps \
       --set checkpoint.keep_last=1 --set logging.metrics_file=\"$dir/metrics.jsonl\" \
       --set training.export_hf_dir=\"$dir/final\""
+    "$kelvin" --version | paste -sd ';' >"$dir/kelvin_version"
     timed "$dir/train_seconds" run_logged "$dir/train.log" "the $kind base of seed $seed" \
       train "$here/base.textproto" "${flags[@]}"
   ) 7>"$dir.lock"
@@ -123,7 +125,8 @@ evaluate() {
     --samples "$needle_samples" "${histograms[@]}" --json "$dir/needle.json" || return 1
   # The multi-key grid needs about 270 tokens before any filler: the lengths from 4L.
   [[ -f "$dir/multikey.json" ]] || run_logged "$dir/multikey.log" "the multikey grid in $dir" \
-    eval "$job" "$@" --needle --task multikey --lengths "$((4 * base_length)),$((8 * base_length))" \
+    eval "$job" "$@" --needle --task multikey \
+    --lengths "$((4 * base_length)),$((8 * base_length))" \
     --depths 0,0.5,1 --samples "$task_samples" --json "$dir/multikey.json" || return 1
   local n
   for n in ${lengths//,/ }; do
@@ -171,6 +174,8 @@ run_cell() {
       --set checkpoint.dir=\"$dir/checkpoints\" --set checkpoint.interval_steps=$ext_steps \
       --set checkpoint.keep_last=1 --set logging.metrics_file=\"$dir/metrics.jsonl\""
     if [[ ! -f "$dir/FINISHED" ]]; then
+      # The binary that trains it (a raw run records the one that scores it).
+      "$kelvin" --version | paste -sd ';' >"$dir/kelvin_version"
       timed "$dir/train_seconds" run_logged "$dir/train.log" \
         "the fine-tune $variant x$factor seed $seed" train "$job" "${flags[@]}"
       touch "$dir/FINISHED"
@@ -193,6 +198,7 @@ run_cell() {
   line+=" \"train_seconds\": [${train_seconds/ /,}],"
   line+=" \"eval_seconds\": [$(tr ' ' , <"$dir/eval_seconds")],"
   line+=" \"kelvin\": \"$(cat "$dir/kelvin_version")\","
+  line+=" \"base_kelvin\": \"$(cat "$base/kelvin_version" 2>/dev/null || echo not recorded)\","
   line+=" \"base_metrics\": [$({ grep -F '"eval/' "$base/metrics.jsonl" || true; } | paste -sd,)],"
   # The fine-tune's evaluations and its last step's record (its loss, SSA's temperatures).
   line+=" \"metrics\": [$({ grep -sE "\"eval/|^\\{\"step\":$ext_steps," \
@@ -249,7 +255,8 @@ for factor in ${factors//,/ }; do
   [[ "$factor" =~ $positive && "$factor" -ge 2 ]] || die "factor '$factor' is not an integer >= 2"
   length=$((factor * base_length))
   # Each fine-tune step is step_tokens tokens in whole rows, in micro-batches of micro_tokens.
-  (( step_tokens % length == 0 && micro_tokens % length == 0 && step_tokens % micro_tokens == 0 )) ||
+  (( step_tokens % length == 0 && micro_tokens % length == 0 &&
+    step_tokens % micro_tokens == 0 )) ||
     die "at ${length} tokens (factor $factor) --step-tokens $step_tokens and --micro-tokens" \
       "$micro_tokens must be multiples of the length, and the first of the second"
 done

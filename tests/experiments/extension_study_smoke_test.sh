@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The context-extension study's driver (experiments/extension/run_study.sh) end to end on one tiny
 # cell: a 2-step vanilla base at 192 tokens, its raw evaluation, and a 2-step YaRN + SSA
-# fine-tune at 2x, each scored (needle and multi-key grids, held-out evaluations at 1x..8x) into one JSON
-# line; a second call reruns nothing, and a bad argument is refused before anything is written.
+# fine-tune at 2x, each scored (needle and multi-key grids, held-out evaluations at 1x..8x) into
+# one JSON line; a second call reruns nothing, and a bad argument is refused before anything is
+# written.
 # Usage: extension_study_smoke_test.sh KELVIN SOURCE_DIR
 set -u
 kelvin=$1 source_dir=$2
@@ -21,7 +22,8 @@ study > "$dir/first.log" 2>&1 || fail "the study failed: $(cat "$dir/first.log")
 raw=$(grep -F '{"variant": "raw", "factor": 1, "seed": 3,' "$dir/study.jsonl")
 yarn=$(grep -F '{"variant": "yarn_ssa", "factor": 2, "seed": 3,' "$dir/study.jsonl")
 [[ -n "$raw" && -n "$yarn" ]] || fail "a line is missing: $(cat "$dir/study.jsonl")"
-for field in '"base_length": 192' '"kelvin": "kelvin ' ';OpenBLAS ' '"needle": {' \
+for field in '"base_length": 192' '"kelvin": "kelvin ' '"base_kelvin": "kelvin ' ';OpenBLAS ' \
+  '"needle": {' \
   '"lengths": [ 192, 384, 768, 1536 ]' '"multikey": {' '"task": "multikey"' '"heldout": {"192": {' \
   '"1536": {' '"passkey_retrieval":' '"base_metrics": [{"step":'; do
   [[ "$raw" == *"$field"* ]] || fail "the raw line lacks $field"
@@ -42,7 +44,8 @@ grep -q " done$" "$dir/second.log" && fail "the second call reran: $(cat "$dir/s
 [[ $(stat -c %Y "$dir/runs/x2/yarn_ssa/seed3/train.log") == "$before" ]] || fail "retrained"
 study --out "$dir/refused" --results "$dir/refused/study.jsonl" --variants yarn,longrope \
   > "$dir/refused.log" 2>&1 && fail "an unknown variant was accepted"
-grep -qF "unknown variant longrope" "$dir/refused.log" || fail "no message: $(cat "$dir/refused.log")"
+grep -qF "unknown variant longrope" "$dir/refused.log" ||
+  fail "no message: $(cat "$dir/refused.log")"
 [[ -e "$dir/refused" ]] && fail "a refused call left $dir/refused"
 [[ $failed == 0 ]] && echo "extension study smoke test passed"
 exit $failed
