@@ -6,7 +6,7 @@
 # resumable (a run whose line is there is skipped, a trained model is not trained again). Usage:
 #   bash experiments/extension/run_study.sh [--kelvin BIN] [--out DIR] [--results FILE]
 #        [--variants a,b] [--seeds 1,2] [--factors 4,8] [--base-length L] [--base-steps N]
-#        [--ext-steps N] [--step-tokens N] [--alpha-init A] [--needle-samples N]
+#        [--ext-steps N] [--ext-lr LR] [--step-tokens N] [--alpha-init A] [--needle-samples N]
 #        [--task-samples N] [--heldout-rows N] [--jobs N] [--threads N]
 # README.md describes the protocol, the variants and the study's size.
 set -euo pipefail
@@ -17,11 +17,12 @@ out="$root/runs/extension_study"  # /runs/ is ignored by git
 results=""
 all_variants="raw,finetune,abf,pi,yarn,yarn_ssa,ssa,ssa_pos,clamp,raw_ssa_base,ssa_base"
 variants="$all_variants"
-seeds="1,2,3,4,5"
+seeds="1,2,3,4,5,6,7,8,9,10"
 factors="4,8"
 base_length=192
 base_steps=250
 ext_steps=100
+ext_lr=1e-3          # the fine-tune's peak learning rate, the same for every variant
 step_tokens=12288    # tokens per extension step, whatever the length: the budget is steps x this
 micro_tokens=6144   # tokens per micro-batch of the fine-tune
 alpha_init=-2.2      # sigma(-2.2) = 0.0998: README.md, "The shared initialisation"
@@ -168,6 +169,7 @@ run_cell() {
     read -r -a flags <<<"--set model.hf_dir=\"$base/final\" $(scaling_flags "$variant" "$factor") \
       --set model.architecture.max_position_embeddings=$longest \
       $(ssa_flags "$variant") --set training.seed=$seed --set training.steps=$ext_steps \
+      --set optimizer.lr=$ext_lr \
       --set lr_schedule.warmup_steps=$((ext_steps / 10)) \
       --set training.seq_length=$length --set training.global_batch_size=$rows \
       --set training.micro_batch_size=$micro --set launch.run_dir=\"$dir\" \
@@ -192,6 +194,7 @@ run_cell() {
   line="{$id, \"base_length\": $base_length, \"length\": $length,"
   line+=" \"ext_steps\": $(is_raw "$variant" && echo 0 || echo "$ext_steps"),"
   line+=" \"ext_tokens\": $(is_raw "$variant" && echo 0 || echo $((ext_steps * step_tokens))),"
+  line+=" \"ext_lr\": $(is_raw "$variant" && echo 0 || echo "$ext_lr"),"
   line+=" \"base_steps\": $base_steps, \"alpha_init\": $alpha_init,"
   # Wall and CPU seconds: [wall, user + system].
   line+=" \"base_seconds\": [$(tr ' ' , <"$base/train_seconds")],"
@@ -228,6 +231,7 @@ while [[ $# -gt 0 ]]; do
     --base-length) base_length="$2"; shift 2 ;;
     --base-steps) base_steps="$2"; shift 2 ;;
     --ext-steps) ext_steps="$2"; shift 2 ;;
+    --ext-lr) ext_lr="$2"; shift 2 ;;
     --step-tokens) step_tokens="$2"; shift 2 ;;
     --micro-tokens) micro_tokens="$2"; shift 2 ;;
     --alpha-init) alpha_init="$2"; shift 2 ;;
@@ -261,6 +265,8 @@ for factor in ${factors//,/ }; do
       "$micro_tokens must be multiples of the length, and the first of the second"
 done
 [[ "$alpha_init" =~ ^-?[0-9]+(\.[0-9]+)?$ ]] || die "--alpha-init '$alpha_init' is not a number"
+[[ "$ext_lr" =~ ^[0-9]+(\.[0-9]+)?(e-?[0-9]+)?$ ]] && awk -v x="$ext_lr" 'BEGIN { exit !(x > 0) }' ||
+  die "--ext-lr '$ext_lr' is not a positive number (e.g. 1e-3)"
 results="${results:-$out/study.jsonl}"
 mkdir -p "$out" "$(dirname "$results")"  # after the checks: a refused call leaves nothing
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
@@ -277,6 +283,7 @@ done
 printf '%s\n' "${cells[@]}" |
   xargs -P "$jobs" -L 1 bash "$0" --kelvin "$kelvin" --out "$out" --results "$results" \
     --base-length "$base_length" --base-steps "$base_steps" --ext-steps "$ext_steps" \
+    --ext-lr "$ext_lr" \
     --step-tokens "$step_tokens" --micro-tokens "$micro_tokens" --alpha-init "$alpha_init" \
     --needle-samples "$needle_samples" --task-samples "$task_samples" \
     --heldout-rows "$heldout_rows" --cell
