@@ -10,7 +10,6 @@
 #include "core/allocator.h"
 #include "core/logging.h"
 #include "core/optim/adamw_optimizer.h"
-#include "parallel/context_parallel.h"
 #include "parallel/distributed_adamw.h"
 #include "training/job/job_plan.h"
 #include "training/job/parallel_setup.h"
@@ -152,28 +151,6 @@ bool ModelAndOptimizer::GatheringParameters() const {
 void ModelAndOptimizer::FinishGradientReduction() {
   model_->FinishGradients();
   if (gradient_buckets_ != nullptr) gradient_buckets_->Wait();
-}
-
-int ModelAndOptimizer::GradientReplicas() const {
-  return grid_->spec().data_parallel * grid_->spec().context_parallel;
-}
-
-double ModelAndOptimizer::SumOverReplicas(double value) {
-  return GradientReplicas() == 1 ? value
-                                 : grid_->dp_cp().AllReduceScalar(value, parallel::ReduceOp::kSum);
-}
-
-double ModelAndOptimizer::FromLastStage(double value) {
-  if (grid_->spec().pipeline_parallel == 1) return value;
-  // The last stage's value, zeros elsewhere.
-  return grid_->pp().AllReduceScalar(grid_->is_last_stage() ? value : 0.0,
-                                     parallel::ReduceOp::kSum);
-}
-
-Tensor ModelAndOptimizer::LocalLabels(const data::Batch& batch) const {
-  const int cp = grid_->spec().context_parallel;
-  if (cp == 1) return batch.labels.View({-1});
-  return parallel::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(), cp);
 }
 
 }  // namespace kelvin::training

@@ -14,7 +14,7 @@
 #include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/status.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "launcher/commands/needle_command.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/commands/score_command.h"
@@ -24,7 +24,7 @@
 
 namespace kelvin::launcher {
 
-absl::StatusOr<training::EvalStats> EvaluateJob(const config::JobConfig& job) {
+absl::StatusOr<inference::EvalStats> EvaluateJob(const config::JobConfig& job) {
   KELVIN_ASSIGN_OR_RETURN(const JobEvaluation evaluation, EvaluateJobOnEverySet(job));
   return evaluation.main;
 }
@@ -84,7 +84,7 @@ absl::StatusOr<std::vector<JobEvaluation>> EvaluateEveryCheckpoint(const config:
   return evaluations;
 }
 
-std::string FormatEvaluation(const training::EvalStats& stats) {
+std::string FormatEvaluation(const inference::EvalStats& stats) {
   std::string line =
       absl::StrFormat("loss %.9f | perplexity %.6g | token accuracy %.2f%% (%d of %d tokens)",
                       stats.loss, std::exp(stats.loss), 100 * stats.token_accuracy,
@@ -97,7 +97,7 @@ std::string FormatEvaluation(const training::EvalStats& stats) {
 
 std::string EvaluationsJson(const config::JobConfig& job,
                             const std::vector<JobEvaluation>& evaluations) {
-  const auto set = [](const std::string& name, const training::EvalStats& stats) {
+  const auto set = [](const std::string& name, const inference::EvalStats& stats) {
     nlohmann::ordered_json result = {{"name", name},
                                      {"loss", stats.loss},
                                      {"perplexity", std::exp(stats.loss)},

@@ -17,14 +17,14 @@ namespace kelvin::launcher {
 // The model as the job would continue it (restored from checkpoint.dir when that holds a
 // checkpoint and checkpoint.resume allows it, else model.hf_dir or the seed's initialisation) on
 // training.eval_steps held-out global batches (or the whole set); its step is the checkpoint's.
-absl::StatusOr<training::EvalStats> EvaluateJob(const config::JobConfig& job);
+absl::StatusOr<inference::EvalStats> EvaluateJob(const config::JobConfig& job);
 
 // The same evaluation, and each data.also_eval set's, as `kelvin eval` prints them; with a
 // `checkpoint` choice other than the newest (--step N, --best), of that checkpoint of
 // checkpoint.dir (an error naming the field when there is none).
 struct JobEvaluation {
-  training::EvalStats main;
-  std::vector<std::pair<std::string, training::EvalStats>>
+  inference::EvalStats main;
+  std::vector<std::pair<std::string, inference::EvalStats>>
       also;  // (name, statistics), in config order
 };
 absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(
@@ -37,7 +37,7 @@ absl::StatusOr<std::vector<JobEvaluation>> EvaluateEveryCheckpoint(const config:
 
 // One set's result as `kelvin eval` prints it, at full precision: "loss 2.254109614 | perplexity
 // 9.52687 | token accuracy 61.23% (6123 of 10000 tokens)" (and passkey retrieval).
-std::string FormatEvaluation(const training::EvalStats& stats);
+std::string FormatEvaluation(const inference::EvalStats& stats);
 
 // The evaluations as JSON (`kelvin eval --json FILE`): {"job": ..., "evaluations": [{"step": N,
 // "sets": [{"name": "main" or the data.also_eval name, "loss", "perplexity", "token_accuracy",

@@ -11,8 +11,8 @@
 namespace kelvin::launcher {
 namespace {
 
-training::EvalStats Stats(int64_t step, double loss, double retrieval) {
-  training::EvalStats stats;
+inference::EvalStats Stats(int64_t step, double loss, double retrieval) {
+  inference::EvalStats stats;
   stats.step = step;
   stats.loss = loss;
   stats.retrieval_accuracy = retrieval;

@@ -227,8 +227,8 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
   ASSERT_NE(trainer, nullptr);
   ASSERT_TRUE(trainer->Run().ok());
   ASSERT_EQ(trainer->evaluations().size(), 3u);
-  const EvalStats* lowest = &trainer->evaluations()[0];
-  for (const EvalStats& eval : trainer->evaluations()) {
+  const inference::EvalStats* lowest = &trainer->evaluations()[0];
+  for (const inference::EvalStats& eval : trainer->evaluations()) {
     if (eval.loss < lowest->loss) lowest = &eval;
   }
   std::vector<std::string> kept = {absl::StrFormat("step_%08d", lowest->step), "step_00000006"};
@@ -345,7 +345,7 @@ TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
       contradiction({"model.ssa.temperature_clamp.lo=0.5", "model.ssa.temperature_clamp.hi=2"}),
       HasSubstr("model.ssa.temperature_clamp=[0.5, 2] but the directory has none"));
   // eval restores the checkpoint and scores what the run's own last evaluation scored.
-  const absl::StatusOr<EvalStats> eval = launcher::EvaluateJob(SmallJob(dir));
+  const absl::StatusOr<inference::EvalStats> eval = launcher::EvaluateJob(SmallJob(dir));
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_EQ(eval->step, 6);
   EXPECT_EQ(eval->loss, trained->evaluations()[0].loss);

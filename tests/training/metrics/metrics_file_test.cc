@@ -119,7 +119,7 @@ TEST(MetricsFile, ARunWritesWhatItLoggedAndAResumeKeepsOneHistory) {
   std::vector<double> losses, eval_losses;  // what the two runs logged, in order
   for (const auto* run : {first->get(), resumed->get()}) {
     for (const StepStats& s : run->history()) losses.push_back(s.loss);
-    for (const EvalStats& e : run->evaluations()) eval_losses.push_back(e.loss);
+    for (const inference::EvalStats& e : run->evaluations()) eval_losses.push_back(e.loss);
   }
   std::vector<int64_t> steps;
   std::vector<double> logged, logged_eval;

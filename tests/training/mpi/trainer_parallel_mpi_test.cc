@@ -241,8 +241,8 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
   // The same labelled tokens, and the same argmax predictions but for a near-tie that rounding may
   // flip (the nearly untrained model gets few right: a layout that counted each right one twice,
   // or not at all, still shows when it gets 2 or more).
-  const EvalStats& got_eval = (*parallel)->evaluations().front();
-  const EvalStats& expected_eval_stats = (*reference)->evaluations().front();
+  const inference::EvalStats& got_eval = (*parallel)->evaluations().front();
+  const inference::EvalStats& expected_eval_stats = (*reference)->evaluations().front();
   EXPECT_EQ(got_eval.labelled_tokens, expected_eval_stats.labelled_tokens);
   EXPECT_NEAR(got_eval.correct_tokens, expected_eval_stats.correct_tokens, 1);
   // This rank's memory plan is what it allocated.
@@ -643,7 +643,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
     EXPECT_TRUE(
         testing::BitIdentical((*loaded)->model().parameters().value(e.name), e.value, e.name));
   }
-  const absl::StatusOr<EvalStats> eval = launcher::EvaluateJob(job);
+  const absl::StatusOr<inference::EvalStats> eval = launcher::EvaluateJob(job);
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_EQ(eval->loss, (*second)->evaluations().back().loss);
   MPI_Barrier(MPI_COMM_WORLD);
