@@ -7,10 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
+#include "inference/checkpoint_weights.h"
 #include "models/llama/hf_weight_check.h"
 #include "ssa/ssa_attention.h"
-#include "training/checkpoint/checkpoint_reader.h"
-#include "training/checkpoint/training_state.h"
 
 namespace kelvin::inference {
 
@@ -78,16 +77,7 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
       arch, placement.dtype, models::LlamaParallelism{.tp = tp}, models::LlamaRecompute{},
       models::LlamaPlacement{.ctx = placement.ctx, .forward_only = true});
   if (chosen.has_value()) {
-    KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
-                            training::OpenJobCheckpoint(*chosen, job.name()));
-    KELVIN_RETURN_IF_ERROR(
-        training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(arch)));
-    for (const ParameterSet::Entry& e : model->parameters().entries()) {
-      const io::TensorRegion mine = model->RegionOf(e.name);  // the whole tensor on one rank
-      KELVIN_RETURN_IF_ERROR(reader.Check(e.name, mine));
-      KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, mine));
-      model->parameters().Assign(e.name, weights.View(e.shape));
-    }
+    KELVIN_RETURN_IF_ERROR(ReadCheckpointWeights(*chosen, job.name(), *model));
     KLOG_RANK0(INFO) << "the model's weights: the checkpoint " << *chosen;
     return model;
   }

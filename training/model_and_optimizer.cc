@@ -15,16 +15,6 @@
 #include "training/job/parallel_setup.h"
 
 namespace kelvin::training {
-namespace {
-
-// Whether ResolvePlacement may pick CUDA (then the node-local rank is needed).
-bool MayTrainOnCuda(const config::JobConfig& job) {
-  return job.training().device() == config::TrainingConfig::CUDA ||
-         (job.training().device() == config::TrainingConfig::AUTO && CudaAvailable());
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<ModelAndOptimizer>> ModelAndOptimizer::Build(
     const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
     bool separate_master) {
@@ -36,15 +26,9 @@ absl::StatusOr<std::unique_ptr<ModelAndOptimizer>> ModelAndOptimizer::Build(
   built->ctx_ = placement.ctx;
   KELVIN_ASSIGN_OR_RETURN(built->grid_,
                           BuildProcessGrid(job, arch, world, placement.ctx, node.size));
-  models::LlamaParallelism parallelism;
   parallel::ProcessGrid* grid = built->grid_.get();
   const parallel::GridSpec& spec = grid->spec();
-  parallelism.tp = &grid->tp();
-  parallelism.cp = &grid->cp();
-  parallelism.pp = &grid->pp();
-  parallelism.sequence_parallel = spec.sequence_parallel;
-  parallelism.virtual_stages = spec.pipeline_parallel > 1 ? spec.virtual_pipeline_stages : 1;
-  parallelism.embedding = grid->embedding();
+  const models::LlamaParallelism parallelism = LlamaParallelismOf(*grid);
   built->micro_batches_ = spec.gradient_accumulation_steps;
   // Every layout runs a pipeline program, one stage's each micro-batch's forward then its
   // backward. Built before the model: its errors come first.

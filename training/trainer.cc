@@ -147,14 +147,6 @@ std::optional<double> Trainer::EvalLossAfter(int64_t steps_completed) const {
   return evaluations_.back().loss;
 }
 
-absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
-  return checkpoints_->RestoreCheckpoint(choice);
-}
-
-absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
-  return checkpoints_->CheckpointSteps();
-}
-
 int64_t Trainer::OptimizerStateBytes() const { return trained_->optimizer().StateBytes(); }
 
 int64_t Trainer::MasterWeightBytes() const {

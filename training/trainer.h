@@ -56,14 +56,6 @@ class Trainer {
   // The same on each data.also_eval set: (name, its statistics), in the config's order.
   absl::StatusOr<std::vector<std::pair<std::string, inference::EvalStats>>> EvaluateFurtherSets(
       int64_t step);
-  // Restores the chosen checkpoint of checkpoint.dir (`kelvin eval --step N / --best`, on a
-  // Trainer created with checkpoint.resume NEVER); an error on every rank, naming the field, when
-  // there is none. Collective.
-  absl::Status RestoreCheckpoint(const CheckpointChoice& choice);
-  // The steps of checkpoint.dir's complete checkpoints, oldest first, as world rank 0 lists them
-  // (`kelvin eval --all`); an error on every rank, naming the field, when there is none.
-  // Collective.
-  absl::StatusOr<std::vector<int64_t>> CheckpointSteps();
   // The model (as built, or as restored from the checkpoint) to a Hugging Face directory
   // (config.json + safetensors), gathered over the tensor and pipeline ranks; written once, by
   // one replica's ranks (data- and context-parallel rank 0). Every rank calls it.

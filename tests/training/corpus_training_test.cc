@@ -88,7 +88,7 @@ TEST(CorpusTraining, HeldOutPartIsEvaluatedTheSameWayEveryTime) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->loss, evaluations[1].loss);
   // kelvin eval of the untrained job scores the same batches at the seed's initialisation.
-  const absl::StatusOr<inference::EvalStats> initial = launcher::EvaluateJob(*job);
+  const absl::StatusOr<inference::EvalStats> initial = inference::EvaluateJob(*job);
   ASSERT_TRUE(initial.ok()) << initial.status();
   EXPECT_TRUE(std::isfinite(initial->loss));
   EXPECT_NE(initial->loss, evaluations[1].loss);
@@ -328,7 +328,7 @@ TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
     answers.push_back(sum);
   }
 
-  const absl::StatusOr<inference::EvalStats> untrained = launcher::EvaluateJob(*job);
+  const absl::StatusOr<inference::EvalStats> untrained = inference::EvaluateJob(*job);
   ASSERT_TRUE(untrained.ok()) << untrained.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -491,7 +491,7 @@ TEST(CorpusTraining, FurtherHeldOutSetsAreScoredBesideTheMainOne) {
   }
   // kelvin eval (no checkpoint here: the seed's untrained model) scores every set, "same" exactly
   // as the main one.
-  const absl::StatusOr<launcher::JobEvaluation> untrained = launcher::EvaluateJobOnEverySet(*job);
+  const absl::StatusOr<inference::JobEvaluation> untrained = inference::EvaluateJobOnEverySet(*job);
   ASSERT_TRUE(untrained.ok()) << untrained.status();
   ASSERT_EQ(untrained->also.size(), 2u);
   EXPECT_EQ(untrained->also[0].first, "same");

@@ -32,8 +32,8 @@ TEST(EvalCommand, TheLineHasFullPrecisionPerplexityAndTokenCounts) {
 TEST(EvalCommand, TheJsonHoldsEverySetOfEveryCheckpoint) {
   config::JobConfig job;
   job.set_name("sft");
-  JobEvaluation first{Stats(2, 2.5, -1), {{"web", Stats(2, 3.25, -1)}}};
-  JobEvaluation second{Stats(4, 2.125, -1), {}};
+  inference::JobEvaluation first{Stats(2, 2.5, -1), {{"web", Stats(2, 3.25, -1)}}};
+  inference::JobEvaluation second{Stats(4, 2.125, -1), {}};
   const nlohmann::json root = nlohmann::json::parse(EvaluationsJson(job, {first, second}));
   EXPECT_EQ(root["job"], "sft");
   ASSERT_EQ(root["evaluations"].size(), 2u);

@@ -139,7 +139,7 @@ TEST(MetricsFile, ARunWritesWhatItLoggedAndAResumeKeepsOneHistory) {
   EXPECT_EQ(logged_eval.size(), 3u);
   // kelvin eval of the same job leaves the training history alone.
   const std::string history = testing::FileBytes(dir + "/metrics.jsonl");
-  ASSERT_TRUE(launcher::EvaluateJob(DemoJob(dir, 6)).ok());
+  ASSERT_TRUE(inference::EvaluateJob(DemoJob(dir, 6)).ok());
   EXPECT_EQ(testing::FileBytes(dir + "/metrics.jsonl"), history);
   fs::remove_all(dir);
 }

@@ -643,7 +643,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
     EXPECT_TRUE(
         testing::BitIdentical((*loaded)->model().parameters().value(e.name), e.value, e.name));
   }
-  const absl::StatusOr<inference::EvalStats> eval = launcher::EvaluateJob(job);
+  const absl::StatusOr<inference::EvalStats> eval = inference::EvaluateJob(job);
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_EQ(eval->loss, (*second)->evaluations().back().loss);
   MPI_Barrier(MPI_COMM_WORLD);
