@@ -17,6 +17,7 @@
 #include "core/logging.h"
 #include "core/profile_range.h"
 #include "parallel/comm/stop_deadline.h"
+#include "training/checkpoint/agreed_checkpoint.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/checkpoint/preemption.h"
 #include "training/checkpoint/training_state.h"
@@ -115,18 +116,6 @@ std::string Checkpointing::AgreedNewRunId() {
   return id;
 }
 
-absl::Status Checkpointing::RestoreCheckpoint(const CheckpointChoice& choice) {
-  const config::CheckpointConfig& c = job_.checkpoint();
-  if (c.dir().empty()) {
-    return absl::InvalidArgumentError(
-        "restoring a chosen checkpoint (kelvin eval --step / --best) reads the job's "
-        "checkpoints: set checkpoint.dir");
-  }
-  KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> found, AgreedCheckpoint(choice));
-  if (!found.has_value()) return NoCompleteCheckpointError(c.dir(), ": nothing to restore");
-  return RestoreFrom(*found);
-}
-
 absl::StatusOr<std::optional<CheckpointDirectoryLock>> Checkpointing::LockDirectory() {
   const std::string& dir = job_.checkpoint().dir();
   std::optional<CheckpointDirectoryLock> lock;
@@ -146,38 +135,7 @@ absl::StatusOr<std::optional<CheckpointDirectoryLock>> Checkpointing::LockDirect
 
 absl::StatusOr<std::optional<std::string>> Checkpointing::AgreedCheckpoint(
     const CheckpointChoice& choice) {
-  const std::string& dir = job_.checkpoint().dir();
-  const absl::StatusOr<std::optional<std::string>> found = ChooseCheckpoint(dir, choice);
-  KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(trained_.grid().world(), found.status(),
-                                                 "listing checkpoint.dir=" + dir));
-  KELVIN_RETURN_IF_ERROR(CheckSameCheckpointEverywhere(*found));
-  return *found;
-}
-
-absl::StatusOr<std::vector<int64_t>> Checkpointing::CheckpointSteps() {
-  const config::CheckpointConfig& c = job_.checkpoint();
-  if (c.dir().empty()) {
-    return absl::InvalidArgumentError(
-        "kelvin eval --all reads the job's checkpoints: set checkpoint.dir");
-  }
-  parallel::Communicator& world = trained_.grid().world();
-  absl::StatusOr<std::vector<int64_t>> listed = CompleteCheckpointSteps(c.dir());
-  KELVIN_RETURN_IF_ERROR(
-      parallel::AgreeOnStatus(world, listed.status(), "listing checkpoint.dir=" + c.dir()));
-  std::vector<int64_t> steps = *std::move(listed);
-  // Rank 0's list everywhere: each restore then agrees on its step.
-  Tensor count = Tensor::Empty({1}, DType::kI64);
-  count.data<int64_t>()[0] = static_cast<int64_t>(steps.size());
-  world.Broadcast(count, 0);
-  steps.resize(static_cast<size_t>(count.data<int64_t>()[0]));
-  if (!steps.empty()) {
-    Tensor values = Tensor::Empty({static_cast<int64_t>(steps.size())}, DType::kI64);
-    std::copy(steps.begin(), steps.end(), values.data<int64_t>());
-    world.Broadcast(values, 0);
-    std::copy_n(values.data<int64_t>(), steps.size(), steps.begin());
-  }
-  if (steps.empty()) return NoCompleteCheckpointError(c.dir(), ": nothing to evaluate");
-  return steps;
+  return training::AgreedCheckpoint(trained_.grid().world(), job_.checkpoint().dir(), choice);
 }
 
 absl::Status Checkpointing::RestoreFrom(const std::string& path) {
@@ -236,20 +194,6 @@ absl::Status Checkpointing::RestoreFrom(const std::string& path) {
                      << "\": the run continues within rounding of the saved one's";
   }
   return absl::OkStatus();
-}
-
-absl::Status Checkpointing::CheckSameCheckpointEverywhere(const std::optional<std::string>& found) {
-  const int64_t step = found.has_value() ? CheckpointStepOf(*found).value_or(-1) : -1;
-  Tensor range = Tensor::Empty({2}, DType::kI64);  // [max step, -min step] over the ranks
-  range.data<int64_t>()[0] = step;
-  range.data<int64_t>()[1] = -step;
-  trained_.grid().world().AllReduce(range, parallel::ReduceOp::kMax);
-  const int64_t newest = range.data<int64_t>()[0], oldest = -range.data<int64_t>()[1];
-  if (newest == oldest) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the ranks found different checkpoints in checkpoint.dir=\"", job_.checkpoint().dir(),
-      "\" (steps ", oldest, " to ", newest,
-      "; -1: none): the shared filesystem shows the latest save late; run the job again"));
 }
 
 std::string ResumeAdviceBeforeSpike(const std::string& dir, int64_t step) {

@@ -43,12 +43,6 @@ class Checkpointing {
   // (with checkpoint.skip_damaged, the newest that restores). Then the run's identity: the
   // restored run's, else `fresh_run_id` or, when empty, a new one (world rank 0's, broadcast).
   absl::Status Resume(const std::string& fresh_run_id);
-  // Restores the chosen checkpoint of checkpoint.dir; an error on every rank, naming the field,
-  // when there is none. Collective.
-  absl::Status RestoreCheckpoint(const CheckpointChoice& choice);
-  // The steps of checkpoint.dir's complete checkpoints, oldest first, as world rank 0 lists them;
-  // an error on every rank, naming the field, when there is none. Collective.
-  absl::StatusOr<std::vector<int64_t>> CheckpointSteps();
   int64_t start_step() const { return start_step_; }  // > 0 after a restore
 
   // World rank 0 locks checkpoint.dir (checkpoint_lock.h) and holds the lock it returns (nullopt
@@ -91,14 +85,11 @@ class Checkpointing {
   // `eval --all` pass it by. Collective.
   absl::Status SetAsideDamaged(const std::string& path, const absl::Status& error);
   // The chosen checkpoint of checkpoint.dir (nullopt: none, for the newest), the same on every
-  // rank: a listing error or a split view is an error on every rank. Collective.
+  // rank (training::AgreedCheckpoint). Collective.
   absl::StatusOr<std::optional<std::string>> AgreedCheckpoint(const CheckpointChoice& choice);
   // Restores the complete checkpoint at `path` (found alike on every rank); a failure on any rank
   // is that rank's error on every rank (the first failing rank's). Collective.
   absl::Status RestoreFrom(const std::string& path);
-  // Every rank found the same checkpoint to restore (a shared filesystem may show one late): an
-  // error on every rank when not. Collective over the world.
-  absl::Status CheckSameCheckpointEverywhere(const std::optional<std::string>& found);
   // Records and logs a saved checkpoint; prunes old ones (world rank 0: a failure is a warning).
   void CheckpointSaved(const SavedCheckpoint& saved);
   // checkpoint.keep_best: logs which checkpoint it keeps (world rank 0).

@@ -10,22 +10,11 @@
 #include "core/allocator.h"
 #include "core/logging.h"
 #include "core/optim/adamw_optimizer.h"
-#include "parallel/context_parallel.h"
 #include "parallel/distributed_adamw.h"
 #include "training/job/job_plan.h"
 #include "training/job/parallel_setup.h"
 
 namespace kelvin::training {
-namespace {
-
-// Whether ResolvePlacement may pick CUDA (then the node-local rank is needed).
-bool MayTrainOnCuda(const config::JobConfig& job) {
-  return job.training().device() == config::TrainingConfig::CUDA ||
-         (job.training().device() == config::TrainingConfig::AUTO && CudaAvailable());
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<ModelAndOptimizer>> ModelAndOptimizer::Build(
     const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
     bool separate_master) {
@@ -37,15 +26,9 @@ absl::StatusOr<std::unique_ptr<ModelAndOptimizer>> ModelAndOptimizer::Build(
   built->ctx_ = placement.ctx;
   KELVIN_ASSIGN_OR_RETURN(built->grid_,
                           BuildProcessGrid(job, arch, world, placement.ctx, node.size));
-  models::LlamaParallelism parallelism;
   parallel::ProcessGrid* grid = built->grid_.get();
   const parallel::GridSpec& spec = grid->spec();
-  parallelism.tp = &grid->tp();
-  parallelism.cp = &grid->cp();
-  parallelism.pp = &grid->pp();
-  parallelism.sequence_parallel = spec.sequence_parallel;
-  parallelism.virtual_stages = spec.pipeline_parallel > 1 ? spec.virtual_pipeline_stages : 1;
-  parallelism.embedding = grid->embedding();
+  const models::LlamaParallelism parallelism = LlamaParallelismOf(*grid);
   built->micro_batches_ = spec.gradient_accumulation_steps;
   // Every layout runs a pipeline program, one stage's each micro-batch's forward then its
   // backward. Built before the model: its errors come first.
@@ -152,28 +135,6 @@ bool ModelAndOptimizer::GatheringParameters() const {
 void ModelAndOptimizer::FinishGradientReduction() {
   model_->FinishGradients();
   if (gradient_buckets_ != nullptr) gradient_buckets_->Wait();
-}
-
-int ModelAndOptimizer::GradientReplicas() const {
-  return grid_->spec().data_parallel * grid_->spec().context_parallel;
-}
-
-double ModelAndOptimizer::SumOverReplicas(double value) {
-  return GradientReplicas() == 1 ? value
-                                 : grid_->dp_cp().AllReduceScalar(value, parallel::ReduceOp::kSum);
-}
-
-double ModelAndOptimizer::FromLastStage(double value) {
-  if (grid_->spec().pipeline_parallel == 1) return value;
-  // The last stage's value, zeros elsewhere.
-  return grid_->pp().AllReduceScalar(grid_->is_last_stage() ? value : 0.0,
-                                     parallel::ReduceOp::kSum);
-}
-
-Tensor ModelAndOptimizer::LocalLabels(const data::Batch& batch) const {
-  const int cp = grid_->spec().context_parallel;
-  if (cp == 1) return batch.labels.View({-1});
-  return parallel::LocalSequence(batch.labels, batch.rows(), grid_->cp_rank(), cp);
 }
 
 }  // namespace kelvin::training

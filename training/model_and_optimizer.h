@@ -10,6 +10,7 @@
 #include "configs/kelvin.pb.h"
 #include "core/optim/optimizer.h"
 #include "data/sampling/batch.h"
+#include "inference/model_on_grid.h"
 #include "models/llama/llama_model.h"
 #include "models/llama/memory_plan.h"
 #include "parallel/gradient_buckets.h"
@@ -37,6 +38,8 @@ class ModelAndOptimizer {
   parallel::PipelineRunner& pipeline() const { return *pipeline_; }
   Optimizer& optimizer() const { return *optimizer_; }
   int64_t micro_batches() const { return micro_batches_; }  // per step (gradient accumulation)
+  // The model on its grid as the held-out evaluation scores it (the weights are the trainer's).
+  inference::ModelOnGrid ScoredModel() const { return {ctx_, *grid_, *model_, *pipeline_}; }
 
   // Waits for ZeRO-1's parameter gather still in flight: before anything but the next step's
   // forward reads the model or the gradient buffers.
@@ -48,15 +51,16 @@ class ModelAndOptimizer {
   // replicas.
   void FinishGradientReduction();
 
-  // The ranks that share the model but split the data: the data-parallel replicas and, within
-  // each, the context-parallel ranks (each holding its tokens of every row). Gradients, losses and
-  // token counts are summed over them.
-  int GradientReplicas() const;
-  double SumOverReplicas(double value);
+  // The ranks that share the model but split the data (inference::ReplicasOf): gradients, losses
+  // and token counts are summed over them.
+  int GradientReplicas() const { return inference::ReplicasOf(*grid_); }
+  double SumOverReplicas(double value) { return inference::SumOverReplicas(*grid_, value); }
   // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).
-  double FromLastStage(double value);
+  double FromLastStage(double value) { return inference::FromLastStage(*grid_, value); }
   // This rank's labels of a batch [B*T/CP]: its context-parallel tokens of every row.
-  Tensor LocalLabels(const data::Batch& batch) const;
+  Tensor LocalLabels(const data::Batch& batch) const {
+    return inference::LocalLabels(*grid_, batch);
+  }
 
   // The memory plan of the rank at (tensor rank, pipeline rank) of this job's layout (rank 0 of
   // the other groups).

@@ -33,7 +33,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const config::JobConfig
       RunMetrics::Create(t.job_, t.arch_, grid.spec().world_size, grid.spec().data_parallel,
                          grid.world_rank() == 0, t.trained_->ctx().device()));
   t.step_ = std::make_unique<TrainingStep>(t.job_, *t.trained_, *t.data_.train, t.loss_spike_);
-  t.evaluation_ = std::make_unique<PeriodicEvaluation>(t.job_, *t.trained_, t.data_);
+  // The evaluation scores the trainer's own model: its weights, not a copy.
+  t.evaluation_ =
+      std::make_unique<inference::HeldOutEvaluation>(t.job_, t.trained_->ScoredModel(), t.data_);
   t.checkpoints_ = std::make_unique<Checkpointing>(t.job_, *t.trained_, t.data_, t.loss_spike_);
   KELVIN_RETURN_IF_ERROR(t.checkpoints_->Resume(test.run_id));
   return trainer;
@@ -117,15 +119,19 @@ absl::StatusOr<StepStats> Trainer::TrainStep(int64_t step) {
   return step_->Run(step, metrics_->ReportsTemperatures(step));
 }
 
-absl::StatusOr<EvalStats> Trainer::Evaluate(int64_t step) { return evaluation_->Evaluate(step); }
+absl::StatusOr<inference::EvalStats> Trainer::Evaluate(int64_t step) {
+  trained_->SettleParameters();  // ZeRO-1's gather of the last step's parameters
+  return evaluation_->Evaluate(step);
+}
 
-absl::StatusOr<std::vector<std::pair<std::string, EvalStats>>> Trainer::EvaluateFurtherSets(
-    int64_t step) {
+absl::StatusOr<std::vector<std::pair<std::string, inference::EvalStats>>>
+Trainer::EvaluateFurtherSets(int64_t step) {
+  trained_->SettleParameters();
   return evaluation_->EvaluateFurtherSets(step);
 }
 
 absl::Status Trainer::EvaluateAll(int64_t steps_completed) {
-  KELVIN_ASSIGN_OR_RETURN(const EvalStats main, Evaluate(steps_completed));
+  KELVIN_ASSIGN_OR_RETURN(const inference::EvalStats main, Evaluate(steps_completed));
   evaluations_.push_back(main);
   metrics_->RecordEvaluation(main, "");
   KELVIN_ASSIGN_OR_RETURN(const auto further, EvaluateFurtherSets(steps_completed));
@@ -139,14 +145,6 @@ absl::Status Trainer::EvaluateAll(int64_t steps_completed) {
 std::optional<double> Trainer::EvalLossAfter(int64_t steps_completed) const {
   if (evaluations_.empty() || evaluations_.back().step != steps_completed) return std::nullopt;
   return evaluations_.back().loss;
-}
-
-absl::Status Trainer::RestoreCheckpoint(const CheckpointChoice& choice) {
-  return checkpoints_->RestoreCheckpoint(choice);
-}
-
-absl::StatusOr<std::vector<int64_t>> Trainer::CheckpointSteps() {
-  return checkpoints_->CheckpointSteps();
 }
 
 int64_t Trainer::OptimizerStateBytes() const { return trained_->optimizer().StateBytes(); }

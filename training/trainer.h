@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "configs/kelvin.pb.h"
+#include "inference/held_out_evaluation.h"
 #include "models/llama/memory_plan.h"
 #include "training/checkpointing.h"
 #include "training/job/data_sources.h"
 #include "training/loss_spike.h"
 #include "training/metrics/run_metrics.h"
 #include "training/model_and_optimizer.h"
-#include "training/periodic_evaluation.h"
 #include "training/training_step.h"
 
 namespace kelvin::training {
@@ -33,8 +33,8 @@ struct TrainerTestOptions {
 };
 
 // A run: resumed from checkpoint.dir when the policy says so, then per step a TrainingStep, its
-// progress line and scalars (RunMetrics), the held-out evaluation (PeriodicEvaluation) every
-// training.eval_interval steps and at the end, checkpoints (Checkpointing) every
+// progress line and scalars (RunMetrics), the held-out evaluation (inference::HeldOutEvaluation)
+// every training.eval_interval steps and at the end, checkpoints (Checkpointing) every
 // checkpoint.interval_steps, at the end and on a preemption signal, and the export at the end.
 class Trainer {
  public:
@@ -50,28 +50,21 @@ class Trainer {
   // same step, once its checkpoint is saved: a Cancelled status (on every rank).
   absl::Status Run();
   absl::StatusOr<StepStats> TrainStep(int64_t step);  // timed
-  // The held-out evaluation of the model as it is, labelled `step` (PeriodicEvaluation); an error
-  // naming the data fields when the job has no held-out data. Collective.
-  absl::StatusOr<EvalStats> Evaluate(int64_t step);
+  // The held-out evaluation of the model as it is, labelled `step` (inference::HeldOutEvaluation);
+  // an error naming the data fields when the job has no held-out data. Collective.
+  absl::StatusOr<inference::EvalStats> Evaluate(int64_t step);
   // The same on each data.also_eval set: (name, its statistics), in the config's order.
-  absl::StatusOr<std::vector<std::pair<std::string, EvalStats>>> EvaluateFurtherSets(int64_t step);
-  // Restores the chosen checkpoint of checkpoint.dir (`kelvin eval --step N / --best`, on a
-  // Trainer created with checkpoint.resume NEVER); an error on every rank, naming the field, when
-  // there is none. Collective.
-  absl::Status RestoreCheckpoint(const CheckpointChoice& choice);
-  // The steps of checkpoint.dir's complete checkpoints, oldest first, as world rank 0 lists them
-  // (`kelvin eval --all`); an error on every rank, naming the field, when there is none.
-  // Collective.
-  absl::StatusOr<std::vector<int64_t>> CheckpointSteps();
+  absl::StatusOr<std::vector<std::pair<std::string, inference::EvalStats>>> EvaluateFurtherSets(
+      int64_t step);
   // The model (as built, or as restored from the checkpoint) to a Hugging Face directory
   // (config.json + safetensors), gathered over the tensor and pipeline ranks; written once, by
   // one replica's ranks (data- and context-parallel rank 0). Every rank calls it.
   absl::Status ExportHf(const std::string& directory);
 
   const std::vector<StepStats>& history() const { return history_; }
-  const std::vector<EvalStats>& evaluations() const { return evaluations_; }
+  const std::vector<inference::EvalStats>& evaluations() const { return evaluations_; }
   // data.also_eval's evaluations, by set name, in step order.
-  const std::map<std::string, std::vector<EvalStats>>& also_evaluations() const {
+  const std::map<std::string, std::vector<inference::EvalStats>>& also_evaluations() const {
     return also_evaluations_;
   }
   const std::vector<SavedCheckpoint>& saved_checkpoints() const { return checkpoints_->saved(); }
@@ -119,11 +112,11 @@ class Trainer {
   DataSources data_;
   std::unique_ptr<RunMetrics> metrics_;
   std::unique_ptr<TrainingStep> step_;
-  std::unique_ptr<PeriodicEvaluation> evaluation_;
+  std::unique_ptr<inference::HeldOutEvaluation> evaluation_;
   std::unique_ptr<Checkpointing> checkpoints_;
   std::vector<StepStats> history_;
-  std::vector<EvalStats> evaluations_;
-  std::map<std::string, std::vector<EvalStats>> also_evaluations_;
+  std::vector<inference::EvalStats> evaluations_;
+  std::map<std::string, std::vector<inference::EvalStats>> also_evaluations_;
 };
 
 }  // namespace kelvin::training

@@ -9,7 +9,7 @@
 #include "core/logging.h"
 #include "core/ops/elementwise.h"
 #include "core/status.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
 #include "training/checkpoint/training_state.h"
@@ -47,8 +47,8 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
   if (!options.tokenizer.empty()) {  // checked before the checkpoint is read
     KELVIN_ASSIGN_OR_RETURN(
         const data::Tokenizer tokenizer,
-        LoadTokenizerOfModel(options.tokenizer, absl::StrCat("--tokenizer ", options.tokenizer),
-                             arch.vocab_size));
+        inference::LoadTokenizerOfModel(
+            options.tokenizer, absl::StrCat("--tokenizer ", options.tokenizer), arch.vocab_size));
     SetSpecialTokensOf(tokenizer, arch.special_tokens);
   }
   KELVIN_ASSIGN_OR_RETURN(const std::optional<std::string> chosen,

@@ -1,5 +1,5 @@
-// Evaluate goes through the trainer, which restores checkpoints under any layout and evaluates on
-// the held-out data.
+// The command line of `kelvin eval`: the job's held-out sets (inference/job_evaluation.h), a corpus
+// (score_command.h) or the needle grid (needle_command.h), printed and written as JSON.
 #include "launcher/commands/eval_command.h"
 
 #include <cmath>
@@ -14,7 +14,8 @@
 #include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/status.h"
-#include "launcher/commands/inference_model.h"
+#include "inference/job_evaluation.h"
+#include "launcher/commands/inference_options.h"
 #include "launcher/commands/needle_command.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/commands/score_command.h"
@@ -24,67 +25,7 @@
 
 namespace kelvin::launcher {
 
-absl::StatusOr<training::EvalStats> EvaluateJob(const config::JobConfig& job) {
-  KELVIN_ASSIGN_OR_RETURN(const JobEvaluation evaluation, EvaluateJobOnEverySet(job));
-  return evaluation.main;
-}
-
-namespace {
-
-// The trainer's model, as built or restored, on the main and the data.also_eval sets.
-absl::StatusOr<JobEvaluation> EvaluateModel(training::Trainer& trainer) {
-  JobEvaluation evaluation;
-  KELVIN_ASSIGN_OR_RETURN(evaluation.main, trainer.Evaluate(trainer.start_step()));
-  KELVIN_ASSIGN_OR_RETURN(evaluation.also, trainer.EvaluateFurtherSets(trainer.start_step()));
-  return evaluation;
-}
-
-// The job's trainer without resuming: chosen checkpoints are restored into it.
-absl::StatusOr<std::unique_ptr<training::Trainer>> CreateWithoutResuming(
-    const config::JobConfig& job) {
-  config::JobConfig built = job;
-  built.mutable_checkpoint()->set_resume(config::CheckpointConfig::NEVER);
-  return training::Trainer::Create(built);
-}
-
-}  // namespace
-
-absl::StatusOr<JobEvaluation> EvaluateJobOnEverySet(const config::JobConfig& job,
-                                                    const training::CheckpointChoice& checkpoint) {
-  if (checkpoint.newest()) {
-    KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<training::Trainer> trainer,
-                            training::Trainer::Create(job));
-    if (trainer->start_step() == 0 && !job.model().has_hf_dir()) {
-      KLOG_RANK0(WARNING) << "kelvin eval: "
-                          << (job.checkpoint().dir().empty()
-                                  ? std::string("the job has no checkpoint.dir")
-                                  : "checkpoint.dir=\"" + job.checkpoint().dir() +
-                                        "\" holds no checkpoint to restore")
-                          << " and no model.hf_dir: this scores the seed's random initial weights, "
-                             "not a trained model";
-    }
-    return EvaluateModel(*trainer);
-  }
-  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<training::Trainer> trainer,
-                          CreateWithoutResuming(job));
-  KELVIN_RETURN_IF_ERROR(trainer->RestoreCheckpoint(checkpoint));
-  return EvaluateModel(*trainer);
-}
-
-absl::StatusOr<std::vector<JobEvaluation>> EvaluateEveryCheckpoint(const config::JobConfig& job) {
-  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<training::Trainer> trainer,
-                          CreateWithoutResuming(job));
-  KELVIN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, trainer->CheckpointSteps());
-  std::vector<JobEvaluation> evaluations;
-  for (const int64_t step : steps) {
-    KELVIN_RETURN_IF_ERROR(trainer->RestoreCheckpoint(training::CheckpointChoice::Step(step)));
-    KELVIN_ASSIGN_OR_RETURN(JobEvaluation evaluation, EvaluateModel(*trainer));
-    evaluations.push_back(std::move(evaluation));
-  }
-  return evaluations;
-}
-
-std::string FormatEvaluation(const training::EvalStats& stats) {
+std::string FormatEvaluation(const inference::EvalStats& stats) {
   std::string line =
       absl::StrFormat("loss %.9f | perplexity %.6g | token accuracy %.2f%% (%d of %d tokens)",
                       stats.loss, std::exp(stats.loss), 100 * stats.token_accuracy,
@@ -96,8 +37,8 @@ std::string FormatEvaluation(const training::EvalStats& stats) {
 }
 
 std::string EvaluationsJson(const config::JobConfig& job,
-                            const std::vector<JobEvaluation>& evaluations) {
-  const auto set = [](const std::string& name, const training::EvalStats& stats) {
+                            const std::vector<inference::JobEvaluation>& evaluations) {
+  const auto set = [](const std::string& name, const inference::EvalStats& stats) {
     nlohmann::ordered_json result = {{"name", name},
                                      {"loss", stats.loss},
                                      {"perplexity", std::exp(stats.loss)},
@@ -109,7 +50,7 @@ std::string EvaluationsJson(const config::JobConfig& job,
   };
   nlohmann::ordered_json root = {{"job", job.name()},
                                  {"evaluations", nlohmann::ordered_json::array()}};
-  for (const JobEvaluation& evaluation : evaluations) {
+  for (const inference::JobEvaluation& evaluation : evaluations) {
     nlohmann::ordered_json sets = nlohmann::ordered_json::array({set("main", evaluation.main)});
     for (const auto& [name, stats] : evaluation.also) sets.push_back(set(name, stats));
     root["evaluations"].push_back({{"step", evaluation.main.step}, {"sets", sets}});
@@ -216,7 +157,7 @@ int WriteJsonResult(const std::string& path, const std::string& json, const char
   return 0;
 }
 
-void LogEvaluation(const config::JobConfig& job, const JobEvaluation& eval) {
+void LogEvaluation(const config::JobConfig& job, const inference::JobEvaluation& eval) {
   KLOG_RANK0(INFO) << "eval of " << job.name() << " at step " << eval.main.step << " | "
                    << FormatEvaluation(eval.main);
   for (const auto& [name, stats] : eval.also) {
@@ -230,17 +171,19 @@ int EvaluateHeldOut(const EvalArguments& a, const config::JobConfig& job, int wo
   if (!a.json.empty() && world_rank == 0) {
     if (const absl::Status usable = CheckJsonPath(a.json); !usable.ok()) return Fail(usable);
   }
-  std::vector<JobEvaluation> evaluations;
+  std::vector<inference::JobEvaluation> evaluations;
   if (a.every_checkpoint) {
-    absl::StatusOr<std::vector<JobEvaluation>> evals = EvaluateEveryCheckpoint(job);
+    absl::StatusOr<std::vector<inference::JobEvaluation>> evals =
+        inference::EvaluateEveryCheckpoint(job);
     if (!evals.ok()) return Fail(WithWorkingDirectory(evals.status(), job));
     evaluations = *std::move(evals);
   } else {
-    absl::StatusOr<JobEvaluation> eval = EvaluateJobOnEverySet(job, a.checkpoint);
+    absl::StatusOr<inference::JobEvaluation> eval =
+        inference::EvaluateJobOnEverySet(job, a.checkpoint);
     if (!eval.ok()) return Fail(WithWorkingDirectory(eval.status(), job));
     evaluations.push_back(*std::move(eval));
   }
-  for (const JobEvaluation& eval : evaluations) LogEvaluation(job, eval);
+  for (const inference::JobEvaluation& eval : evaluations) LogEvaluation(job, eval);
   if (world_rank != 0) return 0;
   return WriteJsonResult(a.json, EvaluationsJson(job, evaluations), "evaluation");
 }

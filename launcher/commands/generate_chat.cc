@@ -22,7 +22,7 @@
 #include "data/chat_template/chat.h"
 #include "data/chat_template/model_template.h"
 #include "data/tokenizer/utf8.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
@@ -60,9 +60,10 @@ class ChatGenerator {
                                                              const ChatModeOptions& chat) {
     KELVIN_RETURN_IF_ERROR(CheckGenerateOptions(generation));
     std::unique_ptr<ChatGenerator> generator(new ChatGenerator(generation, chat));
-    KELVIN_ASSIGN_OR_RETURN(generator->tokenizer_,
-                            LoadModelTokenizer(job, generation.tokenizer, "--chat conversations",
-                                               "generate token ids with --tokens"));
+    KELVIN_ASSIGN_OR_RETURN(
+        generator->tokenizer_,
+        inference::LoadModelTokenizer(job, generation.tokenizer, "--chat conversations",
+                                      "generate token ids with --tokens"));
     const bool given = !generation.tokenizer.empty();
     const std::string directory = given ? generation.tokenizer : job.model().hf_dir();
     absl::StatusOr<chat_template::ModelTemplate> found =
@@ -87,7 +88,8 @@ class ChatGenerator {
   // The model placed as `placement` says (`tp`: the group it is split over), and the request.
   absl::Status LoadModel(const config::JobConfig& job, const training::TrainingPlacement& placement,
                          parallel::Communicator* tp) {
-    KELVIN_ASSIGN_OR_RETURN(model_, LoadInferenceModel(job, generation_.checkpoint, placement, tp));
+    KELVIN_ASSIGN_OR_RETURN(
+        model_, inference::LoadInferenceModel(job, generation_.checkpoint, placement, tp));
     base_ = BaseRequest(generation_, model_->config(), tokenizer_);
     std::vector<std::string> shown;
     for (const int32_t id : end_of_turn_) {

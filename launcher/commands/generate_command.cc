@@ -15,7 +15,7 @@
 #include "core/logging.h"
 #include "data/tokenizer/utf8.h"
 #include "launcher/commands/generate_chat.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
 #include "models/generation/generate.h"
@@ -138,12 +138,13 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
     const training::TrainingPlacement& placement, models::GenerationTiming* timing,
     parallel::Communicator* tp, int64_t* failed_prompts) {
   KELVIN_RETURN_IF_ERROR(CheckGenerateOptions(options));
-  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
-                          LoadModelTokenizer(job, options.tokenizer,
-                                             options.prompts.empty() && options.stop.empty()
-                                                 ? std::string()
-                                                 : std::string("text prompts and --stop"),
-                                             "token ids with --tokens"));
+  KELVIN_ASSIGN_OR_RETURN(
+      const std::optional<data::Tokenizer> tokenizer,
+      inference::LoadModelTokenizer(job, options.tokenizer,
+                                    options.prompts.empty() && options.stop.empty()
+                                        ? std::string()
+                                        : std::string("text prompts and --stop"),
+                                    "token ids with --tokens"));
   std::vector<std::vector<int32_t>> prompts = options.token_prompts;
   for (size_t p = 0; p < options.prompts.size(); ++p) {
     std::vector<int32_t> ids;
@@ -162,7 +163,7 @@ absl::StatusOr<std::vector<std::string>> GenerateFromJob(
   }
 
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint, placement, tp));
+                          inference::LoadInferenceModel(job, options.checkpoint, placement, tp));
   const models::GenerationRequest base = BaseRequest(options, model->config(), tokenizer);
   KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
                           GeneratePrompts(*model, prompts, base, options.batch_size, timing));

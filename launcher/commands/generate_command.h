@@ -48,7 +48,7 @@ struct GenerateOptions {
 // The weights: the chosen checkpoint of checkpoint.dir (newest, --step N, --best; any layout wrote
 // it), else model.hf_dir's; the tokenizer: options.tokenizer's, else model.hf_dir's tokenizer.json
 // when it has one (text prompts need it). The prompts are decoded options.batch_size at a time. The
-// model runs where `placement` says (launcher/commands/inference_model.h; the default: the CPU in
+// model runs where `placement` says (inference/forward_model.h; the default: the CPU in
 // f32). `timing` (when given) accumulates where the time went; `tp`: the group the model is split
 // over (nullptr: this process holds it whole), every rank calling with the same options.
 absl::StatusOr<std::vector<std::string>> GenerateFromJob(

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/copy.h"
 #include "core/logging.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "models/llama/llama_pipeline_stage.h"
 #include "ssa/temperature.h"
 
@@ -114,7 +114,7 @@ nlohmann::ordered_json HistogramJson(const ssa::TemperatureHistogram& h) {
 
 // The grid's size: samples per cell and prompts in all within their limits (the product checked
 // for overflow).
-absl::Status CheckNeedleGridSize(const training::NeedleGridSpec& spec) {
+absl::Status CheckNeedleGridSize(const inference::NeedleGridSpec& spec) {
   if (spec.samples < 1 || spec.samples > kMaxNeedleSamples) {
     return absl::InvalidArgumentError(
         absl::StrCat("--samples ", spec.samples, ": must be in [1, ", kMaxNeedleSamples, "]"));
@@ -138,17 +138,17 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
                                        const training::TrainingPlacement& placement,
                                        parallel::Communicator* tp) {
   KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
-                          LoadModelTokenizer(job, options.tokenizer, "", ""));
+                          inference::LoadModelTokenizer(job, options.tokenizer, "", ""));
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint, placement, tp));
+                          inference::LoadInferenceModel(job, options.checkpoint, placement, tp));
   const models::LlamaConfig& arch = model->config();
   NeedleReport report;
-  training::NeedleText text;
+  inference::NeedleText text;
   if (tokenizer.has_value()) {
-    KELVIN_ASSIGN_OR_RETURN(text, training::TokenizerNeedleText(*tokenizer));
+    KELVIN_ASSIGN_OR_RETURN(text, inference::TokenizerNeedleText(*tokenizer));
     report.text = "tokenizer";
   } else if (arch.vocab_size == data::kByteVocabSize) {
-    text = training::ByteNeedleText();
+    text = inference::ByteNeedleText();
     report.text = "bytes";
   } else {
     return absl::FailedPreconditionError(
@@ -161,7 +161,7 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
                      job.model().has_hf_dir() ? absl::StrCat("model.hf_dir=", job.model().hf_dir())
                                               : std::string("no model.hf_dir")));
   }
-  training::NeedleGridSpec& spec = report.spec;
+  inference::NeedleGridSpec& spec = report.spec;
   spec.lengths =
       options.lengths.empty() ? DefaultLengths(arch.max_position_embeddings) : options.lengths;
   spec.depths = options.depths.empty() ? DefaultDepths() : options.depths;
@@ -189,7 +189,7 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
   }
   KELVIN_ASSIGN_OR_RETURN(
       report.cells,
-      training::RunNeedleGrid(decoder, text, spec, [&](const training::NeedleCell& cell) {
+      inference::RunNeedleGrid(decoder, text, spec, [&](const inference::NeedleCell& cell) {
         // The histograms hold the first length's prompts only.
         if (cell.length == spec.lengths.front() && cell.depth == spec.depths.back()) {
           decoder.ObserveTemperatures(nullptr);
@@ -202,7 +202,7 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
 }
 
 std::string FormatNeedle(const config::JobConfig& job, const NeedleReport& report) {
-  const training::NeedleGridSpec& spec = report.spec;
+  const inference::NeedleGridSpec& spec = report.spec;
   std::string table = absl::StrFormat(
       "needle grid of %s, task %s: retrieval %% by greedy generation, %d samples per cell%s\n%8s",
       job.name(), data::RetrievalTaskName(spec.task), spec.samples,
@@ -223,14 +223,14 @@ std::string FormatNeedle(const config::JobConfig& job, const NeedleReport& repor
 }
 
 std::string NeedleJson(const config::JobConfig& job, const NeedleReport& report) {
-  const training::NeedleGridSpec& spec = report.spec;
+  const inference::NeedleGridSpec& spec = report.spec;
   nlohmann::ordered_json cells = nlohmann::ordered_json::array();
   nlohmann::ordered_json by_length = nlohmann::ordered_json::array();
   int64_t retrieved = 0, samples = 0;
   for (size_t l = 0; l < spec.lengths.size(); ++l) {
     int64_t length_retrieved = 0, length_samples = 0;
     for (size_t d = 0; d < spec.depths.size(); ++d) {
-      const training::NeedleCell& cell = report.cells[l * spec.depths.size() + d];
+      const inference::NeedleCell& cell = report.cells[l * spec.depths.size() + d];
       cells.push_back({{"length", cell.length},
                        {"depth", cell.depth},
                        {"samples", cell.samples},

@@ -1,5 +1,5 @@
 // `kelvin eval MODEL_OR_JOB --needle`: the needle-in-a-haystack grid by generation
-// (training/needle_grid.h) of a job's model or a Hugging Face directory, on the CPU or a GPU, the
+// (inference/needle_grid.h) of a job's model or a Hugging Face directory, on the CPU or a GPU, the
 // model whole or split over the processes of a launcher (tensor parallelism), with the model's
 // tokenizer (model.hf_dir's tokenizer.json) or the passkey task's bytes.
 #pragma once
@@ -9,11 +9,11 @@
 
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
+#include "inference/needle_grid.h"
 #include "parallel/comm/communicator.h"
 #include "ssa/temperature_histogram.h"
 #include "training/checkpoint/checkpoint.h"
 #include "training/job/job_setup.h"
-#include "training/needle_grid.h"
 
 namespace kelvin::launcher {
 
@@ -41,13 +41,13 @@ struct LayerTemperatureHistograms {
 };
 
 struct NeedleReport {
-  training::NeedleGridSpec spec;
+  inference::NeedleGridSpec spec;
   std::string text;  // "bytes" (the passkey task's vocabulary) or "tokenizer"
-  std::vector<training::NeedleCell> cells;
+  std::vector<inference::NeedleCell> cells;
   std::vector<LayerTemperatureHistograms> temperatures;  // [L] with --temperatures and SSA
 };
 
-// The grid of the job's model, run where `placement` says (launcher/commands/inference_model.h),
+// The grid of the job's model, run where `placement` says (inference/forward_model.h),
 // split over `tp` (nullptr: held whole; every rank decodes the same tokens and gets the whole
 // report, its temperatures over every head); the decoys are data.passkey.distractors when the job
 // has it.

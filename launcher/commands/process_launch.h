@@ -7,7 +7,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "launcher/commands/command_line.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "parallel/comm/communicator.h"
 
 namespace kelvin::launcher {

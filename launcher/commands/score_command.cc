@@ -11,7 +11,7 @@
 #include "data/corpus/mmap_indexed_dataset.h"
 #include "data/corpus/token_file.h"
 #include "data/tokenizer/tokenizer.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "models/llama/llama_decoder.h"
 
 namespace kelvin::launcher {
@@ -71,9 +71,10 @@ absl::StatusOr<ScoredTokens> CorpusTokens(const std::string& path) {
 
 absl::StatusOr<ScoredTokens> TextTokens(const config::JobConfig& job, const ScoreOptions& options) {
   const std::string& path = options.text;
-  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
-                          LoadModelTokenizer(job, options.tokenizer, absl::StrCat("--text ", path),
-                                             "score token ids with --data PATH"));
+  KELVIN_ASSIGN_OR_RETURN(
+      const std::optional<data::Tokenizer> tokenizer,
+      inference::LoadModelTokenizer(job, options.tokenizer, absl::StrCat("--text ", path),
+                                    "score token ids with --data PATH"));
   KELVIN_ASSIGN_OR_RETURN(const std::string text,
                           io::ReadRegularFile(path, "text to score", kMaxScoredTokens));
   ScoredTokens scored;
@@ -103,7 +104,7 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
         "; scoring needs at least 2 (a token and the next one it predicts): give a longer corpus"));
   }
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          LoadInferenceModel(job, options.checkpoint, placement, tp));
+                          inference::LoadInferenceModel(job, options.checkpoint, placement, tp));
   const int64_t max_positions = model->config().max_position_embeddings;
   ScoreReport report;
   report.source = options.text.empty() ? options.data : options.text;

@@ -43,7 +43,7 @@ struct ScoreReport {
 // Hugging Face's perplexity runs do. A Megatron prefix with a PREFIX_loss_mask beside it (a
 // fine-tuning set from prepare-data) counts only the tokens that mask marks as targets, as
 // training's loss does; every token otherwise. The model runs where `placement` says
-// (launcher/commands/inference_model.h); `tp`: the group the model is split over (nullptr: this
+// (inference/forward_model.h); `tp`: the group the model is split over (nullptr: this
 // process holds it whole), every rank calling with the same options. With options.by_position the
 // same per-token losses are also summed per bucket of window positions (report.by_position).
 absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreOptions& options,

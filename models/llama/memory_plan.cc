@@ -69,13 +69,14 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
   }
   MemoryPlan plan;
   plan.parameters = (params * static_cast<int64_t>(DTypeSize(o.parameter_dtype))).value();
-  plan.gradients = (trainable * grad).value();
+  plan.gradients = o.forward_only ? 0 : (trainable * grad).value();
   const Size replicas = Size(o.data_parallel) * o.context_parallel;  // ZeRO-1's shards
   const bool zero = o.distributed_optimizer && replicas.value() > 1;
-  if (!zero) {
+  // A forward-only model (ParameterSet::AllocateForwardOnly) keeps no masters or moments.
+  if (!o.forward_only && !zero) {
     plan.master_weights = o.separate_master ? (trainable * 4).value() : 0;
     plan.optimizer_state = (trainable * grad * 2).value();
-  } else {
+  } else if (!o.forward_only) {
     Size masters = 0, state = 0, gradients = plan.gradients;
     // parallel/distributed_adamw.h over D = DP x CP ranks, per group of E elements with
     // S = ceil(E / D): the moments [S] each and the f32 masters' shard [S] when kept apart; the

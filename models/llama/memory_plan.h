@@ -1,8 +1,8 @@
-// The memory plan of a Llama training step on one rank, computed from the config and the rank's
-// place in the parallel layout before anything is allocated: parameters, gradients, optimizer
-// state and the activations kept for backward, per category. It mirrors the buffers LlamaModel
-// and the optimizers allocate (tests check it against them byte for byte). Logged at the start of
-// training for the first and the last pipeline stage.
+// The memory plan of a Llama training step (or of a forward-only model) on one rank, computed from
+// the config and the rank's place in the parallel layout before anything is allocated: parameters,
+// gradients, optimizer state and the activations kept for backward, per category. It mirrors the
+// buffers LlamaModel and the optimizers allocate (tests check it against them byte for byte).
+// Logged at the start of training for the first and the last pipeline stage.
 #pragma once
 
 #include <string>
@@ -34,6 +34,10 @@ struct MemoryPlanOptions {
   // The SSA attention core on CUDA (model.attention_backend): its backward's scratch is counted;
   // AUTO counts the larger of the two.
   ssa::AttentionBackend attention_backend = ssa::AttentionBackend::kFused;
+  // A forward-only model (LlamaPlacement::forward_only: evaluation, generation): its parameter
+  // values alone, no master weights, gradients or optimizer state. Its activation slots and
+  // scratch are a training model's (the forward writes the same buffers).
+  bool forward_only = false;
 };
 
 // Frozen parameters (LlamaConfig::trainable) count in `parameters` only; master weights,

@@ -75,20 +75,20 @@ TEST(CorpusTraining, HeldOutPartIsEvaluatedTheSameWayEveryTime) {
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_TRUE((*trainer)->Run().ok());
   ASSERT_EQ((*trainer)->history().size(), 4u);
-  const std::vector<EvalStats>& evaluations = (*trainer)->evaluations();
+  const std::vector<inference::EvalStats>& evaluations = (*trainer)->evaluations();
   ASSERT_EQ(evaluations.size(), 2u);  // after steps 2 and 4
   EXPECT_EQ(evaluations[0].step, 2);
   EXPECT_EQ(evaluations[1].step, 4);
-  for (const EvalStats& eval : evaluations) {
+  for (const inference::EvalStats& eval : evaluations) {
     EXPECT_TRUE(std::isfinite(eval.loss) && eval.loss > 0) << eval.loss;
     EXPECT_EQ(eval.retrieval_accuracy, -1.0);  // not a passkey task
   }
   // The held-out batches are fixed: the trained weights score the last evaluation's loss again.
-  const absl::StatusOr<EvalStats> again = (*trainer)->Evaluate(4);
+  const absl::StatusOr<inference::EvalStats> again = (*trainer)->Evaluate(4);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->loss, evaluations[1].loss);
   // kelvin eval of the untrained job scores the same batches at the seed's initialisation.
-  const absl::StatusOr<EvalStats> initial = launcher::EvaluateJob(*job);
+  const absl::StatusOr<inference::EvalStats> initial = inference::EvaluateJob(*job);
   ASSERT_TRUE(initial.ok()) << initial.status();
   EXPECT_TRUE(std::isfinite(initial->loss));
   EXPECT_NE(initial->loss, evaluations[1].loss);
@@ -114,7 +114,7 @@ int64_t ScoredTokens(const std::vector<std::string>& extra) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return -1;
-  const absl::StatusOr<EvalStats> eval = (*trainer)->Evaluate(0);
+  const absl::StatusOr<inference::EvalStats> eval = (*trainer)->Evaluate(0);
   EXPECT_TRUE(eval.ok()) << eval.status();
   return eval.ok() ? eval->labelled_tokens : -1;
 }
@@ -158,7 +158,7 @@ TEST(CorpusTraining, EvalWholeSetScoresEveryHeldOutRowOnce) {
     ASSERT_TRUE(job.ok()) << job.status();
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
-    const absl::StatusOr<EvalStats> eval = (*trainer)->Evaluate(0);
+    const absl::StatusOr<inference::EvalStats> eval = (*trainer)->Evaluate(0);
     ASSERT_TRUE(eval.ok()) << eval.status();
     tokens[micro - 1] = eval->labelled_tokens;
   }
@@ -328,7 +328,7 @@ TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
     answers.push_back(sum);
   }
 
-  const absl::StatusOr<EvalStats> untrained = launcher::EvaluateJob(*job);
+  const absl::StatusOr<inference::EvalStats> untrained = inference::EvaluateJob(*job);
   ASSERT_TRUE(untrained.ok()) << untrained.status();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -339,7 +339,7 @@ TEST(CorpusTraining, FineTuningSamplesTrainOnTheirAnswersOnly) {
   }
   // It learns to copy: the held-out loss falls from ~ln(260) = 5.6 and most answer tokens come
   // out right (65.8% at step 150 when this was written; the untrained model gets ~none).
-  const std::vector<EvalStats>& evaluations = (*trainer)->evaluations();
+  const std::vector<inference::EvalStats>& evaluations = (*trainer)->evaluations();
   ASSERT_EQ(evaluations.size(), 2u);
   EXPECT_GT(untrained->loss, 5.0);
   EXPECT_LT(untrained->token_accuracy, 0.1);
@@ -475,7 +475,7 @@ TEST(CorpusTraining, FurtherHeldOutSetsAreScoredBesideTheMainOne) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   ASSERT_TRUE((*trainer)->Run().ok());
-  const std::vector<EvalStats>& main = (*trainer)->evaluations();
+  const std::vector<inference::EvalStats>& main = (*trainer)->evaluations();
   const auto& also = (*trainer)->also_evaluations();
   ASSERT_EQ(main.size(), 2u);
   ASSERT_EQ(also.size(), 2u);
@@ -491,7 +491,7 @@ TEST(CorpusTraining, FurtherHeldOutSetsAreScoredBesideTheMainOne) {
   }
   // kelvin eval (no checkpoint here: the seed's untrained model) scores every set, "same" exactly
   // as the main one.
-  const absl::StatusOr<launcher::JobEvaluation> untrained = launcher::EvaluateJobOnEverySet(*job);
+  const absl::StatusOr<inference::JobEvaluation> untrained = inference::EvaluateJobOnEverySet(*job);
   ASSERT_TRUE(untrained.ok()) << untrained.status();
   ASSERT_EQ(untrained->also.size(), 2u);
   EXPECT_EQ(untrained->also[0].first, "same");

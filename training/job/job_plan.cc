@@ -118,8 +118,9 @@ models::MemoryPlan PlanRankMemoryHolding(const config::JobConfig& job,
   models::MemoryPlanOptions o;
   o.micro_batch = job.training().micro_batch_size();
   o.seq_length = job.training().seq_length();
-  o.recompute_attention = job.model().recompute_attention();
-  o.recompute_mlp = job.model().recompute_mlp();
+  o.recompute_attention = !layout.forward_only && job.model().recompute_attention();
+  o.recompute_mlp = !layout.forward_only && job.model().recompute_mlp();
+  o.forward_only = layout.forward_only;
   o.activation_dtype = layout.dtype;
   o.parameter_dtype = layout.dtype;
   o.separate_master = layout.separate_master;
@@ -156,6 +157,9 @@ absl::StatusOr<models::MemoryPlan> PlanRankMemory(const config::JobConfig& job,
                                                   const models::LlamaConfig& arch,
                                                   const JobLayout& layout, int tensor_rank,
                                                   int pipeline_rank) {
+  if (layout.forward_only) {  // one micro-batch at a time through the stages
+    return PlanRankMemoryHolding(job, arch, layout, tensor_rank, pipeline_rank, 1);
+  }
   KELVIN_ASSIGN_OR_RETURN(const int in_flight, MicroBatchesInFlight(job, layout, pipeline_rank));
   return PlanRankMemoryHolding(job, arch, layout, tensor_rank, pipeline_rank, in_flight);
 }

@@ -31,6 +31,9 @@ struct JobLayout {
   DType dtype = DType::kF32;           // the model's (ResolveModelDType)
   bool separate_master = false;        // f32 master weights beside a bf16 model
   bool distributed_optimizer = false;  // asked for, and more than one gradient replica (DP x CP)
+  // A forward-only model of the layout (`kelvin eval JOB`): its values alone, one micro-batch in
+  // flight, nothing recomputed (models::MemoryPlanOptions::forward_only).
+  bool forward_only = false;
 };
 absl::StatusOr<JobLayout> PlanJobLayout(const config::JobConfig& job,
                                         const models::LlamaConfig& arch, int world_size, bool cuda);

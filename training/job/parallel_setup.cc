@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/device.h"
 #include "core/logging.h"
 #include "core/mpi_check.h"
 #include "training/job/job_plan.h"
@@ -89,6 +90,23 @@ parallel::PipelineScheduleKind ScheduleKindOf(config::ParallelConfig::PipelineSc
     default:
       return parallel::PipelineScheduleKind::kOneForwardOneBackward;
   }
+}
+
+bool MayTrainOnCuda(const config::JobConfig& job) {
+  return job.training().device() == config::TrainingConfig::CUDA ||
+         (job.training().device() == config::TrainingConfig::AUTO && CudaAvailable());
+}
+
+models::LlamaParallelism LlamaParallelismOf(parallel::ProcessGrid& grid) {
+  const parallel::GridSpec& spec = grid.spec();
+  models::LlamaParallelism parallelism;
+  parallelism.tp = &grid.tp();
+  parallelism.cp = &grid.cp();
+  parallelism.pp = &grid.pp();
+  parallelism.sequence_parallel = spec.sequence_parallel;
+  parallelism.virtual_stages = spec.pipeline_parallel > 1 ? spec.virtual_pipeline_stages : 1;
+  parallelism.embedding = grid.embedding();
+  return parallelism;
 }
 
 }  // namespace kelvin::training

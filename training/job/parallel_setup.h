@@ -9,6 +9,7 @@
 
 #include "configs/kelvin.pb.h"
 #include "models/llama/llama_config.h"
+#include "models/llama/llama_model.h"
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
@@ -34,6 +35,14 @@ absl::StatusOr<parallel::CommBackend> ResolveBackend(const config::ParallelConfi
 absl::StatusOr<std::unique_ptr<parallel::ProcessGrid>> BuildProcessGrid(
     const config::JobConfig& job, const models::LlamaConfig& arch, MPI_Comm world,
     const Context& ctx, int node_processes);
+
+// Whether ResolvePlacement may pick CUDA for the job (then its processes need their node-local
+// ranks, NodePlaceOf).
+bool MayTrainOnCuda(const config::JobConfig& job);
+
+// The model's parallel groups on this rank of `grid` (tensor, sequence, context, pipeline with its
+// virtual stages, and the tied embeddings' group).
+models::LlamaParallelism LlamaParallelismOf(parallel::ProcessGrid& grid);
 
 // parallel.pipeline_schedule as the schedule builder's kind.
 parallel::PipelineScheduleKind ScheduleKindOf(config::ParallelConfig::PipelineSchedule schedule);

@@ -93,7 +93,7 @@ void RunMetrics::LogProgress(const StepStats& stats, int64_t start_step, int64_t
   }
 }
 
-void RunMetrics::RecordEvaluation(const EvalStats& eval, const std::string& name) {
+void RunMetrics::RecordEvaluation(const inference::EvalStats& eval, const std::string& name) {
   const std::string prefix = name.empty() ? "eval/" : absl::StrCat("eval/", name, "/");
   std::vector<std::pair<std::string, double>> scalars = {
       {prefix + "loss", eval.loss}, {prefix + "token_accuracy", eval.token_accuracy}};
@@ -102,7 +102,7 @@ void RunMetrics::RecordEvaluation(const EvalStats& eval, const std::string& name
   }
   RecordScalars(eval.step, scalars);
   KLOG_RANK0(INFO) << "eval" << (name.empty() ? "" : " of " + name) << " at step " << eval.step
-                   << " | " << FormatEvalStats(eval);
+                   << " | " << inference::FormatEvalStats(eval);
 }
 
 void RunMetrics::RecordScalars(int64_t step,

@@ -12,11 +12,11 @@
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
 #include "core/device.h"
+#include "inference/held_out_evaluation.h"
 #include "models/llama/llama_config.h"
 #include "parallel/comm/communicator.h"
 #include "training/metrics/metrics_file.h"
 #include "training/metrics/tensorboard_writer.h"
-#include "training/periodic_evaluation.h"
 #include "training/training_step.h"
 
 namespace kelvin::training {
@@ -52,7 +52,7 @@ class RunMetrics {
                    double elapsed) const;
   // An evaluation's line and scalars; `name` "": the main evaluation (eval/loss, ...), else
   // data.also_eval's (eval/<name>/loss).
-  void RecordEvaluation(const EvalStats& eval, const std::string& name);
+  void RecordEvaluation(const inference::EvalStats& eval, const std::string& name);
 
  private:
   RunMetrics(const config::JobConfig& job, const models::LlamaConfig& arch, int world_size,

@@ -11,8 +11,8 @@
 namespace kelvin::launcher {
 namespace {
 
-training::EvalStats Stats(int64_t step, double loss, double retrieval) {
-  training::EvalStats stats;
+inference::EvalStats Stats(int64_t step, double loss, double retrieval) {
+  inference::EvalStats stats;
   stats.step = step;
   stats.loss = loss;
   stats.retrieval_accuracy = retrieval;
@@ -32,8 +32,8 @@ TEST(EvalCommand, TheLineHasFullPrecisionPerplexityAndTokenCounts) {
 TEST(EvalCommand, TheJsonHoldsEverySetOfEveryCheckpoint) {
   config::JobConfig job;
   job.set_name("sft");
-  JobEvaluation first{Stats(2, 2.5, -1), {{"web", Stats(2, 3.25, -1)}}};
-  JobEvaluation second{Stats(4, 2.125, -1), {}};
+  inference::JobEvaluation first{Stats(2, 2.5, -1), {{"web", Stats(2, 3.25, -1)}}};
+  inference::JobEvaluation second{Stats(4, 2.125, -1), {}};
   const nlohmann::json root = nlohmann::json::parse(EvaluationsJson(job, {first, second}));
   EXPECT_EQ(root["job"], "sft");
   ASSERT_EQ(root["evaluations"].size(), 2u);

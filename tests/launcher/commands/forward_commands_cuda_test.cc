@@ -12,7 +12,7 @@
 
 #include "data/corpus/token_file.h"
 #include "launcher/commands/generate_command.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "launcher/commands/needle_command.h"
 #include "launcher/commands/score_command.h"
 #include "tests/models/greedy_margin.h"
@@ -47,7 +47,7 @@ std::string ModelDirectory(const std::string& name, int64_t vocab) {
 // --device cuda's placement for `job`.
 training::TrainingPlacement OnTheGpu(const config::JobConfig& job) {
   absl::StatusOr<training::TrainingPlacement> placement =
-      ResolveInferencePlacement(job, InferenceDevice::kCuda, 0);
+      inference::ResolveInferencePlacement(job, InferenceDevice::kCuda, 0);
   EXPECT_TRUE(placement.ok()) << placement.status();
   EXPECT_EQ(placement.value_or(training::TrainingPlacement{}).dtype, DType::kBF16);
   return placement.value_or(training::TrainingPlacement{});
@@ -74,8 +74,8 @@ TEST(ForwardCommandsCuda, GenerateGivesTheCpuTokensWhereTheMarginsAllow) {
   const std::vector<std::vector<int32_t>> expected = GeneratedTokens(*cpu);
   const std::vector<std::vector<int32_t>> actual = GeneratedTokens(*gpu);
   ASSERT_EQ(actual.size(), 3u);
-  absl::StatusOr<std::unique_ptr<models::LlamaModel>> reference =
-      LoadInferenceModel(job, training::CheckpointChoice{}, training::TrainingPlacement{});
+  absl::StatusOr<std::unique_ptr<models::LlamaModel>> reference = inference::LoadInferenceModel(
+      job, training::CheckpointChoice{}, training::TrainingPlacement{});
   ASSERT_TRUE(reference.ok()) << reference.status();
   for (size_t p = 0; p < 3; ++p) {
     EXPECT_TRUE(testing::SameGreedyTokensWhereMarginsAllow(**reference, options.token_prompts[p],

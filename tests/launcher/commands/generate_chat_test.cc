@@ -17,7 +17,7 @@
 #include "core/io/atomic_file.h"
 #include "data/chat_template/chat.h"
 #include "data/chat_template/model_template.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "models/llama/llama_model.h"
 #include "tests/models/tiny_ssa_llama.h"
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "launcher/commands/score_command.h"
 #include "launcher/config/job_config.h"
 #include "models/llama/llama_model.h"

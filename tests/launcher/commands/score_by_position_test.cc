@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/corpus/megatron_dataset_writer.h"
-#include "launcher/commands/inference_model.h"
+#include "launcher/commands/inference_options.h"
 #include "launcher/commands/score_command.h"
 
 namespace kelvin::launcher {

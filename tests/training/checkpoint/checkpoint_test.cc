@@ -227,8 +227,8 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
   ASSERT_NE(trainer, nullptr);
   ASSERT_TRUE(trainer->Run().ok());
   ASSERT_EQ(trainer->evaluations().size(), 3u);
-  const EvalStats* lowest = &trainer->evaluations()[0];
-  for (const EvalStats& eval : trainer->evaluations()) {
+  const inference::EvalStats* lowest = &trainer->evaluations()[0];
+  for (const inference::EvalStats& eval : trainer->evaluations()) {
     if (eval.loss < lowest->loss) lowest = &eval;
   }
   std::vector<std::string> kept = {absl::StrFormat("step_%08d", lowest->step), "step_00000006"};
@@ -250,25 +250,25 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
   // at their steps; a step without a checkpoint is an error naming what the directory holds.
   for (const CheckpointChoice& choice : {CheckpointChoice::Best(), CheckpointChoice::Step(6)}) {
     const int64_t step = choice.best ? lowest->step : 6;
-    const absl::StatusOr<launcher::JobEvaluation> eval =
-        launcher::EvaluateJobOnEverySet(SmallJob(dir), choice);
+    const absl::StatusOr<inference::JobEvaluation> eval =
+        inference::EvaluateJobOnEverySet(SmallJob(dir), choice);
     ASSERT_TRUE(eval.ok()) << eval.status();
     EXPECT_EQ(eval->main.step, step);
     EXPECT_EQ(eval->main.loss, trainer->evaluations()[step / 2 - 1].loss) << "step " << step;
   }
-  EXPECT_THAT(std::string(launcher::EvaluateJobOnEverySet(SmallJob(dir), CheckpointChoice::Step(3))
+  EXPECT_THAT(std::string(inference::EvaluateJobOnEverySet(SmallJob(dir), CheckpointChoice::Step(3))
                               .status()
                               .message()),
               HasSubstr("checkpoint.dir=\"" + dir +
                         "\" has no complete checkpoint of step 3 (it has steps"));
-  EXPECT_THAT(std::string(launcher::EvaluateJobOnEverySet(SmallJob(""), CheckpointChoice::Best())
+  EXPECT_THAT(std::string(inference::EvaluateJobOnEverySet(SmallJob(""), CheckpointChoice::Best())
                               .status()
                               .message()),
               HasSubstr("kelvin eval --step / --best) reads the job's checkpoints: set "
                         "checkpoint.dir"));
   // `kelvin eval --all`: each kept checkpoint, oldest first, scored as the run scored it.
-  const absl::StatusOr<std::vector<launcher::JobEvaluation>> every =
-      launcher::EvaluateEveryCheckpoint(SmallJob(dir));
+  const absl::StatusOr<std::vector<inference::JobEvaluation>> every =
+      inference::EvaluateEveryCheckpoint(SmallJob(dir));
   ASSERT_TRUE(every.ok()) << every.status();
   std::vector<int64_t> kept_steps = {lowest->step, 6};
   kept_steps.erase(std::unique(kept_steps.begin(), kept_steps.end()), kept_steps.end());
@@ -277,10 +277,10 @@ TEST(Checkpoint, KeepBestKeepsTheLowestEvaluationLossBesidesTheNewest) {
     EXPECT_EQ((*every)[i].main.step, kept_steps[i]);
     EXPECT_EQ((*every)[i].main.loss, trainer->evaluations()[kept_steps[i] / 2 - 1].loss);
   }
-  EXPECT_THAT(std::string(launcher::EvaluateEveryCheckpoint(SmallJob("")).status().message()),
+  EXPECT_THAT(std::string(inference::EvaluateEveryCheckpoint(SmallJob("")).status().message()),
               HasSubstr("kelvin eval --all reads the job's checkpoints: set checkpoint.dir"));
   const std::string empty = CheckpointDir("eval_all_empty");
-  EXPECT_THAT(std::string(launcher::EvaluateEveryCheckpoint(SmallJob(empty)).status().message()),
+  EXPECT_THAT(std::string(inference::EvaluateEveryCheckpoint(SmallJob(empty)).status().message()),
               HasSubstr("holds no complete checkpoint (step_<N> directories): nothing to "
                         "evaluate"));
   fs::remove_all(dir);
@@ -345,7 +345,7 @@ TEST(Checkpoint, ConvertWritesTheCheckpointsWeightsAndEvalScoresThem) {
       contradiction({"model.ssa.temperature_clamp.lo=0.5", "model.ssa.temperature_clamp.hi=2"}),
       HasSubstr("model.ssa.temperature_clamp=[0.5, 2] but the directory has none"));
   // eval restores the checkpoint and scores what the run's own last evaluation scored.
-  const absl::StatusOr<EvalStats> eval = launcher::EvaluateJob(SmallJob(dir));
+  const absl::StatusOr<inference::EvalStats> eval = inference::EvaluateJob(SmallJob(dir));
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_EQ(eval->step, 6);
   EXPECT_EQ(eval->loss, trained->evaluations()[0].loss);

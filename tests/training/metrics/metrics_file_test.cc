@@ -119,7 +119,7 @@ TEST(MetricsFile, ARunWritesWhatItLoggedAndAResumeKeepsOneHistory) {
   std::vector<double> losses, eval_losses;  // what the two runs logged, in order
   for (const auto* run : {first->get(), resumed->get()}) {
     for (const StepStats& s : run->history()) losses.push_back(s.loss);
-    for (const EvalStats& e : run->evaluations()) eval_losses.push_back(e.loss);
+    for (const inference::EvalStats& e : run->evaluations()) eval_losses.push_back(e.loss);
   }
   std::vector<int64_t> steps;
   std::vector<double> logged, logged_eval;
@@ -139,7 +139,7 @@ TEST(MetricsFile, ARunWritesWhatItLoggedAndAResumeKeepsOneHistory) {
   EXPECT_EQ(logged_eval.size(), 3u);
   // kelvin eval of the same job leaves the training history alone.
   const std::string history = testing::FileBytes(dir + "/metrics.jsonl");
-  ASSERT_TRUE(launcher::EvaluateJob(DemoJob(dir, 6)).ok());
+  ASSERT_TRUE(inference::EvaluateJob(DemoJob(dir, 6)).ok());
   EXPECT_EQ(testing::FileBytes(dir + "/metrics.jsonl"), history);
   fs::remove_all(dir);
 }

@@ -20,6 +20,8 @@
 #include "core/io/hf_checkpoint.h"
 #include "data/corpus/token_file.h"
 #include "data/sft/jsonl_samples.h"
+#include "inference/held_out_evaluation.h"
+#include "inference/job_forward_model.h"
 #include "launcher/commands/convert_command.h"
 #include "launcher/commands/eval_command.h"
 #include "launcher/config/job_config.h"
@@ -32,6 +34,7 @@
 #include "tests/testing/tolerance.h"
 #include "training/checkpoint/checkpoint_format.h"
 #include "training/checkpoint/preemption.h"
+#include "training/job/data_sources.h"
 #include "training/job/job_plan.h"
 #include "training/trainer.h"
 
@@ -252,8 +255,8 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
   // The same labelled tokens, and the same argmax predictions but for a near-tie that rounding may
   // flip (the nearly untrained model gets few right: a layout that counted each right one twice,
   // or not at all, still shows when it gets 2 or more).
-  const EvalStats& got_eval = (*parallel)->evaluations().front();
-  const EvalStats& expected_eval_stats = (*reference)->evaluations().front();
+  const inference::EvalStats& got_eval = (*parallel)->evaluations().front();
+  const inference::EvalStats& expected_eval_stats = (*reference)->evaluations().front();
   EXPECT_EQ(got_eval.labelled_tokens, expected_eval_stats.labelled_tokens);
   EXPECT_NEAR(got_eval.correct_tokens, expected_eval_stats.correct_tokens, 1);
   // This rank's memory plan is what it allocated.
@@ -522,6 +525,64 @@ INSTANTIATE_TEST_SUITE_P(
                              8}),
     [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
 
+// `kelvin eval JOB`'s forward-only model on a layout scores the held-out set exactly as the
+// trainer's own model does at the same weights (one loss path, held-out batches split alike), and
+// allocates what its memory plan says on every rank: the weights and one micro-batch's buffers,
+// no gradients, masters or optimizer state.
+class ForwardOnlyEvaluation : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ForwardOnlyEvaluation, ScoresAsTheTrainerAndAllocatesItsPlan) {
+  const Layout& layout = GetParam();
+  if (WorldSize() != layout.world()) {
+    GTEST_SKIP() << layout.name << " needs " << layout.world() << " ranks";
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = CreateTrainer(layout);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const absl::StatusOr<inference::EvalStats> trained = (*trainer)->Evaluate(0);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const config::JobConfig job = SmallJob(layout);
+  const absl::StatusOr<models::LlamaConfig> arch = ResolveModelArchitecture(job.model());
+  ASSERT_TRUE(arch.ok()) << arch.status();
+  absl::StatusOr<std::unique_ptr<inference::JobForwardModel>> forward =
+      inference::JobForwardModel::Build(job, *arch, MPI_COMM_WORLD);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  absl::StatusOr<DataSources> data = BuildDataSources(job, *arch);
+  ASSERT_TRUE(data.ok()) << data.status();
+  inference::HeldOutEvaluation evaluation(job, (*forward)->scored(), *data);
+  const absl::StatusOr<inference::EvalStats> scored = evaluation.Evaluate(0);
+  ASSERT_TRUE(scored.ok()) << scored.status();
+  EXPECT_EQ(scored->loss, trained->loss);
+  EXPECT_EQ(scored->labelled_tokens, trained->labelled_tokens);
+  EXPECT_EQ(scored->correct_tokens, trained->correct_tokens);
+  EXPECT_EQ(scored->retrieval_accuracy, trained->retrieval_accuracy);
+
+  const models::LlamaModel& model = (*forward)->model();
+  const models::MemoryPlan& plan = (*forward)->memory_plan();
+  const models::LlamaModel::BufferBytes allocated = model.AllocatedBufferBytes();
+  EXPECT_EQ(plan.activations, allocated.activations);
+  EXPECT_EQ(plan.logits, allocated.logits);
+  EXPECT_EQ(plan.backward_scratch, allocated.backward_scratch);
+  EXPECT_EQ(plan.parameters,
+            model.parameters().NumElements() * static_cast<int64_t>(DTypeSize(model.dtype())));
+  EXPECT_TRUE(model.parameters().forward_only());
+  EXPECT_EQ(plan.gradients + plan.master_weights + plan.optimizer_state, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ForwardOnlyEvaluation,
+    ::testing::Values(Layout{"TP2_SP", 2, 1, true}, Layout{"DP2_ZeRO1", 1, 2, false, true},
+                      Layout{.name = "CP2", .tp = 1, .dp = 1, .sequence_parallel = false, .cp = 2},
+                      Layout{.name = "PP2_tied",
+                             .tp = 1,
+                             .dp = 1,
+                             .sequence_parallel = false,
+                             .pp = 2,
+                             .tied = true},
+                      Layout{"TP2xDP2_ZeRO1", 2, 2, false, true},
+                      Layout{"TP2xPP2_V2xDP2_ZeRO1", 2, 2, false, true, 2, 2, "INTERLEAVED_1F1B",
+                             8}),
+    [](const ::testing::TestParamInfo<Layout>& info) { return std::string(info.param.name); });
+
 // The part files of `checkpoint` hold what kelvin plan says a checkpoint of the job writes: all of
 // them the whole model's weights and moments, the largest its largest part (headers aside; ZeRO-1
 // shards round up).
@@ -681,7 +742,7 @@ TEST(ParallelCheckpoint, PreemptedOnOneRankResumesBitForBitAndUnderOtherLayouts)
     EXPECT_TRUE(
         testing::BitIdentical((*loaded)->model().parameters().value(e.name), e.value, e.name));
   }
-  const absl::StatusOr<EvalStats> eval = launcher::EvaluateJob(job);
+  const absl::StatusOr<inference::EvalStats> eval = inference::EvaluateJob(job);
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_EQ(eval->loss, (*second)->evaluations().back().loss);
   MPI_Barrier(MPI_COMM_WORLD);

@@ -1,6 +1,8 @@
-// PeriodicEvaluation: the held-out loss, token accuracy and passkey retrieval of the model being
-// trained, on the job's held-out data and each data.also_eval set, split over the data-parallel
-// replicas (the same batches on every layout).
+// HeldOutEvaluation: the held-out loss, token accuracy and passkey retrieval of a model on the
+// job's process grid (the trainer's own, evaluated every training.eval_interval steps, or the
+// forward-only one of `kelvin eval JOB`: one loss path for both), on the job's held-out data and
+// each data.also_eval set, split over the data-parallel replicas (the same batches on every
+// layout).
 #pragma once
 
 #include <cstdint>
@@ -11,10 +13,10 @@
 #include "absl/status/statusor.h"
 #include "configs/kelvin.pb.h"
 #include "data/sampling/batch.h"
+#include "inference/model_on_grid.h"
 #include "training/job/data_sources.h"
-#include "training/model_and_optimizer.h"
 
-namespace kelvin::training {
+namespace kelvin::inference {
 
 struct EvalStats {
   int64_t step = 0;
@@ -30,11 +32,13 @@ struct EvalStats {
 // evaluation lines print it.
 std::string FormatEvalStats(const EvalStats& eval);
 
-class PeriodicEvaluation {
+class HeldOutEvaluation {
  public:
   // Every reference outlives the evaluation: the job (training.eval_steps, eval_whole_set and the
-  // batch sizes), the model it scores and the job's data.
-  PeriodicEvaluation(const config::JobConfig& job, ModelAndOptimizer& scored, DataSources& data)
+  // batch sizes), the model it scores (its parameters current whenever Evaluate is called) and
+  // the job's data.
+  HeldOutEvaluation(const config::JobConfig& job, const ModelOnGrid& scored,
+                    training::DataSources& data)
       : job_(job), scored_(scored), data_(data) {}
 
   // Whether the job has held-out data (else Evaluate fails).
@@ -51,8 +55,8 @@ class PeriodicEvaluation {
   absl::StatusOr<EvalStats> EvaluateOn(data::BatchSource& source, bool passkey, int64_t step);
 
   const config::JobConfig& job_;
-  ModelAndOptimizer& scored_;
-  DataSources& data_;
+  ModelOnGrid scored_;
+  training::DataSources& data_;
 };
 
-}  // namespace kelvin::training
+}  // namespace kelvin::inference

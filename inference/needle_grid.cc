@@ -1,5 +1,5 @@
 // Retrieval prompts through the greedy generation loop, cell by cell.
-#include "training/needle_grid.h"
+#include "inference/needle_grid.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "models/generation/generate.h"
 
-namespace kelvin::training {
+namespace kelvin::inference {
 namespace {
 
 // The prompt's text: the sample without BOS and without the answer digits.
@@ -191,4 +191,4 @@ absl::StatusOr<std::vector<NeedleCell>> RunNeedleGrid(
   return cells;
 }
 
-}  // namespace kelvin::training
+}  // namespace kelvin::inference

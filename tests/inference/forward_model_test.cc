@@ -2,14 +2,14 @@
 // in f32 whatever model.precision says, CUDA asked for where none is usable (or for a head dim its
 // attention does not run) is an error naming who asked and what to do, and AUTO stays on the CPU
 // then. The cases that need a GPU, or its absence, skip saying so.
-#include "launcher/commands/inference_model.h"
+#include "inference/forward_model.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/device.h"
 
-namespace kelvin::launcher {
+namespace kelvin::inference {
 namespace {
 
 using ::testing::HasSubstr;
@@ -82,4 +82,4 @@ TEST(InferencePlacementCuda, Bf16OnTheGpuAndHeadDimsTheKernelsDoNotRunOnTheCpu) 
 }
 
 }  // namespace
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference

@@ -1,6 +1,6 @@
 // The held-out evaluation: batches scored forward-only through the pipeline program, the sums
 // agreed over the replicas and the pipeline stages.
-#include "training/periodic_evaluation.h"
+#include "inference/held_out_evaluation.h"
 
 #include <algorithm>
 #include <optional>
@@ -13,7 +13,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/loss/lm_loss.h"
 
-namespace kelvin::training {
+namespace kelvin::inference {
 
 std::string FormatEvalStats(const EvalStats& eval) {
   return absl::StrFormat("loss %.4f | token accuracy %.1f%%", eval.loss,
@@ -24,9 +24,9 @@ std::string FormatEvalStats(const EvalStats& eval) {
 }
 
 absl::StatusOr<std::vector<std::pair<std::string, EvalStats>>>
-PeriodicEvaluation::EvaluateFurtherSets(int64_t step) {
+HeldOutEvaluation::EvaluateFurtherSets(int64_t step) {
   std::vector<std::pair<std::string, EvalStats>> evaluated;
-  for (NamedEvalSource& also : data_.also_eval) {
+  for (training::NamedEvalSource& also : data_.also_eval) {
     KELVIN_ASSIGN_OR_RETURN(const EvalStats eval,
                             EvaluateOn(*also.source, /*passkey=*/false, step));
     evaluated.emplace_back(also.name, eval);
@@ -34,7 +34,7 @@ PeriodicEvaluation::EvaluateFurtherSets(int64_t step) {
   return evaluated;
 }
 
-absl::StatusOr<EvalStats> PeriodicEvaluation::Evaluate(int64_t step) {
+absl::StatusOr<EvalStats> HeldOutEvaluation::Evaluate(int64_t step) {
   if (data_.eval == nullptr && job_.data().has_passkey()) {
     return absl::FailedPreconditionError(
         "the job has no held-out data: data.passkey draws held-out samples only with "
@@ -48,13 +48,12 @@ absl::StatusOr<EvalStats> PeriodicEvaluation::Evaluate(int64_t step) {
   return EvaluateOn(*data_.eval, data_.passkey, step);
 }
 
-absl::StatusOr<EvalStats> PeriodicEvaluation::EvaluateOn(data::BatchSource& source, bool passkey,
-                                                         int64_t step) {
+absl::StatusOr<EvalStats> HeldOutEvaluation::EvaluateOn(data::BatchSource& source, bool passkey,
+                                                        int64_t step) {
   const ProfileRange range(absl::StrCat("evaluation at step ", step));
-  scored_.SettleParameters();
-  const Context& ctx = scored_.ctx();
-  parallel::ProcessGrid& grid = scored_.grid();
-  models::LlamaModel& model = scored_.model();
+  const Context& ctx = scored_.ctx;
+  parallel::ProcessGrid& grid = scored_.grid;
+  models::LlamaModel& model = scored_.model;
   const int data_parallel = grid.spec().data_parallel;
   EvalStats stats{step, 0, passkey ? 0.0 : -1.0};
   int64_t labelled = 0, rows = 0, retrieved = 0, correct = 0;
@@ -78,10 +77,10 @@ absl::StatusOr<EvalStats> PeriodicEvaluation::EvaluateOn(data::BatchSource& sour
       break;
     }
     const data::Batch& batch = *next;
-    const Tensor labels = scored_.LocalLabels(batch);  // [N] this rank's tokens
+    const Tensor labels = LocalLabels(grid, batch);  // [N] this rank's tokens
     labelled += ops::CountNonIgnored(Context::Cpu(), labels);
     rows += batch.rows();
-    const Tensor* logits = scored_.pipeline().Forward(ctx, {batch.tokens, batch.positions});
+    const Tensor* logits = scored_.pipeline.Forward(ctx, {batch.tokens, batch.positions});
     if (logits == nullptr) continue;  // a pipeline stage before the last
     Tensor predictions = Tensor::Empty({logits->dim(0)}, DType::kI32);  // [N]
     stats.loss += parallel::CrossEntropySum(ctx, model.tp(), *logits, labels,
@@ -100,12 +99,12 @@ absl::StatusOr<EvalStats> PeriodicEvaluation::EvaluateOn(data::BatchSource& sour
   }
   KELVIN_RETURN_IF_ERROR(
       parallel::AgreeOnStatus(grid.world(), read, "reading the held-out batches"));
-  labelled = static_cast<int64_t>(scored_.SumOverReplicas(static_cast<double>(labelled)));
-  stats.loss = scored_.FromLastStage(scored_.SumOverReplicas(stats.loss)) /
+  labelled = static_cast<int64_t>(SumOverReplicas(grid, static_cast<double>(labelled)));
+  stats.loss = FromLastStage(grid, SumOverReplicas(grid, stats.loss)) /
                static_cast<double>(std::max<int64_t>(labelled, 1));
   stats.labelled_tokens = labelled;
   stats.correct_tokens = static_cast<int64_t>(
-      scored_.FromLastStage(scored_.SumOverReplicas(static_cast<double>(correct))));
+      FromLastStage(grid, SumOverReplicas(grid, static_cast<double>(correct))));
   stats.token_accuracy = static_cast<double>(stats.correct_tokens) /
                          static_cast<double>(std::max<int64_t>(labelled, 1));
   if (passkey) {  // whole rows: the context-parallel ranks count the same ones
@@ -114,10 +113,10 @@ absl::StatusOr<EvalStats> PeriodicEvaluation::EvaluateOn(data::BatchSource& sour
                                 : grid.dp().AllReduceScalar(value, parallel::ReduceOp::kSum);
     };
     stats.retrieval_accuracy =
-        scored_.FromLastStage(over_data_parallel(static_cast<double>(retrieved))) /
+        FromLastStage(grid, over_data_parallel(static_cast<double>(retrieved))) /
         over_data_parallel(static_cast<double>(rows));
   }
   return stats;
 }
 
-}  // namespace kelvin::training
+}  // namespace kelvin::inference

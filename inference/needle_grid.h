@@ -16,7 +16,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "models/llama/llama_decoder.h"
 
-namespace kelvin::training {
+namespace kelvin::inference {
 
 // How prompt text becomes the model's ids and generated ids text again: the passkey task's byte
 // vocabulary (a model trained on data.passkey), or the model's tokenizer.
@@ -89,4 +89,4 @@ absl::StatusOr<std::vector<NeedleCell>> RunNeedleGrid(
     models::LlamaDecoder& decoder, const NeedleText& text, const NeedleGridSpec& spec,
     const std::function<void(const NeedleCell&)>& progress = {});
 
-}  // namespace kelvin::training
+}  // namespace kelvin::inference

@@ -1,60 +1,17 @@
-// Where the forward-only commands run the model and find its weights.
-#include "launcher/commands/inference_model.h"
+// Where a forward-only model runs, its weights (a checkpoint's or model.hf_dir's) and its
+// tokenizer.
+#include "inference/forward_model.h"
 
 #include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
-#include "launcher/config/job_config.h"
+#include "inference/checkpoint_weights.h"
 #include "models/llama/hf_weight_check.h"
 #include "ssa/ssa_attention.h"
-#include "training/checkpoint/checkpoint_reader.h"
-#include "training/checkpoint/training_state.h"
 
-namespace kelvin::launcher {
-
-config::JobConfig JobOfModelDirectory(const std::string& directory) {
-  config::JobConfig job;
-  job.set_name(std::filesystem::path(directory).lexically_normal().filename().string());
-  job.mutable_model()->set_hf_dir(directory);
-  return job;
-}
-
-absl::StatusOr<config::JobConfig> LoadForwardOnlyJob(const std::string& command,
-                                                     const JobArguments& job) {
-  std::error_code error;
-  if (!std::filesystem::exists(job.path, error)) {
-    return WithWorkingDirectory(
-        absl::NotFoundError(absl::StrCat(job.path, " does not exist: ", command,
-                                         " takes a job file or a Hugging Face model directory")),
-        {job.path});
-  }
-  if (std::filesystem::is_directory(job.path, error)) {
-    if (!job.overrides.empty()) {
-      return absl::InvalidArgumentError("--set changes a job file, not a model directory");
-    }
-    return JobOfModelDirectory(job.path);
-  }
-  return LoadJobConfig(job.path, job.overrides, JobUse::kForwardOnly);
-}
-
-std::optional<int> CheckNoSetOnModelDirectory(const JobArguments& job) {
-  std::error_code error;
-  if (job.overrides.empty() || !std::filesystem::is_directory(job.path, error)) return std::nullopt;
-  return UsageError("--set changes a job file, not a model directory");
-}
-
-void AddDeviceOption(CommandLine& line, CLI::App* command, InferenceDevice& device) {
-  line.AddValue(command, "--device", "cpu|cuda", "cpu or cuda",
-                "cpu in f32 or cuda in bf16 (default: the job's training.device)",
-                [&device](const std::string& text) {
-                  bool cuda = false;
-                  const std::string error = ParseDevice(text, cuda);
-                  if (error.empty()) device = cuda ? InferenceDevice::kCuda : InferenceDevice::kCpu;
-                  return error;
-                });
-}
+namespace kelvin::inference {
 
 absl::StatusOr<training::TrainingPlacement> ResolveInferencePlacement(const config::JobConfig& job,
                                                                       InferenceDevice device,
@@ -120,29 +77,13 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
       arch, placement.dtype, models::LlamaParallelism{.tp = tp}, models::LlamaRecompute{},
       models::LlamaPlacement{.ctx = placement.ctx, .forward_only = true});
   if (chosen.has_value()) {
-    KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
-                            training::OpenJobCheckpoint(*chosen, job.name()));
-    KELVIN_RETURN_IF_ERROR(
-        training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(arch)));
-    for (const ParameterSet::Entry& e : model->parameters().entries()) {
-      const io::TensorRegion mine = model->RegionOf(e.name);  // the whole tensor on one rank
-      KELVIN_RETURN_IF_ERROR(reader.Check(e.name, mine));
-      KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, mine));
-      model->parameters().Assign(e.name, weights.View(e.shape));
-    }
+    KELVIN_RETURN_IF_ERROR(ReadCheckpointWeights(*chosen, job.name(), *model));
     KLOG_RANK0(INFO) << "the model's weights: the checkpoint " << *chosen;
     return model;
   }
   KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(*hf_weights));
   KLOG_RANK0(INFO) << "the model's weights: model.hf_dir=" << job.model().hf_dir();
   return model;
-}
-
-void AddTokenizerOption(CommandLine& line, CLI::App* command, std::string& directory) {
-  line.AddText(command, "--tokenizer", "DIR", "a directory holding tokenizer.json",
-               "the model's tokenizer (tokenizer.json, tokenizer_config.json, chat template) when "
-               "it has none of its own, e.g. one trained from a preset",
-               directory);
 }
 
 absl::StatusOr<data::Tokenizer> LoadTokenizerOfModel(const std::string& directory,
@@ -199,4 +140,4 @@ absl::StatusOr<std::optional<data::Tokenizer>> LoadModelTokenizer(const config::
   return std::nullopt;
 }
 
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference

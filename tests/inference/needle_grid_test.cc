@@ -2,7 +2,7 @@
 // passkey task: retrieval by generation equals teacher-forced retrieval sample by sample; the
 // grid's cells count their attempts; a short length or a bad depth is an error; with a tokenizer,
 // prompts take the asked number of tokens.
-#include "training/needle_grid.h"
+#include "inference/needle_grid.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include "tests/testing/files.h"
 #include "training/trainer.h"
 
-namespace kelvin::training {
+namespace kelvin::inference {
 namespace {
 
 using ::testing::HasSubstr;
@@ -29,7 +29,7 @@ class NeedleGridTest : public ::testing::Test {
         {"training.steps=100", "lr_schedule.warmup_steps=10", "training.seq_length=128",
          "training.eval_interval=0", "training.export_hf_dir=\"\"", "logging.log_interval=100"});
     ASSERT_TRUE(job.ok()) << job.status();
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+    absl::StatusOr<std::unique_ptr<training::Trainer>> trainer = training::Trainer::Create(*job);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     ASSERT_TRUE((*trainer)->Run().ok());
     trainer_ = std::move(*trainer).release();
@@ -37,9 +37,9 @@ class NeedleGridTest : public ::testing::Test {
   static void TearDownTestSuite() { delete trainer_; }
   static models::LlamaModel& model() { return trainer_->model(); }
 
-  static Trainer* trainer_;
+  static training::Trainer* trainer_;
 };
-Trainer* NeedleGridTest::trainer_ = nullptr;
+training::Trainer* NeedleGridTest::trainer_ = nullptr;
 
 // How many of the sample's answer digits, from the first, a full forward's argmax predicts.
 int64_t TeacherForcedLeadingDigits(models::LlamaModel& model, const data::PasskeySample& sample) {
@@ -246,4 +246,4 @@ TEST_F(NeedleGridTest, EveryTaskSizesItsPromptsAndScoresItsCells) {
 }
 
 }  // namespace
-}  // namespace kelvin::training
+}  // namespace kelvin::inference

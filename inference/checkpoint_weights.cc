@@ -1,0 +1,25 @@
+// Each parameter's region read from the checkpoint's parts and assigned to the model (in its
+// dtype, on its device).
+#include "inference/checkpoint_weights.h"
+
+#include "training/checkpoint/checkpoint.h"
+#include "training/checkpoint/training_state.h"
+
+namespace kelvin::inference {
+
+absl::Status ReadCheckpointWeights(const std::string& path, const std::string& job_name,
+                                   models::LlamaModel& model) {
+  KELVIN_ASSIGN_OR_RETURN(const training::CheckpointReader reader,
+                          training::OpenJobCheckpoint(path, job_name));
+  KELVIN_RETURN_IF_ERROR(
+      training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(model.config())));
+  for (const ParameterSet::Entry& e : model.parameters().entries()) {
+    const io::TensorRegion mine = model.RegionOf(e.name);  // this rank's part of the tensor
+    KELVIN_RETURN_IF_ERROR(reader.Check(e.name, mine));
+    KELVIN_ASSIGN_OR_RETURN(const Tensor weights, reader.Read(e.name, mine));
+    model.parameters().Assign(e.name, weights.View(e.shape));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kelvin::inference
