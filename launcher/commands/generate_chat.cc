@@ -81,7 +81,7 @@ class ChatGenerator {
         chat_template::EndOfTurnIds(*generator->tokenizer_, *generator->template_, {}));
     KELVIN_ASSIGN_OR_RETURN(const models::LlamaConfig arch,
                             training::ResolveModelArchitecture(job.model()));
-    generator->positions_ = arch.max_position_embeddings;
+    generator->positions_ = arch.PositionLimit();
     return generator;
   }
 
@@ -174,7 +174,7 @@ class ChatGenerator {
   std::optional<data::Tokenizer> tokenizer_;
   std::optional<chat_template::ModelTemplate> template_;
   std::vector<int32_t> end_of_turn_;
-  int64_t positions_ = 0;  // the model's max_position_embeddings
+  int64_t positions_ = 0;  // the model's position limit (LlamaConfig::PositionLimit)
   std::unique_ptr<models::LlamaModel> model_;
   models::GenerationRequest base_;  // reads generation_ and tokenizer_
 };

@@ -79,7 +79,7 @@ absl::StatusOr<std::vector<models::GenerationResult>> GeneratePrompts(
     const models::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
     const models::GenerationRequest& base, int64_t batch_size, models::GenerationTiming* timing) {
   // The cache for `batch` sequences of the longest prompt and its new tokens (GenerateBatch names
-  // the model's limit when they exceed it), not max_position_embeddings: 128K positions of an 8B
+  // the model's limit when they exceed it), not the model's position limit: 128K positions of an 8B
   // model are 34 GB a sequence.
   size_t longest = 0;
   for (const std::vector<int32_t>& prompt : prompts) longest = std::max(longest, prompt.size());
@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<models::GenerationResult>> GeneratePrompts(
       models::LlamaDecoder decoder,
       models::LlamaDecoder::Create(model,
                                    std::min(static_cast<int64_t>(longest) + base.max_new_tokens - 1,
-                                            model.config().max_position_embeddings),
+                                            model.config().PositionLimit()),
                                    batch));
   std::vector<models::GenerationResult> results;
   for (size_t first = 0; first < prompts.size(); first += batch) {  // batch prompts at a time

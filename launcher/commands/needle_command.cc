@@ -173,7 +173,7 @@ absl::StatusOr<NeedleReport> RunNeedle(const config::JobConfig& job, const Needl
                          : 0;
   KELVIN_RETURN_IF_ERROR(CheckNeedleGridSize(spec));
   const int64_t longest = *std::max_element(spec.lengths.begin(), spec.lengths.end());
-  if (longest > arch.max_position_embeddings) {
+  if (longest > arch.PositionLimit()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--lengths: ", longest, " tokens exceed the model's max_position_embeddings ",
                      arch.max_position_embeddings));

@@ -105,7 +105,7 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   }
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
                           inference::LoadInferenceModel(job, options.checkpoint, placement, tp));
-  const int64_t max_positions = model->config().max_position_embeddings;
+  const int64_t max_positions = model->config().PositionLimit();
   ScoreReport report;
   report.source = options.text.empty() ? options.data : options.text;
   report.loss_mask = scored.loss_mask;

@@ -27,7 +27,7 @@ absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const i
   if (window < 1 || window > decoder.max_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat("--seq-length ", window, ": must be in [1, ",
                                                    decoder.max_tokens(),
-                                                   "] (the model's max_position_embeddings)"));
+                                                   "] (the decoder's length)"));
   }
   if (stride < 1 || stride > window) {
     return absl::InvalidArgumentError(

@@ -72,6 +72,11 @@ struct LlamaConfig {
   // What the attention operator runs: the SSA flags, or both temperatures off (vanilla).
   ssa::SsaOptions AttentionOptions() const { return ssa.value_or(ssa::VanillaAttentionOptions()); }
   int64_t NumParameters() const;  // SSA parameters included
+  // The most positions a forward or decoder takes: max_position_embeddings, or with dynamic NTK
+  // scaling, which exists to run beyond it (its original length), kMaxPositions.
+  int64_t PositionLimit() const {
+    return rope.type == ops::RopeType::kDynamic ? kMaxPositions : max_position_embeddings;
+  }
 };
 
 // One SSA parameter of a decoder layer: its name after "model.layers.<l>.", shape and group.

@@ -90,10 +90,7 @@ absl::StatusOr<LlamaDecoder> LlamaDecoder::Create(const LlamaModel& model, int64
         "with tensor parallelism or one process)");
   }
   const LlamaConfig& config = model.config();
-  // Dynamic NTK scaling exists to run beyond max_position_embeddings (its original length).
-  const int64_t most = config.rope.type == ops::RopeType::kDynamic
-                           ? std::numeric_limits<int32_t>::max()
-                           : config.max_position_embeddings;
+  const int64_t most = config.PositionLimit();
   if (max_tokens < 1 || max_tokens > most) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a decoder of ", max_tokens, " tokens: the model's positions are [1, ", most, "]",
