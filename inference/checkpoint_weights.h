@@ -11,9 +11,10 @@
 
 namespace kelvin::inference {
 
-// Reads the weights of the checkpoint at `path` (job `job_name`'s) into `model`; an error naming
-// the file and the tensor on any mismatch, and naming the first tensor of another model when the
-// checkpoint holds one.
+// Reads the weights of the checkpoint at `path` (job `job_name`'s) into `model`: those the
+// checkpoint holds (the trainable ones over a frozen base, which `model` already holds); an error
+// naming the file and the tensor on any mismatch, and naming the first tensor of another model when
+// the checkpoint holds one.
 absl::Status ReadCheckpointWeights(const std::string& path, const std::string& job_name,
                                    models::LlamaModel& model);
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_join.h"
 #include "core/copy.h"
+#include "inference/job_evaluation.h"
 #include "launcher/config/job_config.h"
 #include "tests/testing/files.h"
 #include "training/checkpoint/checkpoint_format.h"
@@ -114,7 +115,8 @@ TEST(TrainerPeft, NormsTrainBesideFrozenSsaParameters) {
 }
 
 // A checkpoint of a frozen-base job holds the trainable tensors alone; resuming from it (the base
-// loaded again from the job's source) continues the run bit for bit.
+// loaded again from the job's source) continues the run bit for bit, and kelvin eval scores it as
+// the run did.
 TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
   const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_peft_resume";
   fs::remove_all(dir);
@@ -123,7 +125,7 @@ TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
       {"model.ssa.enabled=true", "model.peft.ssa=true", "model.peft.norms=true",
        "lr_schedule.warmup_steps=1", "training.seq_length=110", "training.export_hf_dir=\"\"",
        "training.steps=4", "training.micro_batch_size=2", "training.global_batch_size=2",
-       "training.eval_interval=0", "checkpoint.interval_steps=2", "checkpoint.keep_last=2",
+       "training.eval_interval=2", "checkpoint.interval_steps=2", "checkpoint.keep_last=2",
        "checkpoint.dir=\"" + dir.string() + "\""});
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::unique_ptr<Trainer>> whole = Trainer::Create(*job);
@@ -139,6 +141,13 @@ TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
   EXPECT_NE(everything.find("input_layernorm.weight"), std::string::npos);
   EXPECT_EQ(everything.find("q_proj.weight"), std::string::npos);
   EXPECT_EQ(everything.find("embed_tokens"), std::string::npos);
+
+  // kelvin eval of the step-4 checkpoint: the base from the job's source, the checkpoint's tensors
+  // over it, scored as the run scored it.
+  const absl::StatusOr<inference::EvalStats> eval = inference::EvaluateJob(*job);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(eval->step, 4);
+  EXPECT_EQ(eval->loss, (*whole)->evaluations().back().loss);
 
   fs::remove_all(dir / StepDirectoryName(4));
   absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(*job);
