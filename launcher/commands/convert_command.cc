@@ -44,6 +44,14 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
       << "convert writes f32 or bf16";
   KELVIN_ASSIGN_OR_RETURN(models::LlamaConfig arch,
                           training::ResolveModelArchitecture(job.model()));
+  if (arch.trainable.has_value()) {
+    return absl::UnimplementedError(
+        "kelvin convert writes whole models from whole checkpoints, but this job trains on a "
+        "frozen base (model.peft): its checkpoints hold the trainable tensors only, and merging "
+        "them into the base here is not built yet; set training.export_hf_dir to write the model "
+        "at the end of training (not yet with model.lora), or score the checkpoint with kelvin "
+        "eval");
+  }
   if (!options.tokenizer.empty()) {  // checked before the checkpoint is read
     KELVIN_ASSIGN_OR_RETURN(
         const data::Tokenizer tokenizer,

@@ -1,6 +1,7 @@
 // Parameter-efficient fine-tuning on a frozen base: after a few steps of the demo job the frozen
 // weights hold their initial values bit for bit, each trainable one has moved, and a frozen
 // parameter never had a gradient buffer.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/copy.h"
 #include "inference/job_evaluation.h"
+#include "launcher/commands/convert_command.h"
 #include "launcher/config/job_config.h"
 #include "tests/testing/files.h"
 #include "training/checkpoint/checkpoint_format.h"
@@ -148,6 +150,13 @@ TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
   ASSERT_TRUE(eval.ok()) << eval.status();
   EXPECT_EQ(eval->step, 4);
   EXPECT_EQ(eval->loss, (*whole)->evaluations().back().loss);
+
+  // kelvin convert cannot merge the base yet, and says so rather than calling it another model.
+  const absl::StatusOr<int64_t> converted =
+      launcher::ConvertCheckpointToHf(*job, (dir / "hf").string(), {});
+  EXPECT_THAT(std::string(converted.status().message()),
+              ::testing::HasSubstr("this job trains on a frozen base (model.peft)"));
+  EXPECT_FALSE(fs::exists(dir / "hf"));
 
   fs::remove_all(dir / StepDirectoryName(4));
   absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(*job);
