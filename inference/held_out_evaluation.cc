@@ -109,8 +109,7 @@ absl::StatusOr<EvalStats> HeldOutEvaluation::EvaluateOn(data::BatchSource& sourc
                          static_cast<double>(std::max<int64_t>(labelled, 1));
   if (passkey) {  // whole rows: the context-parallel ranks count the same ones
     const auto over_data_parallel = [&](double value) {
-      return data_parallel == 1 ? value
-                                : grid.dp().AllReduceScalar(value, parallel::ReduceOp::kSum);
+      return grid.dp().AllReduceScalar(value, parallel::ReduceOp::kSum);
     };
     stats.retrieval_accuracy =
         FromLastStage(grid, over_data_parallel(static_cast<double>(retrieved))) /

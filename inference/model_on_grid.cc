@@ -9,13 +9,12 @@ int ReplicasOf(const parallel::ProcessGrid& grid) {
   return grid.spec().data_parallel * grid.spec().context_parallel;
 }
 
+// A one-rank group's sums are identities (the grid makes it a SelfCommunicator): no size tests.
 double SumOverReplicas(parallel::ProcessGrid& grid, double value) {
-  return ReplicasOf(grid) == 1 ? value
-                               : grid.dp_cp().AllReduceScalar(value, parallel::ReduceOp::kSum);
+  return grid.dp_cp().AllReduceScalar(value, parallel::ReduceOp::kSum);
 }
 
 double FromLastStage(parallel::ProcessGrid& grid, double value) {
-  if (grid.spec().pipeline_parallel == 1) return value;
   // The last stage's value, zeros elsewhere.
   return grid.pp().AllReduceScalar(grid.is_last_stage() ? value : 0.0, parallel::ReduceOp::kSum);
 }
