@@ -17,17 +17,17 @@ namespace {
 LlamaConfig TinyWithLora() {
   LlamaConfig config = *LlamaPreset("tiny");
   config.num_layers = 1;
-  config.lora = LoraOptions{.rank = 4,
-                            .alpha = 8,
-                            .targets = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV,
-                                        LoraTarget::kO, LoraTarget::kGate, LoraTarget::kUp,
-                                        LoraTarget::kDown}};
+  config.lora =
+      LoraOptions{.rank = 4,
+                  .alpha = 8,
+                  .targets = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV, LoraTarget::kO,
+                              LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown}};
   config.trainable = TrainableSets{.adapters = true};
   return config;
 }
 
-void ExpectShard(const ParameterShard& shard, int axis, int64_t begin, int64_t count,
-                 bool partial, bool replicated_kv, const std::string& name) {
+void ExpectShard(const ParameterShard& shard, int axis, int64_t begin, int64_t count, bool partial,
+                 bool replicated_kv, const std::string& name) {
   EXPECT_EQ(shard.axis, axis) << name;
   if (axis >= 0) {
     EXPECT_EQ(shard.begin, begin) << name;
