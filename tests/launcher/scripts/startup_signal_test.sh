@@ -12,10 +12,15 @@ cd "$dir"
   --set lr_schedule.warmup_steps=1 --set training.eval_interval=0 \
   --set checkpoint.dir=\""$dir/ckpt"\" --set launch.run_dir=\""$dir/run"\" > log 2>&1 &
 pid=$!
-# As soon as the handlers are installed (SIGUSR1, signal 10, is bit 9 of the caught-signal mask),
-# well before the first step ends; a fixed sleep lost the race on a loaded machine.
+# As soon as kelvin's handlers are installed (SIGUSR1, signal 10, is bit 9 of the caught-signal
+# mask), well before the first step ends; a fixed sleep lost the race on a loaded machine. The
+# mask is read once the process is kelvin: before its exec the child is still the shell, whose
+# mask is not kelvin's (a CI run once signalled that shell and saw it die of SIGUSR1).
+binary=$(readlink -f "$kelvin")
 for _ in $(seq 3000); do
-  mask=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+  mask=""
+  [[ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" == "$binary" ]] &&
+    mask=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
   [[ -n "$mask" ]] && (((16#$mask >> 9) & 1)) && break
   sleep 0.01
 done
