@@ -321,8 +321,12 @@ void CheckPeft(const config::JobConfig& job, Problems& problems) {
   for (const std::string& name : lora.targets()) {
     const std::optional<models::LoraTarget> target = models::LoraTargetNamed(name);
     if (!target.has_value()) {
-      problems.Add("model.lora.targets: unknown projection \"", name,
-                   "\"; known: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+      const std::vector<std::string> known = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                              "gate_proj", "up_proj", "down_proj"};
+      const std::string closest = strings::ClosestName(name, known);
+      problems.Add("model.lora.targets: unknown projection \"", name, "\"",
+                   closest.empty() ? "" : absl::StrCat(" (did you mean \"", closest, "\"?)"),
+                   "; known: ", absl::StrJoin(known, ", "));
     } else if (!seen.insert(*target).second) {
       problems.Add("model.lora.targets names ", models::LoraTargetName(*target),
                    " twice: name each projection once");

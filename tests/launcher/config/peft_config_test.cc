@@ -90,7 +90,13 @@ TEST(PeftConfig, EachMistakeNamesItsFieldAndRemedy) {
                                     rank: 4
                                     targets: [ "qkv" ]
                                   })pb"),
-              HasSubstr("model.lora.targets: unknown projection \"qkv\"; known: q_proj"));
+              HasSubstr("model.lora.targets: unknown projection \"qkv\""));
+  EXPECT_THAT(ErrorOf(peft + R"pb(lora {
+                                    rank: 4
+                                    targets: [ "q_prj" ]
+                                  })pb"),
+              HasSubstr("unknown projection \"q_prj\" (did you mean \"q_proj\"?); known: q_proj, "
+                        "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"));
   EXPECT_THAT(ErrorOf(peft + R"pb(lora {
                                     rank: 4
                                     targets: [ "q", "q_proj" ]
