@@ -103,6 +103,14 @@ std::string ByteTokensToText(std::span<const int32_t> tokens) {
   return text;
 }
 
+int64_t PasskeySampleLength(const PasskeyOptions& options, int64_t index) {
+  if (options.min_length == 0) return options.sequence_length;
+  // Stream 2^63 + index of the seed: apart from the samples' own streams 0, 1, 2, ...
+  std::mt19937_64 rng(MixSeed(options.seed, (uint64_t{1} << 63) | static_cast<uint64_t>(index)));
+  const auto lengths = static_cast<uint64_t>(options.sequence_length - options.min_length + 1);
+  return options.min_length + static_cast<int64_t>(UniformBelow(rng, lengths));
+}
+
 absl::StatusOr<std::unique_ptr<PasskeyTask>> PasskeyTask::Create(const PasskeyOptions& options) {
   if (options.distractors < 0) {
     return absl::InvalidArgumentError(
@@ -113,6 +121,15 @@ absl::StatusOr<std::unique_ptr<PasskeyTask>> PasskeyTask::Create(const PasskeyOp
         "passkey task: sequence length %d is too short; a sample needs at least %d tokens for the "
         "key sentence, %d decoys, the question and the answer",
         options.sequence_length, MinPasskeySequenceLength(options.distractors),
+        options.distractors));
+  }
+  if (options.min_length != 0 &&
+      (options.min_length < MinPasskeySequenceLength(options.distractors) ||
+       options.min_length > options.sequence_length)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "passkey task: min_length %d must be 0 (every sample fills its row) or in [%d, %d]: the "
+        "shortest sample (with %d decoy sentences), and the sequence length",
+        options.min_length, MinPasskeySequenceLength(options.distractors), options.sequence_length,
         options.distractors));
   }
   if (options.micro_batch_size <= 0) {
@@ -127,12 +144,16 @@ absl::StatusOr<Batch> PasskeyTask::BatchAt(const BatchCoordinates& where) {
   const int64_t first = FirstGlobalSample(where, options_.micro_batch_size);
   Batch batch = AllocateBatch(options_.micro_batch_size, t_len);
   for (int64_t b = 0; b < options_.micro_batch_size; ++b) {
-    const PasskeySample sample =
-        MakePasskeySample(options_.seed, first + b, t_len, options_.depths, options_.distractors);
+    const int64_t length = PasskeySampleLength(options_, first + b);  // t <= T
+    PasskeySample sample =
+        MakePasskeySample(options_.seed, first + b, length, options_.depths, options_.distractors);
+    sample.tokens.resize(t_len + 1, 0);  // [T + 1]: the sample's t + 1, then padding
     FillRow(batch, b, sample.tokens);
     int32_t* labels = batch.labels.data<int32_t>() + b * t_len;  // [T]
-    std::fill(labels, labels + t_len - kPasskeyDigits, ops::kIgnoreIndex);
-    batch.documents[b] = {{first + b, 0, t_len}};
+    std::fill(labels, labels + length - kPasskeyDigits, ops::kIgnoreIndex);
+    std::fill(labels + length, labels + t_len, ops::kIgnoreIndex);
+    batch.documents[b] = {{first + b, 0, length}};
+    if (length < t_len) batch.documents[b].push_back({kPaddingDocument, length, t_len});
     batch.sources[b] = first + b;
   }
   return batch;

@@ -61,7 +61,14 @@ struct PasskeyOptions {
   uint64_t seed = 0;
   DepthRange depths;
   int64_t distractors = 0;  // decoy sentences per sample
+  // 0: every sample is T tokens. Otherwise each sample's length is drawn uniformly in
+  // [min_length, T] and its row padded after the answer.
+  int64_t min_length = 0;
 };
+
+// The length of sample `index` of `seed` under `options` (T when min_length is 0), from a stream
+// of its own so that the samples of a fixed length are those of every earlier version.
+int64_t PasskeySampleLength(const PasskeyOptions& options, int64_t index);
 
 // Micro-batches of passkey samples: global sample g is sample g of the seed.
 class PasskeyTask : public BatchSource {
@@ -70,7 +77,8 @@ class PasskeyTask : public BatchSource {
 
   int64_t micro_batch_size() const override { return options_.micro_batch_size; }
   int64_t sequence_length() const override { return options_.sequence_length; }
-  // Labels are ops::kIgnoreIndex except at the last 5 positions (the answer digits).
+  // Labels are ops::kIgnoreIndex except at the answer digits: the last 5 positions of a sample of
+  // length t (t = T without min_length), whose row's positions t..T-1 hold token 0 (padding).
   absl::StatusOr<Batch> BatchAt(const BatchCoordinates& where) override;
 
  private:

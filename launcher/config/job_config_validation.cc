@@ -546,6 +546,15 @@ void CheckData(const config::JobConfig& job, JobUse use, Problems& problems) {
             "question and answer need ", need, " tokens (use ", suggested, " or more for filler",
             passkey.distractors() > 0 ? ", or fewer data.passkey.distractors)" : ")");
       }
+      if (const int64_t shortest = data::MinPasskeySequenceLength(passkey.distractors());
+          passkey.min_length() != 0 && passkey.distractors() >= 0 &&
+          (passkey.min_length() < shortest || passkey.min_length() > job.training().seq_length())) {
+        problems.Add("data.passkey.min_length=", passkey.min_length(),
+                     ": must be 0 (every sample fills its row) or in [", shortest, ", ",
+                     job.training().seq_length(),
+                     "]: the shortest sample (with data.passkey.distractors=",
+                     passkey.distractors(), "), and training.seq_length");
+      }
       if (data.eval_fraction() != 0) {
         problems.Add("data.eval_fraction=", data.eval_fraction(),
                      ": the passkey task evaluates on fresh samples; remove eval_fraction");

@@ -42,7 +42,8 @@ absl::StatusOr<DataSources> PasskeySources(const config::JobConfig& job,
                                training.micro_batch_size(),
                                training.seed(),
                                {data.passkey().min_depth(), data.passkey().max_depth()},
-                               data.passkey().distractors()};
+                               data.passkey().distractors(),
+                               data.passkey().min_length()};
   DataSources sources;
   KELVIN_ASSIGN_OR_RETURN(sources.train, data::PasskeyTask::Create(options));
   if (training.eval_interval() > 0) {

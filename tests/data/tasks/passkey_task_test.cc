@@ -1,6 +1,7 @@
 // The passkey-retrieval task: samples are deterministic in (seed, index), hold the key sentence at
 // the stated depth and the question with the answer at the end, have labels only on the 5 answer
-// digits, and vary across indices; retrieval scoring needs all 5 digits.
+// digits, and vary across indices; with min_length each sample has a drawn length and its row is
+// padded after the answer; retrieval scoring needs all 5 digits.
 #include "data/tasks/passkey_task.h"
 
 #include <gmock/gmock.h>
@@ -215,6 +216,48 @@ TEST(Passkey, DistractorsAreDecoysTheQuestionDoesNotAskFor) {
                            .distractors = 2})
           .status();
   EXPECT_THAT(short_status.message(), HasSubstr("2 decoys"));
+}
+
+TEST(Passkey, MinLengthDrawsEachSampleLengthAndPadsTheRow) {
+  const PasskeyOptions options{
+      .sequence_length = 256, .micro_batch_size = 8, .seed = 3, .depths = {}, .min_length = 120};
+  absl::StatusOr<std::unique_ptr<PasskeyTask>> task = PasskeyTask::Create(options);
+  ASSERT_TRUE(task.ok()) << task.status();
+  std::set<int64_t> lengths;
+  for (int64_t step = 0; step < 4; ++step) {
+    absl::StatusOr<Batch> batch = (*task)->BatchAt({.step = step});
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (int64_t b = 0; b < 8; ++b) {
+      const int64_t index = batch->sources[b];
+      const int64_t length = PasskeySampleLength(options, index);
+      ASSERT_GE(length, 120);
+      ASSERT_LE(length, 256);
+      lengths.insert(length);
+      // The row is sample `index` made at its own length, then token 0 with no loss.
+      const PasskeySample sample = MakePasskeySample(3, index, length);
+      const int32_t* tokens = batch->tokens.data<int32_t>() + b * 256;  // [T]
+      const int32_t* labels = batch->labels.data<int32_t>() + b * 256;  // [T]
+      for (int64_t t = 0; t < 256; ++t) {
+        EXPECT_EQ(tokens[t], t <= length ? sample.tokens[t] : 0) << t;
+        const bool answer = t >= length - kPasskeyDigits && t < length;
+        EXPECT_EQ(labels[t], answer ? sample.tokens[t + 1] : ops::kIgnoreIndex) << t;
+      }
+      std::vector<DocumentSpan> spans = {{index, 0, length}};
+      if (length < 256) spans.push_back({kPaddingDocument, length, 256});
+      EXPECT_EQ(batch->documents[b], spans);
+    }
+  }
+  EXPECT_GT(lengths.size(), 20u);  // 32 draws over 137 lengths
+  // Without min_length every sample fills its row, as before the option existed.
+  EXPECT_EQ(PasskeySampleLength({.sequence_length = 256, .seed = 3}, 5), 256);
+  EXPECT_THAT(PasskeyTask::Create({.sequence_length = 256,
+                                   .micro_batch_size = 1,
+                                   .seed = 0,
+                                   .depths = {},
+                                   .min_length = 300})
+                  .status()
+                  .message(),
+              HasSubstr("min_length 300 must be 0 (every sample fills its row) or in [102, 256]"));
 }
 
 TEST(Passkey, TooShortSequenceIsAnError) {

@@ -211,6 +211,10 @@ TEST(JobConfigValidation, EachRuleNamesFieldValueAndRule) {
        "training.seq_length=128 is too short for data.passkey: the key sentence, 3 decoy "
        "sentences, question and answer need 285 tokens (use 512 or more for filler, or fewer "
        "data.passkey.distractors)"},
+      {{"data.passkey.min_length=50"},
+       "data.passkey.min_length=50: must be 0 (every sample fills its row) or in [102, 128]: the "
+       "shortest sample (with data.passkey.distractors=0), and training.seq_length"},
+      {{"data.passkey.min_length=129"}, "data.passkey.min_length=129: must be 0"},
       {{"data.eval_fraction=0.1"},
        "data.eval_fraction=0.1: the passkey task evaluates on fresh samples"},
       {{"data.megatron.path_prefix=/d/corpus.bin"},
