@@ -7,7 +7,7 @@
 #   bash experiments/extension/run_study.sh [--kelvin BIN] [--out DIR] [--results FILE]
 #        [--variants a,b] [--seeds 1,2] [--factors 4,8] [--base-length L] [--base-steps N]
 #        [--ext-steps N] [--ext-lr LR] [--step-tokens N] [--alpha-init A] [--needle-samples N]
-#        [--task-samples N] [--heldout-rows N] [--jobs N] [--threads N]
+#        [--task-samples N] [--heldout-rows N] [--min-length N] [--jobs N] [--threads N]
 # README.md describes the protocol, the variants and the study's size.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,6 +29,7 @@ alpha_init=-2.2      # sigma(-2.2) = 0.0998: README.md, "The shared initialisati
 needle_samples=10    # per cell of the single-needle grid (5 depths)
 task_samples=4       # per cell of the multi-key grid (3 depths)
 heldout_rows=64      # teacher-forced passkey samples per evaluation length
+min_length=0         # data.passkey.min_length of the base and the fine-tune (0: every sample fills its row)
 jobs=1
 threads=1
 
@@ -102,7 +103,8 @@ train_base() {
     read -r -a flags <<<"$(ssa_flags "$([[ $kind == ssa ]] && echo ssa || echo raw)") \
       --set training.seed=$seed --set training.steps=$base_steps \
       --set lr_schedule.warmup_steps=$((base_steps * 3 / 25)) \
-      --set training.seq_length=$base_length --set launch.run_dir=\"$dir\" \
+      --set training.seq_length=$base_length --set data.passkey.min_length=$min_length \
+      --set launch.run_dir=\"$dir\" \
       --set checkpoint.dir=\"$dir/checkpoints\" --set checkpoint.interval_steps=$base_steps \
       --set checkpoint.keep_last=1 --set logging.metrics_file=\"$dir/metrics.jsonl\" \
       --set training.export_hf_dir=\"$dir/final\""
@@ -133,7 +135,8 @@ evaluate() {
   for n in ${lengths//,/ }; do
     [[ -f "$dir/heldout_$n.json" ]] || run_logged "$dir/heldout_$n.log" \
       "the held-out evaluation at $n tokens in $dir" eval "$job" "$@" \
-      --set training.seq_length="$n" --set training.micro_batch_size=8 \
+      --set training.seq_length="$n" --set data.passkey.min_length=0 \
+      --set training.micro_batch_size=8 \
       --set training.global_batch_size=8 --set training.eval_steps=$((heldout_rows / 8)) \
       --json "$dir/heldout_$n.json" || return 1
   done
@@ -171,7 +174,8 @@ run_cell() {
       $(ssa_flags "$variant") --set training.seed=$seed --set training.steps=$ext_steps \
       --set optimizer.lr=$ext_lr \
       --set lr_schedule.warmup_steps=$((ext_steps / 10)) \
-      --set training.seq_length=$length --set training.global_batch_size=$rows \
+      --set training.seq_length=$length --set data.passkey.min_length=$min_length \
+      --set training.global_batch_size=$rows \
       --set training.micro_batch_size=$micro --set launch.run_dir=\"$dir\" \
       --set checkpoint.dir=\"$dir/checkpoints\" --set checkpoint.interval_steps=$ext_steps \
       --set checkpoint.keep_last=1 --set logging.metrics_file=\"$dir/metrics.jsonl\""
@@ -195,7 +199,7 @@ run_cell() {
   line+=" \"ext_steps\": $(is_raw "$variant" && echo 0 || echo "$ext_steps"),"
   line+=" \"ext_tokens\": $(is_raw "$variant" && echo 0 || echo $((ext_steps * step_tokens))),"
   line+=" \"ext_lr\": $(is_raw "$variant" && echo 0 || echo "$ext_lr"),"
-  line+=" \"base_steps\": $base_steps, \"alpha_init\": $alpha_init,"
+  line+=" \"base_steps\": $base_steps, \"alpha_init\": $alpha_init, \"min_length\": $min_length,"
   # Wall and CPU seconds: [wall, user + system].
   line+=" \"base_seconds\": [$(tr ' ' , <"$base/train_seconds")],"
   line+=" \"train_seconds\": [${train_seconds/ /,}],"
@@ -238,6 +242,7 @@ while [[ $# -gt 0 ]]; do
     --needle-samples) needle_samples="$2"; shift 2 ;;
     --task-samples) task_samples="$2"; shift 2 ;;
     --heldout-rows) heldout_rows="$2"; shift 2 ;;
+    --min-length) min_length="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --cell) shift; run_cell "$@"; exit $? ;;  # internal: one run, from the pool below
@@ -254,6 +259,7 @@ for value in "$base_length" "$base_steps" "$ext_steps" "$step_tokens" "$micro_to
   "$needle_samples" "$task_samples" "$heldout_rows" "$jobs" "$threads" ${seeds//,/ }; do
   [[ "$value" =~ $positive ]] || die "'$value' is not a positive integer (see the header of $0)"
 done
+[[ "$min_length" =~ ^[0-9]+$ ]] || die "--min-length '$min_length' is not a non-negative integer"
 (( heldout_rows % 8 == 0 )) || die "--heldout-rows $heldout_rows is not a multiple of 8"
 for factor in ${factors//,/ }; do
   [[ "$factor" =~ $positive && "$factor" -ge 2 ]] || die "factor '$factor' is not an integer >= 2"
@@ -286,5 +292,5 @@ printf '%s\n' "${cells[@]}" |
     --ext-lr "$ext_lr" \
     --step-tokens "$step_tokens" --micro-tokens "$micro_tokens" --alpha-init "$alpha_init" \
     --needle-samples "$needle_samples" --task-samples "$task_samples" \
-    --heldout-rows "$heldout_rows" --cell
+    --heldout-rows "$heldout_rows" --min-length "$min_length" --cell
 echo "run_study: ${#cells[@]} runs in $results"
