@@ -3,18 +3,18 @@
 // softmax(logits / T) over the kept tokens (10,000 draws of a fixed seed, within 3 standard
 // errors); log-probabilities are the model's; generation stops at an eos id, a stop condition or
 // the budget, and a prompt that does not fit is an error.
-#include "models/generation/token_sampler.h"
+#include "inference/token_sampler.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "models/generation/generate.h"
+#include "inference/generation_loop.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/tolerance.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 namespace {
 
 using ::testing::HasSubstr;
@@ -179,4 +179,4 @@ TEST(Generate, ABatchGivesEachRequestItsOwnGeneration) {
 }
 
 }  // namespace
-}  // namespace kelvin::models
+}  // namespace kelvin::inference
