@@ -73,8 +73,11 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
   if (!chosen.has_value()) {
     KELVIN_ASSIGN_OR_RETURN(hf_weights, models::OpenHfWeightsFor(job.model().hf_dir(), arch));
   }
+  // No backward ever reads the layers' activations: the fields a recompute would redo share one
+  // layer's buffers (a window's forward then holds one layer's activations, not every layer's).
   auto model = std::make_unique<models::LlamaModel>(
-      arch, placement.dtype, models::LlamaParallelism{.tp = tp}, models::LlamaRecompute{},
+      arch, placement.dtype, models::LlamaParallelism{.tp = tp},
+      models::LlamaRecompute{.attention = true, .mlp = true},
       models::LlamaPlacement{.ctx = placement.ctx, .forward_only = true});
   if (chosen.has_value()) {
     KELVIN_RETURN_IF_ERROR(ReadCheckpointWeights(*chosen, job.name(), *model));

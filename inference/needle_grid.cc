@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "models/generation/generate.h"
+#include "inference/generation_loop.h"
 
 namespace kelvin::inference {
 namespace {
@@ -141,12 +141,11 @@ absl::StatusOr<NeedleAttempt> AttemptNeedle(models::LlamaDecoder& decoder, const
     };
   }
   KELVIN_ASSIGN_OR_RETURN(attempt.prompt, text.encode(prompt));
-  models::GenerationRequest request;
+  GenerationRequest request;
   request.prompt = attempt.prompt;
   request.max_new_tokens = NeedleAnswerTokens(text, spec.task);
   request.stop_ids = text.stop_ids;
-  KELVIN_ASSIGN_OR_RETURN(const models::GenerationResult result,
-                          models::Generate(decoder, request));
+  KELVIN_ASSIGN_OR_RETURN(const GenerationResult result, Generate(decoder, request));
   attempt.generated = result.tokens;
   KELVIN_ASSIGN_OR_RETURN(const std::string answer, text.decode(result.tokens));
   attempt.score = score(answer);

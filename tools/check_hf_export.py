@@ -18,8 +18,8 @@ checked:
   - packed documents (position ids restart, a block-diagonal mask) equal each document alone;
   - a left-padded batch of prompts of different lengths equals each prompt alone;
   - greedy generate() of 32 tokens with the KV cache equals generation without it;
-  - `kelvin eval EXPORT --data` (the export directory alone, scored by Kelvin's KV-cache decoder)
-    gives transformers' held-out loss within 1e-6.
+  - `kelvin eval EXPORT --data` (the export directory alone, scored by Kelvin's forward-only model
+    and the held-out evaluation's loss) gives transformers' held-out loss within 1e-6.
 Each SSA export's tokenizer loads with AutoTokenizer without remote code, and its model card names
 no local directory. A bf16 `kelvin convert` of the full-SSA run loads as bfloat16, and a vanilla run
 loads as a plain LlamaForCausalLM (no remote code) with its tokenizer (AutoTokenizer) and
@@ -265,7 +265,7 @@ def main(kelvin, write):
               f"the model card names {'the' if work in card else 'no'} local work directory")
         assert encoded[-3:] == [10, 11, 12] and work not in card
         score = kelvin_score(kelvin, os.path.join(run, "export"), work)
-        print(f"{name}: kelvin eval EXPORT --data (the KV-cache decoder, no job) {score:.8f}, "
+        print(f"{name}: kelvin eval EXPORT --data (the forward-only model, no job) {score:.8f}, "
               f"diff to transformers {abs(score - computed['loss']):.2e}")
         assert abs(score - computed["loss"]) <= 1e-6
         if write and name in FIXTURE_CASES:

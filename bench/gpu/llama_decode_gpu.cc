@@ -1,7 +1,7 @@
 // Decode throughput of Kelvin's KV-cache decoder on one GPU: a Llama-3-8B-shaped model cut to a
 // few decoder layers (the 128K-vocabulary embedding and LM head kept), bf16, SSA on and off, at
-// batch 1 and 8: greedy generation through models::GenerateBatch, what `kelvin generate` runs (the
-// decoder, each step's logits copied to the host and sampled there). Prints one JSON line per
+// batch 1 and 8: greedy generation through inference::GenerateBatch, what `kelvin generate` runs
+// (the decoder, each step's logits copied to the host and sampled there). Prints one JSON line per
 // variant and batch; bench/gpu/torch_decode.py times torch on the same shapes.
 // Usage: llama_decode_gpu [layers] [prompt_tokens] [new_tokens]
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bench/throughput_init.h"
-#include "models/generation/generate.h"
+#include "inference/generation_loop.h"
 #include "models/llama/llama_decoder.h"
 #include "models/llama/llama_model.h"
 
@@ -18,9 +18,9 @@ namespace {
 
 // `batch` prompts of `prompt` token ids spread over the vocabulary, each to `new_tokens` greedy
 // tokens (no stop id: every sequence runs its whole budget).
-std::vector<models::GenerationRequest> Requests(int64_t batch, int64_t prompt, int64_t new_tokens,
-                                                int64_t vocab) {
-  std::vector<models::GenerationRequest> requests(static_cast<size_t>(batch));
+std::vector<inference::GenerationRequest> Requests(int64_t batch, int64_t prompt,
+                                                   int64_t new_tokens, int64_t vocab) {
+  std::vector<inference::GenerationRequest> requests(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < prompt; ++t) {
       requests[b].prompt.push_back(static_cast<int32_t>(((b * prompt + t) * 7919) % vocab));
@@ -53,13 +53,13 @@ int Run(int64_t layers, int64_t prompt, int64_t new_tokens) {
         std::fprintf(stderr, "%s\n", decoder.status().ToString().c_str());
         return 2;
       }
-      const std::vector<models::GenerationRequest> requests =
+      const std::vector<inference::GenerationRequest> requests =
           Requests(batch, prompt, new_tokens, config->vocab_size);
-      models::GenerationTiming timing;
-      for (models::GenerationTiming* timed :
-           {static_cast<models::GenerationTiming*>(nullptr), &timing}) {
-        const absl::StatusOr<std::vector<models::GenerationResult>> results =
-            models::GenerateBatch(*decoder, requests, timed);
+      inference::GenerationTiming timing;
+      for (inference::GenerationTiming* timed :
+           {static_cast<inference::GenerationTiming*>(nullptr), &timing}) {
+        const absl::StatusOr<std::vector<inference::GenerationResult>> results =
+            inference::GenerateBatch(*decoder, requests, timed);
         if (!results.ok()) {
           std::fprintf(stderr, "%s\n", results.status().ToString().c_str());
           return 2;

@@ -1,5 +1,5 @@
 // The command line of `kelvin eval`: the job's held-out sets (inference/job_evaluation.h), a corpus
-// (score_command.h) or the needle grid (needle_command.h), printed and written as JSON.
+// (inference/corpus_score.h) or the needle grid (needle_command.h), printed and written as JSON.
 #include "launcher/commands/eval_command.h"
 
 #include <cmath>
@@ -14,13 +14,13 @@
 #include "core/io/atomic_file.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "inference/corpus_score.h"
 #include "inference/job_evaluation.h"
+#include "inference/loss_by_position.h"
 #include "launcher/commands/inference_options.h"
 #include "launcher/commands/needle_command.h"
 #include "launcher/commands/process_launch.h"
-#include "launcher/commands/score_command.h"
 #include "launcher/config/job_config.h"
-#include "models/generation/loss_by_position.h"
 #include "training/job/job_setup.h"
 
 namespace kelvin::launcher {
@@ -65,7 +65,7 @@ struct EvalArguments {
   training::CheckpointChoice checkpoint;           // --step N, --best
   bool every_checkpoint = false;                   // --all
   std::string json;                                // --json FILE
-  ScoreOptions score;                              // --data / --text: scoring a corpus
+  inference::ScoreOptions score;                   // --data / --text: scoring a corpus
   bool needle = false;                             // --needle
   NeedleOptions needle_grid;                       // its grid
   bool grid_options = false;                       // whether a valued option of the grid was given
@@ -102,7 +102,7 @@ std::optional<int> CheckEvalArguments(const EvalArguments& a) {
   }
   if (a.score.by_position.has_value() && a.score.seq_length > 0) {  // else once the model is read
     const absl::StatusOr<std::vector<int64_t>> starts =
-        models::PositionBucketStarts(*a.score.by_position, a.score.seq_length);
+        inference::PositionBucketStarts(*a.score.by_position, a.score.seq_length);
     if (!starts.ok()) return UsageError(std::string(starts.status().message()));
   }
   if ((a.score.seq_length > 0 || a.score.stride > 0) && !corpus) {
@@ -213,19 +213,20 @@ int EvaluateCorpus(const EvalArguments& a, const config::JobConfig& job,
   if (!a.json.empty() && reports) {
     if (const absl::Status usable = CheckJsonPath(a.json); !usable.ok()) return Fail(usable);
   }
-  ScoreOptions score = a.score;
+  inference::ScoreOptions score = a.score;
   score.checkpoint = a.checkpoint;
   score.tokenizer = a.tokenizer;
-  const absl::StatusOr<ScoreReport> report = ScoreData(job, score, placement, &tp);
+  const absl::StatusOr<inference::ScoreReport> report =
+      inference::ScoreData(job, score, placement, &tp);
   if (!report.ok()) {
     std::vector<std::string> paths = RelativePathsOf(job);
     paths.insert(paths.end(), {a.score.data, a.score.text});
     return Fail(WithWorkingDirectory(report.status(), paths));
   }
   if (!reports) return 0;
-  KLOG(INFO) << FormatScore(job, *report);
-  if (!report->by_position.empty()) KLOG(INFO) << FormatLossByPosition(job, *report);
-  return WriteJsonResult(a.json, ScoreJson(job, *report), "score");
+  KLOG(INFO) << inference::FormatScore(job, *report);
+  if (!report->by_position.empty()) KLOG(INFO) << inference::FormatLossByPosition(job, *report);
+  return WriteJsonResult(a.json, inference::ScoreJson(job, *report), "score");
 }
 
 // The model alone: JOB is a job file or a Hugging Face model directory.
@@ -256,8 +257,8 @@ int Eval(const EvalArguments& a) {
 }
 
 // --by-position's value: one integer, the buckets' width, or integers separated by commas, the
-// buckets' starts (their rules are models::PositionBucketStarts', checked against the window).
-std::string ParsePositionBuckets(const std::string& text, ScoreOptions& score) {
+// buckets' starts (their rules are inference::PositionBucketStarts', checked against the window).
+std::string ParsePositionBuckets(const std::string& text, inference::ScoreOptions& score) {
   std::vector<int64_t> values;
   for (const absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t value = 0;
@@ -268,8 +269,9 @@ std::string ParsePositionBuckets(const std::string& text, ScoreOptions& score) {
     }
     values.push_back(value);
   }
-  score.by_position = values.size() == 1 ? models::PositionBuckets::OfWidth(values[0])
-                                         : models::PositionBuckets::StartingAt(std::move(values));
+  score.by_position = values.size() == 1
+                          ? inference::PositionBuckets::OfWidth(values[0])
+                          : inference::PositionBuckets::StartingAt(std::move(values));
   return std::string();
 }
 

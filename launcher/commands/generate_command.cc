@@ -1,201 +1,25 @@
-// The model's weights and tokenizer found from the job, then each prompt through Generate.
+// The command line of `kelvin generate`: its options parsed into inference::GenerateOptions (or a
+// chat's), then the prompts or conversations generated (inference/text_generation.h,
+// inference/chat_generation.h) and printed on world rank 0.
 #include "launcher/commands/generate_command.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "core/io/regular_file.h"
 #include "core/logging.h"
-#include "data/tokenizer/utf8.h"
-#include "launcher/commands/generate_chat.h"
+#include "inference/chat_generation.h"
+#include "inference/text_generation.h"
 #include "launcher/commands/inference_options.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
-#include "models/generation/generate.h"
 
 namespace kelvin::launcher {
 
-absl::Status CheckGenerateOptions(const GenerateOptions& options) {
-  KELVIN_RETURN_IF_ERROR(models::ValidateSamplingOptions(options.sampling));
-  if (options.max_new_tokens < 1 || options.max_new_tokens > models::kMaxNewTokens) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens ", options.max_new_tokens,
-                                                   ": must be in [1, ", models::kMaxNewTokens,
-                                                   "] (no model has more positions)"));
-  }
-  if (const std::optional<size_t> bad = data::FirstInvalidUtf8(options.stop)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--stop: the text is not valid UTF-8 at byte ", *bad, " (of ", options.stop.size(),
-        "); give the stop text in UTF-8, as the generated text is"));
-  }
-  return absl::OkStatus();
-}
-
-models::GenerationRequest BaseRequest(const GenerateOptions& options,
-                                      const models::LlamaConfig& arch,
-                                      const std::optional<data::Tokenizer>& tokenizer) {
-  models::GenerationRequest request;
-  request.max_new_tokens = options.max_new_tokens;
-  request.sampling = options.sampling;
-  request.stop_ids.assign(arch.special_tokens.eos.begin(), arch.special_tokens.eos.end());
-  if (tokenizer.has_value() && !options.allow_unspellable) {
-    // A model whose vocab_size exceeds the tokenizer's ids (embeddings padded to a round size, as
-    // Qwen2.5's are) can sample an id with no text: 1 where the tokenizer has a token of the id.
-    std::vector<uint8_t> spellable(static_cast<size_t>(arch.vocab_size), 0);
-    for (int64_t id = 0; id < arch.vocab_size; ++id) {
-      spellable[id] = tokenizer->HasToken(static_cast<int32_t>(id)) ? 1 : 0;
-    }
-    const int64_t unspellable = std::count(spellable.begin(), spellable.end(), uint8_t{0});
-    if (unspellable > 0) {
-      KLOG_RANK0(INFO) << unspellable << " of the model's " << arch.vocab_size
-                       << " token ids have no text in the tokenizer: sampling leaves them out "
-                          "(--allow-unspellable draws them too)";
-      request.allowed = std::make_shared<const std::vector<uint8_t>>(std::move(spellable));
-    }
-  }
-  if (tokenizer.has_value() && tokenizer->eos_id().has_value()) {
-    request.stop_ids.push_back(*tokenizer->eos_id());
-  }
-  if (!options.stop.empty()) {
-    // Every token spells at least one byte: the stop text can only end within the last
-    // stop.size() tokens, so only those are decoded at each step.
-    request.stop_after = [&options, &tokenizer](const std::vector<int32_t>& tokens) {
-      const size_t tail = std::min(tokens.size(), options.stop.size());
-      const absl::StatusOr<std::string> text = tokenizer->Decode(
-          {tokens.end() - static_cast<std::ptrdiff_t>(tail), tokens.end()}, false);
-      return text.ok() && text->ends_with(options.stop);
-    };
-  }
-  return request;
-}
-
-absl::StatusOr<std::vector<models::GenerationResult>> GeneratePrompts(
-    const models::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-    const models::GenerationRequest& base, int64_t batch_size, models::GenerationTiming* timing) {
-  // The cache for `batch` sequences of the longest prompt and its new tokens (GenerateBatch names
-  // the model's limit when they exceed it), not the model's position limit: 128K positions of an 8B
-  // model are 34 GB a sequence.
-  size_t longest = 0;
-  for (const std::vector<int32_t>& prompt : prompts) longest = std::max(longest, prompt.size());
-  const int64_t batch = std::min<int64_t>(batch_size, static_cast<int64_t>(prompts.size()));
-  KELVIN_ASSIGN_OR_RETURN(
-      models::LlamaDecoder decoder,
-      models::LlamaDecoder::Create(model,
-                                   std::min(static_cast<int64_t>(longest) + base.max_new_tokens - 1,
-                                            model.config().PositionLimit()),
-                                   batch));
-  std::vector<models::GenerationResult> results;
-  for (size_t first = 0; first < prompts.size(); first += batch) {  // batch prompts at a time
-    std::vector<models::GenerationRequest> requests;
-    for (size_t p = first; p < std::min(prompts.size(), first + batch); ++p) {
-      requests.push_back(base);
-      requests.back().prompt = prompts[p];
-    }
-    KELVIN_ASSIGN_OR_RETURN(std::vector<models::GenerationResult> batch_results,
-                            models::GenerateBatch(decoder, requests, timing));
-    for (models::GenerationResult& result : batch_results) results.push_back(std::move(result));
-  }
-  return results;
-}
-
-nlohmann::ordered_json GenerationJson(const std::vector<int32_t>& prompt,
-                                      const models::GenerationResult& result,
-                                      const std::optional<data::Tokenizer>& tokenizer,
-                                      bool text_without_stop_id, bool logprobs,
-                                      int64_t* failed_prompts) {
-  nlohmann::ordered_json line = {{"prompt_tokens", prompt}, {"tokens", result.tokens}};
-  if (tokenizer.has_value()) {
-    const bool drop = text_without_stop_id && result.finish_reason == "eos";
-    const absl::StatusOr<std::string> text =
-        tokenizer->Decode({result.tokens.begin(), result.tokens.end() - (drop ? 1 : 0)},
-                          /*skip_special_tokens=*/true);
-    // Bytes that are not UTF-8 (a token cut inside a character) are replaced, not refused. A
-    // token without text fails this prompt's text alone.
-    if (text.ok()) {
-      line["text"] = *text;
-    } else {
-      line["error"] = std::string(text.status().message());
-      if (failed_prompts != nullptr) ++*failed_prompts;
-    }
-  }
-  line["finish_reason"] = result.finish_reason;
-  if (logprobs) line["logprobs"] = result.logprobs;
-  return line;
-}
-
-std::string JsonLine(const nlohmann::ordered_json& line) {
-  return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-absl::StatusOr<std::vector<std::string>> GenerateFromJob(
-    const config::JobConfig& job, const GenerateOptions& options,
-    const training::TrainingPlacement& placement, models::GenerationTiming* timing,
-    parallel::Communicator* tp, int64_t* failed_prompts) {
-  KELVIN_RETURN_IF_ERROR(CheckGenerateOptions(options));
-  KELVIN_ASSIGN_OR_RETURN(
-      const std::optional<data::Tokenizer> tokenizer,
-      inference::LoadModelTokenizer(job, options.tokenizer,
-                                    options.prompts.empty() && options.stop.empty()
-                                        ? std::string()
-                                        : std::string("text prompts and --stop"),
-                                    "token ids with --tokens"));
-  std::vector<std::vector<int32_t>> prompts = options.token_prompts;
-  for (size_t p = 0; p < options.prompts.size(); ++p) {
-    std::vector<int32_t> ids;
-    if (const absl::Status encoded =
-            tokenizer->Encode(options.prompts[p], /*add_special_tokens=*/true, ids);
-        !encoded.ok()) {
-      const std::string source = p < options.prompt_sources.size()
-                                     ? options.prompt_sources[p]
-                                     : absl::StrCat("text prompt ", p + 1);
-      return absl::Status(encoded.code(), absl::StrCat(source, ": ", encoded.message()));
-    }
-    prompts.push_back(std::move(ids));
-  }
-  if (prompts.empty()) {
-    return absl::InvalidArgumentError("no prompt: give --prompt, --prompt-file or --tokens");
-  }
-
-  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          inference::LoadInferenceModel(job, options.checkpoint, placement, tp));
-  const models::GenerationRequest base = BaseRequest(options, model->config(), tokenizer);
-  KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
-                          GeneratePrompts(*model, prompts, base, options.batch_size, timing));
-  std::vector<std::string> lines;
-  for (size_t p = 0; p < results.size(); ++p) {
-    lines.push_back(
-        JsonLine(GenerationJson(prompts[p], results[p], tokenizer,
-                                /*text_without_stop_id=*/false, options.logprobs, failed_prompts)));
-  }
-  return lines;
-}
-
-absl::Status AddPromptFile(const std::string& path, GenerateOptions& options) {
-  KELVIN_ASSIGN_OR_RETURN(const std::string text,
-                          io::ReadRegularFile(path, "prompt file", uint64_t{1} << 30));
-  const size_t prompts_before = options.prompts.size();
-  int64_t number = 0;  // of the line, from 1
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++number;
-    absl::ConsumeSuffix(&line, "\r");  // a CRLF line end (a file written on Windows)
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    options.prompts.emplace_back(line);
-    options.prompt_sources.push_back(absl::StrCat(path, " line ", number));
-  }
-  if (options.prompts.size() == prompts_before) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt file ", path,
-                     " holds no prompt: every line is blank (a prompt is a line with "
-                     "text)"));
-  }
-  return absl::OkStatus();
-}
+using inference::ChatModeOptions;
+using inference::GenerateOptions;
 
 namespace {
 
@@ -214,12 +38,12 @@ struct GenerateArguments {
 // rank: this process holds it whole).
 int Generate(GenerateArguments a, const config::JobConfig& job,
              const training::TrainingPlacement& placement, parallel::Communicator& tp) {
-  models::GenerationTiming timing;
+  inference::GenerationTiming timing;
   int64_t failed = 0;
   absl::StatusOr<std::vector<std::string>> lines;
   if (a.chat == "-") {
-    const absl::Status chatted = ChatInteractively(
-        job, a.options, a.chat_mode, StandardInputLines(tp),
+    const absl::Status chatted = inference::ChatInteractively(
+        job, a.options, a.chat_mode, inference::StandardInputLines(tp),
         [&tp](const std::string& reply) {
           if (tp.rank() != 0) return;
           std::printf("%s\n", reply.c_str());
@@ -229,16 +53,17 @@ int Generate(GenerateArguments a, const config::JobConfig& job,
     if (!chatted.ok()) return Fail(WithWorkingDirectory(chatted, job));
     lines = std::vector<std::string>();  // printed turn by turn
   } else if (!a.chat.empty()) {
-    const absl::StatusOr<std::vector<Conversation>> conversations = ReadConversations(a.chat);
+    const absl::StatusOr<std::vector<inference::Conversation>> conversations =
+        inference::ReadConversations(a.chat);
     if (!conversations.ok()) return Fail(WithWorkingDirectory(conversations.status(), {a.chat}));
-    lines = GenerateChatsFromJob(job, *conversations, a.options, a.chat_mode, placement, &timing,
-                                 &tp, &failed);
+    lines = inference::GenerateChatsFromJob(job, *conversations, a.options, a.chat_mode, placement,
+                                            &timing, &tp, &failed);
   } else {
     if (!a.prompt_file.empty()) {
-      const absl::Status read = AddPromptFile(a.prompt_file, a.options);
+      const absl::Status read = inference::AddPromptFile(a.prompt_file, a.options);
       if (!read.ok()) return Fail(WithWorkingDirectory(read, {a.prompt_file}));
     }
-    lines = GenerateFromJob(job, a.options, placement, &timing, &tp, &failed);
+    lines = inference::GenerateFromJob(job, a.options, placement, &timing, &tp, &failed);
   }
   if (!lines.ok()) return Fail(WithWorkingDirectory(lines.status(), job));
   // Every rank generated the same tokens, and fails alike when a prompt has no text.
@@ -262,7 +87,7 @@ int Generate(GenerateArguments a, const config::JobConfig& job,
 int RunGenerate(const GenerateArguments& a) {
   const GenerateOptions& o = a.options;
   // The options' own rules (sampling, budget, stop text) are the command line's: exit 2.
-  if (const absl::Status checked = CheckGenerateOptions(o); !checked.ok()) {
+  if (const absl::Status checked = inference::CheckGenerateOptions(o); !checked.ok()) {
     return UsageError(std::string(checked.message()));
   }
   if (a.chat.empty() && o.prompts.empty() && o.token_prompts.empty() && a.prompt_file.empty()) {
@@ -336,7 +161,7 @@ void AddGenerateCommand(CommandLine& line) {
   line.AddValue(command, "--max-new-tokens", "N", "a token count >= 1",
                 "the most tokens generated per prompt (default 64)", [&o](const std::string& text) {
                   return ParseInteger(text, 1, "a token count >= 1", o.max_new_tokens,
-                                      models::kMaxNewTokens);
+                                      inference::kMaxNewTokens);
                 });
   line.AddValue(command, "--temperature", "T", "a number >= 0",
                 "the sampling temperature (default 0: greedy)", [&o](const std::string& text) {

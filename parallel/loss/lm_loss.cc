@@ -10,9 +10,13 @@
 namespace kelvin::parallel {
 namespace {
 
-double Sum(const Tensor& host_f32) {
+// The sum in double of a host f32 or f64 tensor, in index order.
+double Sum(const Tensor& host) {
   double sum = 0;
-  for (int64_t i = 0; i < host_f32.numel(); ++i) sum += host_f32.data<float>()[i];
+  for (int64_t i = 0; i < host.numel(); ++i) {
+    sum += host.dtype() == DType::kF64 ? host.data<double>()[i]
+                                       : static_cast<double>(host.data<float>()[i]);
+  }
   return sum;
 }
 
@@ -21,6 +25,14 @@ Tensor StageToHost(const Context& ctx, const Tensor& logits) {
   Tensor wide = Tensor::Empty(logits.shape(), DType::kF32, logits.device());
   ops::Cast(ctx, logits, wide);
   return CopyToDevice(ctx, wide, Device::Cpu());
+}
+
+// host logits [N, V] -> loss [N] (AccumDType) by the vocab-parallel forward.
+Tensor HostLosses(parallel::Communicator& tp, const Tensor& host, const Tensor& labels,
+                  int64_t vocab_begin) {
+  Tensor loss = Tensor::Empty({host.dim(0)}, AccumDType(host.dtype()));  // [N]
+  parallel::VocabParallelCrossEntropyLoss(tp, host, labels, vocab_begin, loss);
+  return loss;
 }
 
 }  // namespace
@@ -50,10 +62,22 @@ double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator& tp, Te
 double CrossEntropySum(const Context& ctx, parallel::Communicator& tp, const Tensor& logits,
                        const Tensor& labels, int64_t vocab_begin, Tensor* predictions) {
   const Tensor host = logits.is_cpu() ? logits : StageToHost(ctx, logits);  // [N, V]
-  Tensor loss = Tensor::Empty({host.dim(0)}, DType::kF32);                  // [N]
-  parallel::VocabParallelCrossEntropyLoss(tp, host, labels, vocab_begin, loss);
+  const double sum = Sum(HostLosses(tp, host, labels, vocab_begin));
   if (predictions != nullptr) parallel::VocabParallelArgmax(tp, host, vocab_begin, *predictions);
-  return Sum(loss);
+  return sum;
+}
+
+Tensor CrossEntropyLosses(const Context& ctx, parallel::Communicator& tp, const Tensor& logits,
+                          const Tensor& labels, int64_t vocab_begin) {
+  if (logits.is_cpu()) return HostLosses(tp, logits, labels, vocab_begin);
+  if (tp.size() > 1) return HostLosses(tp, StageToHost(ctx, logits), labels, vocab_begin);
+  const int64_t n = logits.dim(0);
+  const DType accum = AccumDType(logits.dtype());
+  const Tensor targets = CopyToDevice(ctx, labels, ctx.device());  // [N] i32
+  Tensor loss = Tensor::Empty({n}, accum, ctx.device());           // [N]
+  Tensor lse = Tensor::Empty({n}, accum, ctx.device());            // [N], unused
+  ops::CrossEntropyForward(ctx, logits, targets, loss, lse);
+  return CopyToDevice(ctx, loss, Device::Cpu());
 }
 
 int64_t CountCorrectPredictions(const Tensor& labels, const Tensor& predictions) {

@@ -25,6 +25,14 @@ double SoftmaxCrossEntropySum(const Context& ctx, parallel::Communicator& tp, Te
 double CrossEntropySum(const Context& ctx, parallel::Communicator& tp, const Tensor& logits,
                        const Tensor& labels, int64_t vocab_begin, Tensor* predictions);
 
+// Scoring, token by token: each token's cross-entropy of the logits as above (logits unchanged),
+// into a host tensor [N] (f32, f64 for f64 logits; 0 for ignored labels), the same on every rank.
+// On a CUDA device without tensor parallelism the fused CUDA cross-entropy runs there and only the
+// losses come back (as training's loss runs); otherwise device logits are staged through host
+// memory (f32) for the vocab-parallel kernels, as CrossEntropySum stages them.
+Tensor CrossEntropyLosses(const Context& ctx, parallel::Communicator& tp, const Tensor& logits,
+                          const Tensor& labels, int64_t vocab_begin);
+
 // labels [N] and predictions [N] i32 on the host -> how many labelled tokens (label not
 // ops::kIgnoreIndex) were predicted right.
 int64_t CountCorrectPredictions(const Tensor& labels, const Tensor& predictions);

@@ -11,10 +11,10 @@
 #include <random>
 
 #include "data/corpus/token_file.h"
-#include "launcher/commands/generate_command.h"
+#include "inference/corpus_score.h"
+#include "inference/text_generation.h"
 #include "launcher/commands/inference_options.h"
 #include "launcher/commands/needle_command.h"
-#include "launcher/commands/score_command.h"
 #include "tests/models/greedy_margin.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/backends.h"
@@ -63,12 +63,13 @@ TEST(ForwardCommandsCuda, GenerateGivesTheCpuTokensWhereTheMarginsAllow) {
   KELVIN_SKIP_WITHOUT_CUDA(Device::Cuda());
   const std::string dir = ModelDirectory("kelvin_generate_cuda", 96);
   const config::JobConfig job = JobOfModelDirectory(dir);
-  GenerateOptions options;
+  inference::GenerateOptions options;
   options.token_prompts = {{1, 2, 3, 4, 5, 6, 7}, {40}, {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12}};
   options.max_new_tokens = 12;
   options.batch_size = 2;  // two batches, the second one short
-  absl::StatusOr<std::vector<std::string>> cpu = GenerateFromJob(job, options);
-  absl::StatusOr<std::vector<std::string>> gpu = GenerateFromJob(job, options, OnTheGpu(job));
+  absl::StatusOr<std::vector<std::string>> cpu = inference::GenerateFromJob(job, options);
+  absl::StatusOr<std::vector<std::string>> gpu =
+      inference::GenerateFromJob(job, options, OnTheGpu(job));
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   const std::vector<std::vector<int32_t>> expected = GeneratedTokens(*cpu);
@@ -92,12 +93,12 @@ TEST(ForwardCommandsCuda, EvalDataScoresTheCpuLossWithinTheBf16Tolerance) {
   for (int32_t i = 0; i < 300; ++i) corpus.push_back((i * 37 + 5) % 96);
   const std::string path = (fs::path(::testing::TempDir()) / "kelvin_score_cuda.int32").string();
   ASSERT_TRUE(data::WriteTokenFile(path, corpus, data::TokenType::kInt32).ok());
-  ScoreOptions options;
+  inference::ScoreOptions options;
   options.data = path;
   options.seq_length = 128;
   options.stride = 100;  // sliding: the later windows score their last 100 targets
-  absl::StatusOr<ScoreReport> cpu = ScoreData(job, options);
-  absl::StatusOr<ScoreReport> gpu = ScoreData(job, options, OnTheGpu(job));
+  absl::StatusOr<inference::ScoreReport> cpu = inference::ScoreData(job, options);
+  absl::StatusOr<inference::ScoreReport> gpu = inference::ScoreData(job, options, OnTheGpu(job));
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_EQ(gpu->result.targets, 299);

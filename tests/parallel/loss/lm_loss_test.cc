@@ -1,11 +1,13 @@
 // The LM loss without tensor parallelism, on the host and on a CUDA device (f32, bf16), against the
 // f64 reference: the cross-entropy sum, the gradient written in place (zero on ignored rows), the
-// evaluation's sum with the logits left as they were and its argmax; and the token accuracy count.
+// evaluation's sum with the logits left as they were and its argmax, scoring's per-token losses;
+// and the token accuracy count.
 // The tensor-parallel paths need several ranks: tests/models/mpi/ and tests/training/mpi/.
 #include "parallel/loss/lm_loss.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "core/ops/cross_entropy.h"
@@ -86,6 +88,36 @@ TEST_P(LmLossTest, EvaluationSumsWithoutChangingTheLogitsAndFindsTheArgmax) {
     ASSERT_GE(best, 0);
     ASSERT_LT(best, kVocab);
     for (int64_t j = 0; j < kVocab; ++j) EXPECT_LE(row[j], row[best]) << "token " << i;
+  }
+}
+
+// Scoring's per-token losses: each row's the reference's for that row alone (0 where ignored), in
+// f32 from f32 or bf16 logits, in f64 from f64 host logits, the logits left as they were.
+TEST_P(LmLossTest, TokenLossesMatchTheReferenceRowByRow) {
+  const testing::Backend c = GetParam();
+  KELVIN_SKIP_WITHOUT_CUDA(c.device);
+  const Context& ctx = testing::ContextFor(c.device);
+  const Tensor labels = Labels();
+  std::vector<DType> dtypes = {c.dtype};
+  if (c.device.is_cpu()) dtypes.push_back(DType::kF64);
+  for (const DType dtype : dtypes) {
+    const Tensor logits = testing::Random({kTokens, kVocab}, dtype, 47, -4, 4);  // [N, V]
+    const Tensor on_device = testing::ToDevice(logits, c.device);
+    SelfCommunicator whole_vocabulary("tp", 0, ctx);
+    const Tensor losses = CrossEntropyLosses(ctx, whole_vocabulary, on_device, labels, 0);  // [N]
+    ASSERT_TRUE(losses.is_cpu());
+    ASSERT_EQ(losses.dtype(), dtype == DType::kF64 ? DType::kF64 : DType::kF32);
+    ASSERT_EQ(losses.numel(), kTokens);
+    const Tensor wide = testing::Cast(losses, DType::kF64);
+    for (int64_t i = 0; i < kTokens; ++i) {
+      const double want =
+          testing::ReferenceCrossEntropy(logits.Slice(i, i + 1), labels.Slice(i, i + 1), 1.0).sum;
+      const double tolerance = dtype == DType::kF64 ? testing::kF64RelTol : testing::kF32RelTol;
+      EXPECT_NEAR(wide.data<double>()[i], want, tolerance * std::max(1.0, want))
+          << "token " << i << " " << DTypeName(dtype);
+    }
+    EXPECT_EQ(wide.data<double>()[2], 0.0);  // ignored
+    EXPECT_TRUE(testing::BitIdentical(testing::ToHost(on_device), logits, "logits"));
   }
 }
 

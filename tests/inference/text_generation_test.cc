@@ -3,7 +3,7 @@
 // the output decodes the generated ids, greedy decoding repeats itself, and --stop ends the
 // generation at the first token whose text ends with the stop string; prompts of different
 // lengths decoded in batches give each prompt its own line, in order, as one at a time does.
-#include "launcher/commands/generate_command.h"
+#include "inference/text_generation.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,13 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
+#include "inference/corpus_score.h"
 #include "launcher/commands/inference_options.h"
-#include "launcher/commands/score_command.h"
 #include "launcher/config/job_config.h"
 #include "models/llama/llama_model.h"
 #include "tests/models/tiny_ssa_llama.h"
 
-namespace kelvin::launcher {
+namespace kelvin::inference {
 namespace {
 
 namespace fs = std::filesystem;
@@ -47,7 +47,7 @@ std::string ModelWithTokenizer() { return Model("kelvin_generate_model", 4104, t
 std::vector<nlohmann::json> Generated(const GenerateOptions& options) {
   static const std::string model = ModelWithTokenizer();
   absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(JobOfModelDirectory(model), options);
+      GenerateFromJob(launcher::JobOfModelDirectory(model), options);
   EXPECT_TRUE(lines.ok()) << lines.status();
   std::vector<nlohmann::json> parsed;
   for (const std::string& line : lines.value_or(std::vector<std::string>{})) {
@@ -111,11 +111,11 @@ TEST(GenerateCommand, ATextPromptThatIsNotUtf8IsNamedBySource) {
   options.prompts = {"fine", "bad \xc3", "also bad \xff"};
   options.prompt_sources = {"--prompt 1", "prompts.txt line 4", "prompts.txt line 9"};
   absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(JobOfModelDirectory(model), options);
+      GenerateFromJob(launcher::JobOfModelDirectory(model), options);
   EXPECT_THAT(std::string(lines.status().message()),
               ::testing::StartsWith("prompts.txt line 4: the text is not valid UTF-8 at byte"));
   options.prompt_sources.clear();  // a caller that names none: its place
-  lines = GenerateFromJob(JobOfModelDirectory(model), options);
+  lines = GenerateFromJob(launcher::JobOfModelDirectory(model), options);
   EXPECT_THAT(std::string(lines.status().message()),
               ::testing::StartsWith("text prompt 2: the text is not valid UTF-8 at byte"));
 }
@@ -131,8 +131,8 @@ TEST(GenerateCommand, AJobOfOnlyTheModelGeneratesAndScoresText) {
   const std::string text_path = (dir / "text.txt").string();
   ASSERT_TRUE(io::WriteFileAtomically(text_path, {"Hello world, hello again."}).ok());
 
-  const absl::StatusOr<config::JobConfig> job =
-      LoadForwardOnlyJob("generate", JobArguments{.path = job_path, .overrides = {}});
+  const absl::StatusOr<config::JobConfig> job = launcher::LoadForwardOnlyJob(
+      "generate", launcher::JobArguments{.path = job_path, .overrides = {}});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->name(), "model_only");
   GenerateOptions options;
@@ -152,7 +152,7 @@ TEST(GenerateCommand, AJobOfOnlyTheModelGeneratesAndScoresText) {
   EXPECT_EQ(report->seq_length, 64);  // no training.seq_length: the model's positions
 
   // The training-only fields stay required where they are needed: training.
-  EXPECT_THAT(std::string(LoadJobConfig(job_path).status().message()),
+  EXPECT_THAT(std::string(launcher::LoadJobConfig(job_path).status().message()),
               ::testing::HasSubstr("data: no data source"));
 }
 
@@ -165,13 +165,13 @@ TEST(GenerateCommand, TokenizerOptionGivesAModelItsTokenizer) {
   options.max_new_tokens = 4;
   const std::string bare = Model("kelvin_generate_bare_model", 4104, false);
   absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(JobOfModelDirectory(bare), options);
+      GenerateFromJob(launcher::JobOfModelDirectory(bare), options);
   EXPECT_THAT(std::string(lines.status().message()),
               ::testing::HasSubstr("the model's tokenizer is needed for text prompts and --stop: "
                                    "model.hf_dir=" +
                                    bare + " has no tokenizer.json; give --tokenizer DIR"));
   options.tokenizer = kTokenizerFixture;
-  lines = GenerateFromJob(JobOfModelDirectory(bare), options);
+  lines = GenerateFromJob(launcher::JobOfModelDirectory(bare), options);
   ASSERT_TRUE(lines.ok()) << lines.status();
   const nlohmann::json line = nlohmann::json::parse(lines->front());
   EXPECT_EQ(line["prompt_tokens"][0], 4096);  // the tokenizer's template: <|begin_of_text|>
@@ -179,24 +179,27 @@ TEST(GenerateCommand, TokenizerOptionGivesAModelItsTokenizer) {
   EXPECT_TRUE(line.contains("text"));
 
   options.tokenizer = bare;  // no tokenizer.json there
-  EXPECT_THAT(std::string(GenerateFromJob(JobOfModelDirectory(bare), options).status().message()),
-              ::testing::StartsWith("--tokenizer " + bare +
-                                    " has no tokenizer.json: give the "
-                                    "directory that holds the model's tokenizer.json"));
+  EXPECT_THAT(
+      std::string(GenerateFromJob(launcher::JobOfModelDirectory(bare), options).status().message()),
+      ::testing::StartsWith("--tokenizer " + bare +
+                            " has no tokenizer.json: give the "
+                            "directory that holds the model's tokenizer.json"));
   options.tokenizer = kTokenizerFixture;
   const std::string small = Model("kelvin_generate_small_model", 4000, false);
-  EXPECT_THAT(std::string(GenerateFromJob(JobOfModelDirectory(small), options).status().message()),
-              ::testing::HasSubstr("the tokenizer's ids go up to 4103 (4104 ids), beyond the "
-                                   "model's vocab_size=4000"));
+  EXPECT_THAT(
+      std::string(
+          GenerateFromJob(launcher::JobOfModelDirectory(small), options).status().message()),
+      ::testing::HasSubstr("the tokenizer's ids go up to 4103 (4104 ids), beyond the "
+                           "model's vocab_size=4000"));
   // eval --text takes it too.
   const fs::path text = fs::path(::testing::TempDir()) / "kelvin_tokenizer_option.txt";
   ASSERT_TRUE(io::WriteFileAtomically(text.string(), {"Hello world, hello again."}).ok());
   ScoreOptions score;
   score.text = text.string();
-  EXPECT_THAT(std::string(ScoreData(JobOfModelDirectory(bare), score).status().message()),
+  EXPECT_THAT(std::string(ScoreData(launcher::JobOfModelDirectory(bare), score).status().message()),
               ::testing::HasSubstr("the model's tokenizer is needed for --text " + text.string()));
   score.tokenizer = kTokenizerFixture;
-  EXPECT_TRUE(ScoreData(JobOfModelDirectory(bare), score).ok());
+  EXPECT_TRUE(ScoreData(launcher::JobOfModelDirectory(bare), score).ok());
 }
 
 // A model whose vocabulary is padded far beyond its tokenizer's 4104 ids (8192 embeddings, the
@@ -210,8 +213,8 @@ TEST(GenerateCommand, APaddedVocabularyNeverFailsARun) {
   options.max_new_tokens = 16;
   options.sampling = {.temperature = 1.0, .top_k = 0, .top_p = 1.0, .seed = 7};
   int64_t failed = 0;
-  absl::StatusOr<std::vector<std::string>> lines =
-      GenerateFromJob(JobOfModelDirectory(padded), options, {}, nullptr, nullptr, &failed);
+  absl::StatusOr<std::vector<std::string>> lines = GenerateFromJob(
+      launcher::JobOfModelDirectory(padded), options, {}, nullptr, nullptr, &failed);
   ASSERT_TRUE(lines.ok()) << lines.status();
   ASSERT_EQ(lines->size(), 4u);
   EXPECT_EQ(failed, 0);
@@ -222,7 +225,8 @@ TEST(GenerateCommand, APaddedVocabularyNeverFailsARun) {
   }
 
   options.allow_unspellable = true;
-  lines = GenerateFromJob(JobOfModelDirectory(padded), options, {}, nullptr, nullptr, &failed);
+  lines = GenerateFromJob(launcher::JobOfModelDirectory(padded), options, {}, nullptr, nullptr,
+                          &failed);
   ASSERT_TRUE(lines.ok()) << lines.status();
   ASSERT_EQ(lines->size(), 4u);
   int64_t unspellable = 0, without_text = 0;
@@ -250,15 +254,17 @@ TEST(GenerateCommand, PromptFilesAndOptionsAreCheckedBeforeGenerating) {
   static const std::string model = ModelWithTokenizer();
   options.max_new_tokens = 2;
   options.stop = "ok\xff!";
-  EXPECT_EQ(GenerateFromJob(JobOfModelDirectory(model), options).status().message(),
+  EXPECT_EQ(GenerateFromJob(launcher::JobOfModelDirectory(model), options).status().message(),
             "--stop: the text is not valid UTF-8 at byte 2 (of 4); give the stop text in UTF-8, "
             "as the generated text is");
   options.stop.clear();
   options.max_new_tokens = INT64_MAX;  // the cache size would overflow
-  EXPECT_THAT(std::string(GenerateFromJob(JobOfModelDirectory(model), options).status().message()),
-              ::testing::StartsWith("--max-new-tokens 9223372036854775807: must be in [1, "
-                                    "134217728]"));
+  EXPECT_THAT(
+      std::string(
+          GenerateFromJob(launcher::JobOfModelDirectory(model), options).status().message()),
+      ::testing::StartsWith("--max-new-tokens 9223372036854775807: must be in [1, "
+                            "134217728]"));
 }
 
 }  // namespace
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference

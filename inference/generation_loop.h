@@ -7,15 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "models/generation/token_sampler.h"
+#include "inference/token_sampler.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_decoder.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 
-// The most new tokens one request may ask for: no model has more positions (models::kMaxPositions),
+// The most new tokens one request may ask for: no model has more positions (kMaxPositions),
 // and the budget plus a prompt stays far inside int64.
-inline constexpr int64_t kMaxNewTokens = kMaxPositions;
+inline constexpr int64_t kMaxNewTokens = models::kMaxPositions;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;    // at least one token
@@ -42,14 +42,15 @@ struct GenerationTiming {
 
 // Resets `decoder` and generates; the prompt plus max_new_tokens - 1 (the last new token is never
 // read back) must fit in it (else an error naming both).
-absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const GenerationRequest& request);
+absl::StatusOr<GenerationResult> Generate(models::LlamaDecoder& decoder,
+                                          const GenerationRequest& request);
 
 // The same for up to decoder.sequences() requests at once (prompts of any lengths, each its own
 // budget, sampler and stops): one decoder call per step for every unfinished request. Each result
 // is the one Generate gives its request alone, up to the rounding of the batched projections.
 // `timing` (when given) accumulates this call's.
 absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
-    LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests,
+    models::LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests,
     GenerationTiming* timing = nullptr);
 
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

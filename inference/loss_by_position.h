@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "models/generation/sequence_scorer.h"
+#include "inference/sequence_scorer.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 
 // How positions are grouped (`kelvin eval --by-position`): `width` positions a bucket (the last
 // one shorter when the window is not a multiple), or, when `starts` is not empty, buckets starting
@@ -44,4 +44,4 @@ absl::StatusOr<std::vector<int64_t>> PositionBucketStarts(const PositionBuckets&
 std::vector<PositionBucket> LossByPosition(const ScoreResult& result,
                                            std::span<const int64_t> starts);
 
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

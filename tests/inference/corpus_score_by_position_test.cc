@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "data/corpus/megatron_dataset_writer.h"
+#include "inference/corpus_score.h"
 #include "launcher/commands/inference_options.h"
-#include "launcher/commands/score_command.h"
 
-namespace kelvin::launcher {
+namespace kelvin::inference {
 namespace {
 
 using ::testing::HasSubstr;
@@ -41,25 +41,25 @@ TEST(ScoreByPosition, TheMaskedBucketsSumThePositionsLosses) {
   WriteDataset(dir + "/by_position_all", tokens, data::TokenType::kUInt16);
   WriteDataset(dir + "/by_position_sft", tokens, data::TokenType::kUInt16);
   WriteDataset(dir + "/by_position_sft_loss_mask", mask, data::TokenType::kUInt8);
-  const config::JobConfig job = JobOfModelDirectory(kModel);
+  const config::JobConfig job = launcher::JobOfModelDirectory(kModel);
 
   // One window of 16 inputs: a bucket a position holds the loss of that position's target.
   ScoreOptions each;
   each.data = dir + "/by_position_all";
   each.seq_length = 16;
-  each.by_position = models::PositionBuckets::OfWidth(1);
+  each.by_position = PositionBuckets::OfWidth(1);
   const absl::StatusOr<ScoreReport> all = ScoreData(job, each);
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->by_position.size(), 16u);
 
   ScoreOptions masked = each;
   masked.data = dir + "/by_position_sft";
-  masked.by_position = models::PositionBuckets::OfWidth(5);  // [0, 5) [5, 10) [10, 15) [15, 16)
+  masked.by_position = PositionBuckets::OfWidth(5);  // [0, 5) [5, 10) [10, 15) [15, 16)
   const absl::StatusOr<ScoreReport> report = ScoreData(job, masked);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->by_position.size(), 4u);
   EXPECT_EQ(report->result.targets, 6);
-  for (const models::PositionBucket& bucket : report->by_position) {
+  for (const PositionBucket& bucket : report->by_position) {
     double loss_sum = 0;
     int64_t targets = 0;
     for (int64_t p = bucket.begin; p < bucket.end; ++p) {  // input p predicts token p + 1
@@ -87,14 +87,14 @@ TEST(ScoreByPosition, TheMaskedBucketsSumThePositionsLosses) {
   EXPECT_TRUE(json["by_position"][3]["loss"].is_null());
   EXPECT_EQ(json["loss_mask"], dir + "/by_position_sft_loss_mask");
 
-  masked.by_position = models::PositionBuckets::OfWidth(17);
+  masked.by_position = PositionBuckets::OfWidth(17);
   EXPECT_THAT(std::string(ScoreData(job, masked).status().message()),
               HasSubstr("--by-position 17: a bucket's width must be in [1, 16]"));
   masked.seq_length = 0;  // the model's 256 positions
-  masked.by_position = models::PositionBuckets::OfWidth(0);
+  masked.by_position = PositionBuckets::OfWidth(0);
   EXPECT_THAT(std::string(ScoreData(job, masked).status().message()),
               HasSubstr("--by-position 0: a bucket's width must be in [1, 256]"));
 }
 
 }  // namespace
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference

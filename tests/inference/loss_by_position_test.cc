@@ -3,16 +3,16 @@
 // non-overlapping windows whose length the width does not divide, a loss mask (only its targets
 // count) and sliding windows with given bucket starts; bad widths and starts are errors naming
 // --by-position and the value.
-#include "models/generation/loss_by_position.h"
+#include "inference/loss_by_position.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/models/generation/window_losses.h"
+#include "tests/inference/window_losses.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/tolerance.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 namespace {
 
 using ::testing::ElementsAre;
@@ -31,7 +31,8 @@ struct Window {
 
 // The reference: per bucket [starts[b], next start or window), the summed Forward losses and the
 // count of the targets (is_target[p + 1] = 1, or all) whose input sits at those window positions.
-std::vector<PositionBucket> HandBuckets(LlamaModel& model, const std::vector<int32_t>& tokens,
+std::vector<PositionBucket> HandBuckets(models::LlamaModel& model,
+                                        const std::vector<int32_t>& tokens,
                                         const std::vector<Window>& windows,
                                         const std::vector<int64_t>& starts, int64_t window,
                                         const std::vector<uint8_t>& is_target = {}) {
@@ -84,16 +85,14 @@ class LossByPositionTest : public ::testing::Test {
   std::vector<PositionBucket> Score(const std::vector<int32_t>& tokens, int64_t window,
                                     int64_t stride, const PositionBuckets& spec,
                                     const std::vector<uint8_t>& is_target = {}) {
-    absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model_, 32);
-    EXPECT_TRUE(decoder.ok()) << decoder.status();
-    absl::StatusOr<ScoreResult> result = ScoreTokens(*decoder, tokens, window, stride, is_target);
+    absl::StatusOr<ScoreResult> result = ScoreTokens(model_, tokens, window, stride, is_target);
     EXPECT_TRUE(result.ok()) << result.status();
     absl::StatusOr<std::vector<int64_t>> starts = PositionBucketStarts(spec, window);
     EXPECT_TRUE(starts.ok()) << starts.status();
     return LossByPosition(*result, *starts);
   }
 
-  LlamaModel model_;
+  models::LlamaModel model_;
 };
 
 // 27 tokens in windows of 10 (inputs [0, 10), [10, 20), [20, 26)), buckets of 4: [0, 4), [4, 8)
@@ -162,4 +161,4 @@ TEST(PositionBucketStarts, WidthsAndStartsWithinTheWindow) {
 }
 
 }  // namespace
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

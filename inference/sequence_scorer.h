@@ -2,9 +2,10 @@
 // windows of `window` tokens at a stride of `stride` (= window: non-overlapping windows; smaller:
 // a sliding window whose later windows score only the targets the earlier ones did not, each with
 // up to window - stride tokens of context before it, as Hugging Face's perplexity guide computes
-// it). Each window is one prefill of the KV-cache decoder. With a loss mask (fine-tuning data) only
-// the tokens it marks as targets count in the loss, each still predicted from its whole window.
-// The losses are also summed by position in the window (loss_by_position.h groups them).
+// it). Each window is one forward of the forward-only model and its targets' losses the LM loss of
+// the held-out evaluation (parallel/loss/lm_loss.h). With a loss mask (fine-tuning data) only the
+// tokens it marks as targets count, each still predicted from its whole window. The losses are
+// also summed by position in the window (loss_by_position.h groups them).
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "models/llama/llama_decoder.h"
+#include "models/llama/llama_model.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 
 struct ScoreResult {
   double loss_sum = 0;    // sum over the scored targets of -log p(target)
@@ -28,12 +29,13 @@ struct ScoreResult {
   double loss() const { return targets > 0 ? loss_sum / static_cast<double>(targets) : 0; }
 };
 
-// `tokens` (at least 2, ids inside the model's vocabulary), 1 <= stride <= window <= the decoder's
-// max_tokens; `is_target` [tokens.size()]: 1 where the token counts in the loss (the first token
-// never does), 0 where it does not; empty: every token after the first counts. Errors name the
-// value.
-absl::StatusOr<ScoreResult> ScoreTokens(LlamaDecoder& decoder, std::span<const int32_t> tokens,
+// `model`: a whole model on one pipeline rank (its tensor-parallel group's ranks all calling with
+// the same arguments); `tokens` (at least 2, ids inside the model's vocabulary),
+// 1 <= stride <= window <= the model's positions (LlamaConfig::PositionLimit); `is_target`
+// [tokens.size()]: 1 where the token counts in the loss (the first token never does), 0 where it
+// does not; empty: every token after the first counts. Errors name the value.
+absl::StatusOr<ScoreResult> ScoreTokens(models::LlamaModel& model, std::span<const int32_t> tokens,
                                         int64_t window, int64_t stride,
                                         std::span<const uint8_t> is_target = {});
 
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

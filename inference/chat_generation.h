@@ -1,5 +1,5 @@
-// `kelvin generate --chat`: conversations continued through the model's own chat template, from a
-// JSON Lines file (one {"messages": [...]} per line, as prepare-data reads them) or typed on
+// Chat (`kelvin generate --chat`): conversations continued through the model's own chat template,
+// from a JSON Lines file (one {"messages": [...]} per line, as prepare-data reads them) or typed on
 // standard input turn by turn; each rendered with the generation prompt and generated until one of
 // the template's end-of-turn ids, an eos id or the token budget.
 #pragma once
@@ -13,10 +13,10 @@
 #include "configs/kelvin.pb.h"
 #include "core/status.h"
 #include "data/sft/chat_messages.h"
-#include "launcher/commands/generate_command.h"
+#include "inference/text_generation.h"
 #include "parallel/comm/communicator.h"
 
-namespace kelvin::launcher {
+namespace kelvin::inference {
 
 struct ChatModeOptions {
   // --system: a system message put first in each conversation ("" none: the template's default
@@ -47,7 +47,7 @@ absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& p
 absl::StatusOr<std::vector<std::string>> GenerateChatsFromJob(
     const config::JobConfig& job, const std::vector<Conversation>& conversations,
     const GenerateOptions& generation, const ChatModeOptions& chat,
-    const training::TrainingPlacement& placement = {}, models::GenerationTiming* timing = nullptr,
+    const training::TrainingPlacement& placement = {}, GenerationTiming* timing = nullptr,
     parallel::Communicator* tp = nullptr, int64_t* failed = nullptr);
 
 // The user's next line (without its line end), nullopt at the end of the input.
@@ -62,7 +62,7 @@ absl::Status ChatInteractively(const config::JobConfig& job, const GenerateOptio
                                const ChatModeOptions& chat, const NextUserLine& next_line,
                                const std::function<void(const std::string&)>& print,
                                const training::TrainingPlacement& placement = {},
-                               models::GenerationTiming* timing = nullptr,
+                               GenerationTiming* timing = nullptr,
                                parallel::Communicator* tp = nullptr);
 
 // The lines of standard input, read on rank 0 of `tp` (the only rank a launcher gives the terminal
@@ -70,4 +70,4 @@ absl::Status ChatInteractively(const config::JobConfig& job, const GenerateOptio
 // than 16 MiB is an error on every rank. On a terminal, rank 0 shows "> " before each line.
 NextUserLine StandardInputLines(parallel::Communicator& tp);
 
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference

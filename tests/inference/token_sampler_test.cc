@@ -3,18 +3,18 @@
 // softmax(logits / T) over the kept tokens (10,000 draws of a fixed seed, within 3 standard
 // errors); log-probabilities are the model's; generation stops at an eos id, a stop condition or
 // the budget, and a prompt that does not fit is an error.
-#include "models/generation/token_sampler.h"
+#include "inference/token_sampler.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "models/generation/generate.h"
+#include "inference/generation_loop.h"
 #include "tests/models/tiny_ssa_llama.h"
 #include "tests/testing/tolerance.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 namespace {
 
 using ::testing::HasSubstr;
@@ -104,9 +104,9 @@ TEST(TokenSampler, BadSettingsAreErrorsNamingTheFlag) {
 }
 
 TEST(Generate, StopsAtEosAStopConditionOrTheBudget) {
-  LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF32);
+  models::LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF32);
   model.InitRandom(3);
-  absl::StatusOr<LlamaDecoder> decoder = LlamaDecoder::Create(model, 32);
+  absl::StatusOr<models::LlamaDecoder> decoder = models::LlamaDecoder::Create(model, 32);
   ASSERT_TRUE(decoder.ok());
   GenerationRequest request;
   request.prompt = {1, 2, 3};
@@ -142,10 +142,10 @@ TEST(Generate, StopsAtEosAStopConditionOrTheBudget) {
 }
 
 TEST(Generate, ABatchGivesEachRequestItsOwnGeneration) {
-  LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);
+  models::LlamaModel model(testing::TinySsaLlamaConfig(true, true), DType::kF64);
   model.InitRandom(4);
-  absl::StatusOr<LlamaDecoder> alone = LlamaDecoder::Create(model, 24);
-  absl::StatusOr<LlamaDecoder> batched = LlamaDecoder::Create(model, 24, 4);
+  absl::StatusOr<models::LlamaDecoder> alone = models::LlamaDecoder::Create(model, 24);
+  absl::StatusOr<models::LlamaDecoder> batched = models::LlamaDecoder::Create(model, 24, 4);
   ASSERT_TRUE(alone.ok() && batched.ok());
   // Prompts of different lengths, greedy and seeded draws, budgets and an eos that ends one early.
   std::vector<GenerationRequest> requests(3);
@@ -179,4 +179,4 @@ TEST(Generate, ABatchGivesEachRequestItsOwnGeneration) {
 }
 
 }  // namespace
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

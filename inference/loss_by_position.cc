@@ -1,10 +1,10 @@
 // Bucket starts checked against the window, then the per-position sums added up per bucket.
-#include "models/generation/loss_by_position.h"
+#include "inference/loss_by_position.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 
 absl::StatusOr<std::vector<int64_t>> PositionBucketStarts(const PositionBuckets& buckets,
                                                           int64_t window) {
@@ -54,4 +54,4 @@ std::vector<PositionBucket> LossByPosition(const ScoreResult& result,
   return buckets;
 }
 
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

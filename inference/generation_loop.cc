@@ -1,7 +1,7 @@
 // The generation loop over LlamaDecoder::AppendBatch: each step the logits of every running
 // sequence's last token, copied to the host (in f32 from a bf16 device) for the samplers, which
 // run in parallel over the sequences.
-#include "models/generation/generate.h"
+#include "inference/generation_loop.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include "core/copy.h"
 #include "core/ops/elementwise.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 namespace {
 
 // logits [S, V] of the model's dtype and device -> a host tensor the samplers read (f32 or f64):
@@ -25,13 +25,14 @@ Tensor HostLogits(const Context& ctx, const Tensor& logits) {
 
 }  // namespace
 
-absl::StatusOr<GenerationResult> Generate(LlamaDecoder& decoder, const GenerationRequest& request) {
+absl::StatusOr<GenerationResult> Generate(models::LlamaDecoder& decoder,
+                                          const GenerationRequest& request) {
   KELVIN_ASSIGN_OR_RETURN(std::vector<GenerationResult> results, GenerateBatch(decoder, {request}));
   return std::move(results.front());
 }
 
 absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
-    LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests,
+    models::LlamaDecoder& decoder, const std::vector<GenerationRequest>& requests,
     GenerationTiming* timing) {
   const int64_t count = static_cast<int64_t>(requests.size());
   if (count == 0 || count > decoder.sequences()) {
@@ -112,4 +113,4 @@ absl::StatusOr<std::vector<GenerationResult>> GenerateBatch(
   }
 }
 
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

@@ -12,7 +12,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 
 struct SamplingOptions {
   double temperature = 0.0;  // 0: greedy (argmax, the lowest id on ties)
@@ -50,4 +50,4 @@ class TokenSampler {
   uint64_t state_;
 };
 
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

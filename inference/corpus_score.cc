@@ -1,5 +1,5 @@
-// The corpus read whole (or the text encoded), then ScoreTokens with the job's model.
-#include "launcher/commands/score_command.h"
+// The corpus read whole (or the text encoded), then ScoreTokens on the job's forward-only model.
+#include "inference/corpus_score.h"
 
 #include <cmath>
 #include <filesystem>
@@ -11,10 +11,9 @@
 #include "data/corpus/mmap_indexed_dataset.h"
 #include "data/corpus/token_file.h"
 #include "data/tokenizer/tokenizer.h"
-#include "launcher/commands/inference_options.h"
-#include "models/llama/llama_decoder.h"
+#include "inference/forward_model.h"
 
-namespace kelvin::launcher {
+namespace kelvin::inference {
 namespace {
 
 constexpr int64_t kDefaultWindow = 2048;
@@ -71,10 +70,9 @@ absl::StatusOr<ScoredTokens> CorpusTokens(const std::string& path) {
 
 absl::StatusOr<ScoredTokens> TextTokens(const config::JobConfig& job, const ScoreOptions& options) {
   const std::string& path = options.text;
-  KELVIN_ASSIGN_OR_RETURN(
-      const std::optional<data::Tokenizer> tokenizer,
-      inference::LoadModelTokenizer(job, options.tokenizer, absl::StrCat("--text ", path),
-                                    "score token ids with --data PATH"));
+  KELVIN_ASSIGN_OR_RETURN(const std::optional<data::Tokenizer> tokenizer,
+                          LoadModelTokenizer(job, options.tokenizer, absl::StrCat("--text ", path),
+                                             "score token ids with --data PATH"));
   KELVIN_ASSIGN_OR_RETURN(const std::string text,
                           io::ReadRegularFile(path, "text to score", kMaxScoredTokens));
   ScoredTokens scored;
@@ -104,7 +102,7 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
         "; scoring needs at least 2 (a token and the next one it predicts): give a longer corpus"));
   }
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
-                          inference::LoadInferenceModel(job, options.checkpoint, placement, tp));
+                          LoadInferenceModel(job, options.checkpoint, placement, tp));
   const int64_t max_positions = model->config().PositionLimit();
   ScoreReport report;
   report.source = options.text.empty() ? options.data : options.text;
@@ -124,15 +122,12 @@ absl::StatusOr<ScoreReport> ScoreData(const config::JobConfig& job, const ScoreO
   std::vector<int64_t> bucket_starts;  // [buckets]
   if (options.by_position.has_value()) {
     KELVIN_ASSIGN_OR_RETURN(bucket_starts,
-                            models::PositionBucketStarts(*options.by_position, report.seq_length));
+                            PositionBucketStarts(*options.by_position, report.seq_length));
   }
-  KELVIN_ASSIGN_OR_RETURN(
-      models::LlamaDecoder decoder,
-      models::LlamaDecoder::Create(*model, std::min(report.seq_length, max_positions)));
-  KELVIN_ASSIGN_OR_RETURN(report.result, models::ScoreTokens(decoder, tokens, report.seq_length,
-                                                             report.stride, scored.is_target));
+  KELVIN_ASSIGN_OR_RETURN(report.result, ScoreTokens(*model, tokens, report.seq_length,
+                                                     report.stride, scored.is_target));
   if (!bucket_starts.empty()) {
-    report.by_position = models::LossByPosition(report.result, bucket_starts);
+    report.by_position = LossByPosition(report.result, bucket_starts);
   }
   if (report.result.targets == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -159,7 +154,7 @@ std::string FormatLossByPosition(const config::JobConfig& job, const ScoreReport
       "loss of %s on %s by position in the window (windows of %d, stride %d; position p has seen "
       "p + 1 tokens)\n%16s %10s %12s %12s\n",
       job.name(), r.source, r.seq_length, r.stride, "positions", "targets", "loss", "perplexity");
-  for (const models::PositionBucket& bucket : r.by_position) {
+  for (const PositionBucket& bucket : r.by_position) {
     const std::string positions = absl::StrFormat("[%d, %d)", bucket.begin, bucket.end);
     if (bucket.targets == 0) {
       absl::StrAppendFormat(&table, "%16s %10d %12s %12s\n", positions, 0, "-", "-");
@@ -184,7 +179,7 @@ std::string ScoreJson(const config::JobConfig& job, const ScoreReport& r) {
   if (!r.loss_mask.empty()) root["loss_mask"] = r.loss_mask;
   if (!r.by_position.empty()) {
     nlohmann::ordered_json buckets = nlohmann::ordered_json::array();
-    for (const models::PositionBucket& bucket : r.by_position) {
+    for (const PositionBucket& bucket : r.by_position) {
       const bool scored = bucket.targets > 0;
       buckets.push_back(
           {{"begin", bucket.begin},
@@ -198,4 +193,4 @@ std::string ScoreJson(const config::JobConfig& job, const ScoreReport& r) {
   return root.dump(2) + "\n";
 }
 
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference

@@ -1,6 +1,6 @@
 // Softmax in double over the row, then the top-k candidates sorted by probability (ties by id),
 // cut by top-p, and one uniform draw over what is left.
-#include "models/generation/token_sampler.h"
+#include "inference/token_sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 
-namespace kelvin::models {
+namespace kelvin::inference {
 
 absl::Status ValidateSamplingOptions(const SamplingOptions& o) {
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature)) {
@@ -102,4 +102,4 @@ SampledToken TokenSampler::Next(const Tensor& logits) {
   return {static_cast<int32_t>(order.front()), logprob(order.front())};  // not reached
 }
 
-}  // namespace kelvin::models
+}  // namespace kelvin::inference

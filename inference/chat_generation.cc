@@ -1,5 +1,5 @@
-// Chats rendered by the model's template, generated and continued (see generate_chat.h).
-#include "launcher/commands/generate_chat.h"
+// Chats rendered by the model's template, generated and continued (see chat_generation.h).
+#include "inference/chat_generation.h"
 
 #include <unistd.h>
 
@@ -22,10 +22,10 @@
 #include "data/chat_template/chat.h"
 #include "data/chat_template/model_template.h"
 #include "data/tokenizer/utf8.h"
-#include "launcher/commands/inference_options.h"
+#include "inference/forward_model.h"
 #include "training/job/job_setup.h"
 
-namespace kelvin::launcher {
+namespace kelvin::inference {
 namespace {
 
 using chat_template::Dict;
@@ -60,10 +60,9 @@ class ChatGenerator {
                                                              const ChatModeOptions& chat) {
     KELVIN_RETURN_IF_ERROR(CheckGenerateOptions(generation));
     std::unique_ptr<ChatGenerator> generator(new ChatGenerator(generation, chat));
-    KELVIN_ASSIGN_OR_RETURN(
-        generator->tokenizer_,
-        inference::LoadModelTokenizer(job, generation.tokenizer, "--chat conversations",
-                                      "generate token ids with --tokens"));
+    KELVIN_ASSIGN_OR_RETURN(generator->tokenizer_,
+                            LoadModelTokenizer(job, generation.tokenizer, "--chat conversations",
+                                               "generate token ids with --tokens"));
     const bool given = !generation.tokenizer.empty();
     const std::string directory = given ? generation.tokenizer : job.model().hf_dir();
     absl::StatusOr<chat_template::ModelTemplate> found =
@@ -88,8 +87,7 @@ class ChatGenerator {
   // The model placed as `placement` says (`tp`: the group it is split over), and the request.
   absl::Status LoadModel(const config::JobConfig& job, const training::TrainingPlacement& placement,
                          parallel::Communicator* tp) {
-    KELVIN_ASSIGN_OR_RETURN(
-        model_, inference::LoadInferenceModel(job, generation_.checkpoint, placement, tp));
+    KELVIN_ASSIGN_OR_RETURN(model_, LoadInferenceModel(job, generation_.checkpoint, placement, tp));
     base_ = BaseRequest(generation_, model_->config(), tokenizer_);
     std::vector<std::string> shown;
     for (const int32_t id : end_of_turn_) {
@@ -146,15 +144,15 @@ class ChatGenerator {
     return ids;
   }
 
-  absl::StatusOr<std::vector<models::GenerationResult>> Generate(
-      const std::vector<std::vector<int32_t>>& prompts, models::GenerationTiming* timing) const {
+  absl::StatusOr<std::vector<GenerationResult>> Generate(
+      const std::vector<std::vector<int32_t>>& prompts, GenerationTiming* timing) const {
     return GeneratePrompts(*model_, prompts, base_, generation_.batch_size, timing);
   }
 
   // {"messages": `messages`, then GenerationJson's fields, the text without the end of turn}.
   absl::StatusOr<nlohmann::ordered_json> Json(const Value& messages,
                                               const std::vector<int32_t>& prompt,
-                                              const models::GenerationResult& result,
+                                              const GenerationResult& result,
                                               int64_t* failed) const {
     KELVIN_ASSIGN_OR_RETURN(const std::string text,
                             chat_template::ToJson(messages, -1, false, ", ", ": "));
@@ -176,7 +174,7 @@ class ChatGenerator {
   std::vector<int32_t> end_of_turn_;
   int64_t positions_ = 0;  // the model's position limit (LlamaConfig::PositionLimit)
   std::unique_ptr<models::LlamaModel> model_;
-  models::GenerationRequest base_;  // reads generation_ and tokenizer_
+  GenerationRequest base_;  // reads generation_ and tokenizer_
 };
 
 }  // namespace
@@ -221,7 +219,7 @@ absl::StatusOr<std::vector<Conversation>> ReadConversations(const std::string& p
 absl::StatusOr<std::vector<std::string>> GenerateChatsFromJob(
     const config::JobConfig& job, const std::vector<Conversation>& conversations,
     const GenerateOptions& generation, const ChatModeOptions& chat,
-    const training::TrainingPlacement& placement, models::GenerationTiming* timing,
+    const training::TrainingPlacement& placement, GenerationTiming* timing,
     parallel::Communicator* tp, int64_t* failed) {
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<ChatGenerator> generator,
                           ChatGenerator::Load(job, generation, chat));
@@ -237,7 +235,7 @@ absl::StatusOr<std::vector<std::string>> GenerateChatsFromJob(
     prompts.push_back(std::move(prompt));
   }
   KELVIN_RETURN_IF_ERROR(generator->LoadModel(job, placement, tp));
-  KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
+  KELVIN_ASSIGN_OR_RETURN(const std::vector<GenerationResult> results,
                           generator->Generate(prompts, timing));
   std::vector<std::string> lines;
   for (size_t c = 0; c < results.size(); ++c) {
@@ -252,7 +250,7 @@ absl::Status ChatInteractively(const config::JobConfig& job, const GenerateOptio
                                const ChatModeOptions& chat, const NextUserLine& next_line,
                                const std::function<void(const std::string&)>& print,
                                const training::TrainingPlacement& placement,
-                               models::GenerationTiming* timing, parallel::Communicator* tp) {
+                               GenerationTiming* timing, parallel::Communicator* tp) {
   KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<ChatGenerator> generator,
                           ChatGenerator::Load(job, generation, chat));
   KELVIN_RETURN_IF_ERROR(generator->LoadModel(job, placement, tp));
@@ -273,7 +271,7 @@ absl::Status ChatInteractively(const config::JobConfig& job, const GenerateOptio
     messages = Value::FromList(std::move(turns));
     KELVIN_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt,
                             generator->PromptIds(messages, Value::None(), source));
-    KELVIN_ASSIGN_OR_RETURN(const std::vector<models::GenerationResult> results,
+    KELVIN_ASSIGN_OR_RETURN(const std::vector<GenerationResult> results,
                             generator->Generate({prompt}, timing));
     KELVIN_ASSIGN_OR_RETURN(const nlohmann::ordered_json reply,
                             generator->Json(messages, prompt, results.front(), nullptr));
@@ -326,4 +324,4 @@ NextUserLine StandardInputLines(parallel::Communicator& tp) {
   };
 }
 
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference

@@ -4,7 +4,7 @@
 // template's end of turn (<|im_end|>) and prints without it, a conversation on standard input
 // carries each reply into the next turn, --system goes first (and not beside a system message of
 // the conversation), and bad files, lines and templates are errors naming them.
-#include "launcher/commands/generate_chat.h"
+#include "inference/chat_generation.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,7 +21,7 @@
 #include "models/llama/llama_model.h"
 #include "tests/models/tiny_ssa_llama.h"
 
-namespace kelvin::launcher {
+namespace kelvin::inference {
 namespace {
 
 namespace fs = std::filesystem;
@@ -114,9 +114,9 @@ absl::StatusOr<std::vector<nlohmann::json>> Chat(const std::string& path,
                                                  const GenerateOptions& generation,
                                                  const ChatModeOptions& chat = {}) {
   KELVIN_ASSIGN_OR_RETURN(const std::vector<Conversation> conversations, ReadConversations(path));
-  KELVIN_ASSIGN_OR_RETURN(
-      const std::vector<std::string> lines,
-      GenerateChatsFromJob(JobOfModelDirectory(ReplyingModel()), conversations, generation, chat));
+  KELVIN_ASSIGN_OR_RETURN(const std::vector<std::string> lines,
+                          GenerateChatsFromJob(launcher::JobOfModelDirectory(ReplyingModel()),
+                                               conversations, generation, chat));
   std::vector<nlohmann::json> parsed;
   for (const std::string& line : lines) parsed.push_back(nlohmann::json::parse(line));
   return parsed;
@@ -195,7 +195,7 @@ TEST(GenerateChat, AReplyEndsAtTheTemplatesEndOfTurn) {
   GenerateOptions plain = ChatGeneration();
   plain.token_prompts = {chat["prompt_tokens"].get<std::vector<int32_t>>()};
   const absl::StatusOr<std::vector<std::string>> free_run =
-      GenerateFromJob(JobOfModelDirectory(ReplyingModel()), plain);
+      GenerateFromJob(launcher::JobOfModelDirectory(ReplyingModel()), plain);
   ASSERT_TRUE(free_run.ok()) << free_run.status();
   const nlohmann::json run = nlohmann::json::parse(free_run->front());
   EXPECT_EQ(run["finish_reason"], "length");
@@ -213,7 +213,8 @@ TEST(GenerateChat, StandardInputCarriesEachReplyIntoTheNextTurn) {
     size_t next = 0;
     std::vector<std::string> printed;
     const absl::Status chatted = ChatInteractively(
-        JobOfModelDirectory(ReplyingModel()), ChatGeneration(), {.system = "", .json = json},
+        launcher::JobOfModelDirectory(ReplyingModel()), ChatGeneration(),
+        {.system = "", .json = json},
         [&]() -> absl::StatusOr<std::optional<std::string>> {
           if (next == typed.size()) return std::nullopt;
           return typed[next++];
@@ -309,4 +310,4 @@ TEST(GenerateChat, ErrorsNameTheLineTheFieldAndWhatToDo) {
 }
 
 }  // namespace
-}  // namespace kelvin::launcher
+}  // namespace kelvin::inference
