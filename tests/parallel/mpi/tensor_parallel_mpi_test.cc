@@ -1,11 +1,9 @@
 // The tensor-parallel region ops over the world group, against sums and concatenations computed
 // locally from every rank's values. Runs under mpirun -np N.
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <vector>
 
-#include "parallel/comm/communicator_factory.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/parallel/mpi/mpi_test_values.h"
 
@@ -15,17 +13,9 @@ namespace {
 using ::kelvin::parallel::testing::TensorOf;
 using ::kelvin::parallel::testing::TestValue;
 using ::kelvin::parallel::testing::ValuesOf;
+using ::kelvin::parallel::testing::World;
 
 constexpr int64_t kWidth = 3;  // W values per token
-
-std::unique_ptr<Communicator> World() {
-  CommunicatorOptions options;
-  options.timeout_seconds = 60;
-  auto world =
-      CreateCommunicator(CommBackend::kMpi, MPI_COMM_WORLD, "world", options, Context::Cpu());
-  KELVIN_CHECK(world.ok()) << world.status();
-  return *std::move(world);
-}
 
 // Rank r's [tokens, W] f64 values.
 Tensor RankTokens(int rank, int64_t tokens) {
