@@ -70,5 +70,22 @@ TEST(TensorParallelRegions, GatherPlacesEveryRanksTokensInRankOrder) {
   }
 }
 
+TEST(TensorParallelRegions, ColumnGatherPlacesEachRowsSlicesInRankOrder) {
+  const std::unique_ptr<Communicator> tp = World();
+  const int64_t rows = 2, ranks = tp->size();
+  const Tensor local = RankTokens(tp->rank(), rows);  // [R, W / TP] this rank's columns
+  const Tensor full = GatherFromTensorParallelRegion(Context::Cpu(), *tp, local);
+  ASSERT_EQ(full.shape(), Shape({rows, ranks * kWidth}));
+  const std::vector<double> got = ValuesOf(full.View({-1}));
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t c = 0; c < kWidth; ++c) {
+        ASSERT_EQ(got[(row * ranks + r) * kWidth + c], TestValue(DType::kF64, r, row * kWidth + c))
+            << "row " << row << " rank " << r << " column " << c;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kelvin::parallel
