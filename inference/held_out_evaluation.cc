@@ -10,7 +10,6 @@
 #include "core/ops/cross_entropy.h"
 #include "core/profile_range.h"
 #include "data/tasks/passkey_task.h"
-#include "parallel/context_parallel.h"
 #include "parallel/loss/lm_loss.h"
 
 namespace kelvin::inference {
@@ -77,7 +76,8 @@ absl::StatusOr<EvalStats> HeldOutEvaluation::EvaluateOn(data::BatchSource& sourc
       break;
     }
     const data::Batch& batch = *next;
-    const Tensor labels = LocalLabels(grid, batch);  // [N] this rank's tokens
+    const parallel::ContextSplit split = ContextSplitOf(grid, batch);
+    const Tensor labels = split.Local(batch.labels);  // [N] this rank's tokens
     labelled += ops::CountNonIgnored(Context::Cpu(), labels);
     rows += batch.rows();
     const Tensor* logits = scored_.pipeline.Forward(ctx, {batch.tokens, batch.positions});
@@ -87,14 +87,10 @@ absl::StatusOr<EvalStats> HeldOutEvaluation::EvaluateOn(data::BatchSource& sourc
                                             model.layout().vocab_begin, &predictions);
     correct += parallel::CountCorrectPredictions(labels, predictions);
     if (passkey) {
-      Tensor all = predictions;  // [B, T] every context-parallel rank's tokens
-      if (grid.spec().context_parallel > 1) {
-        all = Tensor::Empty(batch.tokens.shape(), DType::kI32);
-        Tensor scratch = Tensor::Empty({all.numel()}, DType::kI32);
-        parallel::GatherSequence(Context::Cpu(), grid.cp(), batch.rows(), predictions, scratch,
-                                 all);
-      }
-      retrieved += data::CountRetrieved(batch, all.View(batch.tokens.shape()));
+      Tensor all = Tensor::Empty(batch.tokens.shape(), DType::kI32);  // [B, T] every rank's tokens
+      Tensor scratch = Tensor::Empty({all.numel()}, DType::kI32);
+      split.Gather(Context::Cpu(), predictions, scratch, all);
+      retrieved += data::CountRetrieved(batch, all);
     }
   }
   KELVIN_RETURN_IF_ERROR(

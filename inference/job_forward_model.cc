@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<JobForwardModel>> JobForwardModel::Build(
   KELVIN_ASSIGN_OR_RETURN(built->grid_,
                           training::BuildProcessGrid(job, arch, world, placement.ctx, node.size));
   parallel::ProcessGrid& grid = *built->grid_;
-  training::JobLayout layout{.spec = grid.spec(), .dtype = placement.dtype, .forward_only = true};
+  const training::JobLayout layout =
+      training::ForwardOnlyLayout({.spec = grid.spec(), .dtype = placement.dtype});
   KELVIN_ASSIGN_OR_RETURN(
       built->plan_, training::PlanRankMemory(job, arch, layout, grid.tp_rank(), grid.pp_rank()));
   const int64_t available = DeviceMemoryBytes(placement.ctx.device());

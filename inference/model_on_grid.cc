@@ -1,8 +1,6 @@
 // The sums over the ranks of a process grid that share a model.
 #include "inference/model_on_grid.h"
 
-#include "parallel/context_parallel.h"
-
 namespace kelvin::inference {
 
 int ReplicasOf(const parallel::ProcessGrid& grid) {
@@ -19,10 +17,8 @@ double FromLastStage(parallel::ProcessGrid& grid, double value) {
   return grid.pp().AllReduceScalar(grid.is_last_stage() ? value : 0.0, parallel::ReduceOp::kSum);
 }
 
-Tensor LocalLabels(const parallel::ProcessGrid& grid, const data::Batch& batch) {
-  const int cp = grid.spec().context_parallel;
-  if (cp == 1) return batch.labels.View({-1});
-  return parallel::LocalSequence(batch.labels, batch.rows(), grid.cp_rank(), cp);
+parallel::ContextSplit ContextSplitOf(parallel::ProcessGrid& grid, const data::Batch& batch) {
+  return {grid.cp(), batch.rows(), batch.sequence_length()};
 }
 
 }  // namespace kelvin::inference

@@ -7,6 +7,7 @@
 #include "core/tensor.h"
 #include "data/sampling/batch.h"
 #include "models/llama/llama_model.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/process_grid.h"
 
@@ -26,7 +27,9 @@ int ReplicasOf(const parallel::ProcessGrid& grid);
 double SumOverReplicas(parallel::ProcessGrid& grid, double value);
 // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).
 double FromLastStage(parallel::ProcessGrid& grid, double value);
-// This rank's labels of a batch [B*T/CP]: its context-parallel tokens of every row.
-Tensor LocalLabels(const parallel::ProcessGrid& grid, const data::Batch& batch);
+// Which tokens of a batch's rows this rank holds (its context-parallel tokens of every row; all
+// of them without context parallelism): the model's tokens, the loss's labels, the predictions
+// gathered back all split by it.
+parallel::ContextSplit ContextSplitOf(parallel::ProcessGrid& grid, const data::Batch& batch);
 
 }  // namespace kelvin::inference

@@ -3,6 +3,7 @@
 // N tokens, Nl = N / TP of them this rank's under sequence parallelism; W values per token.
 #pragma once
 
+#include "core/context.h"
 #include "core/tensor.h"
 #include "parallel/comm/communicator.h"
 
@@ -19,5 +20,10 @@ void ReduceScatterToSequenceParallelRegion(Communicator& tp, const Tensor& parti
 // local [Nl, W] of every rank -> full [N, W], the ranks' tokens in rank order
 // (gather_from_sequence_parallel_region).
 void GatherFromSequenceParallelRegion(Communicator& tp, const Tensor& local, Tensor& full);
+
+// Column-parallel outputs: local [R, W/TP] of every rank (on ctx's device) -> [R, W] on ctx's
+// device, each row's slices side by side in rank order (gather_from_tensor_model_parallel_region,
+// as the decoder gathers its vocab-parallel logits). A group of one returns `local` itself.
+Tensor GatherFromTensorParallelRegion(const Context& ctx, Communicator& tp, const Tensor& local);
 
 }  // namespace kelvin::parallel

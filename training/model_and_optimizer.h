@@ -57,9 +57,9 @@ class ModelAndOptimizer {
   double SumOverReplicas(double value) { return inference::SumOverReplicas(*grid_, value); }
   // The value of the last pipeline stage on every stage (no-op without pipeline parallelism).
   double FromLastStage(double value) { return inference::FromLastStage(*grid_, value); }
-  // This rank's labels of a batch [B*T/CP]: its context-parallel tokens of every row.
-  Tensor LocalLabels(const data::Batch& batch) const {
-    return inference::LocalLabels(*grid_, batch);
+  // Which tokens of a batch's rows this rank holds (inference::ContextSplitOf).
+  parallel::ContextSplit ContextSplitOf(const data::Batch& batch) const {
+    return inference::ContextSplitOf(*grid_, batch);
   }
 
   // The memory plan of the rank at (tensor rank, pipeline rank) of this job's layout (rank 0 of

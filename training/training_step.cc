@@ -51,7 +51,7 @@ absl::StatusOr<StepStats> TrainingStep::RunUntimed(int64_t step, bool report_tem
       read = batch.status();
       break;
     }
-    labelled += ops::CountNonIgnored(host, trained_.LocalLabels(*batch));
+    labelled += ops::CountNonIgnored(host, trained_.ContextSplitOf(*batch).Local(batch->labels));
     batches.push_back(std::move(batch).value());
   }
   // A bad row fails the replica that reads it: every rank stops, none waits in a collective.
@@ -120,8 +120,9 @@ std::vector<double> TrainingStep::RunMicroBatches(const std::vector<data::Batch>
   models::LlamaModel& model = trained_.model();
   // The loss of a micro-batch from its logits, leaving dlogits in place.
   auto loss = [&](Tensor& logits, int m) {
+    const data::Batch& batch = batches[m];
     return parallel::SoftmaxCrossEntropySum(trained_.ctx(), model.tp(), logits,
-                                            trained_.LocalLabels(batches[m]),
+                                            trained_.ContextSplitOf(batch).Local(batch.labels),
                                             model.layout().vocab_begin, loss_scale);
   };
   std::vector<parallel::MicroBatchInput> inputs;

@@ -68,14 +68,32 @@ absl::Status PrintLayouts(const PlanArguments& a) {
                    job.launch().gpu_memory_gib(), ": ", absl::StrJoin(remedies, ", or ")));
 }
 
+// plan --forward-only: the forward-only model of the job's layout; an error when its largest rank
+// does not fit launch.gpu_memory_gib.
+absl::Status PrintForwardPlan(const PlannedJob& planned) {
+  const training::JobLayout layout = training::ForwardOnlyLayout(planned.layout);
+  KELVIN_ASSIGN_OR_RETURN(const std::string report,
+                          training::FormatForwardPlan(planned.job, planned.arch, layout));
+  std::printf("%s", report.c_str());
+  std::fflush(stdout);  // before a fit error on stderr
+  KELVIN_ASSIGN_OR_RETURN(const training::PeakMemory peak,
+                          training::PlanPeakMemory(planned.job, planned.arch, layout));
+  return training::CheckPlanFitsGpu(planned.job, layout, peak);
+}
+
 int Plan(const PlanArguments& a) {
+  if (a.layouts && a.forward_only) {
+    return Fail(absl::InvalidArgumentError(
+        "plan: --layouts ranks the layouts for training and --forward-only plans one layout's "
+        "forward-only model: give one of them"));
+  }
   if (a.layouts) {
     const absl::Status printed = PrintLayouts(a);
     return printed.ok() ? 0 : Fail(printed);
   }
   const absl::StatusOr<PlannedJob> planned = PlanJob(a);
   if (!planned.ok()) return Fail(planned.status());
-  const absl::Status printed = PrintPlan(*planned);
+  const absl::Status printed = a.forward_only ? PrintForwardPlan(*planned) : PrintPlan(*planned);
   return printed.ok() ? 0 : Fail(printed);
 }
 
@@ -107,7 +125,9 @@ void AddPlanCommand(CommandLine& line) {
       "--layouts lists every valid tensor x context x pipeline x data split of the processes\n"
       "with its largest rank's memory (and predicted step): those fitting\n"
       "launch.gpu_memory_gib first, then the fastest, then the least model parallelism; and the\n"
-      "--set flags of the best.",
+      "--set flags of the best.\n"
+      "--forward-only plans the model kelvin eval JOB builds on the layout instead: its weights\n"
+      "and one micro-batch's activations per rank.",
       [a] { return Plan(*a); });
   AddJobArguments(line, command, a->job);
   line.AddValue(command, "--processes", "N", "a process count >= 1",
@@ -125,6 +145,9 @@ void AddPlanCommand(CommandLine& line) {
                 });
   line.AddFlag(command, "--layouts", "instead: every valid layout of the processes, ranked",
                a->layouts);
+  line.AddFlag(command, "--forward-only",
+               "instead: the memory of the forward-only model kelvin eval JOB builds",
+               a->forward_only);
 }
 
 }  // namespace kelvin::launcher

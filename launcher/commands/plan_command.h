@@ -1,5 +1,6 @@
 // `kelvin plan JOB`: the job's layout, memory per rank and (with launch.hardware) predicted step
-// time without training (--layouts: every valid split of the processes, ranked). launch plans the
+// time without training (--layouts: every valid split of the processes, ranked; --forward-only:
+// the memory of the forward-only model `kelvin eval JOB` builds on the layout). launch plans the
 // same way before it writes its script.
 #pragma once
 
@@ -19,6 +20,7 @@ struct PlanArguments {
   int processes = 0;   // --processes (0: launch.nodes x launch.processes_per_node)
   std::string device;  // --device: "", "cpu" or "cuda" ("": training.device, AUTO from launch.*)
   bool layouts = false;
+  bool forward_only = false;  // --forward-only: the model `kelvin eval JOB` builds instead
 };
 
 // The job and what plan and launch work out for it: its architecture, the processes, the device

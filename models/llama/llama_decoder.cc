@@ -4,7 +4,6 @@
 #include "models/llama/llama_decoder.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -181,7 +180,7 @@ absl::StatusOr<Tensor> LlamaDecoder::AppendBatch(const std::vector<std::vector<i
   ops::RmsNormForward(ctx, last, model_->end_weights().final_norm, c.rms_norm_eps, h, rstd);
   Tensor local = Tensor::Empty({logit_count, shard.vocab}, dtype, ctx.device());  // [R, V / TP]
   Linear(ctx, h, model_->end_weights().lm_head, local);
-  logits_ = GatherVocabulary(local);
+  logits_ = parallel::GatherFromTensorParallelRegion(ctx, model_->tp(), local);
   for (const Segment& segment : segments) lengths_[segment.sequence] += segment.n;
   return logits_;
 }
@@ -201,28 +200,6 @@ Tensor LlamaDecoder::LastRows(const std::vector<Segment>& segments, int64_t logi
     row += n;
   }
   return last;
-}
-
-Tensor LlamaDecoder::GatherVocabulary(const Tensor& local) {
-  parallel::Communicator& tp = model_->tp();
-  if (tp.size() == 1) return local;
-  const Context& ctx = model_->context();
-  const int64_t rows = local.dim(0), vocab = local.dim(1), ranks = tp.size();
-  // Every rank's slice [TP][R][V / TP] on the host, then each row's slices side by side.
-  const Tensor mine = local.is_cpu() ? local : CopyToDevice(ctx, local, Device::Cpu());
-  Tensor slices = Tensor::Empty({ranks * rows * vocab}, local.dtype());
-  tp.AllGather(mine.View({-1}), slices);
-  Tensor full = Tensor::Empty({rows, ranks * vocab}, local.dtype());  // [R, V]
-  const size_t element = DTypeSize(local.dtype());
-  const auto* from = static_cast<const char*>(slices.raw_data());
-  auto* to = static_cast<char*>(full.raw_data());
-  for (int64_t r = 0; r < ranks; ++r) {
-    for (int64_t row = 0; row < rows; ++row) {
-      std::memcpy(to + (row * ranks + r) * vocab * element,
-                  from + (r * rows + row) * vocab * element, vocab * element);
-    }
-  }
-  return ctx.is_cuda() ? CopyToDevice(ctx, full, ctx.device()) : full;
 }
 
 void LlamaDecoder::Layer(int64_t layer, const std::vector<Segment>& segments,

@@ -79,9 +79,6 @@ class LlamaDecoder {
              Tensor& x);
   // x [N, D] -> [R, D]: each segment's last min(n, logit_rows) rows (x itself when that is all).
   Tensor LastRows(const std::vector<Segment>& segments, int64_t logit_rows, const Tensor& x) const;
-  // local [R, V / TP] logits of this rank's vocabulary slice -> [R, V] of the whole vocabulary
-  // (every rank's slices in rank order; `local` itself on one rank).
-  Tensor GatherVocabulary(const Tensor& local);
 
   const LlamaModel* model_;
   int64_t max_tokens_;

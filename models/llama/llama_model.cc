@@ -21,9 +21,9 @@
 namespace kelvin::models {
 
 // The training model's attention side for one micro-batch: its activation buffers, the keys,
-// values and value source gathered over the context-parallel group; one call over the whole rows,
-// or with context parallelism two, this rank's early and late chunk of every row (the rows
-// [block * N/2, (block + 1) * N/2) of the query-side buffers) against every key.
+// values and value source gathered over the context-parallel group; one call per block of the
+// rank's tokens (parallel::ContextSplit: the whole rows, or with context parallelism this rank's
+// early and late chunk of every row) against every key.
 class LlamaModel::MicroBatchKeys : public LlamaAttentionKeys {
  public:
   MicroBatchKeys(LlamaModel& model, const LlamaMicroBatchActivations& slot)
@@ -32,12 +32,12 @@ class LlamaModel::MicroBatchKeys : public LlamaAttentionKeys {
   void PlaceKeys(const Context& ctx, const LlamaLayerWeights& /*w*/,
                  LlamaLayerActivations& a) override {
     if (!model_.SplitsRows()) return;
-    parallel::Communicator& cp = *model_.cp_;
+    const parallel::ContextSplit split = model_.SplitOf(slot_);
     Tensor& reorder = model_.scratch_.cp_reorder;
-    parallel::GatherSequence(ctx, cp, slot_.batch, a.k, reorder, a.k_all);
-    parallel::GatherSequence(ctx, cp, slot_.batch, a.v, reorder, a.v_all);
+    split.Gather(ctx, a.k, reorder, a.k_all);
+    split.Gather(ctx, a.v, reorder, a.v_all);
     if (a.value_source_all.defined()) {
-      parallel::GatherSequence(ctx, cp, slot_.batch, a.value_source, reorder, a.value_source_all);
+      split.Gather(ctx, a.value_source, reorder, a.value_source_all);
     }
   }
 
@@ -45,29 +45,23 @@ class LlamaModel::MicroBatchKeys : public LlamaAttentionKeys {
     const Tensor& inv_freq = slot_.inv_freq;
     const double rope_factor = ops::RopeAttentionFactor(model_.config_.rope);
     const ssa::AttentionBackend backend = model_.attention_backend_;
-    const int64_t n = slot_.positions.dim(0);
-    if (!model_.SplitsRows()) {
-      return {{ssa::SsaBlockShape::Full(slot_.batch, slot_.seq),
-               0,
-               n,
-               {Tensor(), slot_.positions, Tensor(), a.k, a.v, Tensor(), a.value_source, inv_freq,
-                rope_factor},
-               a.tau_v,
-               {backend, slot_.host_positions, Tensor()}}};
-    }
-    const int ranks = model_.ContextParallelSize();
-    const int64_t tc = slot_.seq / (2 * ranks), half = n / 2;
+    // The keys: the query tokens themselves, or with context parallelism the whole rows gathered
+    // (with their positions).
+    const bool gathered = model_.SplitsRows();
+    const Tensor& k = gathered ? a.k_all : a.k;
+    const Tensor& v = gathered ? a.v_all : a.v;
+    const Tensor& value_source = gathered ? a.value_source_all : a.value_source;
+    const parallel::ContextSplit split = model_.SplitOf(slot_);
     std::vector<LlamaAttentionCall> calls;
-    for (int block = 0; block < 2; ++block) {
-      const int64_t begin = block * half, end = begin + half;
+    for (const parallel::ContextSplit::Block& block : split.blocks()) {
+      const int64_t begin = block.local_begin, end = begin + slot_.batch * block.length;
       const Tensor host_positions =
           slot_.host_positions.defined() ? slot_.host_positions.Slice(begin, end) : Tensor();
-      calls.push_back({{slot_.batch, parallel::ContextChunk(model_.cp_->rank(), block, ranks) * tc,
-                        tc, 0, slot_.seq},
+      calls.push_back({{slot_.batch, block.begin, block.length, 0, slot_.seq},
                        begin,
                        end,
-                       {Tensor(), slot_.positions.Slice(begin, end), Tensor(), a.k_all, a.v_all,
-                        slot_.key_positions, a.value_source_all, inv_freq, rope_factor},
+                       {Tensor(), slot_.positions.Slice(begin, end), Tensor(), k, v,
+                        slot_.key_positions, value_source, inv_freq, rope_factor},
                        a.tau_v,
                        {backend, host_positions, slot_.host_key_positions}});
     }
@@ -80,14 +74,13 @@ class LlamaModel::MicroBatchKeys : public LlamaAttentionKeys {
                     Tensor& dvalue_source) override {
     LlamaAttentionKeys::KeyGradients(ctx, s, dk, dv, dvalue_source);
     if (!model_.SplitsRows()) return;
-    parallel::Communicator& cp = *model_.cp_;
-    parallel::ReduceScatterSequence(ctx, cp, slot_.batch, s.dk, s.cp_reorder, s.dk_local);
-    parallel::ReduceScatterSequence(ctx, cp, slot_.batch, s.dv, s.cp_reorder, s.dv_local);
+    const parallel::ContextSplit split = model_.SplitOf(slot_);
+    split.ReduceScatter(ctx, s.dk, s.cp_reorder, s.dk_local);
+    split.ReduceScatter(ctx, s.dv, s.cp_reorder, s.dv_local);
     dk = s.dk_local;
     dv = s.dv_local;
     if (s.dvalue_source.defined()) {
-      parallel::ReduceScatterSequence(ctx, cp, slot_.batch, s.dvalue_source, s.cp_reorder,
-                                      s.dvalue_source_local);
+      split.ReduceScatter(ctx, s.dvalue_source, s.cp_reorder, s.dvalue_source_local);
       dvalue_source = s.dvalue_source_local;
     }
   }
@@ -403,22 +396,14 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
     largest = all.numel() > 0 ? *std::max_element(p, p + all.numel()) : 0;
   }
   slot.inv_freq = rope_.ForCall(ctx_, largest);
-  if (!SplitsRows()) {
-    CopyTensor(ctx_, tokens.View({-1}), slot.tokens);
-    CopyTensor(ctx_, positions.View({-1}), slot.positions);
-    if (host_copies) slot.host_positions = host_copy(positions.View({-1}));
-    return;
-  }
-  KELVIN_CHECK(tokens.is_cpu() && positions.is_cpu())
-      << "context parallelism takes the micro-batch's tokens and positions on the host";
-  const int rank = cp_->rank(), ranks = ContextParallelSize();
-  const Tensor local_positions = parallel::LocalSequence(positions, tokens.dim(0), rank, ranks);
-  CopyTensor(ctx_, parallel::LocalSequence(tokens, tokens.dim(0), rank, ranks), slot.tokens);
-  CopyTensor(ctx_, local_positions, slot.positions);
-  CopyTensor(ctx_, positions.View({-1}), slot.key_positions);
-  if (host_copies) {
-    slot.host_positions = local_positions;  // LocalSequence's own new tensor
-    slot.host_key_positions = host_copy(positions.View({-1}));
+  // This rank's tokens of every row (the whole rows without context parallelism).
+  const parallel::ContextSplit split = SplitOf(slot);
+  split.Local(ctx_, tokens, slot.tokens);
+  split.Local(ctx_, positions, slot.positions);
+  if (host_copies) slot.host_positions = split.Local(positions);
+  if (SplitsRows()) {  // the keys' positions: the whole rows
+    CopyTensor(ctx_, positions.View({-1}), slot.key_positions);
+    if (host_copies) slot.host_key_positions = host_copy(positions.View({-1}));
   }
 }
 
@@ -437,6 +422,10 @@ LlamaMicroBatchActivations& LlamaModel::Slot(int micro_batch) {
   }
   KELVIN_FATAL() << "micro-batch " << micro_batch << " is not in flight (BeginMicroBatch)";
   return slots_.front();
+}
+
+parallel::ContextSplit LlamaModel::SplitOf(const LlamaMicroBatchActivations& slot) const {
+  return {*cp_, slot.batch, slot.seq};
 }
 
 Tensor& LlamaModel::ChunkInput(int micro_batch, int chunk) {

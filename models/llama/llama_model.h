@@ -26,6 +26,7 @@
 #include "models/llama/llama_rope.h"
 #include "models/llama/llama_sharding.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline/pipeline_stage.h"
 #include "ssa/attention_backend.h"
 #include "ssa/ssa_attention_args.h"
@@ -255,6 +256,8 @@ class LlamaModel : public parallel::PipelineStage {
   // Whether rows are split over context-parallel ranks (attention then runs two query blocks
   // against the gathered keys: MicroBatchKeys).
   bool SplitsRows() const { return cp_->size() > 1; }
+  // Which tokens of the slot's rows this rank holds (all of them without context parallelism).
+  parallel::ContextSplit SplitOf(const LlamaMicroBatchActivations& slot) const;
   // A backward of micro-batch through `unit` (-1: none) is done: counted, and the unit finished
   // after the step's last one (ReportFinishedGradients).
   void BackwardDone(int unit);

@@ -24,6 +24,10 @@ TEST(TensorParallelRegions, OneRankPassesTheValuesUnchanged) {
   Tensor full = Tensor::Empty({4, 3}, DType::kF32);
   GatherFromSequenceParallelRegion(tp, values, full);
   EXPECT_TRUE(kelvin::testing::BitIdentical(full, values, "gathered"));
+  // The column gather hands back the rank's own columns, unmoved.
+  const Tensor columns = GatherFromTensorParallelRegion(Context::Cpu(), tp, values);
+  EXPECT_EQ(columns.raw_data(), values.raw_data());
+  EXPECT_TRUE(kelvin::testing::BitIdentical(columns, values, "column-gathered"));
 }
 
 TEST(TensorParallelRegionsDeathTest, ABufferOfTheWrongSizeIsRefused) {

@@ -94,12 +94,18 @@ absl::StatusOr<JobLayout> PlanJobLayout(const config::JobConfig& job,
   return layout;
 }
 
+JobLayout ForwardOnlyLayout(const JobLayout& layout) {
+  return {.spec = layout.spec, .dtype = layout.dtype, .forward_only = true};
+}
+
 namespace {
 
-// The micro-batches pipeline rank `pipeline_rank` holds at once under the job's schedule (its
-// program's slots; 0 without pipeline parallelism: the memory plan's own count).
+// The micro-batches pipeline rank `pipeline_rank` holds at once: one for a forward-only model
+// (one micro-batch at a time through the stages), else under the job's schedule (its program's
+// slots; 0 without pipeline parallelism: the memory plan's own count).
 absl::StatusOr<int> MicroBatchesInFlight(const config::JobConfig& job, const JobLayout& layout,
                                          int pipeline_rank) {
+  if (layout.forward_only) return 1;
   const parallel::GridSpec& g = layout.spec;
   if (g.pipeline_parallel == 1) return 0;
   KELVIN_ASSIGN_OR_RETURN(
@@ -157,9 +163,6 @@ absl::StatusOr<models::MemoryPlan> PlanRankMemory(const config::JobConfig& job,
                                                   const models::LlamaConfig& arch,
                                                   const JobLayout& layout, int tensor_rank,
                                                   int pipeline_rank) {
-  if (layout.forward_only) {  // one micro-batch at a time through the stages
-    return PlanRankMemoryHolding(job, arch, layout, tensor_rank, pipeline_rank, 1);
-  }
   KELVIN_ASSIGN_OR_RETURN(const int in_flight, MicroBatchesInFlight(job, layout, pipeline_rank));
   return PlanRankMemoryHolding(job, arch, layout, tensor_rank, pipeline_rank, in_flight);
 }
@@ -192,8 +195,16 @@ absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& lay
     return absl::OkStatus();  // f32: the layout trains on the CPU
   }
   std::vector<std::string> remedies = {"raise parallel.tensor_parallel or pipeline_parallel"};
-  if (!layout.distributed_optimizer) remedies.push_back("turn on parallel.distributed_optimizer");
-  for (const std::string& remedy : ActivationMemoryRemedies(job)) remedies.push_back(remedy);
+  if (layout.forward_only) {  // nothing but the weights and one micro-batch's activations
+    if (job.training().micro_batch_size() > 1) {
+      remedies.push_back("lower training.micro_batch_size");
+    }
+  } else {
+    if (!layout.distributed_optimizer) {
+      remedies.push_back("turn on parallel.distributed_optimizer");
+    }
+    for (const std::string& remedy : ActivationMemoryRemedies(job)) remedies.push_back(remedy);
+  }
   return absl::ResourceExhaustedError(absl::StrFormat(
       "the largest rank (pipeline stage %d, tensor rank %d) plans %.2f GiB, more than "
       "launch.gpu_memory_gib=%d: %s",
@@ -290,16 +301,19 @@ std::string FormatDuration(double seconds) {
   return absl::StrFormat("%.1fs", seconds);
 }
 
-absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
-                                          const models::LlamaConfig& arch,
-                                          const JobLayout& layout) {
+namespace {
+
+// The plan's first lines: the model, its dtype and (when it trains) master weights and the
+// parameter-efficient split; the layout.
+std::string FormatModelAndLayout(const config::JobConfig& job, const models::LlamaConfig& arch,
+                                 const JobLayout& layout) {
   const parallel::GridSpec& g = layout.spec;
   std::string out = absl::StrFormat(
       "job %s: %d layers, hidden %d, %d/%d heads, vocab %d, %.3g M parameters, %s%s\n", job.name(),
       arch.num_layers, arch.hidden_size, arch.num_attention_heads, arch.num_key_value_heads,
       arch.vocab_size, arch.NumParameters() / 1e6, DTypeName(layout.dtype),
       layout.separate_master ? " with f32 master weights" : "");
-  if (arch.trainable.has_value()) {
+  if (arch.trainable.has_value() && !layout.forward_only) {
     const models::TrainableSets& sets = *arch.trainable;
     std::vector<std::string> names;
     for (const auto& [on, name] :
@@ -321,11 +335,16 @@ absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                         g.sequence_parallel ? " (sequence parallel)" : "", g.context_parallel,
                         g.pipeline_parallel, g.virtual_pipeline_stages, g.data_parallel,
                         layout.distributed_optimizer ? " (distributed optimizer)" : "");
-  absl::StrAppendFormat(&out,
-                        "batch: %d sequences of %d tokens per step = %d micro-batches of %d per "
-                        "data-parallel rank\n",
-                        g.global_batch_size, g.seq_length, g.gradient_accumulation_steps,
-                        g.micro_batch_size);
+  return out;
+}
+
+// The memory plan of every pipeline stage (its largest tensor rank), then the compute line
+// `between` (empty: none) and the largest rank's total.
+absl::StatusOr<std::string> FormatMemory(const config::JobConfig& job,
+                                         const models::LlamaConfig& arch, const JobLayout& layout,
+                                         const std::string& between) {
+  const parallel::GridSpec& g = layout.spec;
+  std::string out;
   for (int pp = 0; pp < g.pipeline_parallel; ++pp) {
     KELVIN_ASSIGN_OR_RETURN(const PeakMemory stage, StagePeak(job, arch, layout, pp));
     absl::StrAppend(&out, "memory per rank",
@@ -335,11 +354,29 @@ absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                         : "",
                     ": ", stage.plan.ToString(), "\n");
   }
-  absl::StrAppend(&out, FormatComputeBound(job, arch, g));
+  absl::StrAppend(&out, between);
   KELVIN_ASSIGN_OR_RETURN(const PeakMemory peak, PlanPeakMemory(job, arch, layout));
   absl::StrAppendFormat(&out, "largest rank: pipeline stage %d, tensor rank %d: %.3f GiB\n",
                         peak.pipeline_rank, peak.tensor_rank,
                         static_cast<double>(peak.plan.Total()) / (1 << 30));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
+                                          const models::LlamaConfig& arch,
+                                          const JobLayout& layout) {
+  const parallel::GridSpec& g = layout.spec;
+  std::string out = FormatModelAndLayout(job, arch, layout);
+  absl::StrAppendFormat(&out,
+                        "batch: %d sequences of %d tokens per step = %d micro-batches of %d per "
+                        "data-parallel rank\n",
+                        g.global_batch_size, g.seq_length, g.gradient_accumulation_steps,
+                        g.micro_batch_size);
+  KELVIN_ASSIGN_OR_RETURN(const std::string memory,
+                          FormatMemory(job, arch, layout, FormatComputeBound(job, arch, g)));
+  absl::StrAppend(&out, memory);
   const CheckpointBytes checkpoint = PlanCheckpointBytes(arch, layout);
   absl::StrAppendFormat(
       &out,
@@ -348,6 +385,22 @@ absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
       static_cast<double>(checkpoint.total) / (1 << 30), g.world_size, g.world_size > 1 ? "s" : "",
       static_cast<double>(checkpoint.largest_part) / (1 << 30), checkpoint.largest_part_stage);
   return out;
+}
+
+absl::StatusOr<std::string> FormatForwardPlan(const config::JobConfig& job,
+                                              const models::LlamaConfig& arch,
+                                              const JobLayout& layout) {
+  KELVIN_CHECK(layout.forward_only) << "FormatForwardPlan takes a forward-only layout";
+  const parallel::GridSpec& g = layout.spec;
+  std::string out = FormatModelAndLayout(job, arch, layout);
+  absl::StrAppendFormat(&out,
+                        "forward only (kelvin eval JOB): the weights and one micro-batch's "
+                        "activations, no gradients, master weights or optimizer state; "
+                        "micro-batches of %d sequences of %d tokens, one at a time through the "
+                        "stages\n",
+                        g.micro_batch_size, g.seq_length);
+  KELVIN_ASSIGN_OR_RETURN(const std::string memory, FormatMemory(job, arch, layout, ""));
+  return out + memory;
 }
 
 }  // namespace kelvin::training

@@ -37,6 +37,9 @@ struct JobLayout {
 };
 absl::StatusOr<JobLayout> PlanJobLayout(const config::JobConfig& job,
                                         const models::LlamaConfig& arch, int world_size, bool cuda);
+// The forward-only model of a training layout (`kelvin eval JOB` on it): the same grid and dtype,
+// no master weights, no optimizer to distribute.
+JobLayout ForwardOnlyLayout(const JobLayout& layout);
 
 // The memory plan of the rank at (tensor_rank, pipeline_rank) of `layout`: its pipeline schedule
 // gives the micro-batches it holds at once.
@@ -58,7 +61,8 @@ absl::StatusOr<PeakMemory> PlanPeakMemory(const config::JobConfig& job,
 std::vector<std::string> ActivationMemoryRemedies(const config::JobConfig& job);
 
 // With launch.gpu_memory_gib set and the layout on CUDA: an error when the largest rank's plan
-// exceeds it, naming the rank, the bytes and the settings not yet in use that shrink them.
+// exceeds it, naming the rank, the bytes and the settings not yet in use that shrink them (of a
+// forward-only layout: more model parallelism, a smaller micro-batch).
 absl::Status CheckPlanFitsGpu(const config::JobConfig& job, const JobLayout& layout,
                               const PeakMemory& peak);
 
@@ -92,5 +96,12 @@ std::string FormatDuration(double seconds);
 // checkpoint.
 absl::StatusOr<std::string> FormatJobPlan(const config::JobConfig& job,
                                           const models::LlamaConfig& arch, const JobLayout& layout);
+
+// The report of `kelvin plan --forward-only`: the model `kelvin eval JOB` builds on a forward-only
+// layout (ForwardOnlyLayout): the model, the layout, the micro-batch, each pipeline stage's memory
+// plan (its largest tensor rank) and the largest rank's total.
+absl::StatusOr<std::string> FormatForwardPlan(const config::JobConfig& job,
+                                              const models::LlamaConfig& arch,
+                                              const JobLayout& layout);
 
 }  // namespace kelvin::training

@@ -9,7 +9,6 @@
 #include "core/copy.h"
 #include "models/llama/llama_model.h"
 #include "parallel/comm/communicator_factory.h"
-#include "parallel/context_parallel.h"
 #include "tests/models/memory_plan_check.h"
 #include "tests/models/random_ssa_checkpoint.h"
 #include "tests/models/tiny_ssa_llama.h"
@@ -20,18 +19,20 @@
 namespace kelvin {
 namespace {
 
-// The rows of `t` [B*T, W] at this CP rank's tokens [2*B*Tc, W] (the token layout LocalSequence
-// gives, applied to row indices).
+// The rows of `t` [B*T, W] at this CP rank's tokens [2*B*Tc, W], written out from the layout the
+// model documents (parallel::ContextSplit): chunk `rank` of every row, then chunk 2 CP - 1 - rank.
 Tensor LocalRows(const Tensor& t, int64_t batch, int rank, int ranks) {
-  Tensor index = Tensor::Empty({t.dim(0)}, DType::kI32);
-  for (int64_t i = 0; i < t.dim(0); ++i) index.data<int32_t>()[i] = static_cast<int32_t>(i);
-  const Tensor mine = parallel::LocalSequence(index, batch, rank, ranks);
-  const int64_t width = t.numel() / t.dim(0);
-  Tensor rows = Tensor::Empty({mine.numel(), width}, t.dtype());
-  for (int64_t r = 0; r < mine.numel(); ++r) {
-    const int64_t at = mine.data<int32_t>()[r] * width;
-    Tensor out = rows.Slice(r, r + 1).View({-1});
-    CopyTensor(Context::Cpu(), t.View({-1}).Slice(at, at + width), out);
+  const int64_t seq = t.dim(0) / batch, tc = seq / (2 * ranks), width = t.numel() / t.dim(0);
+  Tensor rows = Tensor::Empty({2 * batch * tc, width}, t.dtype());
+  int64_t r = 0;
+  for (const int64_t chunk : {int64_t{rank}, int64_t{2 * ranks - 1 - rank}}) {
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < tc; ++i, ++r) {
+        const int64_t at = (b * seq + chunk * tc + i) * width;
+        Tensor out = rows.Slice(r, r + 1).View({-1});
+        CopyTensor(Context::Cpu(), t.View({-1}).Slice(at, at + width), out);
+      }
+    }
   }
   return rows;
 }

@@ -1,7 +1,10 @@
-// Test values and double <-> tensor conversion for the MPI test programs.
+// Test values, double <-> tensor conversion and the world group for the MPI test programs.
 #include "tests/parallel/mpi/mpi_test_values.h"
 
+#include <mpi.h>
+
 #include "core/bf16.h"
+#include "parallel/comm/communicator_factory.h"
 
 namespace kelvin::parallel::testing {
 
@@ -65,6 +68,15 @@ std::vector<double> ValuesOf(const Tensor& host) {
     }
   }
   return values;
+}
+
+std::unique_ptr<Communicator> World() {
+  CommunicatorOptions options;
+  options.timeout_seconds = 60;
+  auto world =
+      CreateCommunicator(CommBackend::kMpi, MPI_COMM_WORLD, "world", options, Context::Cpu());
+  KELVIN_CHECK(world.ok()) << world.status();
+  return *std::move(world);
 }
 
 }  // namespace kelvin::parallel::testing

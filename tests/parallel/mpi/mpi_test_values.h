@@ -1,11 +1,14 @@
 // Test values for the MPI test programs: element i of rank r, exact in every dtype (so sums in any
-// order are exact before the final rounding), and tensors built from and read as doubles.
+// order are exact before the final rounding), and tensors built from and read as doubles; the
+// world as one group.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
+#include "parallel/comm/communicator.h"
 
 namespace kelvin::parallel::testing {
 
@@ -15,5 +18,8 @@ double TestValue(DType dtype, int rank, int64_t index);
 
 Tensor TensorOf(DType dtype, const std::vector<double>& values);  // [values.size()] on the host
 std::vector<double> ValuesOf(const Tensor& host);
+
+// MPI_COMM_WORLD as one CPU group named "world" (a 60 s timeout).
+std::unique_ptr<Communicator> World();
 
 }  // namespace kelvin::parallel::testing

@@ -1,11 +1,9 @@
 // The tensor-parallel region ops over the world group, against sums and concatenations computed
 // locally from every rank's values. Runs under mpirun -np N.
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <vector>
 
-#include "parallel/comm/communicator_factory.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/parallel/mpi/mpi_test_values.h"
 
@@ -15,17 +13,9 @@ namespace {
 using ::kelvin::parallel::testing::TensorOf;
 using ::kelvin::parallel::testing::TestValue;
 using ::kelvin::parallel::testing::ValuesOf;
+using ::kelvin::parallel::testing::World;
 
 constexpr int64_t kWidth = 3;  // W values per token
-
-std::unique_ptr<Communicator> World() {
-  CommunicatorOptions options;
-  options.timeout_seconds = 60;
-  auto world =
-      CreateCommunicator(CommBackend::kMpi, MPI_COMM_WORLD, "world", options, Context::Cpu());
-  KELVIN_CHECK(world.ok()) << world.status();
-  return *std::move(world);
-}
 
 // Rank r's [tokens, W] f64 values.
 Tensor RankTokens(int rank, int64_t tokens) {
@@ -76,6 +66,23 @@ TEST(TensorParallelRegions, GatherPlacesEveryRanksTokensInRankOrder) {
     for (int64_t i = 0; i < local_tokens * kWidth; ++i) {
       ASSERT_EQ(got[r * local_tokens * kWidth + i], TestValue(DType::kF64, r, i))
           << "rank " << r << " element " << i;
+    }
+  }
+}
+
+TEST(TensorParallelRegions, ColumnGatherPlacesEachRowsSlicesInRankOrder) {
+  const std::unique_ptr<Communicator> tp = World();
+  const int64_t rows = 2, ranks = tp->size();
+  const Tensor local = RankTokens(tp->rank(), rows);  // [R, W / TP] this rank's columns
+  const Tensor full = GatherFromTensorParallelRegion(Context::Cpu(), *tp, local);
+  ASSERT_EQ(full.shape(), Shape({rows, ranks * kWidth}));
+  const std::vector<double> got = ValuesOf(full.View({-1}));
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int r = 0; r < ranks; ++r) {
+      for (int64_t c = 0; c < kWidth; ++c) {
+        ASSERT_EQ(got[(row * ranks + r) * kWidth + c], TestValue(DType::kF64, r, row * kWidth + c))
+            << "row " << row << " rank " << r << " column " << c;
+      }
     }
   }
 }

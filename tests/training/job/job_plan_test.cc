@@ -178,5 +178,81 @@ TEST(JobPlan, TheLargestRankMustFitTheGpuMemoryWhenGiven) {
   EXPECT_TRUE(check(one_gpu, 1, false).ok());
 }
 
+// plan --forward-only: the model `kelvin eval JOB` builds on the layout, each rank's weights and
+// one micro-batch's activations: the plan of every stage is that rank's forward-only plan, with no
+// gradients, masters or moments, and neither the training step's compute nor a checkpoint.
+TEST(JobPlan, TheForwardOnlyReportIsTheModelEvalBuilds) {
+  const Planned p = Job({"parallel.tensor_parallel=2", "parallel.pipeline_parallel=2",
+                         "training.micro_batch_size=2"});
+  const absl::StatusOr<JobLayout> training = PlanJobLayout(p.job, p.arch, 4, false);
+  ASSERT_TRUE(training.ok()) << training.status();
+  const JobLayout layout = ForwardOnlyLayout(*training);
+  EXPECT_TRUE(layout.forward_only);
+  EXPECT_FALSE(layout.separate_master);
+  EXPECT_FALSE(layout.distributed_optimizer);
+  const absl::StatusOr<std::string> report = FormatForwardPlan(p.job, p.arch, layout);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(*report, HasSubstr("layout: 4 processes = tensor 2 x context 1 x pipeline 2"));
+  EXPECT_THAT(*report,
+              HasSubstr("forward only (kelvin eval JOB): the weights and one micro-batch's "
+                        "activations, no gradients, master weights or optimizer state; "
+                        "micro-batches of 2 sequences of 128 tokens, one at a time "
+                        "through the stages\n"));
+  for (int pp = 0; pp < 2; ++pp) {
+    models::MemoryPlan largest;
+    int largest_rank = 0;
+    for (int tp = 0; tp < 2; ++tp) {
+      const absl::StatusOr<models::MemoryPlan> plan = PlanRankMemory(p.job, p.arch, layout, tp, pp);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->gradients + plan->master_weights + plan->optimizer_state, 0);
+      if (tp == 0 || plan->Total() > largest.Total()) {
+        largest = *plan;
+        largest_rank = tp;
+      }
+    }
+    EXPECT_THAT(*report, HasSubstr(absl::StrFormat(
+                             "memory per rank, pipeline stage %d (tensor rank %d, the largest): "
+                             "%s\n",
+                             pp, largest_rank, largest.ToString())));
+  }
+  const absl::StatusOr<PeakMemory> peak = PlanPeakMemory(p.job, p.arch, layout);
+  ASSERT_TRUE(peak.ok()) << peak.status();
+  EXPECT_THAT(*report,
+              HasSubstr(absl::StrFormat("largest rank: pipeline stage %d, tensor rank %d: "
+                                        "%.3f GiB\n",
+                                        peak->pipeline_rank, peak->tensor_rank,
+                                        static_cast<double>(peak->plan.Total()) / (1 << 30))));
+  EXPECT_THAT(*report, Not(HasSubstr("compute:")));
+  EXPECT_THAT(*report, Not(HasSubstr("checkpoint:")));
+  // The training plan of the same layout holds more: gradients, moments, the schedule's
+  // micro-batches.
+  const absl::StatusOr<PeakMemory> training_peak = PlanPeakMemory(p.job, p.arch, *training);
+  ASSERT_TRUE(training_peak.ok()) << training_peak.status();
+  EXPECT_GT(training_peak->plan.Total(), peak->plan.Total());
+}
+
+// An 8B model's forward-only slice fits one 80 GiB GPU where its training does not; one that does
+// not fit is told to spread the model or shrink the micro-batch, nothing a trainer alone has.
+TEST(JobPlan, TheForwardOnlyModelMustFitTheGpuMemoryWhenGiven) {
+  const auto check = [](const std::vector<std::string>& overrides) {
+    const Planned p = Job(overrides);
+    const absl::StatusOr<JobLayout> training = PlanJobLayout(p.job, p.arch, 1, true);
+    EXPECT_TRUE(training.ok()) << training.status();
+    const JobLayout layout = ForwardOnlyLayout(*training);
+    const absl::StatusOr<PeakMemory> peak = PlanPeakMemory(p.job, p.arch, layout);
+    EXPECT_TRUE(peak.ok()) << peak.status();
+    return CheckPlanFitsGpu(p.job, layout, *peak);
+  };
+  EXPECT_TRUE(check({"model.preset=llama3.1-8b", "launch.gpu_memory_gib=80"}).ok());
+  const absl::Status too_big =
+      check({"model.preset=llama3.1-8b", "launch.gpu_memory_gib=8", "training.micro_batch_size=2"});
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_big.message(),
+              HasSubstr(" GiB, more than launch.gpu_memory_gib=8: raise parallel.tensor_parallel "
+                        "or pipeline_parallel, or lower training.micro_batch_size"));
+  EXPECT_THAT(too_big.message(), Not(HasSubstr("distributed_optimizer")));
+  EXPECT_THAT(too_big.message(), Not(HasSubstr("recompute")));
+}
+
 }  // namespace
 }  // namespace kelvin::training
