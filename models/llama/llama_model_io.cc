@@ -198,14 +198,14 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
 }
 
 absl::Status LlamaModel::ExportHf(const std::string& directory,
-                                  const HfExportProvenance& provenance) {
-  if (config_.lora.has_value()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "exporting ", directory,
-        ": the model has LoRA adapters (model.lora), and Kelvin cannot "
-        "write them yet (neither as a peft adapter nor merged); leave training.export_hf_dir "
-        "empty for a LoRA job"));
-  }
+                                  const HfExportProvenance& provenance,
+                                  const ExportOptions& options) {
+  std::vector<std::pair<std::string, Tensor>> tensors = GatherWholeParameters();
+  if (tensors.empty()) return absl::OkStatus();  // not TP and pipeline rank 0
+  return WriteModelExport(directory, config_, std::move(tensors), provenance, options);
+}
+
+std::vector<std::pair<std::string, Tensor>> LlamaModel::GatherWholeParameters() {
   parallel::Communicator& tp = *tp_;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {
@@ -227,12 +227,12 @@ absl::Status LlamaModel::ExportHf(const std::string& directory,
     }
     tensors.emplace_back(e.name, full);
   }
-  if (tp.rank() != 0) return absl::OkStatus();
+  if (tp.rank() != 0) return {};
   if (stage_.stages > 1) {
     GatherPipelineStages(tensors);
-    if (stage_.rank != 0) return absl::OkStatus();
+    if (stage_.rank != 0) return {};
   }
-  return WriteHfModelDirectory(directory, config_, io::HfTensorSourcesOf(tensors), provenance);
+  return tensors;
 }
 
 void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors) {
