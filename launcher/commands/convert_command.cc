@@ -170,7 +170,7 @@ void AddConvertCommand(CommandLine& line) {
                         "use merged (the whole model, LoRA merged in) or "
                         "peft_adapter (the adapters for peft)");
                   }
-                  config::ExportFormat::Parse(upper, &a->options.format);
+                  config::ExportFormat::Format_Parse(upper, &a->options.format);
                   return std::string();
                 });
 }

@@ -42,7 +42,7 @@ absl::Status CheckExportTarget(const std::string& label, const std::string& dire
       (holds(io::kHfSingleFileName) || holds(io::kHfIndexFileName))) {
     return absl::FailedPreconditionError(absl::StrCat(
         label, " holds a model (",
-        holds(io::kHfSingleFileName) ? io::kHfSingleFileName : io::kHfIndexFileName,
+        std::string(holds(io::kHfSingleFileName) ? io::kHfSingleFileName : io::kHfIndexFileName),
         "): an adapter written beside it would make the directory neither a model nor an adapter "
         "to transformers; export the adapter to another directory, or remove the model"));
   }

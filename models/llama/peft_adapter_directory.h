@@ -18,9 +18,9 @@ namespace kelvin::models {
 
 // peft's prefix of every tensor name in adapter_model.safetensors (the PeftModel's own, then the
 // transformers model's "model." or "lm_head").
-inline constexpr std::string_view kPeftTensorPrefix = "base_model.model.";
-inline constexpr std::string_view kPeftAdapterConfigName = "adapter_config.json";
-inline constexpr std::string_view kPeftAdapterWeightsName = "adapter_model.safetensors";
+inline constexpr char kPeftTensorPrefix[] = "base_model.model.";
+inline constexpr char kPeftAdapterConfigName[] = "adapter_config.json";
+inline constexpr char kPeftAdapterWeightsName[] = "adapter_model.safetensors";
 
 // The submodules peft saves whole beside the adapters (adapter_config.json's modules_to_save):
 // "ssa" (every SSA parameter, trained or not, so the adapter does not depend on how the modeling

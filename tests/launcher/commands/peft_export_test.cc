@@ -70,7 +70,8 @@ FixtureModel LoadFixture(const std::string& name) {
   int assigned = 0;
   for (const io::SafetensorsEntry& entry : adapter->entries()) {
     EXPECT_TRUE(entry.name.starts_with(models::kPeftTensorPrefix)) << entry.name;
-    const std::string kelvin_name = entry.name.substr(models::kPeftTensorPrefix.size());
+    const std::string kelvin_name =
+        entry.name.substr(std::string_view(models::kPeftTensorPrefix).size());
     absl::StatusOr<Tensor> value = adapter->Read(entry.name, DType::kF32);
     EXPECT_TRUE(value.ok()) << value.status();
     if (!value.ok()) continue;
@@ -222,8 +223,7 @@ TEST(PeftExport, ConvertWritesTheTrainingsAdapterAndTheMergedModel) {
   ConvertOptions options;
   options.format = config::ExportFormat::PEFT_ADAPTER;
   ASSERT_TRUE(ConvertCheckpointToHf(*job, (dir / "converted").string(), options).ok());
-  for (const std::string_view name :
-       {models::kPeftAdapterWeightsName, models::kPeftAdapterConfigName}) {
+  for (const char* name : {models::kPeftAdapterWeightsName, models::kPeftAdapterConfigName}) {
     EXPECT_EQ(testing::FileBytes(dir / "converted" / name),
               testing::FileBytes(dir / "adapter" / name))
         << name;
