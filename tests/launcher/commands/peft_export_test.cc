@@ -203,22 +203,28 @@ TEST(PeftExport, ADirectoryOfTheOtherFormatIsRefused) {
 TEST(PeftExport, ConvertWritesTheTrainingsAdapterAndTheMergedModel) {
   const fs::path dir = FreshDirectory("kelvin_peft_convert");
   fs::create_directories(dir);
-  const Tensor data = testing::RandomInts({4096}, DType::kI32, 3, 4, 160);  // the base's vocab
-  std::ofstream(dir / "tokens.int32", std::ios::binary)
-      .write(static_cast<const char*>(data.raw_data()),
-             static_cast<std::streamsize>(data.nbytes()));
-  const std::string tokens_path = (dir / "tokens.int32").string();
+  // Token files of the base's vocabulary, one to train on and one held out.
+  const auto write_tokens = [&dir](const std::string& name, uint64_t seed) {
+    const Tensor tokens = testing::RandomInts({4096}, DType::kI32, seed, 4, 159);
+    std::ofstream(dir / name, std::ios::binary)
+        .write(static_cast<const char*>(tokens.raw_data()),
+               static_cast<std::streamsize>(tokens.nbytes()));
+    return (dir / name).string();
+  };
+  const std::string train_path = write_tokens("train.int32", 3);
+  const std::string eval_path = write_tokens("eval.int32", 4);
   absl::StatusOr<config::JobConfig> job = LoadJobConfig(
       kFixtures + "lora/job.textproto",
-      {"model.hf_dir=\"" + kBase + "\"", "data.token_file.path=\"" + tokens_path + "\"",
-       "data.eval.token_file.path=\"" + tokens_path + "\"", "training.steps=2",
+      {"model.hf_dir=\"" + kBase + "\"", "data.token_file.path=\"" + train_path + "\"",
+       "data.eval.token_file.path=\"" + eval_path + "\"", "training.steps=2",
        "training.eval_whole_set=false", "training.eval_steps=1",
        "checkpoint.dir=\"" + (dir / "checkpoints").string() + "\"", "checkpoint.interval_steps=2",
        "training.export_hf_dir=\"" + (dir / "adapter").string() + "\""});
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::unique_ptr<training::Trainer>> trainer = training::Trainer::Create(*job);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
-  ASSERT_TRUE((*trainer)->Run().ok());
+  const absl::Status ran = (*trainer)->Run();
+  ASSERT_TRUE(ran.ok()) << ran;
 
   ConvertOptions options;
   options.format = config::ExportFormat::PEFT_ADAPTER;
@@ -234,9 +240,16 @@ TEST(PeftExport, ConvertWritesTheTrainingsAdapterAndTheMergedModel) {
       models::LlamaConfigFromHfDirectory((dir / "merged").string());
   ASSERT_TRUE(config.ok()) << config.status();
   models::LlamaModel merged(*config, DType::kF32);
-  ASSERT_TRUE(merged.LoadHfCheckpoint(*io::HfCheckpoint::Open((dir / "merged").string())).ok());
+  const absl::StatusOr<io::HfCheckpoint> merged_files =
+      io::HfCheckpoint::Open((dir / "merged").string());
+  ASSERT_TRUE(merged_files.ok()) << merged_files.status();
+  ASSERT_TRUE(merged.LoadHfCheckpoint(*merged_files).ok());
+  // The adapters moved in 2 steps: the merged projection is not the base's.
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_FALSE(testing::BitIdentical(*merged_files->Read(q, DType::kF32),
+                                     *io::HfCheckpoint::Open(kBase)->Read(q, DType::kF32), q));
   // One micro-batch of the job's shape: 2 rows of 32 tokens.
-  const Tensor tokens = testing::RandomInts({2, 32}, DType::kI32, 5, 4, 160);
+  const Tensor tokens = testing::RandomInts({2, 32}, DType::kI32, 5, 4, 159);
   Tensor positions = Tensor::Empty({2, 32}, DType::kI32);
   for (int64_t i = 0; i < 64; ++i) positions.data<int32_t>()[i] = static_cast<int32_t>(i % 32);
   const Tensor trained =

@@ -110,7 +110,7 @@ TEST(PeftConfig, EachMistakeNamesItsFieldAndRemedy) {
   EXPECT_THAT(ErrorOf("", "export_format: PEFT_ADAPTER"),
               HasSubstr("use MERGED (or AUTO), or add model.lora"));
   EXPECT_THAT(ErrorOf("", "export_format: ADAPTER"),
-              HasSubstr("export_format"));  // an unknown format: protobuf names the field
+              HasSubstr("Unknown enumeration value of \"ADAPTER\" for field \"export_format\""));
   // A LoRA job exports, a peft adapter by default and merged when asked.
   const std::string lora = peft + R"pb(lora { rank: 4 targets: "q_proj" })pb";
   EXPECT_EQ(ErrorOf(lora, R"pb(export_hf_dir: "out")pb"), "");
