@@ -142,10 +142,10 @@ void AddConvertCommand(CommandLine& line) {
       "The latest checkpoint of checkpoint.dir (or --step N, --best): one process, no GPU,\n"
       "whatever layout wrote it. The job needs only its model fields and checkpoint.dir. A\n"
       "LoRA job's checkpoint goes over its base and is written merged or as a peft adapter\n"
-      "(--format). The\n"
-      "export carries model.hf_dir's tokenizer files, or --tokenizer DIR's (tokenizer.json,\n"
-      "tokenizer_config.json, special_tokens_map.json, chat_template.jinja) with its bos and\n"
-      "eos ids in config.json and generation_config.json.",
+      "(--format). A merged export carries model.hf_dir's tokenizer files, or --tokenizer\n"
+      "DIR's (tokenizer.json, tokenizer_config.json, special_tokens_map.json,\n"
+      "chat_template.jinja) with its bos and eos ids in config.json and\n"
+      "generation_config.json.",
       [a] { return RunOnRankZero([a] { return Convert(*a); }); });
   AddJobArguments(line, command, a->job);
   line.AddText(command, "--out", "DIR", "the directory to write the Hugging Face model to",

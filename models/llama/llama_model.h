@@ -137,10 +137,12 @@ class LlamaModel : public parallel::PipelineStage {
   // model's replica must call it (GatherWholeParameters); TP and pipeline rank 0 write.
   absl::Status ExportHf(const std::string& directory, const HfExportProvenance& provenance = {},
                         const ExportOptions& options = {});
-  // The whole model's parameters (host f32, full shapes, Hugging Face order) on TP and pipeline
-  // rank 0, empty elsewhere: the shards gathered over TP, the stages' tensors sent to pipeline rank
-  // 0. Every rank of the model's replica must call it.
-  std::vector<std::pair<std::string, Tensor>> GatherWholeParameters();
+  // The whole model's parameters (host f32, full shapes, Hugging Face order; those `keep` keeps,
+  // every one without it) on TP and pipeline rank 0, empty elsewhere: the shards gathered over TP,
+  // the stages' tensors sent to pipeline rank 0. Every rank of the model's replica must call it,
+  // with the same `keep`.
+  std::vector<std::pair<std::string, Tensor>> GatherWholeParameters(
+      const std::function<bool(const std::string&)>& keep = {});
   // Deterministic random initialisation (normal(0, 0.02) matrices, unit norms, SSA as
   // InitSsaParameters) from `seed`: each rank takes its slice of the same full draw, so every
   // layout starts from the one model.
@@ -242,9 +244,10 @@ class LlamaModel : public parallel::PipelineStage {
   // `distribution` on a stream seeded by `seed` and the name (the same on every layout).
   template <typename Distribution>
   void AssignRandomDraw(const std::string& name, uint64_t seed, Distribution distribution);
-  // Pipeline rank 0's `tensors` (full, f32) += every other stage's, in Hugging Face order; the
-  // other stages send theirs (TP rank 0 of each stage calls it).
-  void GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors);
+  // Pipeline rank 0's `tensors` (full, f32) += every other stage's (those `keep` keeps), in
+  // Hugging Face order; the other stages send theirs (TP rank 0 of each stage calls it).
+  void GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors,
+                            const std::function<bool(const std::string&)>& keep);
   LlamaMicroBatchActivations& Slot(int micro_batch);  // the slot micro-batch `micro_batch` holds
   // (Re)allocates `slot` for [batch, seq] when its shape differs, and the backward scratch.
   void AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq);

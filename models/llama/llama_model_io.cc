@@ -12,6 +12,7 @@
 #include "core/ops/elementwise.h"
 #include "models/llama/hf_weight_check.h"
 #include "models/llama/llama_model.h"
+#include "models/llama/peft_adapter_directory.h"
 
 namespace kelvin::models {
 namespace {
@@ -200,15 +201,21 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
 absl::Status LlamaModel::ExportHf(const std::string& directory,
                                   const HfExportProvenance& provenance,
                                   const ExportOptions& options) {
-  std::vector<std::pair<std::string, Tensor>> tensors = GatherWholeParameters();
+  // An adapter needs its own tensors only: the base is not gathered for it.
+  const bool adapter = options.format == ExportFormat::kPeftAdapter;
+  std::vector<std::pair<std::string, Tensor>> tensors = GatherWholeParameters(
+      adapter ? [this](const std::string& name) { return IsInPeftAdapter(config_, name); }
+              : std::function<bool(const std::string&)>());
   if (tensors.empty()) return absl::OkStatus();  // not TP and pipeline rank 0
   return WriteModelExport(directory, config_, std::move(tensors), provenance, options);
 }
 
-std::vector<std::pair<std::string, Tensor>> LlamaModel::GatherWholeParameters() {
+std::vector<std::pair<std::string, Tensor>> LlamaModel::GatherWholeParameters(
+    const std::function<bool(const std::string&)>& keep) {
   parallel::Communicator& tp = *tp_;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {
+    if (keep && !keep(e.name)) continue;
     Tensor local = Tensor::Empty(e.shape, DType::kF32);
     ops::Cast(Context::Cpu(), params_.MasterOnHost(e.name), local);
     const ParameterShard& shard = shards_.at(e.name);
@@ -229,16 +236,18 @@ std::vector<std::pair<std::string, Tensor>> LlamaModel::GatherWholeParameters() 
   }
   if (tp.rank() != 0) return {};
   if (stage_.stages > 1) {
-    GatherPipelineStages(tensors);
+    GatherPipelineStages(tensors, keep);
     if (stage_.rank != 0) return {};
   }
   return tensors;
 }
 
-void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors) {
+void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors,
+                                      const std::function<bool(const std::string&)>& keep) {
   parallel::Communicator& pp = *pp_;
+  const auto kept = [&keep](const std::string& name) { return !keep || keep(name); };
   // The last stage's tied embedding is a copy of the first stage's: it stays home.
-  auto travels = [](const std::string& name) { return name != kEmbeddingName; };
+  auto travels = [&kept](const std::string& name) { return name != kEmbeddingName && kept(name); };
   if (stage_.rank != 0) {
     for (const auto& [name, tensor] : tensors) {
       if (travels(name)) pp.Send(tensor, 0);
@@ -259,7 +268,7 @@ void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>
   tensors.clear();  // the whole model, in one rank's (Hugging Face) order
   for (const LlamaParameterSpec& spec :
        StageParameterSpecs(config_, StageLayoutOf(config_, 0, 1, 1))) {
-    tensors.emplace_back(spec.name, by_name.at(spec.name));
+    if (kept(spec.name)) tensors.emplace_back(spec.name, by_name.at(spec.name));
   }
 }
 

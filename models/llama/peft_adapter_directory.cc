@@ -88,16 +88,20 @@ std::vector<std::string> PeftModulesToSave(const LlamaConfig& config) {
   return modules;
 }
 
+bool IsInPeftAdapter(const LlamaConfig& config, std::string_view name) {
+  return IsTrainable(CarriedSets(config), name);
+}
+
 std::vector<std::pair<std::string, Tensor>> PeftAdapterTensors(
     const LlamaConfig& config, const std::vector<std::pair<std::string, Tensor>>& tensors) {
   KELVIN_CHECK(config.lora.has_value()) << "a peft adapter needs LoRA adapters";
-  const TrainableSets carried = CarriedSets(config);
+  const bool embeddings = CarriedSets(config).embeddings;
   std::vector<std::pair<std::string, Tensor>> adapter;
   for (const auto& [name, tensor] : tensors) {
-    if (!IsTrainable(carried, name)) continue;
+    if (!IsInPeftAdapter(config, name)) continue;
     adapter.emplace_back(absl::StrCat(kPeftTensorPrefix, name), tensor);
     // A tied output layer is the embedding: peft saves the lm_head module apart.
-    if (name == kEmbeddingName && carried.embeddings && config.tie_word_embeddings) {
+    if (name == kEmbeddingName && embeddings && config.tie_word_embeddings) {
       adapter.emplace_back(absl::StrCat(kPeftTensorPrefix, kLmHeadName), tensor);
     }
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,10 @@ inline constexpr char kPeftAdapterWeightsName[] = "adapter_model.safetensors";
 // code initialises a base without them), "input_layernorm", "post_attention_layernorm" and "norm"
 // when model.peft trains the norms, "embed_tokens" and "lm_head" when it trains the embeddings.
 std::vector<std::string> PeftModulesToSave(const LlamaConfig& config);
+
+// Whether the parameter `name` of `config` (which has LoRA) is in its adapter: a LoRA matrix or
+// a parameter of PeftModulesToSave.
+bool IsInPeftAdapter(const LlamaConfig& config, std::string_view name);
 
 // The adapter's tensors of `config` (which has LoRA) from the whole model's parameters (full
 // shapes, Hugging Face names): the LoRA matrices and the parameters of PeftModulesToSave, under
