@@ -62,6 +62,12 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
                                     flag ? "--format" : "training.export_format"));
   KELVIN_RETURN_IF_ERROR(
       training::CheckExportDirectory(absl::StrCat("--out ", directory), directory, job, format));
+  if (format == models::ExportFormat::kPeftAdapter && !options.tokenizer.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokenizer ", options.tokenizer,
+        " goes into a merged export, but this writes a peft adapter, which carries no tokenizer "
+        "(its users load the base's): drop --tokenizer, or give --format merged"));
+  }
   KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
       << "convert writes f32 or bf16";
   KELVIN_ASSIGN_OR_RETURN(models::LlamaConfig arch,

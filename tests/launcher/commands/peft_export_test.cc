@@ -228,6 +228,12 @@ TEST(PeftExport, ConvertWritesTheTrainingsAdapterAndTheMergedModel) {
 
   ConvertOptions options;
   options.format = config::ExportFormat::PEFT_ADAPTER;
+  options.tokenizer = kBase;  // an adapter carries no tokenizer: refused, not ignored
+  EXPECT_THAT(
+      std::string(
+          ConvertCheckpointToHf(*job, (dir / "converted").string(), options).status().message()),
+      HasSubstr("this writes a peft adapter, which carries no tokenizer"));
+  options.tokenizer = "";
   ASSERT_TRUE(ConvertCheckpointToHf(*job, (dir / "converted").string(), options).ok());
   for (const char* name : {models::kPeftAdapterWeightsName, models::kPeftAdapterConfigName}) {
     EXPECT_EQ(testing::FileBytes(dir / "converted" / name),
