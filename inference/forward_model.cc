@@ -68,9 +68,12 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
   }
   KLOG_RANK0(INFO) << "the model runs on " << placement.ctx.device().ToString() << " in "
                    << DTypeName(placement.dtype);
+  // A frozen base's checkpoint holds the trainable tensors alone: the base comes from the job's
+  // source under them (model.hf_dir's, else the seed's initialisation), as training had it.
+  const bool frozen_base = arch.trainable.has_value();
   // model.hf_dir's weights checked against the config before the model's buffers exist.
   std::optional<io::HfCheckpoint> hf_weights;
-  if (!chosen.has_value()) {
+  if (!chosen.has_value() || (frozen_base && job.model().has_hf_dir())) {
     KELVIN_ASSIGN_OR_RETURN(hf_weights, models::OpenHfWeightsFor(job.model().hf_dir(), arch));
   }
   // No backward ever reads the layers' activations: the fields a recompute would redo share one
@@ -80,6 +83,11 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
       models::LlamaRecompute{.attention = true, .mlp = true},
       models::LlamaPlacement{.ctx = placement.ctx, .forward_only = true});
   if (chosen.has_value()) {
+    if (hf_weights.has_value()) {
+      KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(*hf_weights));
+    } else if (frozen_base) {
+      model->InitRandom(job.training().seed());
+    }
     KELVIN_RETURN_IF_ERROR(ReadCheckpointWeights(*chosen, job.name(), *model));
     KLOG_RANK0(INFO) << "the model's weights: the checkpoint " << *chosen;
     return model;

@@ -33,7 +33,8 @@ absl::StatusOr<training::TrainingPlacement> ResolveInferencePlacement(const conf
                                                                       InferenceDevice device,
                                                                       int local_rank);
 
-// The model placed as `placement` says (ResolveInferencePlacement) with its trained weights; an
+// The model placed as `placement` says (ResolveInferencePlacement) with its trained weights (a
+// frozen-base job's checkpoint over its base: model.hf_dir's, else the seed's draw); an
 // error when there are none (no checkpoint and no model.hf_dir), naming what is missing; a
 // checkpoint of another model names its first foreign tensor (an SSA one, the flag).
 // `tp`: the tensor-parallel group the model is split over (nullptr: this process holds it whole),

@@ -245,6 +245,10 @@ absl::Status Trainer::ExportHf(const std::string& directory) {
   // One replica writes: data-parallel rank 0 and, of its context-parallel ranks (each holding the
   // whole replica's weights), rank 0; its tensor and pipeline ranks gather.
   const bool writes = grid.dp_rank() == 0 && grid.cp_rank() == 0;
+  // Validated at the start (CheckOutputLocations): the same on every rank.
+  KELVIN_ASSIGN_OR_RETURN(
+      const models::ExportFormat format,
+      ResolveExportFormat(job_, job_.training().export_format(), "training.export_format"));
   trained_->SettleParameters();
   // ZeRO-1's sharded masters, whole in the (free) gradient buffers while exported.
   trained_->optimizer().GatherMasters();
@@ -253,7 +257,8 @@ absl::Status Trainer::ExportHf(const std::string& directory) {
   if (!history_.empty()) provenance.train_loss = history_.back().loss;
   if (!evaluations_.empty()) provenance.eval_loss = evaluations_.back().loss;
   const absl::Status exported =
-      writes ? trained_->model().ExportHf(directory, provenance) : absl::OkStatus();
+      writes ? trained_->model().ExportHf(directory, provenance, {.format = format})
+             : absl::OkStatus();
   trained_->optimizer().ReleaseMasters();
   return exported;
 }

@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -226,6 +227,7 @@ absl::Status PrepareStaging(const std::string& directory, const std::string& sta
 absl::StatusOr<std::set<std::string>> WriteHfFiles(
     const std::string& directory, const std::string& staging,
     const std::vector<HfTensorSource>& tensors, size_t max_shard_bytes,
+    std::string_view single_file_name,
     const std::vector<std::pair<std::string, std::string>>& extra_files) {
   const auto invalid = [&directory](absl::string_view detail) {
     return absl::InvalidArgumentError(
@@ -282,7 +284,7 @@ absl::StatusOr<std::set<std::string>> WriteHfFiles(
   const std::map<std::string, std::string> shard_metadata = {{"format", "pt"}};
   std::set<std::string> written;
   if (shards.size() == 1) {
-    const std::string file_name(kHfSingleFileName);
+    const std::string file_name(single_file_name);
     KELVIN_ASSIGN_OR_RETURN(const auto made, make(shards[0]));
     KELVIN_RETURN_IF_ERROR(
         WriteSafetensors((fs::path(staging) / file_name).string(), made, shard_metadata));
@@ -311,14 +313,14 @@ absl::StatusOr<std::set<std::string>> WriteHfFiles(
   return written;
 }
 
-}  // namespace
-
-absl::Status WriteHfCheckpoint(
+// WriteHfCheckpoint with the name of the file a single shard is written to.
+absl::Status WriteStagedCheckpoint(
     const std::string& directory, const std::vector<HfTensorSource>& tensors,
-    size_t max_shard_bytes, const std::vector<std::pair<std::string, std::string>>& extra_files) {
+    size_t max_shard_bytes, std::string_view single_file_name,
+    const std::vector<std::pair<std::string, std::string>>& extra_files) {
   const std::string staging = fs::path(directory).lexically_normal().string() + ".partial";
   const absl::StatusOr<std::set<std::string>> staged =
-      WriteHfFiles(directory, staging, tensors, max_shard_bytes, extra_files);
+      WriteHfFiles(directory, staging, tensors, max_shard_bytes, single_file_name, extra_files);
   std::error_code error;
   if (!staged.ok()) {
     // What this call staged (its marker is there); a path it refused to touch stays.
@@ -351,6 +353,22 @@ absl::Status WriteHfCheckpoint(
     if (checkpoint_file && !written.contains(name)) fs::remove(it->path(), ignored);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteHfCheckpoint(
+    const std::string& directory, const std::vector<HfTensorSource>& tensors,
+    size_t max_shard_bytes, const std::vector<std::pair<std::string, std::string>>& extra_files) {
+  return WriteStagedCheckpoint(directory, tensors, max_shard_bytes, kHfSingleFileName, extra_files);
+}
+
+absl::Status WriteSingleFileCheckpoint(
+    const std::string& directory, std::string_view file_name,
+    const std::vector<HfTensorSource>& tensors,
+    const std::vector<std::pair<std::string, std::string>>& extra_files) {
+  return WriteStagedCheckpoint(directory, tensors, std::numeric_limits<size_t>::max(), file_name,
+                               extra_files);
 }
 
 }  // namespace kelvin::io

@@ -73,6 +73,13 @@ absl::Status WriteHfCheckpoint(
     const std::string& directory, const std::vector<HfTensorSource>& tensors,
     size_t max_shard_bytes = size_t{5} << 30,
     const std::vector<std::pair<std::string, std::string>>& extra_files = {});
+// The same with every tensor in one file named `file_name` whatever their size (peft's
+// adapter_model.safetensors, which peft never shards); an earlier model.safetensors, index or
+// shard in `directory` is removed as above.
+absl::Status WriteSingleFileCheckpoint(
+    const std::string& directory, std::string_view file_name,
+    const std::vector<HfTensorSource>& tensors,
+    const std::vector<std::pair<std::string, std::string>>& extra_files = {});
 // The same for tensors already in memory.
 absl::Status WriteHfCheckpoint(const std::string& directory,
                                const std::vector<std::pair<std::string, Tensor>>& tensors,

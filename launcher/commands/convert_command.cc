@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/logging.h"
@@ -12,6 +13,7 @@
 #include "launcher/commands/inference_options.h"
 #include "launcher/commands/process_launch.h"
 #include "launcher/config/job_config.h"
+#include "models/llama/model_export.h"
 #include "training/checkpoint/training_state.h"
 #include "training/job/job_setup.h"
 
@@ -29,6 +31,21 @@ void SetSpecialTokensOf(const data::Tokenizer& tokenizer, models::SpecialTokenId
   }
 }
 
+// A frozen-base job's checkpoint (the trainable tensors alone) over its base, in a model on the CPU
+// (f32, as the checkpoint holds the tensors), written in `format`.
+absl::Status ConvertOverTheBase(const config::JobConfig& job, const models::LlamaConfig& arch,
+                                const std::string& directory, const ConvertOptions& options,
+                                models::ExportFormat format,
+                                const models::HfExportProvenance& provenance) {
+  KELVIN_ASSIGN_OR_RETURN(
+      const training::TrainingPlacement placement,
+      inference::ResolveInferencePlacement(job, inference::InferenceDevice::kCpu, 0));
+  KELVIN_ASSIGN_OR_RETURN(const std::unique_ptr<models::LlamaModel> model,
+                          inference::LoadInferenceModel(job, options.checkpoint, placement));
+  return models::WriteModelExport(directory, arch, model->GatherWholeParameters(), provenance,
+                                  {.format = format, .dtype = options.dtype});
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
@@ -38,20 +55,23 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
     return absl::InvalidArgumentError(
         "kelvin convert reads the job's checkpoints: set checkpoint.dir");
   }
+  const bool flag = options.format != config::ExportFormat::AUTO;
+  KELVIN_ASSIGN_OR_RETURN(
+      const models::ExportFormat format,
+      training::ResolveExportFormat(job, flag ? options.format : job.training().export_format(),
+                                    flag ? "--format" : "training.export_format"));
   KELVIN_RETURN_IF_ERROR(
-      training::CheckExportDirectory(absl::StrCat("--out ", directory), directory, job));
+      training::CheckExportDirectory(absl::StrCat("--out ", directory), directory, job, format));
+  if (format == models::ExportFormat::kPeftAdapter && !options.tokenizer.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokenizer ", options.tokenizer,
+        " goes into a merged export, but this writes a peft adapter, which carries no tokenizer "
+        "(its users load the base's): drop --tokenizer, or give --format merged"));
+  }
   KELVIN_CHECK(options.dtype == DType::kF32 || options.dtype == DType::kBF16)
       << "convert writes f32 or bf16";
   KELVIN_ASSIGN_OR_RETURN(models::LlamaConfig arch,
                           training::ResolveModelArchitecture(job.model()));
-  if (arch.trainable.has_value()) {
-    return absl::UnimplementedError(
-        "kelvin convert writes whole models from whole checkpoints, but this job trains on a "
-        "frozen base (model.peft): its checkpoints hold the trainable tensors only, and merging "
-        "them into the base here is not built yet; set training.export_hf_dir to write the model "
-        "at the end of training (not yet with model.lora), or score the checkpoint with kelvin "
-        "eval");
-  }
   if (!options.tokenizer.empty()) {  // checked before the checkpoint is read
     KELVIN_ASSIGN_OR_RETURN(
         const data::Tokenizer tokenizer,
@@ -68,6 +88,14 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
                           training::OpenJobCheckpoint(*chosen, job.name()));
   KELVIN_RETURN_IF_ERROR(
       training::CheckNoOtherTensors(reader, training::CheckpointTensorNames(arch)));
+  models::HfExportProvenance provenance = training::ExportProvenanceOf(job);
+  provenance.tokenizer_dir = options.tokenizer;
+  provenance.steps = reader.index().steps_completed;
+  provenance.eval_loss = reader.index().eval_loss;  // the training loss is not in checkpoints
+  if (arch.trainable.has_value()) {
+    KELVIN_RETURN_IF_ERROR(ConvertOverTheBase(job, arch, directory, options, format, provenance));
+    return reader.index().steps_completed;
+  }
   std::vector<io::HfTensorSource> tensors;  // the whole model's, in Hugging Face order
   for (const models::LlamaParameterSpec& spec :
        models::StageParameterSpecs(arch, models::StageLayoutOf(arch, 0, 1, 1))) {
@@ -85,10 +113,6 @@ absl::StatusOr<int64_t> ConvertCheckpointToHf(const config::JobConfig& job,
            return converted;
          }});
   }
-  models::HfExportProvenance provenance = training::ExportProvenanceOf(job);
-  provenance.tokenizer_dir = options.tokenizer;
-  provenance.steps = reader.index().steps_completed;
-  provenance.eval_loss = reader.index().eval_loss;  // the training loss is not in checkpoints
   KELVIN_RETURN_IF_ERROR(models::WriteHfModelDirectory(directory, arch, tensors, provenance));
   return reader.index().steps_completed;
 }
@@ -122,10 +146,12 @@ void AddConvertCommand(CommandLine& line) {
   CLI::App* command = line.AddCommand(
       "convert", "a checkpoint as a Hugging Face model directory",
       "The latest checkpoint of checkpoint.dir (or --step N, --best): one process, no GPU,\n"
-      "whatever layout wrote it. The job needs only its model fields and checkpoint.dir. The\n"
-      "export carries model.hf_dir's tokenizer files, or --tokenizer DIR's (tokenizer.json,\n"
-      "tokenizer_config.json, special_tokens_map.json, chat_template.jinja) with its bos and\n"
-      "eos ids in config.json and generation_config.json.",
+      "whatever layout wrote it. The job needs only its model fields and checkpoint.dir. A\n"
+      "LoRA job's checkpoint goes over its base and is written merged or as a peft adapter\n"
+      "(--format). A merged export carries model.hf_dir's tokenizer files, or --tokenizer\n"
+      "DIR's (tokenizer.json, tokenizer_config.json, special_tokens_map.json,\n"
+      "chat_template.jinja) with its bos and eos ids in config.json and\n"
+      "generation_config.json.",
       [a] { return RunOnRankZero([a] { return Convert(*a); }); });
   AddJobArguments(line, command, a->job);
   line.AddText(command, "--out", "DIR", "the directory to write the Hugging Face model to",
@@ -138,6 +164,19 @@ void AddConvertCommand(CommandLine& line) {
                 [a](const std::string& text) {
                   if (text != "f32" && text != "bf16") return std::string("use f32 or bf16");
                   a->options.dtype = text == "bf16" ? DType::kBF16 : DType::kF32;
+                  return std::string();
+                });
+  line.AddValue(command, "--format", "merged|peft_adapter", "merged or peft_adapter",
+                "what to write (default: training.export_format; AUTO there is peft_adapter for a "
+                "job with model.lora, else merged)",
+                [a](const std::string& text) {
+                  const std::string upper = absl::AsciiStrToUpper(text);
+                  if (upper != "MERGED" && upper != "PEFT_ADAPTER") {
+                    return std::string(
+                        "use merged (the whole model, LoRA merged in) or "
+                        "peft_adapter (the adapters for peft)");
+                  }
+                  config::ExportFormat::Format_Parse(upper, &a->options.format);
                   return std::string();
                 });
 }

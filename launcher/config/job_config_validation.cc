@@ -270,10 +270,10 @@ void CheckSsa(const config::SsaConfig& ssa, Problems& problems) {
 // where the model is resolved (training::ResolveModelArchitecture).
 void CheckPeft(const config::JobConfig& job, Problems& problems) {
   const config::ModelConfig& model = job.model();
-  if (model.has_lora() && !job.training().export_hf_dir().empty()) {
-    problems.Add("training.export_hf_dir=\"", job.training().export_hf_dir(),
-                 "\" with model.lora: Kelvin cannot export LoRA adapters yet (neither as a peft "
-                 "adapter nor merged); leave training.export_hf_dir empty");
+  if (const absl::StatusOr<models::ExportFormat> format = training::ResolveExportFormat(
+          job, job.training().export_format(), "training.export_format");
+      !format.ok()) {
+    problems.Add(format.status().message());
   }
   if (model.has_peft()) {
     const config::PeftConfig& peft = model.peft();

@@ -25,6 +25,7 @@
 #include "models/llama/llama_pipeline_stage.h"
 #include "models/llama/llama_rope.h"
 #include "models/llama/llama_sharding.h"
+#include "models/llama/model_export.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline/pipeline_stage.h"
@@ -131,11 +132,18 @@ class LlamaModel : public parallel::PipelineStage {
   // dtypes); a missing tensor or a shape mismatch is an error naming the tensor and the checkpoint
   // (CheckHfWeightsMatchConfig, which callers run before they build the model: OpenHfWeightsFor).
   absl::Status LoadHfCheckpoint(const io::HfCheckpoint& checkpoint);
-  // Writes the Hugging Face model directory (models/llama/hf_model_directory.h) with f32 weights
-  // that transformers loads, `provenance` in its model card. Under tensor
-  // and pipeline parallelism every rank of the model's replica must call it (the shards are
-  // gathered over TP, the stages' tensors sent to pipeline rank 0); TP and pipeline rank 0 write.
-  absl::Status ExportHf(const std::string& directory, const HfExportProvenance& provenance = {});
+  // Writes the model as `options` says (models/llama/model_export.h: the merged Hugging Face
+  // directory, f32 by default, or a LoRA model's peft adapter) that transformers loads,
+  // `provenance` in its model card. Under tensor and pipeline parallelism every rank of the
+  // model's replica must call it (GatherWholeParameters); TP and pipeline rank 0 write.
+  absl::Status ExportHf(const std::string& directory, const HfExportProvenance& provenance = {},
+                        const ExportOptions& options = {});
+  // The whole model's parameters (host f32, full shapes, Hugging Face order; those `keep` keeps,
+  // every one without it) on TP and pipeline rank 0, empty elsewhere: the shards gathered over TP,
+  // the stages' tensors sent to pipeline rank 0. Every rank of the model's replica must call it,
+  // with the same `keep`.
+  std::vector<std::pair<std::string, Tensor>> GatherWholeParameters(
+      const std::function<bool(const std::string&)>& keep = {});
   // Deterministic random initialisation (normal(0, 0.02) matrices, unit norms, SSA as
   // InitSsaParameters) from `seed`: each rank takes its slice of the same full draw, so every
   // layout starts from the one model.
@@ -237,9 +245,10 @@ class LlamaModel : public parallel::PipelineStage {
   // `distribution` on a stream seeded by `seed` and the name (the same on every layout).
   template <typename Distribution>
   void AssignRandomDraw(const std::string& name, uint64_t seed, Distribution distribution);
-  // Pipeline rank 0's `tensors` (full, f32) += every other stage's, in Hugging Face order; the
-  // other stages send theirs (TP rank 0 of each stage calls it).
-  void GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors);
+  // Pipeline rank 0's `tensors` (full, f32) += every other stage's (those `keep` keeps), in
+  // Hugging Face order; the other stages send theirs (TP rank 0 of each stage calls it).
+  void GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors,
+                            const std::function<bool(const std::string&)>& keep);
   LlamaMicroBatchActivations& Slot(int micro_batch);  // the slot micro-batch `micro_batch` holds
   // (Re)allocates `slot` for [batch, seq] when its shape differs, and the backward scratch.
   void AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq);

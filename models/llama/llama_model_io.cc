@@ -12,6 +12,7 @@
 #include "core/ops/elementwise.h"
 #include "models/llama/hf_weight_check.h"
 #include "models/llama/llama_model.h"
+#include "models/llama/peft_adapter_directory.h"
 
 namespace kelvin::models {
 namespace {
@@ -198,17 +199,23 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
 }
 
 absl::Status LlamaModel::ExportHf(const std::string& directory,
-                                  const HfExportProvenance& provenance) {
-  if (config_.lora.has_value()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "exporting ", directory,
-        ": the model has LoRA adapters (model.lora), and Kelvin cannot "
-        "write them yet (neither as a peft adapter nor merged); leave training.export_hf_dir "
-        "empty for a LoRA job"));
-  }
+                                  const HfExportProvenance& provenance,
+                                  const ExportOptions& options) {
+  // An adapter needs its own tensors only: the base is not gathered for it.
+  const bool adapter = options.format == ExportFormat::kPeftAdapter;
+  std::vector<std::pair<std::string, Tensor>> tensors = GatherWholeParameters(
+      adapter ? [this](const std::string& name) { return IsInPeftAdapter(config_, name); }
+              : std::function<bool(const std::string&)>());
+  if (tensors.empty()) return absl::OkStatus();  // not TP and pipeline rank 0
+  return WriteModelExport(directory, config_, std::move(tensors), provenance, options);
+}
+
+std::vector<std::pair<std::string, Tensor>> LlamaModel::GatherWholeParameters(
+    const std::function<bool(const std::string&)>& keep) {
   parallel::Communicator& tp = *tp_;
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const ParameterSet::Entry& e : params_.entries()) {
+    if (keep && !keep(e.name)) continue;
     Tensor local = Tensor::Empty(e.shape, DType::kF32);
     ops::Cast(Context::Cpu(), params_.MasterOnHost(e.name), local);
     const ParameterShard& shard = shards_.at(e.name);
@@ -227,18 +234,20 @@ absl::Status LlamaModel::ExportHf(const std::string& directory,
     }
     tensors.emplace_back(e.name, full);
   }
-  if (tp.rank() != 0) return absl::OkStatus();
+  if (tp.rank() != 0) return {};
   if (stage_.stages > 1) {
-    GatherPipelineStages(tensors);
-    if (stage_.rank != 0) return absl::OkStatus();
+    GatherPipelineStages(tensors, keep);
+    if (stage_.rank != 0) return {};
   }
-  return WriteHfModelDirectory(directory, config_, io::HfTensorSourcesOf(tensors), provenance);
+  return tensors;
 }
 
-void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors) {
+void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors,
+                                      const std::function<bool(const std::string&)>& keep) {
   parallel::Communicator& pp = *pp_;
+  const auto kept = [&keep](const std::string& name) { return !keep || keep(name); };
   // The last stage's tied embedding is a copy of the first stage's: it stays home.
-  auto travels = [](const std::string& name) { return name != kEmbeddingName; };
+  auto travels = [&kept](const std::string& name) { return name != kEmbeddingName && kept(name); };
   if (stage_.rank != 0) {
     for (const auto& [name, tensor] : tensors) {
       if (travels(name)) pp.Send(tensor, 0);
@@ -259,7 +268,7 @@ void LlamaModel::GatherPipelineStages(std::vector<std::pair<std::string, Tensor>
   tensors.clear();  // the whole model, in one rank's (Hugging Face) order
   for (const LlamaParameterSpec& spec :
        StageParameterSpecs(config_, StageLayoutOf(config_, 0, 1, 1))) {
-    tensors.emplace_back(spec.name, by_name.at(spec.name));
+    if (kept(spec.name)) tensors.emplace_back(spec.name, by_name.at(spec.name));
   }
 }
 

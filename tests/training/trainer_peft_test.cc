@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_join.h"
 #include "core/copy.h"
+#include "core/io/hf_checkpoint.h"
 #include "inference/job_evaluation.h"
 #include "launcher/commands/convert_command.h"
 #include "launcher/config/job_config.h"
@@ -118,7 +119,7 @@ TEST(TrainerPeft, NormsTrainBesideFrozenSsaParameters) {
 
 // A checkpoint of a frozen-base job holds the trainable tensors alone; resuming from it (the base
 // loaded again from the job's source) continues the run bit for bit, and kelvin eval scores it as
-// the run did.
+// the run did, and kelvin convert writes it over its base.
 TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
   const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_peft_resume";
   fs::remove_all(dir);
@@ -151,12 +152,20 @@ TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
   EXPECT_EQ(eval->step, 4);
   EXPECT_EQ(eval->loss, (*whole)->evaluations().back().loss);
 
-  // kelvin convert cannot merge the base yet, and says so rather than calling it another model.
+  // kelvin convert puts the checkpoint over the job's base (the preset's draw from the seed): the
+  // model it writes is the trained one, bit for bit.
   const absl::StatusOr<int64_t> converted =
       launcher::ConvertCheckpointToHf(*job, (dir / "hf").string(), {});
-  EXPECT_THAT(std::string(converted.status().message()),
-              ::testing::HasSubstr("this job trains on a frozen base (model.peft)"));
-  EXPECT_FALSE(fs::exists(dir / "hf"));
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(*converted, 4);
+  const absl::StatusOr<io::HfCheckpoint> exported = io::HfCheckpoint::Open((dir / "hf").string());
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  for (const ParameterSet::Entry& e : (*whole)->model().parameters().entries()) {
+    const absl::StatusOr<Tensor> written = exported->Read(e.name, DType::kF32);
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(std::memcmp(written->raw_data(), e.value.raw_data(), e.value.nbytes()), 0) << e.name;
+  }
+  fs::remove_all(dir / "hf");
 
   fs::remove_all(dir / StepDirectoryName(4));
   absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(*job);

@@ -344,8 +344,11 @@ absl::Status CheckOutputLocations(const config::JobConfig& job) {
   }
   const std::string& export_dir = job.training().export_hf_dir();
   if (!export_dir.empty()) {
+    KELVIN_ASSIGN_OR_RETURN(
+        const models::ExportFormat format,
+        ResolveExportFormat(job, job.training().export_format(), "training.export_format"));
     KELVIN_RETURN_IF_ERROR(CheckExportDirectory(
-        absl::StrCat("training.export_hf_dir=\"", export_dir, "\""), export_dir, job));
+        absl::StrCat("training.export_hf_dir=\"", export_dir, "\""), export_dir, job, format));
   }
   const std::string& metrics = job.logging().metrics_file();
   if (metrics.empty()) return absl::OkStatus();
@@ -360,7 +363,7 @@ absl::Status CheckOutputLocations(const config::JobConfig& job) {
 }
 
 absl::Status CheckExportDirectory(const std::string& label, const std::string& directory,
-                                  const config::JobConfig& job) {
+                                  const config::JobConfig& job, models::ExportFormat format) {
   if (IsFilesystemRoot(directory)) {
     return absl::FailedPreconditionError(
         absl::StrCat(label, ": is the filesystem root; give the model a directory of its own"));
@@ -380,7 +383,26 @@ absl::Status CheckExportDirectory(const std::string& label, const std::string& d
           (std::filesystem::path(checkpoints) / "hf").string(), ")"));
     }
   }
-  return absl::OkStatus();
+  return models::CheckExportTarget(label, directory, format);
+}
+
+absl::StatusOr<models::ExportFormat> ResolveExportFormat(const config::JobConfig& job,
+                                                         config::ExportFormat::Format requested,
+                                                         const std::string& label) {
+  const bool lora = job.model().has_lora();
+  switch (requested) {
+    case config::ExportFormat::MERGED:
+      return models::ExportFormat::kMerged;
+    case config::ExportFormat::PEFT_ADAPTER:
+      if (lora) return models::ExportFormat::kPeftAdapter;
+      return absl::InvalidArgumentError(absl::StrCat(
+          label,
+          "=PEFT_ADAPTER needs LoRA adapters (model.lora): peft refuses an adapter that "
+          "adapts no projection, so a job without them (SSA-only tuning, norms, embeddings, a "
+          "full fine-tune) exports the whole model; use MERGED (or AUTO), or add model.lora"));
+    default:
+      return lora ? models::ExportFormat::kPeftAdapter : models::ExportFormat::kMerged;
+  }
 }
 
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch) {

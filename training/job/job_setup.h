@@ -27,12 +27,19 @@ absl::Status CheckOutputLocations(const config::JobConfig& job);
 // `path` (named `field` in errors) is a writable directory, or one that can be created (its nearest
 // existing ancestor takes the probe file; nothing is created).
 absl::Status CheckDirectoryCanBeWritten(const std::string& field, const std::string& path);
-// `directory` can take an export of the job's model (training.export_hf_dir, kelvin convert's
-// --out): not the filesystem root, not model.hf_dir (the model the job starts from), not inside
-// one of checkpoint.dir's checkpoints (their rotation would delete it). `label` names
-// it in errors ("training.export_hf_dir=\"DIR\"", "--out DIR").
+// `directory` can take an export of the job's model in `format` (training.export_hf_dir, kelvin
+// convert's --out): not the filesystem root, not model.hf_dir (the model the job starts from), not
+// inside one of checkpoint.dir's checkpoints (their rotation would delete it), not holding the
+// other format's files (models::CheckExportTarget). `label` names it in errors
+// ("training.export_hf_dir=\"DIR\"", "--out DIR").
 absl::Status CheckExportDirectory(const std::string& label, const std::string& directory,
-                                  const config::JobConfig& job);
+                                  const config::JobConfig& job, models::ExportFormat format);
+// The export format `requested` (training.export_format, or kelvin convert's --format; `label`
+// names it in errors) for the job: AUTO is PEFT_ADAPTER with model.lora, else MERGED;
+// PEFT_ADAPTER without model.lora is an error saying why and what to set instead.
+absl::StatusOr<models::ExportFormat> ResolveExportFormat(const config::JobConfig& job,
+                                                         config::ExportFormat::Format requested,
+                                                         const std::string& label);
 // training.seq_length within the model's max_position_embeddings, and a RoPE scaling that training
 // can use (dynamic NTK is for inference only).
 absl::Status CheckSequenceLength(const config::JobConfig& job, const models::LlamaConfig& arch);

@@ -102,9 +102,28 @@ TEST(PeftConfig, EachMistakeNamesItsFieldAndRemedy) {
                                     targets: [ "q", "q_proj" ]
                                   })pb"),
               HasSubstr("model.lora.targets names q_proj twice"));
-  EXPECT_THAT(
-      ErrorOf(peft + R"pb(lora { rank: 4 targets: "q_proj" })pb", R"pb(export_hf_dir: "out")pb"),
-      HasSubstr("training.export_hf_dir=\"out\" with model.lora: Kelvin cannot export"));
+  // A peft adapter needs adapters; SSA-only tuning exports the merged model.
+  EXPECT_THAT(ErrorOf("ssa { enabled: true } peft { ssa: true }",
+                      "export_format: PEFT_ADAPTER export_hf_dir: \"out\""),
+              HasSubstr("training.export_format=PEFT_ADAPTER needs LoRA adapters (model.lora): "
+                        "peft refuses an adapter that adapts no projection"));
+  EXPECT_THAT(ErrorOf("", "export_format: PEFT_ADAPTER"),
+              HasSubstr("use MERGED (or AUTO), or add model.lora"));
+  EXPECT_THAT(ErrorOf("", "export_format: ADAPTER"),
+              HasSubstr("Unknown enumeration value of \"ADAPTER\" for field \"export_format\""));
+  // A LoRA job exports, a peft adapter by default and merged when asked.
+  const std::string lora = peft + R"pb(lora { rank: 4 targets: "q_proj" })pb";
+  EXPECT_EQ(ErrorOf(lora, R"pb(export_hf_dir: "out")pb"), "");
+  const absl::StatusOr<config::JobConfig> lora_job = JobWith(lora);
+  ASSERT_TRUE(lora_job.ok()) << lora_job.status();
+  EXPECT_EQ(*training::ResolveExportFormat(*lora_job, config::ExportFormat::AUTO, "f"),
+            models::ExportFormat::kPeftAdapter);
+  EXPECT_EQ(*training::ResolveExportFormat(*lora_job, config::ExportFormat::MERGED, "f"),
+            models::ExportFormat::kMerged);
+  const absl::StatusOr<config::JobConfig> full = JobWith("");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(*training::ResolveExportFormat(*full, config::ExportFormat::AUTO, "f"),
+            models::ExportFormat::kMerged);
   // A rank beyond a projection's side needs the architecture (tiny: hidden size 128).
   const absl::StatusOr<config::JobConfig> wide =
       JobWith(peft + R"pb(lora { rank: 4000 targets: "q_proj" })pb");
