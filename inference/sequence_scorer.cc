@@ -52,8 +52,9 @@ absl::StatusOr<ScoreResult> ScoreTokens(models::LlamaModel& model, std::span<con
       ids.data<int32_t>()[p] = tokens[begin + p];
       position_ids.data<int32_t>()[p] = static_cast<int32_t>(p);
     }
-    // [T, V/TP] this rank's vocabulary slice; the scored inputs' rows [R, V/TP].
-    const Tensor& logits = model.Forward(ctx, ids, position_ids);
+    // [T, V/TP] this rank's vocabulary slice, the LM head run on the scored inputs' rows
+    // [R, V/TP] only (a sliding window's earlier rows were scored by an earlier window).
+    const Tensor& logits = model.Forward(ctx, ids, position_ids, first - begin);
     const Tensor scored_logits = logits.Slice(first - begin, length);
     Tensor targets = Tensor::Empty({scored}, DType::kI32);  // [R]: tokens first + 1 .. end
     for (int64_t position = first; position < end; ++position) {

@@ -356,11 +356,14 @@ std::vector<ssa::TemperatureStatistics> LlamaModel::TemperatureStatistics() cons
   return temperature_statistics_;
 }
 
-Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions) {
+Tensor& LlamaModel::Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions,
+                            int64_t head_first_row) {
   KELVIN_CHECK(stage_.stages == 1) << "Forward runs the whole model: use the chunk steps";
+  KELVIN_CHECK(head_first_row >= 0 && head_first_row < tokens.numel())
+      << "head_first_row " << head_first_row << " outside the " << tokens.numel() << " rows";
   if (HoldsMicroBatch(0)) EndMicroBatch(0);
   BeginMicroBatch(0, tokens, positions);
-  return ForwardChunk(ctx, 0, 0);
+  return RunChunk(ctx, 0, 0, head_first_row);
 }
 
 void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Tensor& positions) {
@@ -440,7 +443,8 @@ Tensor& LlamaModel::ChunkGradient(int micro_batch, int chunk) {
   return Slot(micro_batch).output_grads[chunk];
 }
 
-Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk) {
+Tensor& LlamaModel::RunChunk(const Context& ctx, int micro_batch, int chunk,
+                             int64_t head_first_row) {
   const ProfileRange range(absl::StrCat("micro-batch ", micro_batch, " chunk ", chunk, " forward"));
   LlamaMicroBatchActivations& slot = Slot(micro_batch);
   const LlamaStageLayout::Chunk& c = stage_.chunks[chunk];
@@ -465,7 +469,9 @@ Tensor& LlamaModel::ForwardChunk(const Context& ctx, int micro_batch, int chunk)
   ParametersNeeded(gradient_units_.head);
   if (config_.tie_word_embeddings) ParametersNeeded(embedding_unit);  // the LM head
   Regions().NormForward(ctx, output, end_values_.final_norm, slot.h_final, slot.rstd_final);
-  Linear(ctx, slot.h_final, end_values_.lm_head, slot.logits);
+  const int64_t rows = slot.h_final.dim(0);
+  Tensor head_logits = slot.logits.Slice(head_first_row, rows);  // [rows - first, V/TP]
+  Linear(ctx, slot.h_final.Slice(head_first_row, rows), end_values_.lm_head, head_logits);
   return slot.logits;
 }
 

@@ -164,8 +164,11 @@ class LlamaModel : public parallel::PipelineStage {
   // The whole model on one pipeline rank (no pipeline group). tokens, positions [B, T] i32 (the
   // same on every TP rank) -> logits [B*T, V] of this rank's vocabulary slice (a buffer of the
   // model's, valid until the next Forward; the loss may overwrite it in place with dlogits for
-  // Backward). Runs as micro-batch 0.
-  Tensor& Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions);
+  // Backward). Runs as micro-batch 0. With head_first_row > 0 the LM head runs on the rows
+  // [head_first_row, B*T) only and the logits' rows before it are left unset (scoring a corpus,
+  // whose overlapping windows score their last rows).
+  Tensor& Forward(const Context& ctx, const Tensor& tokens, const Tensor& positions,
+                  int64_t head_first_row = 0);
   // dlogits [B*T, V] (usually the logits buffer itself) -> parameter gradients (+=).
   void Backward(const Context& ctx, const Tensor& dlogits);
 
@@ -184,7 +187,9 @@ class LlamaModel : public parallel::PipelineStage {
   // Runs the chunk's layers (virtual stage 0: from the embedding of the tokens) -> its output
   // [Nl, D] to send on, or on the last virtual stage the logits [N, V] (which the loss may
   // overwrite in place with dlogits for BackwardChunk).
-  Tensor& ForwardChunk(const Context& ctx, int micro_batch, int chunk) override;
+  Tensor& ForwardChunk(const Context& ctx, int micro_batch, int chunk) override {
+    return RunChunk(ctx, micro_batch, chunk, 0);
+  }
   // [Nl, D]: the chunk's output of its last ForwardChunk (what is sent on).
   Tensor& ChunkOutput(int micro_batch, int chunk) override;
   // [Nl, D]: the chunk's gradient buffer: it receives the gradient of the chunk's output before
@@ -249,6 +254,8 @@ class LlamaModel : public parallel::PipelineStage {
   // Hugging Face order; the other stages send theirs (TP rank 0 of each stage calls it).
   void GatherPipelineStages(std::vector<std::pair<std::string, Tensor>>& tensors,
                             const std::function<bool(const std::string&)>& keep);
+  // ForwardChunk with the LM head on the rows [head_first_row, N) only (Forward's option).
+  Tensor& RunChunk(const Context& ctx, int micro_batch, int chunk, int64_t head_first_row);
   LlamaMicroBatchActivations& Slot(int micro_batch);  // the slot micro-batch `micro_batch` holds
   // (Re)allocates `slot` for [batch, seq] when its shape differs, and the backward scratch.
   void AllocateSlot(LlamaMicroBatchActivations& slot, int64_t batch, int64_t seq);
