@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/copy.h"
 #include "inference/forward_model.h"
@@ -190,23 +191,23 @@ TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
 TEST(TrainerPeft, LoraDropoutActsInTrainingStepsAndResumesExactly) {
   const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_lora_dropout";
   fs::remove_all(dir);
-  const auto job_with = [&](const std::string& dropout) {
+  const auto job_with = [&](const std::string& dropout, int steps) {
     absl::StatusOr<config::JobConfig> job = launcher::LoadJobConfig(
         testing::DemoJobPath(),
         {"model.peft.adapters=true", "model.lora.rank=4",
          "model.lora.targets=[q_proj, v_proj, o_proj, down_proj]", "model.lora.dropout=" + dropout,
          "lr_schedule.warmup_steps=1", "training.seq_length=110", "training.export_hf_dir=\"\"",
-         "training.steps=4", "training.micro_batch_size=2", "training.global_batch_size=4",
-         "training.eval_interval=2", "checkpoint.interval_steps=2", "checkpoint.keep_last=2",
-         "checkpoint.dir=\"" + (dir / dropout).string() + "\""});
+         absl::StrCat("training.steps=", steps), "training.micro_batch_size=2",
+         "training.global_batch_size=4", "training.eval_interval=2", "checkpoint.interval_steps=2",
+         "checkpoint.keep_last=2", "checkpoint.dir=\"" + (dir / dropout).string() + "\""});
     EXPECT_TRUE(job.ok()) << job.status();
     return job.value_or(config::JobConfig());
   };
-  const config::JobConfig job = job_with("0.3");
+  const config::JobConfig job = job_with("0.3", 4);
   absl::StatusOr<std::unique_ptr<Trainer>> whole = Trainer::Create(job);
   ASSERT_TRUE(whole.ok()) << whole.status();
   ASSERT_TRUE((*whole)->Run().ok());
-  absl::StatusOr<std::unique_ptr<Trainer>> without = Trainer::Create(job_with("0"));
+  absl::StatusOr<std::unique_ptr<Trainer>> without = Trainer::Create(job_with("0", 2));
   ASSERT_TRUE(without.ok()) << without.status();
   ASSERT_TRUE((*without)->Run().ok());
   ASSERT_EQ((*whole)->history().size(), 4u);

@@ -37,7 +37,7 @@ TEST_P(DropoutTest, MatchesReference) {
   const Backend backend = GetParam();
   KELVIN_SKIP_WITHOUT_CUDA(backend.device);
   const Context& ctx = testing::ContextFor(backend.device);
-  for (const auto [n, f, p] : {std::tuple{1, 1, 0.5}, {71, 229, 0.1}, {33, 640, 0.75}}) {
+  for (const auto& [n, f, p] : {std::tuple{1, 1, 0.5}, {71, 229, 0.1}, {33, 640, 0.75}}) {
     SCOPED_TRACE(absl::StrCat(n, " x ", f, ", p ", p));
     const Tensor x = testing::Random({n, f}, backend.dtype, 300 + n);  // [N, F]
     const Tensor keys = TokenKeys(n);                                  // [N]
@@ -104,9 +104,12 @@ TEST(Dropout, TheMaskIsTheSameForAnySplit) {
   for (int64_t n = 0; n < kN; ++n) {
     for (int64_t f = 0; f < kF; ++f) {
       const int w = whole[static_cast<size_t>(n * kF + f)];
-      if (f >= 15)
+      if (f >= 15) {
         EXPECT_EQ(right[static_cast<size_t>(n * (kF - 15) + f - 15)], w) << n << "," << f;
-      if (n >= 7) EXPECT_EQ(late[static_cast<size_t>((n - 7) * kF + f)], w) << n << "," << f;
+      }
+      if (n >= 7) {
+        EXPECT_EQ(late[static_cast<size_t>((n - 7) * kF + f)], w) << n << "," << f;
+      }
     }
   }
 }
