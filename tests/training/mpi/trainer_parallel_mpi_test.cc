@@ -216,7 +216,9 @@ void ExpectFollowsTheOneProcessRun(const Layout& layout, const Tolerances& tol,
   // layout: each rank's covers the whole model, whichever part it holds.
   const std::optional<models::LlamaBase>& one_base = (*reference)->model().frozen_base();
   ASSERT_EQ(model.frozen_base().has_value(), one_base.has_value());
-  if (one_base.has_value()) EXPECT_EQ(model.frozen_base()->fingerprint, one_base->fingerprint);
+  if (one_base.has_value()) {
+    EXPECT_EQ(model.frozen_base()->fingerprint, one_base->fingerprint);
+  }
 
   const std::vector<StepStats>& expected = (*reference)->history();
   const std::vector<StepStats>& got = (*parallel)->history();
