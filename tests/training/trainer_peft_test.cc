@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -235,9 +237,10 @@ std::vector<std::string> Tree(const fs::path& dir) {
   return paths;
 }
 
-// A frozen-base checkpoint records its base (the random draw of the job's training.seed); a resume
-// or kelvin eval over another base (another seed) is refused, naming both, and leaves the
-// directory as it was.
+// A frozen-base checkpoint records its base (the random draw of the job's training.seed); a resume,
+// kelvin eval or a model load over another base (another seed) is refused, naming both, and leaves
+// the directory as it was; over its own base the checkpoint loads as trained. A checkpoint without
+// the record (an older Kelvin's) resumes unchecked.
 TEST(TrainerPeft, RefusesAResumeOverAnotherBase) {
   const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_peft_other_base";
   fs::remove_all(dir);
@@ -310,6 +313,17 @@ TEST(TrainerPeft, RefusesAResumeOverAnotherBase) {
   absl::StatusOr<std::unique_ptr<Trainer>> again = Trainer::Create(*job);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->start_step(), 2);
+  again->reset();
+
+  // A checkpoint written before Kelvin kept the record (its "base" removed) is accepted over any
+  // base, with a warning that it cannot be checked.
+  const fs::path index_file = step2 / "checkpoint.json";
+  nlohmann::json index_json = nlohmann::json::parse(testing::FileBytes(index_file));
+  ASSERT_EQ(index_json.erase("base"), 1u);
+  std::ofstream(index_file) << index_json.dump(2);
+  absl::StatusOr<std::unique_ptr<Trainer>> unchecked = Trainer::Create(*other);
+  ASSERT_TRUE(unchecked.ok()) << unchecked.status();
+  EXPECT_EQ((*unchecked)->start_step(), 2);
   fs::remove_all(dir);
 }
 
