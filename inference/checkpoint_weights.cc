@@ -6,6 +6,7 @@
 #include <string>
 
 #include "training/checkpoint/checkpoint.h"
+#include "training/checkpoint/frozen_base.h"
 #include "training/checkpoint/training_state.h"
 
 namespace kelvin::inference {
@@ -16,6 +17,8 @@ absl::Status ReadCheckpointWeights(const std::string& path, const std::string& j
                           training::OpenJobCheckpoint(path, job_name));
   const std::set<std::string> held = training::CheckpointTensorNames(model.config());
   KELVIN_RETURN_IF_ERROR(training::CheckNoOtherTensors(reader, held));
+  KELVIN_RETURN_IF_ERROR(
+      training::CheckFrozenBase(path, reader.index().base, training::FrozenBaseRecordOf(model)));
   for (const ParameterSet::Entry& e : model.parameters().entries()) {
     // A frozen base is not in the checkpoint: the model holds it from the job's source already.
     if (!held.contains(e.name)) continue;

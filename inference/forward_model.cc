@@ -68,12 +68,12 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
   }
   KLOG_RANK0(INFO) << "the model runs on " << placement.ctx.device().ToString() << " in "
                    << DTypeName(placement.dtype);
-  // A frozen base's checkpoint holds the trainable tensors alone: the base comes from the job's
-  // source under them (model.hf_dir's, else the seed's initialisation), as training had it.
-  const bool frozen_base = arch.trainable.has_value();
+  // A frozen-base checkpoint holds the trainable tensors alone: the base comes from the job's
+  // source first (model.hf_dir, or the preset's draw from training.seed).
+  const bool base_first = chosen.has_value() && arch.trainable.has_value();
   // model.hf_dir's weights checked against the config before the model's buffers exist.
   std::optional<io::HfCheckpoint> hf_weights;
-  if (!chosen.has_value() || (frozen_base && job.model().has_hf_dir())) {
+  if (job.model().has_hf_dir() && (!chosen.has_value() || base_first)) {
     KELVIN_ASSIGN_OR_RETURN(hf_weights, models::OpenHfWeightsFor(job.model().hf_dir(), arch));
   }
   // No backward ever reads the layers' activations: the fields a recompute would redo share one
@@ -82,12 +82,12 @@ absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(
       arch, placement.dtype, models::LlamaParallelism{.tp = tp},
       models::LlamaRecompute{.attention = true, .mlp = true},
       models::LlamaPlacement{.ctx = placement.ctx, .forward_only = true});
+  if (base_first && hf_weights.has_value()) {
+    KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(*hf_weights));
+  } else if (base_first) {
+    model->InitRandom(job.training().seed());
+  }
   if (chosen.has_value()) {
-    if (hf_weights.has_value()) {
-      KELVIN_RETURN_IF_ERROR(model->LoadHfCheckpoint(*hf_weights));
-    } else if (frozen_base) {
-      model->InitRandom(job.training().seed());
-    }
     KELVIN_RETURN_IF_ERROR(ReadCheckpointWeights(*chosen, job.name(), *model));
     KLOG_RANK0(INFO) << "the model's weights: the checkpoint " << *chosen;
     return model;

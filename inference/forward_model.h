@@ -36,7 +36,8 @@ absl::StatusOr<training::TrainingPlacement> ResolveInferencePlacement(const conf
 // The model placed as `placement` says (ResolveInferencePlacement) with its trained weights (a
 // frozen-base job's checkpoint over its base: model.hf_dir's, else the seed's draw); an
 // error when there are none (no checkpoint and no model.hf_dir), naming what is missing; a
-// checkpoint of another model names its first foreign tensor (an SSA one, the flag).
+// checkpoint of another model names its first foreign tensor (an SSA one, the flag). A frozen-base
+// checkpoint's trainable tensors go over the job's base, which must be the one it records.
 // `tp`: the tensor-parallel group the model is split over (nullptr: this process holds it whole),
 // its communicator working on placement.ctx's device.
 absl::StatusOr<std::unique_ptr<models::LlamaModel>> LoadInferenceModel(

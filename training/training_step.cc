@@ -42,11 +42,14 @@ absl::StatusOr<StepStats> TrainingStep::RunUntimed(int64_t step, bool report_tem
   // The whole global batch first: its labelled-token count normalises every micro-batch's loss,
   // so accumulating M micro-batches gives exactly the gradient of the one big batch.
   std::vector<data::Batch> batches;
+  std::vector<int64_t> first_samples;  // [M] each micro-batch's first global sample
   int64_t labelled = 0;
   absl::Status read = absl::OkStatus();
   for (int64_t m = 0; m < micro_batches; ++m) {
-    absl::StatusOr<data::Batch> batch =
-        batches_.BatchAt({step, m, micro_batches, grid.dp_rank(), grid.spec().data_parallel});
+    const data::BatchCoordinates where{step, m, micro_batches, grid.dp_rank(),
+                                       grid.spec().data_parallel};
+    first_samples.push_back(data::FirstGlobalSample(where, batches_.micro_batch_size()));
+    absl::StatusOr<data::Batch> batch = batches_.BatchAt(where);
     if (!batch.ok()) {
       read = batch.status();
       break;
@@ -73,9 +76,12 @@ absl::StatusOr<StepStats> TrainingStep::RunUntimed(int64_t step, bool report_tem
   model.RecordTemperatureStatisticsOf(report_temperatures ? static_cast<int>(micro_batches) - 1
                                                           : models::LlamaModel::kNoMicroBatch);
   const Stopwatch micro_batch_time;
+  // LoRA dropout masks (model.lora.dropout) in the step's forwards alone, keyed by the samples.
+  model.SetLoraDropout(job_.training().seed(), std::move(first_samples));
   for (const double loss : RunMicroBatches(batches, 1.0 / static_cast<double>(labelled))) {
     stats.loss += loss;  // in micro-batch order on every layout
   }
+  model.SetLoraDropout(0, {});
   stats.micro_batch_seconds = micro_batch_time.Seconds();
   KELVIN_CHECK(!trained_.GatheringParameters())
       << "the step's forward did not read every parameter bucket the last step gathered";

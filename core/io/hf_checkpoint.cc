@@ -179,6 +179,11 @@ absl::StatusOr<Tensor> HfCheckpoint::ReadSlice(std::string_view name, int axis, 
   return shard->ReadSlice(name, axis, begin, end, as);
 }
 
+absl::StatusOr<std::string_view> HfCheckpoint::Bytes(std::string_view name) const {
+  KELVIN_ASSIGN_OR_RETURN(const SafetensorsFile* shard, ShardOf(name));
+  return shard->Bytes(*shard->Find(name));
+}
+
 std::vector<HfTensorSource> HfTensorSourcesOf(
     const std::vector<std::pair<std::string, Tensor>>& tensors) {
   std::vector<HfTensorSource> sources;

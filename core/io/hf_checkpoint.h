@@ -37,6 +37,8 @@ class HfCheckpoint {  // movable, not copyable
   absl::StatusOr<Tensor> Read(std::string_view name, std::optional<DType> as = std::nullopt) const;
   absl::StatusOr<Tensor> ReadSlice(std::string_view name, int axis, int64_t begin, int64_t end,
                                    std::optional<DType> as = std::nullopt) const;
+  // The bytes of tensor `name` as its shard stores them (mapped, not copied).
+  absl::StatusOr<std::string_view> Bytes(std::string_view name) const;
 
  private:
   HfCheckpoint(std::string path, std::vector<SafetensorsFile> shards,

@@ -308,9 +308,9 @@ void CheckPeft(const config::JobConfig& job, Problems& problems) {
   if (lora.has_alpha() && !(lora.alpha() > 0)) {
     problems.Add("model.lora.alpha=", lora.alpha(), ": must be > 0 (the default is the rank)");
   }
-  if (lora.dropout() != 0) {
+  if (!(lora.dropout() >= 0 && lora.dropout() < 1)) {
     problems.Add("model.lora.dropout=", lora.dropout(),
-                 ": LoRA dropout is not implemented yet; set it to 0 (or leave it out)");
+                 ": give a probability in [0, 1) (peft's lora_dropout; 0.05 or 0.1 are usual)");
   }
   if (lora.targets().empty()) {
     problems.Add(

@@ -12,6 +12,16 @@
 
 namespace kelvin::models {
 
+// LoRA dropout in one layer's forward (LlamaModel::SetLoraDropout): the mask of element (n, f) of
+// the adapter of projection t hashes token_keys[n], the site (layer, t) and f's index in the full
+// input (ops::HashedDropout), so every layout draws the same one.
+struct LlamaLoraDropout {
+  Tensor token_keys;  // [N] i64 ops::DropoutTokenKey of this rank's tokens; undefined: no dropout
+  double p = 0;       // the probability of dropping an element
+  int64_t layer = 0;  // the layer's index in the model
+  int tp_rank = 0;    // a row-parallel projection's input is the tp_rank-th slice of its features
+};
+
 // N this rank's tokens, Nl those of its norm regions (N / TP with sequence parallelism), Nk the
 // tokens attention sees (N x CP); H, G, F this rank's heads, KV heads and MLP columns.
 struct LlamaLayerActivations {
@@ -33,6 +43,9 @@ struct LlamaLayerActivations {
   Tensor rstd_mlp;  // [Nl]
   Tensor gate, up;  // [N, F]
   Tensor act;       // [N, F] SiLU(gate) * up
+  // Not a buffer: where the LoRA adapters' dropout masks come from in this forward (and its
+  // recompute and backward), unset (no dropout) in evaluation and decoding.
+  LlamaLoraDropout lora_dropout;
 };
 
 // The buffers every layer and micro-batch share, sized for the current micro-batch shape: the

@@ -119,17 +119,21 @@ class LlamaLayer {
                 Tensor& dx) const;
 
  private:
-  // y [N, out] = x [N, in] W^T, plus LoRA's s (x A^T) B^T where `lora` adapts the projection. A
-  // row-parallel projection's y is a partial sum over the TP ranks (x and A this rank's slice of
-  // the input, B whole), reduced with the projection's: its B gradient is partial too.
-  void Project(const Context& ctx, const Tensor& x, const Tensor& w, const LoraAdapter& lora,
+  // y [N, out] = x [N, in] W^T, plus LoRA's s (x' A^T) B^T where w.lora adapts projection
+  // `target` (x' = x, or with `dropout` set x with its mask: LoraInput). A row-parallel
+  // projection's y is a partial sum over the TP ranks (x and A this rank's slice of the input, B
+  // whole), reduced with the projection's: its B gradient is partial too.
+  void Project(const Context& ctx, const Tensor& x, const Tensor& weight,
+               const LlamaLayerWeights& w, LoraTarget target, const LlamaLoraDropout& dropout,
                Tensor& y) const;
-  // Its backward: dx (= or += with accumulate_dx) dy W + the adapter's; dw, and the adapter's
-  // da and db in `dlora`, += (each skipped where undefined: frozen). The adapter's z = x A^T is
-  // recomputed ([N, r]: cheaper to redo than to keep per layer).
-  void ProjectBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& w,
-                       const LoraAdapter& lora, LoraAdapter& dlora, Tensor& dx, bool accumulate_dx,
-                       Tensor& dw) const;
+  // Its backward: dx (= or += with accumulate_dx) dy W + the adapter's (through the same mask);
+  // dweight, and the adapter's da and db in dw.lora, += (each skipped where undefined: frozen).
+  // The adapter's x' and z = x' A^T are recomputed ([N, in] and [N, r]: cheaper to redo than to
+  // keep per layer).
+  void ProjectBackward(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                       const LlamaLayerWeights& w, LlamaLayerWeights& dw, LoraTarget target,
+                       const LlamaLoraDropout& dropout, Tensor& dx, bool accumulate_dx,
+                       Tensor& dweight) const;
 
   ssa::SsaOptions options_;
   double lora_scale_;  // s of model.lora (0 without)

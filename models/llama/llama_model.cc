@@ -10,6 +10,7 @@
 #include "core/copy.h"
 #include "core/logging.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/rope.h"
@@ -399,6 +400,7 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
     largest = all.numel() > 0 ? *std::max_element(p, p + all.numel()) : 0;
   }
   slot.inv_freq = rope_.ForCall(ctx_, largest);
+  slot.lora_dropout_keys = LoraDropoutKeys(micro_batch, tokens.dim(0), tokens.dim(1));
   // This rank's tokens of every row (the whole rows without context parallelism).
   const parallel::ContextSplit split = SplitOf(slot);
   split.Local(ctx_, tokens, slot.tokens);
@@ -408,6 +410,26 @@ void LlamaModel::BeginMicroBatch(int micro_batch, const Tensor& tokens, const Te
     CopyTensor(ctx_, positions.View({-1}), slot.key_positions);
     if (host_copies) slot.host_key_positions = host_copy(positions.View({-1}));
   }
+}
+
+void LlamaModel::SetLoraDropout(uint64_t seed, std::vector<int64_t> first_samples) {
+  lora_dropout_seed_ = seed;
+  lora_dropout_samples_ = std::move(first_samples);
+}
+
+Tensor LlamaModel::LoraDropoutKeys(int micro_batch, int64_t batch, int64_t seq) const {
+  const bool drops = config_.lora.has_value() && config_.lora->dropout > 0;
+  if (!drops || static_cast<size_t>(micro_batch) >= lora_dropout_samples_.size()) return Tensor();
+  const int64_t first = lora_dropout_samples_[static_cast<size_t>(micro_batch)];
+  Tensor keys = Tensor::Empty({batch * seq}, DType::kI64);  // [B*T] the whole rows'
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq; ++t) {
+      keys.data<int64_t>()[b * seq + t] =
+          static_cast<int64_t>(ops::DropoutTokenKey(lora_dropout_seed_, first + b, t));
+    }
+  }
+  // [N] this rank's tokens (the whole rows without context parallelism).
+  return CopyToDevice(ctx_, parallel::ContextSplit(*cp_, batch, seq).Local(keys), ctx_.device());
 }
 
 bool LlamaModel::HoldsMicroBatch(int micro_batch) const {
@@ -479,6 +501,9 @@ LlamaLayerActivations LlamaModel::LayerBuffers(LlamaMicroBatchActivations& slot,
   LlamaLayerActivations a = slot.layers[LocalLayer(layer)];  // handles: writes reach the slot
   for (const LlamaActivationField& field : LlamaActivationFields()) {
     if (Recomputed(field, recompute_)) a.*field.member = recomputed_.*field.member;
+  }
+  if (slot.lora_dropout_keys.defined()) {
+    a.lora_dropout = {slot.lora_dropout_keys, config_.lora->dropout, layer, tp_->rank()};
   }
   return a;
 }

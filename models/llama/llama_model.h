@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "core/tensor.h"
 #include "models/llama/hf_model_directory.h"
 #include "models/llama/llama_activations.h"
+#include "models/llama/llama_base_fingerprint.h"
 #include "models/llama/llama_config.h"
 #include "models/llama/llama_gradient_units.h"
 #include "models/llama/llama_layer.h"
@@ -76,6 +78,9 @@ struct LlamaMicroBatchActivations {
   // [d/2] the RoPE inverse frequencies of this micro-batch (LlamaRopeFrequencies::ForCall of its
   // largest position id: LongRoPE's factors and dynamic NTK's base depend on it).
   Tensor inv_freq;
+  // [N] i64 ops::DropoutTokenKey of this rank's tokens when the micro-batch draws LoRA dropout
+  // masks (LlamaModel::SetLoraDropout), else undefined.
+  Tensor lora_dropout_keys;
   std::vector<LlamaLayerActivations> layers;  // [local layers]; a chunk's input is its first x
   // [V] each [Nl, D]: the chunk's output (on the last virtual stage the final norm's input).
   std::vector<Tensor> outputs;
@@ -158,8 +163,20 @@ class LlamaModel : public parallel::PipelineStage {
   // InitRandom draws. The constructor and InitRandom call it; LoadHfCheckpoint leaves the adapters
   // alone (a base has none), so a job calls it after loading its base.
   void InitLoraParameters(uint64_t seed);
+  // The frozen base this model holds (llama_base_fingerprint.h), recorded by LoadHfCheckpoint or
+  // InitRandom when config().trainable freezes one; nullopt for a full fine-tune or before either.
+  const std::optional<LlamaBase>& frozen_base() const { return frozen_base_; }
 
   const LlamaStageLayout& stage() const { return stage_; }
+
+  // LoRA dropout (config().lora->dropout > 0) in the micro-batches that begin from now on, until
+  // the next call: micro-batch m's rows are the global samples first_samples[m], + 1, ... of the
+  // training data (data::FirstGlobalSample), and the mask of each adapter input element hashes
+  // `seed`, the sample, the token's position in its row, the layer, the projection and the
+  // feature, so that every layout and a recompute draw the same mask. Empty `first_samples` (the
+  // default, and what evaluation and generation need): no dropout. Without LoRA dropout in the
+  // config it changes nothing.
+  void SetLoraDropout(uint64_t seed, std::vector<int64_t> first_samples);
 
   // The whole model on one pipeline rank (no pipeline group). tokens, positions [B, T] i32 (the
   // same on every TP rank) -> logits [B*T, V] of this rank's vocabulary slice (a buffer of the
@@ -263,6 +280,9 @@ class LlamaModel : public parallel::PipelineStage {
   // The activation sizes of a micro-batch of B x T = `batch` x `seq` on this rank.
   ActivationSizes<int64_t> SizesOf(int64_t batch, int64_t seq) const;
   TokenSplits Splits() const;
+  // [N] i64 on the model's device: the LoRA dropout keys of micro-batch `micro_batch`'s B x T =
+  // `batch` x `seq` tokens on this rank (SetLoraDropout), or undefined when it draws no mask.
+  Tensor LoraDropoutKeys(int micro_batch, int64_t batch, int64_t seq) const;
   // A buffer for `field` at `sizes` on the model's device.
   template <typename Owner>
   Tensor AllocateField(const ActivationField<Owner>& field,
@@ -313,6 +333,9 @@ class LlamaModel : public parallel::PipelineStage {
   parallel::Communicator *tp_, *cp_, *pp_;
   LlamaShardLayout layout_;
   LlamaStageLayout stage_;
+  std::optional<LlamaBase> frozen_base_;          // frozen_base()
+  uint64_t lora_dropout_seed_ = 0;                // SetLoraDropout
+  std::vector<int64_t> lora_dropout_samples_;     // by micro-batch id; empty: no dropout
   std::map<std::string, Shape> full_shapes_;      // by parameter name
   std::map<std::string, ParameterShard> shards_;  // by parameter name
   ParameterSet params_;

@@ -11,6 +11,7 @@
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "models/llama/hf_weight_check.h"
+#include "models/llama/llama_base_fingerprint.h"
 #include "models/llama/llama_model.h"
 #include "models/llama/peft_adapter_directory.h"
 
@@ -52,13 +53,6 @@ void CopyAlongAxis(const Tensor& src, int axis, int64_t src_begin, Tensor& dst, 
   }
 }
 
-// FNV-1a of a parameter name: a seed that does not depend on the standard library.
-uint32_t NameHash(const std::string& name) {
-  uint32_t hash = 2166136261u;
-  for (const char c : name) hash = (hash ^ static_cast<uint8_t>(c)) * 16777619u;
-  return hash;
-}
-
 }  // namespace
 
 void LlamaModel::InitSsaParameters() {
@@ -88,9 +82,7 @@ void LlamaModel::AssignRandomDraw(const std::string& name, uint64_t seed,
                                   Distribution distribution) {
   // The full tensor's draw from a stream of its own (the seed and the name), the same on every
   // layout whichever stage holds it; this rank keeps its slice.
-  std::seed_seq seeds{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                      NameHash(name)};
-  std::mt19937_64 rng(seeds);
+  std::mt19937_64 rng = ParameterStream(name, seed);
   const Shape& full_shape = full_shapes_.at(name);
   Tensor full = Tensor::Empty(full_shape, DType::kF64);
   for (int64_t i = 0; i < full.numel(); ++i) full.data<double>()[i] = distribution(rng);
@@ -113,11 +105,12 @@ void LlamaModel::InitRandom(uint64_t seed) {
       ops::Fill(ctx_, master, 1.0);
       continue;
     }
-    AssignRandomDraw(e.name, seed, std::normal_distribution<double>(0.0, 0.02));
+    AssignRandomDraw(e.name, seed, std::normal_distribution<double>(0.0, kInitStddev));
   }
   InitSsaParameters();
   InitLoraParameters(seed);
   params_.SyncModelCopy();  // the norms' ones
+  if (config_.trainable.has_value()) frozen_base_ = RandomBaseOf(config_, seed);
 }
 
 void LlamaModel::InitLoraParameters(uint64_t seed) {
@@ -180,6 +173,7 @@ absl::Status LlamaModel::LoadHfCheckpoint(const io::HfCheckpoint& checkpoint) {
         "\": was it exported with other model.ssa flags? Use the same flags, or a checkpoint "
         "without SSA tensors to start SSA afresh"));
   }
+  if (config_.trainable.has_value()) frozen_base_ = HfBaseOf(checkpoint, config_);
   std::set<std::string> model_names;  // the whole model's, whichever stage holds them
   for (const LlamaParameterSpec& spec :
        StageParameterSpecs(config_, StageLayoutOf(config_, 0, 1, 1))) {

@@ -23,6 +23,9 @@ struct LoraOptions {
   int64_t rank = 8;     // r
   double alpha = 16.0;  // the scale's numerator
   bool rslora = false;  // s = alpha / sqrt(r) (Kalajdzievski, 2023) instead of alpha / r
+  // Dropout on the adapter's input in training forwards (peft's lora_dropout): s B A dropout(x),
+  // in [0, 1). LlamaModel::SetLoraDropout says which forwards draw masks.
+  double dropout = 0.0;
   std::vector<LoraTarget> targets;  // each once, in LoraTarget order
   double Scale() const;             // s
 };

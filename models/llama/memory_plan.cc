@@ -141,6 +141,16 @@ MemoryPlan PlanLlamaMemory(const LlamaConfig& c, const MemoryPlanOptions& o) {
                              kCublasLtWorkspaceBytes)
                                 .value();
   }
+  if (c.lora.has_value() && c.lora->dropout > 0 && !o.forward_only) {
+    Size widest = 0;  // the adapted projections' local input features
+    for (const LoraTarget target : c.lora->targets) {
+      const Size in = target == LoraTarget::kO      ? heads * d
+                      : target == LoraTarget::kDown ? f
+                                                    : d_model;
+      widest = std::max(widest.value(), in.value());
+    }
+    plan.operator_scratch = std::max(plan.operator_scratch, (n * widest * act * 2).value());
+  }
   return plan;
 }
 

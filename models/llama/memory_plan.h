@@ -55,7 +55,8 @@ struct MemoryPlan {
   // The most any one operator call takes for itself and gives back (the device allocator keeps
   // it cached): on CUDA (bf16 plans) the SSA attention backward's bf16 q~, k~, v~, its core's
   // gradients of them and workspace, and row terms, plus the cuBLASLt workspace; 0 for CPU (f32)
-  // plans.
+  // plans. With LoRA dropout in training at least the backward's masked input and its gradient
+  // [N, in] of the widest adapted input.
   int64_t operator_scratch = 0;
   int64_t Total() const;
   std::string ToString() const;  // every category, in GiB

@@ -38,8 +38,7 @@ std::string AdapterConfigJson(const LlamaConfig& config, const HfExportProvenanc
                                       : nlohmann::json(provenance.source_dir)},
       {"r", lora.rank},
       {"lora_alpha", lora.alpha},
-      // The layers run no dropout (model.lora.dropout accepts 0 only).
-      {"lora_dropout", 0.0},
+      {"lora_dropout", lora.dropout},  // peft's training-time dropout, as the job trained
       {"use_rslora", lora.rslora},
       {"target_modules", targets},
       {"modules_to_save", modules.empty() ? nlohmann::json(nullptr) : nlohmann::json(modules)},

@@ -2,7 +2,8 @@
 // vanilla model bit for bit (logits and gradients); with non-zero temperatures the whole model's
 // backward matches f64 finite differences (weight sharing on and off, packed documents); the
 // temperature statistics describe the last forward; SSA tensors survive export and import, and a
-// checkpoint without them starts SSA at its initialisation.
+// checkpoint without them starts SSA at its initialisation. LoRA adapters: the merged model, their
+// gradients (with dropout masks too), and dropout in the asked-for forwards alone.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -258,6 +260,82 @@ TEST(LlamaLora, AdapterAndSsaGradientsMatchFiniteDifferences) {
   }
   EXPECT_EQ(trained,
             2 * (2 * models::kNumLoraTargets + 3));  // per layer: A, B x 7, a^q, a^v, alpha
+}
+
+// TinyLoraConfig with LoRA dropout p (and `recompute`), its parameters as the gradient check sets
+// them.
+std::unique_ptr<models::LlamaModel> DropoutModel(double p, bool recompute = false) {
+  models::LlamaConfig config = TinyLoraConfig();
+  config.lora->dropout = p;
+  auto model = std::make_unique<models::LlamaModel>(
+      config, DType::kF64, models::LlamaParallelism{},
+      models::LlamaRecompute{.attention = recompute, .mlp = recompute});
+  RandomizeForGradientCheck(*model, 41);
+  return model;
+}
+
+// With the dropout masks of one micro-batch (global samples 3 and 4 of seed 9), fixed because the
+// loss's forwards draw them again: the adapters' and SSA's gradients against f64 central
+// differences (A's through the masked input, x's through the mask again); recompute draws the
+// same masks (the same bits).
+TEST(LlamaLora, DropoutGradientsMatchFiniteDifferences) {
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 42, 0, 10);
+  const Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 43, 0, 10);
+  const Tensor positions = PackedPositions();
+  std::unique_ptr<models::LlamaModel> model = DropoutModel(0.4);
+  model->SetLoraDropout(9, {3});
+  model->parameters().ZeroGrads();
+  Loss(*model, tokens, positions, labels, true);
+  auto loss = [&] { return Loss(*model, tokens, positions, labels, false); };
+  for (const ParameterSet::Entry& e : model->parameters().entries()) {
+    if (!e.grad.defined()) continue;
+    EXPECT_TRUE(SampledGradientMatches(loss, e.value, e.grad, e.name));
+  }
+  std::unique_ptr<models::LlamaModel> recomputed = DropoutModel(0.4, true);
+  recomputed->SetLoraDropout(9, {3});
+  recomputed->parameters().ZeroGrads();
+  Loss(*recomputed, tokens, positions, labels, true);
+  for (const ParameterSet::Entry& e : model->parameters().entries()) {
+    if (!e.grad.defined()) continue;
+    EXPECT_TRUE(testing::BitIdentical(recomputed->parameters().grad(e.name), e.grad, e.name));
+  }
+}
+
+// A copy of the model's logits for `tokens` (the model reuses its buffer; a backward overwrites
+// it).
+Tensor LogitsOf(models::LlamaModel& model, const Tensor& tokens) {
+  return testing::Cast(model.Forward(Context::Cpu(), tokens, PackedPositions()), DType::kF64);
+}
+
+// Dropout changes only the forwards SetLoraDropout asks for: without it (evaluation, generation)
+// a model with p = 0.4 gives the logits of p = 0 bit for bit, and p = 0 with masks asked for
+// gives them too (logits and gradients: today's model); p = 0.4 with masks gives others, and other
+// samples other ones again.
+TEST(LlamaLora, DropoutActsInTheAskedForwardsAlone) {
+  const Tensor tokens = testing::RandomInts({2, 6}, DType::kI32, 44, 0, 10);
+  const Tensor labels = testing::RandomInts({2, 6}, DType::kI32, 45, 0, 10);
+  std::unique_ptr<models::LlamaModel> none = DropoutModel(0.0), drops = DropoutModel(0.4);
+  const Tensor logits = LogitsOf(*none, tokens);
+  EXPECT_TRUE(testing::BitIdentical(LogitsOf(*drops, tokens), logits, "p 0.4 without masks"));
+  none->parameters().ZeroGrads();
+  Loss(*none, tokens, PackedPositions(), labels, true);
+  std::unique_ptr<models::LlamaModel> zero = DropoutModel(0.0);
+  zero->SetLoraDropout(9, {3});
+  EXPECT_TRUE(testing::BitIdentical(LogitsOf(*zero, tokens), logits, "p 0 with masks asked for"));
+  zero->parameters().ZeroGrads();
+  Loss(*zero, tokens, PackedPositions(), labels, true);
+  for (const ParameterSet::Entry& e : none->parameters().entries()) {
+    if (!e.grad.defined()) continue;
+    EXPECT_TRUE(testing::BitIdentical(zero->parameters().grad(e.name), e.grad, e.name));
+  }
+  drops->SetLoraDropout(9, {3});
+  const Tensor dropped = LogitsOf(*drops, tokens);
+  EXPECT_FALSE(testing::AllClose(dropped, logits, 1e-6, "p 0.4 with masks"));
+  drops->SetLoraDropout(9, {4});
+  EXPECT_FALSE(testing::AllClose(LogitsOf(*drops, tokens), dropped, 1e-6, "other samples"));
+  drops->SetLoraDropout(0, {});
+  EXPECT_TRUE(
+      testing::BitIdentical(LogitsOf(*drops, tokens), logits, "p 0.4 after the masks are off"));
 }
 
 TEST(LlamaSsa, TemperatureStatisticsDescribeTheLastForward) {

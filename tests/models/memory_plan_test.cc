@@ -69,6 +69,14 @@ TEST(MemoryPlan, AFrozenBaseCountsItsValuesOnly) {
   EXPECT_EQ(lora[static_cast<int>(models::LoraTarget::kV)].b.shape(), (Shape{64, 4}));
   EXPECT_FALSE(lora[static_cast<int>(models::LoraTarget::kK)].a.defined());
   EXPECT_FALSE(lora[static_cast<int>(models::LoraTarget::kDown)].b.defined());
+  // LoRA dropout: the backward's masked input and its gradient, [N, in] each of the widest
+  // adapted input (q and v read D = 128), in a training plan's operator scratch; a forward-only
+  // plan draws no mask.
+  EXPECT_EQ(plan.operator_scratch, 0);
+  config->lora->dropout = 0.1;
+  EXPECT_EQ(models::PlanLlamaMemory(*config, options).operator_scratch, 2 * b * t * 128 * 4);
+  options.forward_only = true;
+  EXPECT_EQ(models::PlanLlamaMemory(*config, options).operator_scratch, 0);
 }
 
 TEST(MemoryPlan, Llama3_8BAt8KTokensInBf16) {

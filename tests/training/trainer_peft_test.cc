@@ -4,16 +4,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/copy.h"
 #include "core/io/hf_checkpoint.h"
+#include "inference/forward_model.h"
 #include "inference/job_evaluation.h"
 #include "launcher/commands/convert_command.h"
 #include "launcher/config/job_config.h"
@@ -117,6 +123,23 @@ TEST(TrainerPeft, NormsTrainBesideFrozenSsaParameters) {
   }
 }
 
+// Resumes `job` (4 steps) from its step-2 checkpoint: steps 3 and 4 as `whole` ran them, the same
+// losses and weights bit for bit.
+void ExpectResumeRepeatsTheLastTwoSteps(const config::JobConfig& job, Trainer& whole) {
+  absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(job);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_EQ((*resumed)->start_step(), 2);
+  ASSERT_TRUE((*resumed)->Run().ok());
+  ASSERT_EQ((*resumed)->history().size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*resumed)->history()[i].loss, whole.history()[i + 2].loss) << "step " << i + 3;
+  }
+  for (const ParameterSet::Entry& e : whole.model().parameters().entries()) {
+    const Tensor& other = (*resumed)->model().parameters().value(e.name);
+    EXPECT_EQ(std::memcmp(other.raw_data(), e.value.raw_data(), e.value.nbytes()), 0) << e.name;
+  }
+}
+
 // A checkpoint of a frozen-base job holds the trainable tensors alone; resuming from it (the base
 // loaded again from the job's source) continues the run bit for bit, and kelvin eval scores it as
 // the run did, and kelvin convert writes it over its base.
@@ -168,18 +191,148 @@ TEST(TrainerPeft, ResumesFromACheckpointOfTheTrainableTensors) {
   fs::remove_all(dir / "hf");
 
   fs::remove_all(dir / StepDirectoryName(4));
-  absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(*job);
-  ASSERT_TRUE(resumed.ok()) << resumed.status();
-  EXPECT_EQ((*resumed)->start_step(), 2);
-  ASSERT_TRUE((*resumed)->Run().ok());
-  ASSERT_EQ((*resumed)->history().size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ((*resumed)->history()[i].loss, (*whole)->history()[i + 2].loss) << "step " << i + 3;
+  ExpectResumeRepeatsTheLastTwoSteps(*job, **whole);
+  fs::remove_all(dir);
+}
+
+// LoRA dropout in the training steps alone: a run with dropout trains otherwise than one without;
+// its periodic evaluation draws no mask (kelvin eval of its checkpoint, with none, gives the same
+// loss); and a resume draws the masks the uninterrupted run drew (they are keyed by the samples,
+// not by a generator's state): the same losses and weights bit for bit.
+TEST(TrainerPeft, LoraDropoutActsInTrainingStepsAndResumesExactly) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_lora_dropout";
+  fs::remove_all(dir);
+  const auto job_with = [&](const std::string& dropout, int steps) {
+    absl::StatusOr<config::JobConfig> job = launcher::LoadJobConfig(
+        testing::DemoJobPath(),
+        {"model.peft.adapters=true", "model.lora.rank=4",
+         "model.lora.targets=[q_proj, v_proj, o_proj, down_proj]", "model.lora.dropout=" + dropout,
+         "lr_schedule.warmup_steps=1", "training.seq_length=110", "training.export_hf_dir=\"\"",
+         absl::StrCat("training.steps=", steps), "training.micro_batch_size=2",
+         "training.global_batch_size=4", "training.eval_interval=2", "checkpoint.interval_steps=2",
+         "checkpoint.keep_last=2", "checkpoint.dir=\"" + (dir / dropout).string() + "\""});
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.value_or(config::JobConfig());
+  };
+  const config::JobConfig job = job_with("0.3", 4);
+  absl::StatusOr<std::unique_ptr<Trainer>> whole = Trainer::Create(job);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE((*whole)->Run().ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> without = Trainer::Create(job_with("0", 2));
+  ASSERT_TRUE(without.ok()) << without.status();
+  ASSERT_TRUE((*without)->Run().ok());
+  ASSERT_EQ((*whole)->history().size(), 4u);
+  // B starts at zero, so step 1's loss is the base's either way; its update differs.
+  EXPECT_EQ((*whole)->history()[0].loss, (*without)->history()[0].loss);
+  EXPECT_NE((*whole)->history()[1].loss, (*without)->history()[1].loss);
+
+  const absl::StatusOr<inference::EvalStats> eval = inference::EvaluateJob(job);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(eval->step, 4);
+  EXPECT_EQ(eval->loss, (*whole)->evaluations().back().loss);
+
+  fs::remove_all(dir / "0.3" / StepDirectoryName(4));
+  ExpectResumeRepeatsTheLastTwoSteps(job, **whole);
+  fs::remove_all(dir);
+}
+
+// Every path under `dir`, sorted.
+std::vector<std::string> Tree(const fs::path& dir) {
+  std::vector<std::string> paths;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir)) {
+    paths.push_back(e.path().string());
   }
-  for (const ParameterSet::Entry& e : (*whole)->model().parameters().entries()) {
-    const Tensor& other = (*resumed)->model().parameters().value(e.name);
-    EXPECT_EQ(std::memcmp(other.raw_data(), e.value.raw_data(), e.value.nbytes()), 0) << e.name;
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// A frozen-base checkpoint records its base (the random draw of the job's training.seed); a resume,
+// kelvin eval or a model load over another base (another seed) is refused, naming both, and leaves
+// the directory as it was; over its own base the checkpoint loads as trained. A checkpoint without
+// the record (an older Kelvin's) resumes unchecked.
+TEST(TrainerPeft, RefusesAResumeOverAnotherBase) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "kelvin_peft_other_base";
+  fs::remove_all(dir);
+  std::vector<std::string> overrides = {"model.ssa.enabled=true",
+                                        "model.peft.ssa=true",
+                                        "lr_schedule.warmup_steps=1",
+                                        "training.seq_length=110",
+                                        "training.export_hf_dir=\"\"",
+                                        "training.steps=2",
+                                        "training.micro_batch_size=2",
+                                        "training.global_batch_size=2",
+                                        "training.eval_interval=0",
+                                        "checkpoint.interval_steps=2",
+                                        "checkpoint.dir=\"" + dir.string() + "\""};
+  const absl::StatusOr<config::JobConfig> job =
+      launcher::LoadJobConfig(testing::DemoJobPath(), overrides);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*job);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  const std::optional<models::LlamaBase>& base = (*trainer)->model().frozen_base();
+  ASSERT_TRUE(base.has_value());
+  const fs::path step2 = dir / StepDirectoryName(2);
+  const absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(step2);
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_TRUE(index->base.has_value());
+  EXPECT_EQ(index->base->source, "random weights from seed 1234");
+  EXPECT_EQ(index->base->fingerprint, base->fingerprint);
+
+  const std::vector<std::string> before = Tree(dir);
+  overrides.push_back("training.seed=1235");
+  const absl::StatusOr<config::JobConfig> other =
+      launcher::LoadJobConfig(testing::DemoJobPath(), overrides);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const absl::StatusOr<std::unique_ptr<Trainer>> resumed = Trainer::Create(*other);
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(resumed.status())) << resumed.status();
+  for (const std::string& part :
+       {step2.string() + " was trained on the frozen base random weights from seed 1234",
+        std::string("this job's base is random weights from seed 1235"),
+        std::string("checkpoint.resume=NEVER")}) {
+    EXPECT_THAT(std::string(resumed.status().message()), ::testing::HasSubstr(part));
   }
+  const absl::StatusOr<inference::EvalStats> eval = inference::EvaluateJob(*other);
+  ASSERT_FALSE(eval.ok());
+  EXPECT_THAT(std::string(eval.status().message()),
+              ::testing::HasSubstr("was trained on the frozen base random weights from seed 1234"));
+  // kelvin generate and eval --data load the model alone: the same refusal.
+  const absl::StatusOr<TrainingPlacement> placement =
+      inference::ResolveInferencePlacement(*other, inference::InferenceDevice::kCpu, 0);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  const absl::StatusOr<std::unique_ptr<models::LlamaModel>> loaded =
+      inference::LoadInferenceModel(*other, {}, *placement, nullptr);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(std::string(loaded.status().message()),
+              ::testing::HasSubstr("was trained on the frozen base random weights from seed 1234"));
+  EXPECT_EQ(Tree(dir), before);
+
+  // Over its own base the checkpoint's weights are the trained model's: the base drawn again, the
+  // trainable tensors over it.
+  const absl::StatusOr<std::unique_ptr<models::LlamaModel>> own =
+      inference::LoadInferenceModel(*job, {}, *placement, nullptr);
+  ASSERT_TRUE(own.ok()) << own.status();
+  for (const ParameterSet::Entry& e : (*trainer)->model().parameters().entries()) {
+    const Tensor& value = (*own)->parameters().value(e.name);
+    EXPECT_EQ(std::memcmp(value.raw_data(), e.value.raw_data(), e.value.nbytes()), 0) << e.name;
+  }
+
+  // The same base resumes (and finds nothing left to do).
+  absl::StatusOr<std::unique_ptr<Trainer>> again = Trainer::Create(*job);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->start_step(), 2);
+  again->reset();
+
+  // A checkpoint written before Kelvin kept the record (its "base" removed) is accepted over any
+  // base, with a warning that it cannot be checked.
+  const fs::path index_file = step2 / "checkpoint.json";
+  nlohmann::json index_json = nlohmann::json::parse(testing::FileBytes(index_file));
+  ASSERT_EQ(index_json.erase("base"), 1u);
+  std::ofstream(index_file) << index_json.dump(2);
+  absl::StatusOr<std::unique_ptr<Trainer>> unchecked = Trainer::Create(*other);
+  ASSERT_TRUE(unchecked.ok()) << unchecked.status();
+  EXPECT_EQ((*unchecked)->start_step(), 2);
   fs::remove_all(dir);
 }
 

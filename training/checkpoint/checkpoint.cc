@@ -18,6 +18,7 @@
 #include "core/io/safetensors.h"
 #include "models/llama/llama_config.h"
 #include "training/checkpoint/checkpoint_format.h"
+#include "training/checkpoint/frozen_base.h"
 
 namespace kelvin::training {
 namespace {
@@ -89,9 +90,9 @@ absl::StatusOr<PendingCheckpoint> PendingCheckpoint::Begin(
   absl::Status created = absl::OkStatus();
   if (rank == 0) {
     created = CreatePartialDirectory(
-        checkpoint.partial_,
-        {job_name, state.layout, steps_completed, state.optimizer_steps, parts, state.data_order,
-         state.eval_loss, KelvinVersion(), state.run_id, LibraryVersions(), state.loss_spike});
+        checkpoint.partial_, {job_name, state.layout, steps_completed, state.optimizer_steps, parts,
+                              state.data_order, state.eval_loss, KelvinVersion(), state.run_id,
+                              LibraryVersions(), state.loss_spike, state.base});
   }
   KELVIN_RETURN_IF_ERROR(parallel::AgreeOnStatus(
       world, created, "creating checkpoint " + checkpoint.partial_.string()));
@@ -210,6 +211,7 @@ absl::StatusOr<RestoredSteps> LoadCheckpoint(const std::string& path, const std:
                                              const TrainingState& state, const Context& ctx) {
   KELVIN_ASSIGN_OR_RETURN(const CheckpointReader reader, OpenJobCheckpoint(path, job_name));
   KELVIN_RETURN_IF_ERROR(CheckNoOtherTensors(reader, state.job_tensors));
+  KELVIN_RETURN_IF_ERROR(CheckFrozenBase(path, reader.index().base, state.base));
   for (const CheckpointTensor& target : state.tensors) {
     KELVIN_ASSIGN_OR_RETURN(const Tensor stored,
                             reader.Read(target.name, target.region, target.data.dtype()));

@@ -46,6 +46,9 @@ struct TrainingState {
   std::string run_id;
   // The loss-spike rule's memory after the step being saved (nullopt: not recorded).
   std::optional<LossSpikeRecord> loss_spike;
+  // The frozen base the model holds (nullopt: a full fine-tune), recorded and, on a restore,
+  // compared with the checkpoint's (CheckFrozenBase).
+  std::optional<FrozenBaseRecord> base;
 };
 
 // A checkpoint being saved, in three stages: Begin (collective) creates step_<N>.partial and takes

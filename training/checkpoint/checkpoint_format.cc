@@ -62,6 +62,24 @@ absl::StatusOr<LossSpikeRecord> ParseLossSpikeRecord(const fs::path& path,
   return record;
 }
 
+// checkpoint.json's "base": {"source": string, "fingerprint": 8 hex digits}; anything else is an
+// error naming the file.
+absl::StatusOr<FrozenBaseRecord> ParseFrozenBaseRecord(const fs::path& path,
+                                                       const nlohmann::json& json) {
+  const auto source = json.is_object() ? json.find("source") : json.end();
+  const auto fingerprint = json.is_object() ? json.find("fingerprint") : json.end();
+  const std::optional<uint32_t> crc = fingerprint != json.end() && fingerprint->is_string()
+                                          ? ParseChecksum(fingerprint->get<std::string>())
+                                          : std::nullopt;
+  if (source == json.end() || !source->is_string() || !crc.has_value()) {
+    return absl::DataLossError(absl::StrCat(
+        path.string(), ": \"base\" is ", json.dump(),
+        ", not {\"source\": string, \"fingerprint\": 8 hex digits}: the index was edited or "
+        "damaged; restore it, or delete the checkpoint's directory"));
+  }
+  return FrozenBaseRecord{source->get<std::string>(), *crc};
+}
+
 }  // namespace
 
 std::string PartFileName(int rank, int parts) {
@@ -164,6 +182,10 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const fs::path& checkpoint) 
   if (loss_spike != json.end()) {
     KELVIN_ASSIGN_OR_RETURN(index.loss_spike, ParseLossSpikeRecord(path, *loss_spike));
   }
+  const auto base = json.find("base");
+  if (base != json.end()) {
+    KELVIN_ASSIGN_OR_RETURN(index.base, ParseFrozenBaseRecord(path, *base));
+  }
   return index;
 }
 
@@ -183,6 +205,10 @@ absl::Status WriteCheckpointIndex(const fs::path& checkpoint, const CheckpointIn
     json["loss_spike"] = {{"recent_losses", index.loss_spike->recent_losses},
                           {"skipped_steps", index.loss_spike->skipped_steps},
                           {"skips_in_a_row", index.loss_spike->skips_in_a_row}};
+  }
+  if (index.base.has_value()) {
+    json["base"] = {{"source", index.base->source},
+                    {"fingerprint", FormatChecksum(index.base->fingerprint)}};
   }
   return io::WriteFileAtomically((checkpoint / kIndexFile).string(), {json.dump(2) + "\n"});
 }

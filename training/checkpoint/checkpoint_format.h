@@ -45,6 +45,14 @@ struct LossSpikeRecord {
 // The most recent losses a checkpoint may record (training.loss_spike.window's upper limit).
 inline constexpr int64_t kMaxLossSpikeWindow = 10000;
 
+// The frozen base a checkpoint of the trainable tensors was trained on (models::LlamaBase):
+// checkpoint.json's "base": {"source": ..., "fingerprint": 8 hex digits}.
+struct FrozenBaseRecord {
+  std::string source;  // the Hugging Face directory, or "random weights from seed N"
+  uint32_t fingerprint = 0;
+  bool operator==(const FrozenBaseRecord&) const = default;
+};
+
 // What checkpoint.json records.
 struct CheckpointIndex {
   std::string job, layout;
@@ -65,6 +73,9 @@ struct CheckpointIndex {
   // The loss-spike rule's memory ("loss_spike"; nullopt before it was kept: the rule starts
   // afresh).
   std::optional<LossSpikeRecord> loss_spike;
+  // The frozen base of a frozen-base job (model.peft; nullopt for a full fine-tune, and before it
+  // was kept).
+  std::optional<FrozenBaseRecord> base;
 };
 
 // A new run's identity: 32 random hex digits.

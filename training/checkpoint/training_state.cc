@@ -2,6 +2,7 @@
 #include "training/checkpoint/training_state.h"
 
 #include "absl/strings/str_cat.h"
+#include "training/checkpoint/frozen_base.h"
 
 namespace kelvin::training {
 namespace {
@@ -31,6 +32,7 @@ TrainingState TrainingStateOf(const models::LlamaModel& model,
   state.layout = layout;
   state.optimizer_steps = optimizer_steps;
   state.job_tensors = CheckpointTensorNames(model.config());
+  state.base = FrozenBaseRecordOf(model);
   const bool writes = place.sharded_optimizer || place.replica == 0;
   for (const OptimizerSpan& span : spans) {
     const io::TensorRegion region = model.RegionOf(span.parameter).Elements(span.begin, span.count);

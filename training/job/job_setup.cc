@@ -129,6 +129,7 @@ absl::Status ResolvePeft(const config::ModelConfig& model, models::LlamaConfig& 
   options.rank = lora.rank();
   options.alpha = lora.has_alpha() ? lora.alpha() : static_cast<double>(lora.rank());
   options.rslora = lora.rslora();
+  options.dropout = lora.dropout();
   for (const std::string& name : lora.targets()) {
     options.targets.push_back(*models::LoraTargetNamed(name));  // validated
   }

@@ -40,6 +40,7 @@ TEST(PeftConfig, LoraWithSsaResolvesIntoTheArchitecture) {
            lora {
              rank: 4
              alpha: 8
+             dropout: 0.05
              targets: [ "v_proj", "q" ]
            })pb");
   ASSERT_TRUE(job.ok()) << job.status();
@@ -48,6 +49,7 @@ TEST(PeftConfig, LoraWithSsaResolvesIntoTheArchitecture) {
   ASSERT_TRUE(arch->lora.has_value());
   EXPECT_EQ(arch->lora->rank, 4);
   EXPECT_DOUBLE_EQ(arch->lora->Scale(), 2.0);
+  EXPECT_EQ(arch->lora->dropout, 0.05);
   EXPECT_EQ(arch->lora->targets,
             (std::vector<models::LoraTarget>{models::LoraTarget::kQ, models::LoraTarget::kV}));
   ASSERT_TRUE(arch->trainable.has_value());
@@ -81,8 +83,11 @@ TEST(PeftConfig, EachMistakeNamesItsFieldAndRemedy) {
   const std::string peft = "peft { adapters: true } ";
   EXPECT_THAT(ErrorOf(peft + R"pb(lora { rank: 0 targets: "q_proj" })pb"),
               HasSubstr("model.lora.rank=0: give a rank in [1, 4096]"));
-  EXPECT_THAT(ErrorOf(peft + R"pb(lora { rank: 4 dropout: 0.1 targets: "q_proj" })pb"),
-              HasSubstr("model.lora.dropout=0.1: LoRA dropout is not implemented yet"));
+  for (const char* dropout : {"1", "-0.1", "nan"}) {
+    EXPECT_THAT(
+        ErrorOf(peft + R"pb(lora { rank: 4 targets: "q_proj" dropout:)pb" + dropout + "}"),
+        HasSubstr(absl::StrCat("model.lora.dropout=", dropout, ": give a probability in [0, 1)")));
+  }
   EXPECT_THAT(ErrorOf(peft + R"pb(lora { rank: 4 alpha: -1 targets: "q_proj" })pb"),
               HasSubstr("model.lora.alpha=-1: must be > 0"));
   EXPECT_THAT(ErrorOf(peft + "lora { rank: 4 }"), HasSubstr("model.lora.targets is empty"));

@@ -47,6 +47,7 @@ CheckpointIndex ValidIndex() {
   index.run_id = "0123456789abcdef0123456789abcdef";
   index.libraries = "OpenBLAS 0.3.21 DYNAMIC_ARCH Zen; built without CUDA";
   index.loss_spike = LossSpikeRecord{{2.5, 2.4375, 0.1, 1e-300}, 3, 1};
+  index.base = FrozenBaseRecord{"/models/Meta-Llama-3.1-8B", 0x0a1b2c3d};
   return index;
 }
 
@@ -63,7 +64,7 @@ bool SameIndex(const CheckpointIndex& a, const CheckpointIndex& b) {
          a.optimizer_steps == b.optimizer_steps && a.parts == b.parts &&
          a.data_order == b.data_order && a.eval_loss == b.eval_loss &&
          a.kelvin_version == b.kelvin_version && a.run_id == b.run_id &&
-         a.libraries == b.libraries && a.loss_spike == b.loss_spike;
+         a.libraries == b.libraries && a.loss_spike == b.loss_spike && a.base == b.base;
 }
 
 Json SpecialValue(std::mt19937_64& rng) {
@@ -107,9 +108,9 @@ Json SpecialValue(std::mt19937_64& rng) {
 }
 
 const std::vector<std::string>& Keys() {
-  static const std::vector<std::string> keys = {"format", "job",   "step",       "optimizer_steps",
-                                                "layout", "parts", "data_order", "eval_loss",
-                                                "kelvin", "run",   "libraries",  "other"};
+  static const std::vector<std::string> keys = {
+      "format",    "job",    "step", "optimizer_steps", "layout", "parts", "data_order",
+      "eval_loss", "kelvin", "run",  "libraries",       "base",   "other"};
   return keys;
 }
 

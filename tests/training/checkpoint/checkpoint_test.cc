@@ -164,11 +164,19 @@ TEST(Checkpoint, IntervalSavesArePrunedToKeepLastAndPartialOnesIgnored) {
 void WriteIndexOnly(const std::string& dir, int64_t step, std::optional<double> eval_loss) {
   const fs::path path = fs::path(dir) / absl::StrFormat("step_%08d", step);
   fs::create_directories(path);
-  ASSERT_TRUE(
-      WriteCheckpointIndex(
-          path,
-          {"job", "one process", step, step, 1, {}, eval_loss, "test", "run", "libs", std::nullopt})
-          .ok());
+  ASSERT_TRUE(WriteCheckpointIndex(path, {"job",
+                                          "one process",
+                                          step,
+                                          step,
+                                          1,
+                                          {},
+                                          eval_loss,
+                                          "test",
+                                          "run",
+                                          "libs",
+                                          std::nullopt,
+                                          std::nullopt})
+                  .ok());
 }
 
 std::vector<std::string> Entries(const std::string& dir) {
