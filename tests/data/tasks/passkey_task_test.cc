@@ -219,8 +219,12 @@ TEST(Passkey, DistractorsAreDecoysTheQuestionDoesNotAskFor) {
 }
 
 TEST(Passkey, MinLengthDrawsEachSampleLengthAndPadsTheRow) {
-  const PasskeyOptions options{
-      .sequence_length = 256, .micro_batch_size = 8, .seed = 3, .depths = {}, .min_length = 120};
+  const PasskeyOptions options{.sequence_length = 256,
+                               .micro_batch_size = 8,
+                               .seed = 3,
+                               .depths = {},
+                               .distractors = 0,
+                               .min_length = 120};
   absl::StatusOr<std::unique_ptr<PasskeyTask>> task = PasskeyTask::Create(options);
   ASSERT_TRUE(task.ok()) << task.status();
   std::set<int64_t> lengths;
@@ -249,11 +253,18 @@ TEST(Passkey, MinLengthDrawsEachSampleLengthAndPadsTheRow) {
   }
   EXPECT_GT(lengths.size(), 20u);  // 32 draws over 137 lengths
   // Without min_length every sample fills its row, as before the option existed.
-  EXPECT_EQ(PasskeySampleLength({.sequence_length = 256, .seed = 3}, 5), 256);
+  const PasskeyOptions fixed{.sequence_length = 256,
+                             .micro_batch_size = 8,
+                             .seed = 3,
+                             .depths = {},
+                             .distractors = 0,
+                             .min_length = 0};
+  EXPECT_EQ(PasskeySampleLength(fixed, 5), 256);
   EXPECT_THAT(PasskeyTask::Create({.sequence_length = 256,
                                    .micro_batch_size = 1,
                                    .seed = 0,
                                    .depths = {},
+                                   .distractors = 0,
                                    .min_length = 300})
                   .status()
                   .message(),
