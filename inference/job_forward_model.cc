@@ -50,7 +50,10 @@ absl::StatusOr<std::unique_ptr<JobForwardModel>> JobForwardModel::Build(
     KELVIN_ASSIGN_OR_RETURN(hf_weights, models::OpenHfWeightsFor(job.model().hf_dir(), arch));
   }
   built->model_ = std::make_unique<models::LlamaModel>(
-      arch, placement.dtype, training::LlamaParallelismOf(grid), models::LlamaRecompute{},
+      arch, placement.dtype, training::LlamaParallelismOf(grid),
+      // No backward reads the layers' activations: the fields a recompute would redo share one
+      // layer's buffers, as in LoadInferenceModel (the plan, ForwardOnlyLayout's, counts the same).
+      models::LlamaRecompute{.attention = true, .mlp = true},
       models::LlamaPlacement{
           .ctx = placement.ctx, .forward_only = true, .attention_backend = backend});
   if (hf_weights.has_value()) {

@@ -124,8 +124,10 @@ models::MemoryPlan PlanRankMemoryHolding(const config::JobConfig& job,
   models::MemoryPlanOptions o;
   o.micro_batch = job.training().micro_batch_size();
   o.seq_length = job.training().seq_length();
-  o.recompute_attention = !layout.forward_only && job.model().recompute_attention();
-  o.recompute_mlp = !layout.forward_only && job.model().recompute_mlp();
+  // A forward-only model shares one layer's buffers for every recomputable field (no backward
+  // reads them): JobForwardModel builds it so.
+  o.recompute_attention = layout.forward_only || job.model().recompute_attention();
+  o.recompute_mlp = layout.forward_only || job.model().recompute_mlp();
   o.forward_only = layout.forward_only;
   o.activation_dtype = layout.dtype;
   o.parameter_dtype = layout.dtype;
